@@ -1,0 +1,41 @@
+"""`python -m worker ...`: stdout/stderr are logs; results go to a JSONL file.
+
+  run       --params P --results R   run the cases of P without a record in R (one process)
+  supervise --params P --results R   the same, restarting the worker after a crash
+  facts     [--device auto|cpu|cuda] print this host's facts as one JSON line
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m worker", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name in ("run", "supervise"):
+        p = sub.add_parser(name)
+        p.add_argument("--params", type=Path, required=True)
+        p.add_argument("--results", type=Path, required=True)
+    facts = sub.add_parser("facts")
+    facts.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+    args = parser.parse_args(argv)
+
+    if args.command == "run":
+        from .runner import load_params, run_params
+
+        return run_params(load_params(args.params), args.results)
+    if args.command == "supervise":
+        from .supervise import supervise
+
+        return supervise(args.params, args.results)
+    from .env import collect_facts, detect_device
+
+    print(collect_facts(detect_device(args.device)).model_dump_json())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,102 @@
+"""The backend catalog: what each kernel needs, declared up front and checked before anything runs.
+
+This module imports no torch: the controller validates sweep specs against `CATALOG`.
+Each backend's code lives in one module per library (`torch_gemm`, `reference`, `flashinfer_gemm`,
+`sgl_gemm`), imported only when a case of that backend runs.
+"""
+from __future__ import annotations
+
+import importlib
+import importlib.util
+from dataclasses import dataclass
+from typing import Optional
+
+CC = tuple[int, int]
+# FlashInfer's decorators (0.7.2): cutlass/cudnn run on these; trtllm only on datacenter Blackwell.
+_FI_CUTLASS_CC = frozenset({(10, 0), (10, 3), (10, 7), (11, 0), (12, 0), (12, 1)})
+_FI_TRTLLM_CC = frozenset({(10, 0), (10, 3), (10, 7)})
+_FI_B12X_CC = frozenset({(12, 0), (12, 1)})
+# sgl-kernel 0.3.21 sends CC 12.0 to SM120 kernels and everything else to SM100 kernels.
+_SGL_FP4_CC = frozenset({(10, 0), (10, 3), (12, 0)})
+FP4_MIN_CC: CC = (10, 0)  # below this FP4 quantizers write garbage without an error: never call them
+
+
+@dataclass(frozen=True)
+class BackendSpec:
+    name: str
+    module: str  # module under worker.backends holding `prepare`
+    family: str  # operand format: "bf16" | "fp8" | "fp4"
+    import_name: str  # the library module whose import decides "unavailable"
+    option: str = ""  # library-specific choice, e.g. FlashInfer's backend= value
+    min_cc: Optional[CC] = None  # None: runs on the CPU as well
+    only_cc: Optional[frozenset] = None
+    k_multiple: int = 1
+    n_multiple: int = 1
+    description: str = ""
+
+
+def _spec(name: str, module: str, family: str, import_name: str, **kw) -> tuple[str, BackendSpec]:
+    return name, BackendSpec(name=name, module=module, family=family, import_name=import_name, **kw)
+
+
+CATALOG: dict[str, BackendSpec] = dict([
+    _spec("torch-bf16", "torch_gemm", "bf16", "torch", description="torch.mm in bf16 (cuBLAS / CPU)"),
+    _spec("torch-fp8", "torch_gemm", "fp8", "torch", min_cc=(8, 9), k_multiple=16, n_multiple=16,
+          description="torch._scaled_mm e4m3, per-tensor scales"),
+    _spec("torch-nvfp4", "torch_gemm", "fp4", "torch", min_cc=FP4_MIN_CC, k_multiple=32, n_multiple=32,
+          description="torch._scaled_mm NVFP4 (cuBLASLt, Blackwell)"),
+    _spec("reference-nvfp4", "reference", "fp4", "torch",
+          description="pure-torch NVFP4 dequantize + fp32 matmul (the oracle, timed)"),
+    _spec("flashinfer-fp4-cutlass", "flashinfer_gemm", "fp4", "flashinfer", option="cutlass",
+          min_cc=FP4_MIN_CC, only_cc=_FI_CUTLASS_CC, k_multiple=32, description="flashinfer.mm_fp4 cutlass"),
+    _spec("flashinfer-fp4-cudnn", "flashinfer_gemm", "fp4", "flashinfer", option="cudnn",
+          min_cc=FP4_MIN_CC, only_cc=_FI_CUTLASS_CC, k_multiple=32, description="flashinfer.mm_fp4 cudnn"),
+    _spec("flashinfer-fp4-trtllm", "flashinfer_gemm", "fp4", "flashinfer", option="trtllm",
+          min_cc=FP4_MIN_CC, only_cc=_FI_TRTLLM_CC, k_multiple=32, description="flashinfer.mm_fp4 trtllm"),
+    _spec("flashinfer-fp4-auto", "flashinfer_gemm", "fp4", "flashinfer", option="auto",
+          min_cc=FP4_MIN_CC, only_cc=_FI_CUTLASS_CC, k_multiple=32, description="flashinfer.mm_fp4 auto"),
+    _spec("flashinfer-fp4-b12x", "flashinfer_gemm", "fp4", "flashinfer", option="b12x",
+          min_cc=FP4_MIN_CC, only_cc=_FI_B12X_CC, k_multiple=32, description="flashinfer.mm_fp4 b12x"),
+    _spec("flashinfer-fp4-cute-dsl", "flashinfer_gemm", "fp4", "flashinfer", option="cute-dsl",
+          min_cc=FP4_MIN_CC, k_multiple=32, description="flashinfer.mm_fp4 cute-dsl"),
+    _spec("flashinfer-fp8-cublas", "flashinfer_gemm", "fp8", "flashinfer", option="cublas",
+          min_cc=(8, 9), k_multiple=16, n_multiple=16, description="flashinfer.bmm_fp8 cublas"),
+    _spec("sgl-fp4-cutlass", "sgl_gemm", "fp4", "sgl_kernel", min_cc=FP4_MIN_CC, only_cc=_SGL_FP4_CC,
+          k_multiple=32, n_multiple=32, description="sgl_kernel.cutlass_scaled_fp4_mm"),
+    _spec("sgl-fp8", "sgl_gemm", "fp8", "sgl_kernel", min_cc=(8, 9), k_multiple=16, n_multiple=16,
+          description="sgl_kernel.fp8_scaled_mm"),
+])
+
+
+def _cc_text(cc: CC) -> str:
+    return "%d.%d" % cc
+
+
+def support_problem(spec: BackendSpec, m: int, n: int, k: int, cc: Optional[CC]) -> Optional[str]:
+    """Why this backend cannot run this shape on this device, or None. Pure: no imports, no GPU."""
+    if spec.min_cc is not None:
+        if cc is None:
+            return f"needs a CUDA GPU with compute capability >= {_cc_text(spec.min_cc)}; host has none (CPU)"
+        if cc < spec.min_cc:
+            return f"needs compute capability >= {_cc_text(spec.min_cc)}, host has {_cc_text(cc)}"
+        if spec.only_cc is not None and cc not in spec.only_cc:
+            listed = ", ".join(_cc_text(c) for c in sorted(spec.only_cc))
+            return f"supports compute capability {listed} only, host has {_cc_text(cc)}"
+    if spec.family == "fp4" and k % 16:
+        return f"needs K % 16 == 0 for NVFP4 blocks (K={k})"
+    if k % spec.k_multiple:
+        return f"needs K % {spec.k_multiple} == 0 (K={k})"
+    if n % spec.n_multiple:
+        return f"needs N % {spec.n_multiple} == 0 (N={n})"
+    return None
+
+
+def availability_problem(spec: BackendSpec) -> Optional[str]:
+    """Import error text when the backend's library cannot be imported here, or None."""
+    if importlib.util.find_spec(spec.import_name) is None:
+        return f"{spec.import_name} is not installed"
+    try:
+        importlib.import_module(spec.import_name)
+    except Exception as exc:  # a broken install (ABI mismatch, missing CUDA lib) is "unavailable"
+        return f"import {spec.import_name} failed: {type(exc).__name__}: {exc}".strip()[:500]
+    return None

@@ -1,0 +1,49 @@
+"""sgl-kernel: cutlass_scaled_fp4_mm and fp8_scaled_mm.
+
+- `scaled_fp4_quant(x, global_scale)` -> (uint8 [M, K/2], float8_e4m3fn swizzled scales);
+- `cutlass_scaled_fp4_mm(a, b, sf_a, sf_b, alpha, out_dtype)` with b the (N, K/2) row-major weight,
+  NOT transposed; K % 32 == 0 and N % 32 == 0 (declared in the catalog);
+- `fp8_scaled_mm(a [M, K] row-major, b [K, N] column-major, scales_a (M,), scales_b (N,), out_dtype)`.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+
+from .. import nvfp4
+from . import BackendSpec
+from .fp8 import quantize_e4m3
+
+Sets = list[tuple[torch.Tensor, torch.Tensor]]
+
+
+def prepare(spec: BackendSpec, sets: Sets, out_dtype: torch.dtype) -> Callable[[int], torch.Tensor]:
+    import sgl_kernel
+
+    if spec.family == "fp8":
+        quant = []
+        for a, b in sets:
+            (a8, sa), (b8, sb) = quantize_e4m3(a), quantize_e4m3(b)
+            m, n = a.shape[0], b.shape[0]
+            quant.append((a8, b8.t(), sa.expand(m).contiguous(), sb.expand(n).contiguous()))
+
+        def run_fp8(i: int) -> torch.Tensor:
+            a8, b8t, sa, sb = quant[i]
+            return sgl_kernel.fp8_scaled_mm(a8, b8t, sa, sb, out_dtype)
+
+        return run_fp8
+
+    ops = []
+    for a, b in sets:
+        gs_a = nvfp4.global_scale_for(a).reshape(1)
+        gs_b = nvfp4.global_scale_for(b).reshape(1)
+        a4, a_sf = sgl_kernel.scaled_fp4_quant(a, gs_a)
+        b4, b_sf = sgl_kernel.scaled_fp4_quant(b, gs_b)
+        ops.append((a4, b4, a_sf, b_sf, (1.0 / (gs_a * gs_b)).to(torch.float32)))
+
+    def run_fp4(i: int) -> torch.Tensor:
+        a4, b4, a_sf, b_sf, alpha = ops[i]
+        return sgl_kernel.cutlass_scaled_fp4_mm(a4, b4, a_sf, b_sf, alpha, out_dtype)
+
+    return run_fp4

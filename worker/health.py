@@ -1,0 +1,84 @@
+"""GPU health through NVML: clocks, temperature, power and throttle reasons around a measurement.
+
+A timing taken while the GPU throttled (thermal, power brake, hardware slowdown) or while its SM clock
+fell is marked tainted: the number is kept, the reader is warned.
+"""
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from .schema import Health, HealthSnapshot
+
+# Reasons that mean the chip was slowed by something other than the workload asking for less.
+_BAD_REASONS = {"hw_slowdown", "sw_thermal", "hw_thermal", "hw_power_brake"}
+_REASON_BITS = {
+    0x1: "gpu_idle",
+    0x2: "applications_clocks",
+    0x4: "sw_power_cap",
+    0x8: "hw_slowdown",
+    0x10: "sync_boost",
+    0x20: "sw_thermal",
+    0x40: "hw_thermal",
+    0x80: "hw_power_brake",
+    0x100: "display_clocks",
+}
+CLOCK_DROP_TAINT = 0.10
+
+
+class NvmlProbe:
+    """NVML handle for the GPU torch is using; every reading tolerates a missing library or field."""
+
+    def __init__(self, handle: Any, nvml: Any):
+        self._handle = handle
+        self._nvml = nvml
+
+    @classmethod
+    def for_current_device(cls) -> Optional["NvmlProbe"]:
+        try:
+            import pynvml as nvml  # nvidia-ml-py
+            import torch
+
+            nvml.nvmlInit()
+            props = torch.cuda.get_device_properties(torch.cuda.current_device())
+            # CUDA_VISIBLE_DEVICES renumbers devices; the PCI address does not lie.
+            bus_id = f"{props.pci_domain_id:08x}:{props.pci_bus_id:02x}:{props.pci_device_id:02x}.0"
+            return cls(nvml.nvmlDeviceGetHandleByPciBusId(bus_id), nvml)
+        except Exception:
+            return None
+
+    def _read(self, fn_name: str, *args: Any) -> Any:
+        try:
+            return getattr(self._nvml, fn_name)(self._handle, *args)
+        except Exception:
+            return None
+
+    def snapshot(self) -> HealthSnapshot:
+        nv = self._nvml
+        power = self._read("nvmlDeviceGetPowerUsage")
+        reasons = self._read("nvmlDeviceGetCurrentClocksEventReasons")
+        if reasons is None:
+            reasons = self._read("nvmlDeviceGetCurrentClocksThrottleReasons")
+        return HealthSnapshot(
+            sm_clock_mhz=self._read("nvmlDeviceGetClockInfo", nv.NVML_CLOCK_SM),
+            mem_clock_mhz=self._read("nvmlDeviceGetClockInfo", nv.NVML_CLOCK_MEM),
+            temperature_c=self._read("nvmlDeviceGetTemperature", nv.NVML_TEMPERATURE_GPU),
+            power_w=None if power is None else power / 1000.0,
+            throttle_reasons=decode_reasons(reasons or 0),
+        )
+
+
+def decode_reasons(bits: int) -> list[str]:
+    return [name for bit, name in _REASON_BITS.items() if bits & bit]
+
+
+def assess(before: HealthSnapshot, after: HealthSnapshot) -> Health:
+    """Taint when the SM clock fell by more than 10% or a slowdown reason appeared during timing."""
+    reasons = []
+    if before.sm_clock_mhz and after.sm_clock_mhz is not None:
+        drop = 1 - after.sm_clock_mhz / before.sm_clock_mhz
+        if drop > CLOCK_DROP_TAINT:
+            reasons.append(f"SM clock fell {before.sm_clock_mhz} -> {after.sm_clock_mhz} MHz")
+    new_bad = sorted(set(after.throttle_reasons) & _BAD_REASONS - set(before.throttle_reasons))
+    if new_bad:
+        reasons.append("throttling began: " + ", ".join(new_bad))
+    return Health(before=before, after=after, tainted=bool(reasons), taint_reason="; ".join(reasons))

@@ -1,0 +1,46 @@
+"""Work and traffic of one GEMM, and the device peaks they are compared against."""
+from __future__ import annotations
+
+from typing import Optional
+
+from .schema import Metrics
+
+# Dense tensor-core TFLOPS by operand family and DRAM TB/s, from vendor datasheets (leads, not
+# measurements). Matched by substring of the CUDA device name, first match wins.
+PEAKS: tuple[tuple[str, dict[str, float]], ...] = (
+    ("RTX PRO 6000 Blackwell", {"bf16": 503.8, "fp8": 1007.6, "fp4": 2015.2, "tb_s": 1.792}),
+    ("B200", {"bf16": 2250.0, "fp8": 4500.0, "fp4": 9000.0, "tb_s": 8.0}),
+    ("H200", {"bf16": 989.4, "fp8": 1978.9, "tb_s": 4.8}),
+    ("H100 80GB HBM3", {"bf16": 989.4, "fp8": 1978.9, "tb_s": 3.35}),
+    ("H100", {"bf16": 756.5, "fp8": 1513.0, "tb_s": 2.0}),  # PCIe part
+)
+
+# Bytes per element of the A/B operands; FP4 adds one e4m3 scale byte per 16 elements.
+_OPERAND_BYTES = {"bf16": 2.0, "fp8": 1.0, "fp4": 0.5 + 1.0 / 16}
+
+
+def peaks_for(gpu_name: Optional[str]) -> Optional[dict[str, float]]:
+    if not gpu_name:
+        return None
+    for key, peaks in PEAKS:
+        if key in gpu_name:
+            return peaks
+    return None
+
+
+def gemm_metrics(m: int, n: int, k: int, family: str, median_us: float, gpu_name: Optional[str],
+                 out_bytes: int = 2) -> Metrics:
+    """TFLOPS = 2MNK/t; bytes = A + B (+ FP4 scales) + output, each moved once."""
+    flops = 2.0 * m * n * k
+    nbytes = (m * k + n * k) * _OPERAND_BYTES[family] + m * n * out_bytes
+    seconds = median_us * 1e-6
+    tflops = flops / seconds / 1e12
+    tb_s = nbytes / seconds / 1e12
+    peaks = peaks_for(gpu_name)
+    pct_flops = pct_bw = None
+    if peaks:
+        if family in peaks:
+            pct_flops = 100.0 * tflops / peaks[family]
+        pct_bw = 100.0 * tb_s / peaks["tb_s"]
+    return Metrics(flops=flops, bytes=nbytes, tflops=tflops, tb_per_s=tb_s,
+                   pct_peak_flops=pct_flops, pct_peak_bw=pct_bw)

@@ -1,0 +1,198 @@
+"""Run cases one by one: support check, seeded inputs, correctness verdict, timing, one JSON line each.
+
+A case that raises is recorded as failed (with the traceback tail) and the loop goes on. Each record is
+appended, flushed and fsynced as its case ends, so a dying host loses at most the case in flight; the
+id of that case is kept in `<results>.inflight` for the supervisor to name it.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import importlib
+import json
+import math
+import os
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Optional
+
+from .backends import CATALOG, availability_problem, support_problem
+from .schema import CaseRecord, CaseSpec, FactsRecord, WorkerParams
+
+PROGRESS_PREFIX = "@@fleetbench-progress "
+# Cold-L2 rotation: input sets totalling at least this many L2 sizes, within these bounds.
+COLD_L2_FACTOR = 3
+MAX_SETS = 64
+
+
+def emit_progress(**event) -> None:
+    """One machine-readable line on stdout; the controller turns these into its live view."""
+    sys.stdout.write(PROGRESS_PREFIX + json.dumps(event, separators=(",", ":")) + "\n")
+    sys.stdout.flush()
+
+
+def append_record(path: Path, record: "CaseRecord | FactsRecord") -> None:
+    line = record.model_dump_json() + "\n"
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(line)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def done_case_ids(path: Path) -> set[str]:
+    """Ids of cases that already have a record (bad lines are skipped; the controller reports them)."""
+    done: set[str] = set()
+    if not path.exists():
+        return done
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        try:
+            obj = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(obj, dict) and obj.get("kind") == "case" and isinstance(obj.get("case_id"), str):
+            done.add(obj["case_id"])
+    return done
+
+
+def has_facts(path: Path) -> bool:
+    if not path.exists():
+        return False
+    with open(path, encoding="utf-8", errors="replace") as f:
+        return any('"kind":"facts"' in line for line in f)
+
+
+def _now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="milliseconds")
+
+
+class CaseRunner:
+    """Holds what every case on this device shares: device facts and the NVML probe."""
+
+    def __init__(self, device_wanted: str = "auto"):
+        from .env import detect_device
+        from .health import NvmlProbe
+
+        self.device = detect_device(device_wanted)
+        self.probe = NvmlProbe.for_current_device() if self.device.device == "cuda" else None
+
+    def run(self, case: CaseSpec) -> CaseRecord:
+        started_at, t0 = _now(), time.perf_counter()
+
+        def record(status: str, reason: str = "", **fields) -> CaseRecord:
+            return CaseRecord(case_id=case.case_id, case=case, status=status, reason=reason,
+                              started_at=started_at, duration_s=round(time.perf_counter() - t0, 4), **fields)
+
+        spec = CATALOG.get(case.backend)
+        if spec is None:
+            return record("failed", f"unknown backend {case.backend!r} (this worker knows: {', '.join(CATALOG)})")
+        problem = support_problem(spec, case.m, case.n, case.k, self.device.compute_capability)
+        if problem:
+            return record("unsupported", problem)
+        problem = availability_problem(spec)
+        if problem:
+            return record("unavailable", problem)
+        try:
+            return self._measure(case, spec, record)
+        except Exception as exc:
+            tb = traceback.format_exc()
+            return record("failed", f"{type(exc).__name__}: {exc}"[:500], traceback=tb[-4000:])
+
+    def _measure(self, case: CaseSpec, spec, record) -> CaseRecord:
+        import torch
+
+        from . import nvfp4
+        from .backends.fp8 import dequantized_product
+        from .health import assess
+        from .metrics import gemm_metrics
+        from .timing import time_cpu, time_cuda
+        from .verify import REFERENCE_SELF, THRESHOLDS, verdict
+
+        dev = self.device.device
+        out_dtype = getattr(torch, case.out_dtype)
+        n_sets = self._input_sets(case, spec.family)
+        sets = [self._inputs(case, s, dev) for s in range(n_sets)]
+        module = importlib.import_module(f"worker.backends.{spec.module}")
+        fn = module.prepare(spec, sets, out_dtype)
+
+        a, b = sets[0]
+        out = fn(0)
+        if dev == "cuda":
+            torch.cuda.synchronize()
+        bf16_ref = a.float() @ b.float().T
+        if case.backend == "reference-nvfp4":
+            check = verdict(out, bf16_ref, None, REFERENCE_SELF)
+        else:
+            oracle = {"bf16": lambda: bf16_ref, "fp8": lambda: dequantized_product(a, b),
+                      "fp4": lambda: nvfp4.reference_gemm(a, b)}[spec.family]()
+            check = verdict(out, oracle, bf16_ref, THRESHOLDS[spec.family])
+        del out
+        if check.verdict == "fail":
+            # A wrong answer is not timed: a fast wrong kernel is not a result.
+            return record("failed", f"wrong result: {check.detail}", correctness=check)
+
+        health = None
+        if dev == "cuda":
+            before = self.probe.snapshot() if self.probe else None
+            stats = time_cuda(fn, n_sets, case.timing)
+            if self.probe and before is not None:
+                health = assess(before, self.probe.snapshot())
+        else:
+            stats = time_cpu(fn, n_sets, case.timing)
+        metrics = gemm_metrics(case.m, case.n, case.k, spec.family, stats.median_us,
+                               self.device.name or None, out_bytes=torch.empty((), dtype=out_dtype).element_size())
+        del fn, sets
+        return record("ok", "", timing=stats, metrics=metrics, correctness=check, health=health)
+
+    def _input_sets(self, case: CaseSpec, family: str) -> int:
+        if self.device.device != "cuda" or case.timing.l2 == "hot" or not self.device.l2_bytes:
+            return 1
+        per_set = (case.m + case.n) * case.k * {"bf16": 2, "fp8": 1, "fp4": 0.5625}[family]
+        return max(2, min(MAX_SETS, math.ceil(COLD_L2_FACTOR * self.device.l2_bytes / per_set) + 1))
+
+    @staticmethod
+    def _inputs(case: CaseSpec, set_index: int, dev: str):
+        import torch
+
+        gen = torch.Generator(device=dev)
+        gen.manual_seed(case.seed * 1_000_003 + set_index)
+        a = torch.randn((case.m, case.k), generator=gen, device=dev, dtype=torch.float32).to(torch.bfloat16)
+        b = torch.randn((case.n, case.k), generator=gen, device=dev, dtype=torch.float32).to(torch.bfloat16)
+        return a, b
+
+
+def run_params(params: WorkerParams, results: Path) -> int:
+    """Run every case without a record yet. Returns 0 (failures are records, not exit codes)."""
+    from .env import collect_facts
+
+    runner = CaseRunner(params.device)
+    if not has_facts(results):
+        append_record(results, collect_facts(runner.device))
+    done = done_case_ids(results)
+    todo = [c for c in params.cases if c.case_id not in done]
+    total = len(params.cases)
+    inflight = results.with_name(results.name + ".inflight")
+    for case in todo:
+        emit_progress(event="start", done=len(done), total=total, case_id=case.case_id,
+                      backend=case.backend, m=case.m, n=case.n, k=case.k)
+        inflight.write_text(case.case_id, encoding="utf-8")
+        rec = runner.run(case)
+        append_record(results, rec)
+        done.add(case.case_id)
+        emit_progress(event="end", done=len(done), total=total, case_id=case.case_id, status=rec.status,
+                      reason=rec.reason[:200], median_us=rec.timing.median_us if rec.timing else None)
+    inflight.unlink(missing_ok=True)
+    return 0
+
+
+def load_params(path: Path) -> WorkerParams:
+    return WorkerParams.model_validate_json(Path(path).read_text(encoding="utf-8"))
+
+
+def crashed_record(case: CaseSpec, reason: str) -> CaseRecord:
+    return CaseRecord(case_id=case.case_id, case=case, status="crashed", reason=reason,
+                      started_at=_now(), duration_s=0.0)
+
+
+def find_case(params: WorkerParams, case_id: str) -> Optional[CaseSpec]:
+    return next((c for c in params.cases if c.case_id == case_id), None)

@@ -1,0 +1,175 @@
+"""The records a worker writes and the controller reads: one JSON object per line of results.jsonl.
+
+This module is shared by both sides, so it imports nothing heavier than pydantic.
+
+Schema history (bump SCHEMA_VERSION on any change a reader must know about):
+  1  first version: `facts` and `case` records.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Annotated, Literal, Optional, Union
+
+from pydantic import BaseModel, ConfigDict, Field
+
+SCHEMA_VERSION = 1
+
+Status = Literal["ok", "unsupported", "unavailable", "failed", "crashed"]
+STATUSES: tuple[str, ...] = ("ok", "unsupported", "unavailable", "failed", "crashed")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class TimingOptions(_Strict):
+    """How a case is timed. Part of the case id: a change here is a different measurement."""
+
+    mode: Literal["graph", "events"] = "graph"
+    l2: Literal["hot", "cold"] = "cold"
+    warmup_ms: float = Field(default=25.0, ge=0)
+    min_samples: int = Field(default=10, ge=3)
+    max_samples: int = Field(default=200, ge=3)
+    target_rel_ci: float = Field(default=0.01, gt=0, lt=1)
+    budget_s: float = Field(default=0.5, gt=0)
+    calls_per_sample: int = Field(default=0, ge=0)  # 0: chosen so one sample lasts ~1 ms
+
+
+class CaseSpec(_Strict):
+    """One kernel on one shape: what the controller plans and the worker runs."""
+
+    backend: str
+    m: int = Field(gt=0)
+    n: int = Field(gt=0)
+    k: int = Field(gt=0)
+    label: str = ""
+    out_dtype: Literal["bfloat16", "float16"] = "bfloat16"
+    seed: int = 0
+    timing: TimingOptions = Field(default_factory=TimingOptions)
+
+    @property
+    def case_id(self) -> str:
+        return case_id_of(self)
+
+
+def case_id_of(case: CaseSpec) -> str:
+    """Stable hash of what is measured: backend, shape, dtypes, seed and timing (not the label)."""
+    key = case.model_dump(exclude={"label"})
+    blob = json.dumps(key, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+class Stats(_Strict):
+    """Per-call latency statistics in microseconds, and the raw samples they come from."""
+
+    method: str  # e.g. "cuda-graph", "cuda-events", "cpu-wallclock"
+    median_us: float
+    p10_us: float
+    p90_us: float
+    mean_us: float
+    stdev_us: float
+    n: int
+    rel_ci: float  # half-width of the median's 95% confidence interval, relative to the median
+    calls_per_sample: int
+    l2: Literal["hot", "cold"]
+    samples_us: list[float]
+
+
+class Correctness(_Strict):
+    """Verdict of a kernel's output against the oracle (and, informationally, against bf16)."""
+
+    verdict: Literal["pass", "fail"]
+    reference: str  # what `rel_err` is measured against
+    rel_err: float
+    cosine: float
+    max_rel_err: float
+    min_cosine: float
+    rel_err_bf16: Optional[float] = None  # against the unquantized bf16 product
+    cosine_bf16: Optional[float] = None
+    max_rel_err_bf16: Optional[float] = None
+    min_cosine_bf16: Optional[float] = None
+    detail: str = ""
+
+
+class HealthSnapshot(_Strict):
+    sm_clock_mhz: Optional[int] = None
+    mem_clock_mhz: Optional[int] = None
+    temperature_c: Optional[int] = None
+    power_w: Optional[float] = None
+    throttle_reasons: list[str] = Field(default_factory=list)
+
+
+class Health(_Strict):
+    before: HealthSnapshot
+    after: HealthSnapshot
+    tainted: bool
+    taint_reason: str = ""
+
+
+class Metrics(_Strict):
+    flops: float
+    bytes: float
+    tflops: float
+    tb_per_s: float
+    pct_peak_flops: Optional[float] = None
+    pct_peak_bw: Optional[float] = None
+
+
+class FactsRecord(_Strict):
+    """What the host is: stored with every host's results so diffs can explain themselves."""
+
+    kind: Literal["facts"] = "facts"
+    schema_version: int = SCHEMA_VERSION
+    hostname: str
+    python: str
+    platform: str
+    worker_version: str
+    device: str  # "cuda" or "cpu"
+    gpu_name: Optional[str] = None
+    compute_capability: Optional[str] = None  # "9.0"
+    sm_count: Optional[int] = None
+    gpu_memory_gb: Optional[float] = None
+    l2_cache_mb: Optional[float] = None
+    driver: Optional[str] = None
+    cuda: Optional[str] = None
+    torch: Optional[str] = None
+    flashinfer: Optional[str] = None
+    sgl_kernel: Optional[str] = None
+    triton: Optional[str] = None
+    visible_devices: Optional[str] = None
+    notes: list[str] = Field(default_factory=list)
+
+
+class CaseRecord(_Strict):
+    """The outcome of one case: exactly one status, always with a reason unless ok."""
+
+    kind: Literal["case"] = "case"
+    schema_version: int = SCHEMA_VERSION
+    case_id: str
+    case: CaseSpec
+    status: Status
+    reason: str = ""
+    timing: Optional[Stats] = None
+    metrics: Optional[Metrics] = None
+    correctness: Optional[Correctness] = None
+    health: Optional[Health] = None
+    traceback: Optional[str] = None
+    started_at: str
+    duration_s: float
+
+
+Record = Annotated[Union[FactsRecord, CaseRecord], Field(discriminator="kind")]
+
+
+class WorkerParams(_Strict):
+    """The data a rendered script hands to the worker (written as JSON beside the script)."""
+
+    schema_version: int = SCHEMA_VERSION
+    run_id: str
+    host: str
+    gpu: Optional[int] = None
+    cases: list[CaseSpec]
+    max_restarts: int = 2
+    lock_timeout_s: float = 0.0
+    device: Literal["auto", "cuda", "cpu"] = "auto"

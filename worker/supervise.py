@@ -1,0 +1,72 @@
+"""The supervisor: runs the case loop in a child process and survives its death.
+
+A segfault, CUDA fatal error or OOM kill takes the child down in the middle of one case. The supervisor
+reads which case was in flight, records it as crashed, and starts a fresh child for the cases without
+a record, at most `max_restarts` times. It is what the rendered script calls.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+EXIT_INCOMPLETE = 3  # some cases have no record after all restarts
+
+
+def _describe_exit(code: int) -> str:
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exited with status {code}"
+
+
+def supervise(params_path: Path, results_path: Path) -> int:
+    from .runner import append_record, crashed_record, done_case_ids, find_case, load_params
+
+    params = load_params(params_path)
+    inflight = results_path.with_name(results_path.name + ".inflight")
+    worker_root = str(Path(__file__).resolve().parent.parent)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [worker_root, os.environ.get("PYTHONPATH")])))
+    cmd = [sys.executable, "-m", "worker", "run", "--params", str(params_path), "--results", str(results_path)]
+    restarts = 0
+    while True:
+        inflight.unlink(missing_ok=True)
+        child = subprocess.Popen(cmd, env=env)
+        try:
+            code = child.wait()
+        except KeyboardInterrupt:
+            child.terminate()
+            child.wait()
+            raise
+        remaining = [c for c in params.cases if c.case_id not in done_case_ids(results_path)]
+        if code == 0 and not remaining:
+            return 0
+        how = _describe_exit(code)
+        case = find_case(params, inflight.read_text().strip()) if inflight.exists() else None
+        if case is not None and case.case_id not in done_case_ids(results_path):
+            append_record(results_path, crashed_record(case, f"worker process {how} during this case"))
+            print(f"fleetbench: worker {how} in case {case.case_id} ({case.backend} "
+                  f"{case.m}x{case.n}x{case.k}); recorded as crashed", file=sys.stderr, flush=True)
+        else:
+            print(f"fleetbench: worker {how} outside any case", file=sys.stderr, flush=True)
+        if restarts >= params.max_restarts:
+            left = len([c for c in params.cases if c.case_id not in done_case_ids(results_path)])
+            if left:
+                print(f"fleetbench: giving up after {restarts} restarts; {left} cases have no result",
+                      file=sys.stderr, flush=True)
+                return EXIT_INCOMPLETE
+            return 0
+        restarts += 1
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="fleetbench-script")
+    parser.add_argument("--params", type=Path, required=True)
+    parser.add_argument("--results", type=Path, required=True)
+    args = parser.parse_args(argv)
+    return supervise(args.params, args.results)
