@@ -1,0 +1,5 @@
+"""fleetbench controller: plans sweeps, renders scripts, fans out over SSH, stores and compares runs.
+
+It never imports torch."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,223 @@
+"""fleetbench command line: the one place that prints and chooses exit codes.
+
+Exit codes: 0 everything ran and every case is ok (or cleanly unsupported/unavailable); 1 some host
+or case failed; 2 bad input (nothing was run); 130 interrupted.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Optional
+
+from rich.console import Console
+
+from . import __version__
+from .errors import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, FleetbenchError
+
+DEFAULT_INVENTORY = "hosts.yaml"
+DEFAULT_RUNS_DIR = "runs"
+BAD_CASE_STATUSES = {"failed", "crashed", "missing"}
+
+EPILOG = """exit codes: 0 all ok, 1 some host or case failed, 2 bad input, 130 interrupted.
+RUN is a run id (or a unique prefix), a run folder, or `latest`."""
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="fleetbench",
+        description="Benchmark GEMM kernels across a fleet of GPU hosts over SSH.",
+        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--version", action="version", version=f"fleetbench {__version__}")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def common(sp, inventory=True):
+        if inventory:
+            sp.add_argument("-i", "--inventory", default=DEFAULT_INVENTORY,
+                            help=f"hosts file (default: {DEFAULT_INVENTORY})")
+        sp.add_argument("--runs-dir", default=DEFAULT_RUNS_DIR, help=f"where runs are stored (default: {DEFAULT_RUNS_DIR})")
+
+    run = sub.add_parser("run", help="run a sweep on the selected hosts and print the merged table",
+                         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    run.add_argument("sweep", help="sweep spec (YAML), e.g. sweeps/smoke.yaml")
+    common(run)
+    run.add_argument("--hosts", help="comma-separated host names, globs or label:NAME (default: all)")
+    run.add_argument("--per-gpu", choices=["all", "shard"], default="all",
+                     help="hosts with several gpus: run every case on every GPU (all) or split them (shard)")
+    run.add_argument("--parallel", type=int, default=64, help="hosts contacted at once (default: 64)")
+    run.add_argument("--accept-new", action="store_true",
+                     help="record unknown host keys in known_hosts (never replaces a changed key)")
+    run.add_argument("--format", choices=["table", "json", "csv", "md"], default="table")
+
+    render = sub.add_parser("render", help="dry run: render the scripts and print them with the remote commands")
+    render.add_argument("sweep")
+    common(render)
+    render.add_argument("--hosts")
+    render.add_argument("--per-gpu", choices=["all", "shard"], default="all")
+    render.add_argument("--quiet", action="store_true", help="print the commands but not the scripts")
+
+    show = sub.add_parser("show", help="print a stored run's merged results", epilog=EPILOG,
+                          formatter_class=argparse.RawDescriptionHelpFormatter)
+    show.add_argument("run", help="run id, run folder or `latest`")
+    common(show, inventory=False)
+    show.add_argument("--format", choices=["table", "json", "csv", "md"], default="table")
+
+    runs = sub.add_parser("runs", help="list stored runs")
+    common(runs, inventory=False)
+
+    rerun = sub.add_parser("rerun", help="run hosts of a stored run again (same scripts, new attempt)",
+                           epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    rerun.add_argument("run", help="run id, run folder or `latest`")
+    common(rerun)
+    rerun.add_argument("--failed", action="store_true", help="the hosts whose latest attempt did not end ok")
+    rerun.add_argument("--hosts", help="these hosts (names, globs, label:NAME)")
+    rerun.add_argument("--resume", action="store_true", help="only the cases that have no result yet")
+    rerun.add_argument("--parallel", type=int, default=64)
+    rerun.add_argument("--accept-new", action="store_true")
+    rerun.add_argument("--format", choices=["table", "json", "csv", "md"], default="table")
+    return p
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    args = _parser().parse_args(argv)
+    out = Console(highlight=False)
+    err = Console(stderr=True, highlight=False)
+    try:
+        return COMMANDS[args.command](args, out, err)
+    except FleetbenchError as exc:
+        for line in str(exc).splitlines() or ["error"]:
+            err.print(f"error: {line}", markup=False)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        err.print("interrupted: remote work was stopped; the run store is consistent "
+                  "(finish it with `fleetbench rerun RUN --failed`)", markup=False)
+        return EXIT_INTERRUPTED
+
+
+def _load(args):
+    from .inventory import load_inventory, select_hosts
+    from .sweep import load_sweep
+
+    inventory = load_inventory(Path(args.inventory))
+    sweep = load_sweep(Path(args.sweep))
+    hosts = select_hosts(inventory, args.hosts)
+    return inventory, sweep, hosts
+
+
+def cmd_run(args, out: Console, err: Console) -> int:
+    from .live import LiveView
+    from .plan import build_plan, new_run_id
+    from .runs import start_run
+
+    inventory, sweep, hosts = _load(args)
+    preview = build_plan(hosts, sweep, new_run_id(sweep.name), args.per_gpu)
+    with LiveView(err, [j.slot for j in preview.jobs], f"fleetbench {sweep.name}") as view:
+        result = start_run(inventory, hosts, sweep, Path(args.runs_dir), sweep_path=args.sweep,
+                           per_gpu=args.per_gpu, parallel=args.parallel, accept_new=args.accept_new,
+                           on_event=view.update)
+    return _report(result.store, result.outcomes, args.format, out, err)
+
+
+def _report(store, outcomes, fmt: str, out: Console, err: Console) -> int:
+    from .merge import merged_rows
+    from .report import render_rows
+
+    rows = merged_rows(store)
+    text = render_rows(rows, fmt, title=f"run {store.run_id}", width=max(out.width, 160))
+    out.file.write(text)
+    out.file.flush()
+    failed = False
+    for o in outcomes:
+        if o.outcome != "ok":
+            failed = True
+            err.print(f"{o.slot}: {o.outcome}: {o.error}", markup=False)
+        for problem in o.problems:
+            failed = True
+            err.print(f"{o.slot}: bad result line: {problem}", markup=False)
+    bad = [r for r in rows if r.status in BAD_CASE_STATUSES]
+    if bad:
+        failed = True
+        err.print(f"{len(bad)} of {len(rows)} cases failed, crashed or are missing", markup=False)
+    err.print(f"run {store.run_id} stored in {store.dir}", markup=False)
+    if failed:
+        err.print(f"complete it with: fleetbench rerun {store.run_id} --failed", markup=False)
+    return EXIT_FAILED if failed else EXIT_OK
+
+
+def cmd_render(args, out: Console, err: Console) -> int:
+    from .runs import describe_commands, prepare_run
+
+    inventory, sweep, hosts = _load(args)
+    store, plan, scripts, _ = prepare_run(inventory, hosts, sweep, Path(args.runs_dir), sweep_path=args.sweep,
+                                          per_gpu=args.per_gpu, dry_run=True)
+    w = out.file.write
+    for name, s in scripts.items():
+        if not args.quiet:
+            w(f"# ---- {s.path} (sha256 {s.sha256}) ----\n")
+            w(s.path.read_text(encoding="utf-8"))
+    w("# ---- commands ----\n")
+    for line in describe_commands(plan, scripts):
+        w(line + "\n")
+    w(f"# rendered {len(scripts)} scripts, {sum(len(j.cases) for j in plan.jobs)} cases, into {store.dir}\n")
+    return EXIT_OK
+
+
+def cmd_show(args, out: Console, err: Console) -> int:
+    from .store import resolve_run
+
+    store = resolve_run(Path(args.runs_dir), args.run)
+    outcomes = list(store.latest_outcomes().values())
+    return _report(store, outcomes, args.format, out, err)
+
+
+def cmd_runs(args, out: Console, err: Console) -> int:
+    from rich.table import Table
+
+    from .store import RunStore, list_run_dirs
+
+    table = Table(header_style="bold")
+    for col in ("run", "sweep", "hosts", "cases", "outcomes"):
+        table.add_column(col)
+    for run_dir in list_run_dirs(Path(args.runs_dir)):
+        store = RunStore(run_dir)
+        try:
+            manifest = store.manifest()
+        except FleetbenchError as exc:
+            table.add_row(run_dir.name, "?", "", "", str(exc))
+            continue
+        if manifest.get("dry_run"):
+            summary = "rendered only (dry run)"
+        else:
+            counts: dict[str, int] = {}
+            for o in store.latest_outcomes().values():
+                counts[o.outcome] = counts.get(o.outcome, 0) + 1
+            summary = ", ".join(f"{n} {k}" for k, n in sorted(counts.items())) or "not started"
+        cases = sum(len(j["case_ids"]) for j in manifest.get("jobs", []))
+        table.add_row(store.run_id, manifest["sweep"]["name"], str(len(manifest.get("hosts", []))), str(cases), summary)
+    out.print(table)
+    return EXIT_OK
+
+
+def cmd_rerun(args, out: Console, err: Console) -> int:
+    from .inventory import load_inventory
+    from .live import LiveView
+    from .runs import plan_rerun, rerun
+    from .store import resolve_run
+
+    if not args.failed and not args.hosts and not args.resume:
+        raise FleetbenchError("rerun: say what to run again: --failed, --hosts SEL and/or --resume")
+    store = resolve_run(Path(args.runs_dir), args.run)
+    inventory_path = args.inventory
+    inventory = load_inventory(Path(inventory_path))
+    _, _, _, tasks = plan_rerun(store, inventory, failed=args.failed, hosts_selector=args.hosts, resume=args.resume)
+    with LiveView(err, [t.job.slot for t in tasks], f"fleetbench rerun {store.run_id}") as view:
+        result = rerun(store, inventory, failed=args.failed, hosts_selector=args.hosts, resume=args.resume,
+                       parallel=args.parallel, accept_new=args.accept_new, on_event=view.update)
+    return _report(result.store, list(store.latest_outcomes().values()), args.format, out, err)
+
+
+COMMANDS = {"run": cmd_run, "render": cmd_render, "show": cmd_show, "runs": cmd_runs, "rerun": cmd_rerun}
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,68 @@
+"""Parse a host's results.jsonl against the versioned schema. A bad line is a recorded problem, never a crash."""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+from pydantic import TypeAdapter, ValidationError
+
+from worker.schema import SCHEMA_VERSION, CaseRecord, FactsRecord, Record
+
+_RECORD = TypeAdapter(Record)
+
+
+@dataclass
+class ParsedResults:
+    facts: Optional[FactsRecord] = None
+    cases: list[CaseRecord] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+
+
+def parse_line(text: str) -> FactsRecord | CaseRecord:
+    """One record; raises ValueError with a message that says what to do."""
+    try:
+        obj = json.loads(text)
+    except ValueError as exc:
+        raise ValueError(f"not JSON ({exc.msg})") from None
+    if not isinstance(obj, dict) or "schema_version" not in obj:
+        raise ValueError("not a fleetbench record (no schema_version)")
+    version = obj["schema_version"]
+    if not isinstance(version, int):
+        raise ValueError(f"schema_version {version!r} is not an integer")
+    if version > SCHEMA_VERSION:
+        raise ValueError(f"schema_version {version} is newer than this controller reads ({SCHEMA_VERSION}): "
+                         "upgrade fleetbench on the controller")
+    if version < SCHEMA_VERSION:
+        raise ValueError(f"schema_version {version} is older than this controller reads ({SCHEMA_VERSION}): "
+                         "rerun the host with the current worker")
+    try:
+        return _RECORD.validate_python(obj)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        loc = ".".join(str(p) for p in first["loc"])
+        raise ValueError(f"invalid record: field '{loc}': {first['msg']}") from None
+
+
+def parse_results(path: Path) -> ParsedResults:
+    parsed = ParsedResults()
+    if not Path(path).exists():
+        return parsed
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for lineno, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            if not line.endswith("\n"):
+                parsed.problems.append(f"{Path(path).name} line {lineno}: truncated (the writer died mid-line)")
+                continue
+            try:
+                record = parse_line(line)
+            except ValueError as exc:
+                parsed.problems.append(f"{Path(path).name} line {lineno}: {exc}")
+                continue
+            if isinstance(record, FactsRecord):
+                parsed.facts = record
+            else:
+                parsed.cases.append(record)
+    return parsed

@@ -1,0 +1,320 @@
+"""Fan-out: each host's pipeline in a bounded thread pool; every host ends in an outcome, none raises.
+
+Per host: connect once -> sync the worker (skipped when the host has this version) -> upload the
+script -> per GPU slot: upload params, run [python, script, ...] streaming each output line into
+log.txt and the live view -> fetch results.jsonl -> validate -> outcome.json. A per-host wall-clock
+deadline covers all of it. Stopping (Ctrl-C or a deadline) kills the remote process group through
+the pid file the script wrote, then fetches whatever results exist.
+"""
+from __future__ import annotations
+
+import collections
+import json
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Optional
+
+from worker.runner import PROGRESS_PREFIX
+from worker.schema import CaseSpec
+
+from .bundle import WorkerBundle
+from .collect import parse_results
+from .inventory import Host
+from .plan import Job, Plan, RemoteLayout
+from .render import RenderedScript, job_argv, job_params, write_params
+from .store import HostOutcome, RunStore, now_iso
+from .transport import CommandResult, Transport, TransportError, make_transport
+
+STOP_GRACE_S = 3.0
+CLEANUP_LIMIT_S = 20.0
+
+
+@dataclass(frozen=True)
+class JobTask:
+    """One attempt of one job: which cases it runs (all of them, or those still missing)."""
+
+    job: Job
+    attempt: int
+    cases: tuple[CaseSpec, ...]
+
+
+@dataclass
+class JobEvent:
+    slot: str
+    state: str  # connecting, syncing, running, collecting, or a final outcome
+    done: int = 0
+    total: int = 0
+    current: str = ""
+    message: str = ""
+
+
+EventSink = Callable[[JobEvent], None]
+
+
+@dataclass
+class _Running:
+    transport: Transport
+    pidfile: str
+
+
+@dataclass
+class Execution:
+    """Shared state of one fan-out: the cancel flag and what is running where (to stop it)."""
+
+    cancel: threading.Event = field(default_factory=threading.Event)
+    running: dict[str, _Running] = field(default_factory=dict)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def stop_all(self) -> None:
+        """Ctrl-C: flag every host and kill every remote process group that is running."""
+        self.cancel.set()
+        with self.lock:
+            running = list(self.running.values())
+        threads = [threading.Thread(target=stop_remote, args=(r.transport, r.pidfile), daemon=True) for r in running]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=CLEANUP_LIMIT_S)
+
+
+def stop_remote(transport: Transport, pidfile: str) -> bool:
+    """TERM, then KILL, the process group recorded in `pidfile`. Returns whether a group was found."""
+    text = _bounded(lambda: transport.read_text(pidfile), CLEANUP_LIMIT_S)
+    if not text or not text.strip().isdigit():
+        return False
+    group = f"-{int(text.strip())}"
+    quiet = lambda stream, line: None  # noqa: E731
+    for signal_name in ("TERM", "KILL"):
+        _bounded(lambda: transport.run(["kill", f"-{signal_name}", "--", group], env={}, timeout=10, on_line=quiet),
+                 CLEANUP_LIMIT_S)
+        alive = _bounded(lambda: transport.run(["kill", "-0", "--", group], env={}, timeout=10, on_line=quiet),
+                         CLEANUP_LIMIT_S)
+        if not isinstance(alive, CommandResult) or alive.exit_code != 0:
+            return True
+        time.sleep(STOP_GRACE_S)
+    return True
+
+
+def _bounded(fn, seconds: float):
+    """Run fn in a thread and give up after `seconds` (an SFTP call to a frozen host never returns)."""
+    box: list = []
+
+    def target():
+        try:
+            box.append(fn())
+        except Exception as exc:  # cleanup is best effort: report None
+            box.append(exc)
+
+    t = threading.Thread(target=target, daemon=True)
+    t.start()
+    t.join(seconds)
+    if not box or isinstance(box[0], Exception):
+        return None
+    return box[0]
+
+
+def run_tasks(plan: Plan, store: RunStore, scripts: dict[str, RenderedScript], bundle: WorkerBundle,
+              tasks: list[JobTask], *, parallel: int = 64, accept_new: bool = False,
+              on_event: Optional[EventSink] = None, execution: Optional[Execution] = None,
+              transport_factory: Callable[..., Transport] = make_transport) -> list[HostOutcome]:
+    """Run every task; returns one outcome per task, in task order. Never raises for a host's failure."""
+    execution = execution or Execution()
+    emit = on_event or (lambda e: None)
+    by_host: dict[str, list[JobTask]] = collections.OrderedDict()
+    for task in tasks:
+        by_host.setdefault(task.job.host.name, []).append(task)
+    bundle_path = store.dir / "worker.tar.gz"
+    if not bundle_path.exists():
+        bundle.write(bundle_path)
+    hosts = {h.name: h for h in plan.hosts}
+    results: dict[tuple[str, int], HostOutcome] = {}
+
+    def host_pipeline(name: str) -> None:
+        pipeline = _HostPipeline(plan, store, scripts[name], bundle_path, hosts[name], by_host[name],
+                                 accept_new, emit, execution, transport_factory)
+        for outcome in pipeline.run():
+            results[(outcome.slot, outcome.attempt)] = outcome
+
+    with ThreadPoolExecutor(max_workers=max(1, min(parallel, len(by_host)))) as pool:
+        futures = [pool.submit(host_pipeline, name) for name in by_host]
+        try:
+            for f in futures:
+                while True:
+                    try:
+                        f.result(timeout=0.2)  # a short wait keeps the main thread responsive to Ctrl-C
+                        break
+                    except TimeoutError:
+                        continue
+        except KeyboardInterrupt:
+            execution.stop_all()
+            for f in futures:
+                try:
+                    f.result(timeout=CLEANUP_LIMIT_S * 2)
+                except Exception:
+                    pass
+            raise
+    return [results[(t.job.slot, t.attempt)] for t in tasks]
+
+
+class _HostPipeline:
+    def __init__(self, plan, store, script, bundle_path, host, tasks, accept_new, emit, execution, factory):
+        self.plan: Plan = plan
+        self.store: RunStore = store
+        self.script: RenderedScript = script
+        self.layout: RemoteLayout = script.layout
+        self.bundle_path: Path = bundle_path
+        self.host: Host = host
+        self.tasks: list[JobTask] = tasks
+        self.accept_new = accept_new
+        self.emit: EventSink = emit
+        self.execution = execution
+        self.factory = factory
+        self.started = time.monotonic()
+        self.deadline = self.started + host.timeout
+        self.bytes_uploaded = 0
+
+    def run(self) -> list[HostOutcome]:
+        started_at = now_iso()
+        for task in self.tasks:
+            self.emit(JobEvent(task.job.slot, "connecting", total=len(task.cases)))
+            self.store.attempt_dir(task.job.slot, task.attempt).mkdir(parents=True, exist_ok=True)
+        transport = self.factory(self.host, accept_new=self.accept_new)
+        try:
+            try:
+                transport.connect()
+                for task in self.tasks:
+                    self.emit(JobEvent(task.job.slot, "syncing", total=len(task.cases)))
+                self._sync(transport)
+            except TransportError as exc:
+                return [self._finish(t, exc.outcome, str(exc), started_at) for t in self.tasks]
+            except Exception as exc:
+                return [self._finish(t, "failed", f"{type(exc).__name__}: {exc}", started_at) for t in self.tasks]
+            if len(self.tasks) == 1:
+                return [self._run_job(transport, self.tasks[0], started_at)]
+            with ThreadPoolExecutor(max_workers=len(self.tasks)) as pool:
+                return list(pool.map(lambda t: self._run_job(transport, t, started_at), self.tasks))
+        finally:
+            transport.close()
+
+    def _sync(self, transport: Transport) -> None:
+        """Worker (only if this version is missing there) and the run's script."""
+        layout = self.layout
+        transport.makedirs(layout.run_dir)
+        if not transport.exists(f"{layout.worker_dir}/.complete") and not transport.exists(layout.worker_archive):
+            transport.makedirs(layout.worker_archive.rsplit("/", 1)[0])
+            self.bytes_uploaded += transport.put(self.bundle_path, layout.worker_archive)
+        self.bytes_uploaded += transport.put(self.script.path, layout.script(self.host.name))
+
+    def _run_job(self, transport: Transport, task: JobTask, started_at: str) -> HostOutcome:
+        job, slot, attempt = task.job, task.job.slot, task.attempt
+        local = self.store.attempt_dir(slot, attempt)
+        params_path = local / "params.json"
+        write_params(params_path, job_params(self.plan, job, task.cases))
+        stderr_tail: collections.deque[str] = collections.deque(maxlen=30)
+        progress = {"done": 0, "current": ""}
+        pidfile = self.layout.pidfile(slot, attempt)
+        try:
+            transport.makedirs(self.layout.attempt_dir(slot, attempt))
+            self.bytes_uploaded += transport.put(params_path, self.layout.params(slot, attempt))
+        except TransportError as exc:
+            return self._finish(task, exc.outcome, str(exc), started_at)
+        except Exception as exc:
+            return self._finish(task, "failed", f"upload failed: {type(exc).__name__}: {exc}", started_at)
+
+        with open(local / "log.txt", "w", encoding="utf-8", buffering=1) as log:
+            def on_line(stream: str, line: str) -> None:
+                log.write(f"{time.strftime('%H:%M:%S')} {stream}: {line}\n")
+                if stream == "stderr":
+                    stderr_tail.append(line)
+                elif line.startswith(PROGRESS_PREFIX):
+                    self._progress(task, line[len(PROGRESS_PREFIX):], progress)
+
+            self.emit(JobEvent(slot, "running", total=len(task.cases)))
+            remaining = self.deadline - time.monotonic()
+            with self.execution.lock:
+                self.execution.running[slot] = _Running(transport, pidfile)
+            try:
+                if remaining <= 0 or self.execution.cancel.is_set():
+                    result = CommandResult(exit_code=-1, timed_out=remaining <= 0)
+                else:
+                    result = transport.run(job_argv(job, self.layout, attempt), env=job.env,
+                                           timeout=remaining, on_line=on_line)
+            except Exception as exc:
+                result = None
+                stderr_tail.append(f"{type(exc).__name__}: {exc}")
+            finally:
+                with self.execution.lock:
+                    self.execution.running.pop(slot, None)
+
+        self.emit(JobEvent(slot, "collecting", done=progress["done"], total=len(task.cases)))
+        if result is not None and result.timed_out:
+            stop_remote(transport, pidfile)
+        fetched = _bounded(lambda: transport.get(self.layout.results(slot, attempt), local / "results.jsonl"),
+                           CLEANUP_LIMIT_S)
+        parsed = parse_results(local / "results.jsonl")
+        wanted = {c.case_id for c in task.cases}
+        done_ids = {r.case_id for r in parsed.cases if r.case_id in wanted}
+        statuses = collections.Counter(r.status for r in parsed.cases if r.case_id in wanted)
+        outcome, error = self._judge(task, result, len(done_ids), stderr_tail, fetched)
+        return self._finish(task, outcome, error, started_at, done=len(done_ids), statuses=dict(statuses),
+                            problems=parsed.problems)
+
+    def _judge(self, task: JobTask, result: Optional[CommandResult], done: int, stderr_tail, fetched) -> tuple[str, str]:
+        total = len(task.cases)
+        tail = _last_meaningful(stderr_tail)
+        missing = f"{total - done} of {total} cases have no result"
+        if self.execution.cancel.is_set():
+            return ("ok" if done == total else "interrupted"), ("" if done == total else f"interrupted; {missing}")
+        if result is None:
+            return ("partial" if done else "failed"), tail or "the run could not be started"
+        if result.timed_out:
+            return "timeout", f"did not finish within the host's {self.host.timeout:g} s limit; {missing}"
+        if done == total:
+            return "ok", ""
+        if result.exit_code == -1:
+            return ("partial" if done else "unreachable"), f"connection lost during the run; {missing}"
+        if result.exit_code == 127 and not done:
+            return "failed", f"remote interpreter not found: {self.host.python} ({tail or 'exit status 127'})"
+        if result.exit_code == 126 and not done:
+            return "failed", f"remote interpreter not executable: {self.host.python}"
+        if fetched is None and not done:
+            return "failed", f"results could not be fetched; {tail or 'host stopped answering'}"
+        reason = tail or f"exit status {result.exit_code}"
+        return ("partial" if done else "failed"), f"{reason}; {missing}"
+
+    def _progress(self, task: JobTask, payload: str, progress: dict) -> None:
+        try:
+            event = json.loads(payload)
+        except ValueError:
+            return
+        progress["done"] = int(event.get("done", progress["done"]))
+        if event.get("event") == "start":
+            progress["current"] = f"{event.get('backend')} {event.get('m')}x{event.get('n')}x{event.get('k')}"
+        else:
+            progress["current"] = ""
+        total = int(event.get("total", len(task.cases)))
+        self.emit(JobEvent(task.job.slot, "running", done=progress["done"], total=total, current=progress["current"]))
+
+    def _finish(self, task: JobTask, outcome: str, error: str, started_at: str, *, done: int = 0,
+                statuses: Optional[dict] = None, problems: Optional[list] = None) -> HostOutcome:
+        result = HostOutcome(
+            slot=task.job.slot, host=task.job.host.name, gpu=task.job.gpu, attempt=task.attempt,
+            outcome=outcome, error=error, cases_total=len(task.cases), cases_done=done,
+            statuses=statuses or {}, problems=problems or [], started_at=started_at,
+            duration_s=round(time.monotonic() - self.started, 3), bytes_uploaded=self.bytes_uploaded,
+        )
+        self.store.write_outcome(result)
+        self.emit(JobEvent(task.job.slot, outcome, done=done, total=len(task.cases), message=error))
+        return result
+
+
+def _last_meaningful(lines) -> str:
+    """The line of stderr most likely to explain a failure (a traceback's last line, say)."""
+    for line in reversed(lines):
+        text = line.strip()
+        if text and not text.startswith("@@fleetbench"):
+            return text[:400]
+    return ""

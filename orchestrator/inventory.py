@@ -1,0 +1,226 @@
+"""hosts.yaml -> Inventory: strict pydantic models; errors name the file, the host and the field.
+
+    defaults: {user: bench, python: ~/venv/bin/python, workdir: ~/.fleetbench}
+    hosts:
+      - {name: gpu1, hostname: 10.0.0.11, labels: [rtx6000], gpus: [0]}
+      - {name: local, transport: local}
+"""
+from __future__ import annotations
+
+import fnmatch
+import os
+import re
+import sys
+from pathlib import Path
+from typing import Literal, Optional
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from .errors import InputError
+from .yamlfile import describe_validation, read_yaml_mapping
+
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+
+
+class HostFields(BaseModel):
+    """Fields a host may set and `defaults` may give for all."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    port: Optional[int] = Field(default=None, ge=1, le=65535)
+    user: Optional[str] = None
+    identity_file: Optional[str] = None
+    python: Optional[str] = None
+    workdir: Optional[str] = None
+    env: Optional[dict[str, str]] = None
+    gpus: Optional[list[int]] = None
+    labels: Optional[list[str]] = None
+    transport: Optional[Literal["ssh", "local"]] = None
+    connect_timeout: Optional[float] = Field(default=None, gt=0)
+    timeout: Optional[float] = Field(default=None, gt=0)  # per-host wall-clock limit, seconds
+    known_hosts: Optional[str] = None
+    proxy_jump: Optional[str] = None
+
+    @field_validator("env")
+    @classmethod
+    def _env_names(cls, env: Optional[dict[str, str]]) -> Optional[dict[str, str]]:
+        for key in env or {}:
+            if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", key):
+                raise ValueError(f"invalid environment variable name {key!r}")
+        return env
+
+
+class HostEntry(HostFields):
+    name: str
+    hostname: Optional[str] = None
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, name: str) -> str:
+        if not NAME_RE.match(name):
+            raise ValueError("host names use letters, digits, '.', '_' and '-' (it names folders)")
+        return name
+
+
+class InventoryFile(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    defaults: HostFields = Field(default_factory=HostFields)
+    hosts: list[HostEntry]
+
+
+class Host(BaseModel):
+    """A host with every default applied: what the rest of the controller works with."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str
+    transport: Literal["ssh", "local"]
+    hostname: str
+    port: int
+    user: Optional[str]
+    identity_file: Optional[str]
+    python: str
+    workdir: str
+    env: dict[str, str]
+    gpus: Optional[tuple[int, ...]]
+    labels: tuple[str, ...]
+    connect_timeout: float
+    timeout: float
+    known_hosts: Optional[str]
+    proxy_jump: Optional[str]
+
+    def public_view(self) -> dict:
+        """What a run manifest may store: environment values may be secrets, so only names are kept."""
+        data = self.model_dump(mode="json")
+        data["env"] = sorted(self.env)
+        return data
+
+    @property
+    def address(self) -> str:
+        if self.transport == "local":
+            return "local"
+        return f"{self.user + '@' if self.user else ''}{self.hostname}:{self.port}"
+
+
+class Inventory(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    path: str
+    hosts: tuple[Host, ...]
+
+    def names(self) -> list[str]:
+        return [h.name for h in self.hosts]
+
+
+def load_inventory(path: Path) -> Inventory:
+    """Read and validate hosts.yaml. Raises InputError naming file, host and field."""
+    path = Path(path)
+    raw = read_yaml_mapping(path, "inventory")
+    # Validate hosts one by one so an error can name the host, not a list index.
+    hosts_raw = raw.get("hosts")
+    if not isinstance(hosts_raw, list) or not hosts_raw:
+        raise InputError(f"{path}: field 'hosts': a non-empty list of hosts is required")
+    problems = []
+    try:
+        defaults = HostFields.model_validate(raw.get("defaults") or {})
+    except ValidationError as exc:
+        problems.append(describe_validation(path, exc, prefix="defaults: "))
+        defaults = HostFields()
+    unknown_top = set(raw) - {"defaults", "hosts"}
+    for key in sorted(unknown_top):
+        problems.append(f"{path}: field '{key}': unknown field (expected 'defaults' and 'hosts')")
+    entries: list[HostEntry] = []
+    for i, item in enumerate(hosts_raw):
+        label = item.get("name") if isinstance(item, dict) and isinstance(item.get("name"), str) else f"#{i + 1}"
+        try:
+            entries.append(HostEntry.model_validate(item))
+        except ValidationError as exc:
+            problems.append(describe_validation(path, exc, prefix=f"host '{label}': "))
+    if problems:
+        raise InputError("\n".join(problems))
+    seen: set[str] = set()
+    hosts = []
+    for entry in entries:
+        if entry.name in seen:
+            raise InputError(f"{path}: host '{entry.name}': duplicate host name")
+        seen.add(entry.name)
+        hosts.append(_resolve(path, entry, defaults))
+    return Inventory(path=str(path), hosts=tuple(hosts))
+
+
+def _pick(entry: HostEntry, defaults: HostFields, field: str):
+    value = getattr(entry, field)
+    return value if value is not None else getattr(defaults, field)
+
+
+def _resolve(path: Path, entry: HostEntry, defaults: HostFields) -> Host:
+    transport = _pick(entry, defaults, "transport") or ("local" if entry.hostname is None and entry.name == "local" else "ssh")
+    where = f"{path}: host '{entry.name}'"
+    if transport == "ssh" and not entry.hostname:
+        raise InputError(f"{where}: field 'hostname': required for transport ssh")
+    identity = _pick(entry, defaults, "identity_file")
+    if identity is not None:
+        identity = _relative_to(path, os.path.expanduser(identity))
+        if transport == "ssh" and not os.path.isfile(identity):
+            raise InputError(f"{where}: field 'identity_file': key file not found: {identity}")
+    known_hosts = _pick(entry, defaults, "known_hosts")
+    if known_hosts is not None:
+        known_hosts = _relative_to(path, os.path.expanduser(known_hosts))
+    python = _pick(entry, defaults, "python")
+    if python is None:
+        # The local host runs the controller's own interpreter unless told otherwise.
+        python = sys.executable if transport == "local" else "python3"
+    workdir = _pick(entry, defaults, "workdir") or "~/.fleetbench"
+    env = dict(defaults.env or {})
+    env.update(entry.env or {})
+    gpus = _pick(entry, defaults, "gpus")
+    if gpus is not None and len(set(gpus)) != len(gpus):
+        raise InputError(f"{where}: field 'gpus': duplicate GPU index")
+    return Host(
+        name=entry.name,
+        transport=transport,
+        hostname=entry.hostname or "localhost",
+        port=_pick(entry, defaults, "port") or 22,
+        user=_pick(entry, defaults, "user"),
+        identity_file=identity,
+        python=python,
+        workdir=workdir,
+        env=env,
+        gpus=tuple(gpus) if gpus is not None else None,
+        labels=tuple(sorted(set(defaults.labels or []) | set(entry.labels or []))),
+        connect_timeout=_pick(entry, defaults, "connect_timeout") or 10.0,
+        timeout=_pick(entry, defaults, "timeout") or 3600.0,
+        known_hosts=known_hosts,
+        proxy_jump=_pick(entry, defaults, "proxy_jump"),
+    )
+
+
+def _relative_to(inventory_path: Path, value: str) -> str:
+    """Relative paths in hosts.yaml are relative to the file, not to wherever the CLI was started."""
+    p = Path(value)
+    return str(p if p.is_absolute() else (inventory_path.parent / p))
+
+
+def select_hosts(inventory: Inventory, selector: Optional[str]) -> list[Host]:
+    """Hosts matching a comma-separated selector of names, globs or `label:NAME` (all when None).
+
+    Raises InputError when a term matches nothing, so a typo never silently runs on zero hosts.
+    """
+    if not selector:
+        return list(inventory.hosts)
+    chosen: dict[str, Host] = {}
+    for term in (t.strip() for t in selector.split(",")):
+        if not term:
+            continue
+        if term.startswith("label:"):
+            label = term[len("label:"):]
+            matches = [h for h in inventory.hosts if label in h.labels]
+        else:
+            matches = [h for h in inventory.hosts if fnmatch.fnmatchcase(h.name, term) or term in h.labels]
+        if not matches:
+            raise InputError(f"--hosts: '{term}' matches no host in {inventory.path} "
+                             f"(hosts: {', '.join(inventory.names())})")
+        for h in matches:
+            chosen[h.name] = h
+    return [h for h in inventory.hosts if h.name in chosen]

@@ -1,0 +1,131 @@
+"""Pure analysis of a stored run: one row per planned (slot, case), the latest good result of each.
+
+A case with no record in any attempt still gets a row (status `missing`) whose reason is the host's
+outcome, so a table never silently drops what did not run.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Optional
+
+from worker.schema import CaseRecord, CaseSpec, FactsRecord, WorkerParams
+
+from .collect import parse_results
+from .store import HostOutcome, RunStore
+
+ROW_FIELDS = ("run_id", "host", "gpu", "slot", "gpu_name", "label", "backend", "m", "n", "k", "status",
+              "reason", "median_us", "p10_us", "p90_us", "rel_ci", "n_samples", "method", "l2", "tflops",
+              "tb_per_s", "pct_peak", "rel_err", "cosine", "verdict", "tainted", "attempt", "case_id")
+
+
+@dataclass
+class Row:
+    run_id: str
+    host: str
+    gpu: Optional[int]
+    slot: str
+    gpu_name: Optional[str]
+    label: str
+    backend: str
+    m: int
+    n: int
+    k: int
+    status: str
+    reason: str
+    median_us: Optional[float] = None
+    p10_us: Optional[float] = None
+    p90_us: Optional[float] = None
+    rel_ci: Optional[float] = None
+    n_samples: Optional[int] = None
+    method: Optional[str] = None
+    l2: Optional[str] = None
+    tflops: Optional[float] = None
+    tb_per_s: Optional[float] = None
+    pct_peak: Optional[float] = None
+    rel_err: Optional[float] = None
+    cosine: Optional[float] = None
+    verdict: Optional[str] = None
+    tainted: Optional[bool] = None
+    attempt: Optional[int] = None
+    case_id: str = ""
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class SlotData:
+    slot: str
+    host: str
+    gpu: Optional[int]
+    planned: list[CaseSpec]
+    records: dict[str, tuple[int, CaseRecord]]  # case_id -> (attempt, record)
+    facts: Optional[FactsRecord]
+    outcome: Optional[HostOutcome]
+    problems: list[str]
+
+
+def load_slots(store: RunStore) -> list[SlotData]:
+    """Every job of the run with its best records across attempts."""
+    slots = []
+    for job in store.manifest().get("jobs", []):
+        slot = job["slot"]
+        attempts = store.attempts(slot)
+        planned: list[CaseSpec] = []
+        records: dict[str, tuple[int, CaseRecord]] = {}
+        facts = None
+        problems: list[str] = []
+        if attempts:
+            first = store.attempt_dir(slot, attempts[0]) / "params.json"
+            if first.exists():
+                planned = WorkerParams.model_validate_json(first.read_text(encoding="utf-8")).cases
+        for attempt in attempts:
+            parsed = parse_results(store.attempt_dir(slot, attempt) / "results.jsonl")
+            facts = parsed.facts or facts
+            problems.extend(f"attempt {attempt}: {p}" for p in parsed.problems)
+            for rec in parsed.cases:
+                previous = records.get(rec.case_id)
+                # Latest good wins; a later failure does not hide an earlier good result.
+                if previous is None or rec.status == "ok" or previous[1].status != "ok":
+                    records[rec.case_id] = (attempt, rec)
+        outcome = store.outcome(slot, attempts[-1]) if attempts else None
+        slots.append(SlotData(slot=slot, host=job["host"], gpu=job.get("gpu"), planned=planned,
+                              records=records, facts=facts, outcome=outcome, problems=problems))
+    return slots
+
+
+def merged_rows(store: RunStore) -> list[Row]:
+    rows = []
+    for data in load_slots(store):
+        gpu_name = data.facts.gpu_name if data.facts else None
+        for case in data.planned:
+            found = data.records.get(case.case_id)
+            if found is None:
+                why = "not run"
+                if data.outcome is not None and data.outcome.outcome != "ok":
+                    why = f"host {data.outcome.outcome}: {data.outcome.error}".rstrip(": ")
+                rows.append(Row(run_id=store.run_id, host=data.host, gpu=data.gpu, slot=data.slot,
+                                gpu_name=gpu_name, label=case.label, backend=case.backend, m=case.m,
+                                n=case.n, k=case.k, status="missing", reason=why, case_id=case.case_id))
+                continue
+            attempt, rec = found
+            t, mt, c = rec.timing, rec.metrics, rec.correctness
+            rows.append(Row(
+                run_id=store.run_id, host=data.host, gpu=data.gpu, slot=data.slot, gpu_name=gpu_name,
+                label=case.label, backend=case.backend, m=case.m, n=case.n, k=case.k,
+                status=rec.status, reason=rec.reason,
+                median_us=t.median_us if t else None, p10_us=t.p10_us if t else None,
+                p90_us=t.p90_us if t else None, rel_ci=t.rel_ci if t else None, n_samples=t.n if t else None,
+                method=t.method if t else None, l2=t.l2 if t else None,
+                tflops=mt.tflops if mt else None, tb_per_s=mt.tb_per_s if mt else None,
+                pct_peak=mt.pct_peak_flops if mt else None,
+                rel_err=c.rel_err if c else None, cosine=c.cosine if c else None,
+                verdict=c.verdict if c else None,
+                tainted=rec.health.tainted if rec.health else None,
+                attempt=attempt, case_id=case.case_id,
+            ))
+    return rows
+
+
+def host_facts(store: RunStore) -> dict[str, Optional[FactsRecord]]:
+    return {d.slot: d.facts for d in load_slots(store)}

@@ -1,0 +1,109 @@
+"""Render each host's bench script from Jinja into runs/<id>/scripts/<host>.py, and each job's params.
+
+Templates only wire paths (StrictUndefined: a missing variable is an error, never an empty string);
+parameters travel as JSON data beside the script. The script is compile()d here before anything is
+uploaded, and its sha256 is recorded: the bytes uploaded are the bytes stored.
+"""
+from __future__ import annotations
+
+import hashlib
+import importlib.resources
+from dataclasses import dataclass
+from pathlib import Path
+
+import jinja2
+
+from worker.schema import WorkerParams
+
+from .bundle import WorkerBundle
+from .errors import FleetbenchError
+from .plan import Job, Plan, RemoteLayout, layout_for
+
+SCRIPT_TEMPLATE = "bench_script.py.j2"
+
+
+def template_environment() -> jinja2.Environment:
+    return jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(importlib.resources.files("orchestrator.templates"))),
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+        autoescape=False,
+    )
+
+
+@dataclass(frozen=True)
+class RenderedScript:
+    host: str
+    path: Path
+    sha256: str
+    layout: RemoteLayout
+
+
+def sha256_file(path: Path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def render_script(env: jinja2.Environment, layout: RemoteLayout, bundle_sha: str) -> str:
+    """Source of one host's script; raises FleetbenchError naming the template line on failure."""
+    try:
+        source = env.get_template(SCRIPT_TEMPLATE).render(
+            worker_archive=_script_path(layout.worker_archive), worker_dir=_script_path(layout.worker_dir),
+            worker_sha256=bundle_sha,
+        )
+    except jinja2.TemplateError as exc:
+        line = getattr(exc, "lineno", None)
+        raise FleetbenchError(f"template {SCRIPT_TEMPLATE}{f' line {line}' if line else ''}: {exc}") from None
+    try:
+        compile(source, SCRIPT_TEMPLATE, "exec")
+    except SyntaxError as exc:
+        raise FleetbenchError(f"rendered script does not compile: {exc.msg} at line {exc.lineno}") from None
+    return source
+
+
+def _script_path(p: str) -> str:
+    # The script runs with the login directory as cwd, so `~/x` is simply `x`.
+    from .transport import login_relative
+
+    return login_relative(p)
+
+
+def render_plan(plan: Plan, scripts_dir: Path, bundle: WorkerBundle) -> dict[str, RenderedScript]:
+    """Write one script per host; returns them by host name."""
+    env = template_environment()
+    scripts_dir.mkdir(parents=True, exist_ok=True)
+    rendered = {}
+    for host in plan.hosts:
+        layout = layout_for(host, plan.run_id, bundle.sha256)
+        source = render_script(env, layout, bundle.sha256)
+        path = scripts_dir / f"{host.name}.py"
+        _write_atomic(path, source.encode("utf-8"))
+        rendered[host.name] = RenderedScript(host=host.name, path=path, sha256=sha256_file(path), layout=layout)
+    return rendered
+
+
+def job_params(plan: Plan, job: Job, cases=None) -> WorkerParams:
+    return WorkerParams(run_id=plan.run_id, host=job.host.name, gpu=job.gpu,
+                        cases=list(job.cases if cases is None else cases),
+                        max_restarts=plan.sweep.max_restarts, device=plan.sweep.device)
+
+
+def write_params(path: Path, params: WorkerParams) -> str:
+    """Write params JSON; returns its sha256."""
+    data = params.model_dump_json(indent=1).encode("utf-8")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    _write_atomic(path, data)
+    return hashlib.sha256(data).hexdigest()
+
+
+def job_argv(job: Job, layout: RemoteLayout, attempt: int) -> list[str]:
+    """The command a job runs on its host, as an argv list."""
+    return [job.host.python, _script_path(layout.script(job.host.name)),
+            "--pidfile", _script_path(layout.pidfile(job.slot, attempt)),
+            "--params", _script_path(layout.params(job.slot, attempt)),
+            "--results", _script_path(layout.results(job.slot, attempt))]
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_bytes(data)
+    tmp.replace(path)

@@ -1,0 +1,163 @@
+"""The run store: runs/<id>/ holds everything a run produced, written atomically.
+
+    runs/<id>/manifest.json                         sweep, hosts (no secrets), script hashes, jobs
+    runs/<id>/scripts/<host>.py                     the exact bytes uploaded
+    runs/<id>/hosts/<slot>/attempt-<n>/params.json  the cases this attempt ran (data, not code)
+                                      /log.txt      the host's output, line by line as it came
+                                      /results.jsonl  fetched from the host
+                                      /outcome.json   written last: an attempt without it was cut short
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+from pathlib import Path
+from typing import Literal, Optional
+
+from pydantic import BaseModel
+
+from .errors import InputError
+
+MANIFEST_VERSION = 1
+Outcome = Literal["ok", "partial", "failed", "timeout", "unreachable", "auth-failed", "interrupted"]
+OUTCOMES: tuple[str, ...] = ("ok", "partial", "failed", "timeout", "unreachable", "auth-failed", "interrupted")
+
+
+class HostOutcome(BaseModel):
+    """How one job (host, GPU slot) ended in one attempt."""
+
+    slot: str
+    host: str
+    gpu: Optional[int] = None
+    attempt: int
+    outcome: Outcome
+    error: str = ""
+    cases_total: int
+    cases_done: int = 0
+    statuses: dict[str, int] = {}
+    problems: list[str] = []
+    started_at: str = ""
+    duration_s: float = 0.0
+    bytes_uploaded: int = 0
+
+
+def now_iso() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    """Write then rename: a reader (or a crash) sees the old file or the new one, never half."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def write_json(path: Path, obj) -> None:
+    write_atomic(path, (json.dumps(obj, indent=1, ensure_ascii=False, sort_keys=False) + "\n").encode("utf-8"))
+
+
+class RunStore:
+    def __init__(self, run_dir: Path):
+        self.dir = Path(run_dir)
+
+    @property
+    def run_id(self) -> str:
+        return self.dir.name
+
+    @property
+    def scripts_dir(self) -> Path:
+        return self.dir / "scripts"
+
+    @property
+    def manifest_path(self) -> Path:
+        return self.dir / "manifest.json"
+
+    @classmethod
+    def create(cls, runs_dir: Path, run_id: str) -> "RunStore":
+        run_dir = Path(runs_dir) / run_id
+        run_dir.mkdir(parents=True, exist_ok=False)
+        return cls(run_dir)
+
+    def manifest(self) -> dict:
+        try:
+            data = json.loads(self.manifest_path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise InputError(f"{self.dir}: not a fleetbench run (no manifest.json)") from None
+        except ValueError as exc:
+            raise InputError(f"{self.manifest_path}: unreadable manifest: {exc}") from None
+        version = data.get("manifest_version")
+        if version != MANIFEST_VERSION:
+            raise InputError(f"{self.manifest_path}: manifest version {version!r} is not {MANIFEST_VERSION}: "
+                             "this run was written by another fleetbench version")
+        return data
+
+    def write_manifest(self, manifest: dict) -> None:
+        write_json(self.manifest_path, {"manifest_version": MANIFEST_VERSION, **manifest})
+
+    def attempt_dir(self, slot: str, attempt: int) -> Path:
+        return self.dir / "hosts" / slot / f"attempt-{attempt}"
+
+    def attempts(self, slot: str) -> list[int]:
+        base = self.dir / "hosts" / slot
+        if not base.is_dir():
+            return []
+        nums = []
+        for p in base.iterdir():
+            if p.name.startswith("attempt-") and p.name[8:].isdigit():
+                nums.append(int(p.name[8:]))
+        return sorted(nums)
+
+    def next_attempt(self, slot: str) -> int:
+        return max(self.attempts(slot), default=0) + 1
+
+    def write_outcome(self, outcome: HostOutcome) -> None:
+        write_json(self.attempt_dir(outcome.slot, outcome.attempt) / "outcome.json", outcome.model_dump(mode="json"))
+
+    def outcome(self, slot: str, attempt: int) -> HostOutcome:
+        """The attempt's outcome; one without outcome.json was cut short (controller killed)."""
+        path = self.attempt_dir(slot, attempt) / "outcome.json"
+        try:
+            return HostOutcome.model_validate_json(path.read_text(encoding="utf-8"))
+        except (FileNotFoundError, ValueError):
+            return HostOutcome(slot=slot, host=slot.split(".gpu")[0], attempt=attempt, outcome="interrupted",
+                               error="the controller stopped before this attempt finished", cases_total=0)
+
+    def latest_outcomes(self) -> dict[str, HostOutcome]:
+        """Per slot, the outcome of its latest attempt (slots from the manifest's job list)."""
+        result = {}
+        for job in self.manifest().get("jobs", []):
+            attempts = self.attempts(job["slot"])
+            if attempts:
+                result[job["slot"]] = self.outcome(job["slot"], attempts[-1])
+        return result
+
+
+def resolve_run(runs_dir: Path, ref: str) -> RunStore:
+    """RUN = a run id under runs_dir, a path to a run folder, or `latest`. Raises InputError."""
+    runs_dir = Path(runs_dir)
+    if ref == "latest":
+        runs = list_run_dirs(runs_dir)
+        if not runs:
+            raise InputError(f"no runs in {runs_dir}")
+        return RunStore(runs[-1])
+    for candidate in (Path(ref), runs_dir / ref):
+        if (candidate / "manifest.json").is_file():
+            return RunStore(candidate)
+    matches = [p for p in list_run_dirs(runs_dir) if p.name.startswith(ref)] if ref else []
+    if len(matches) == 1:
+        return RunStore(matches[0])
+    if len(matches) > 1:
+        raise InputError(f"run '{ref}' is ambiguous: {', '.join(p.name for p in matches[:5])}")
+    raise InputError(f"no run '{ref}' (not a run id in {runs_dir}, nor a run folder)")
+
+
+def list_run_dirs(runs_dir: Path) -> list[Path]:
+    """Run folders, oldest first (ids start with a timestamp)."""
+    if not Path(runs_dir).is_dir():
+        return []
+    return sorted(p for p in Path(runs_dir).iterdir() if (p / "manifest.json").is_file())

@@ -1,0 +1,169 @@
+"""Sweep spec (YAML) -> validated Sweep -> the list of cases every host runs.
+
+    name: glm5-tp8
+    backends: [torch-bf16, torch-fp8, reference-nvfp4, "flashinfer-fp4-*", sgl-fp4-cutlass]
+    shapes:
+      - preset: glm5-tp8
+      - {m: [16, 64], n: 2048, k: 6144, label: "MoE expert"}
+      - {moe: {batch: [512, 4096], top_k: 8, experts: 256}, n: 2048, k: 6144, label: "MoE expert"}
+    timing: {mode: graph, l2: cold, target_rel_ci: 0.01, budget_s: 0.5}
+"""
+from __future__ import annotations
+
+import fnmatch
+import math
+from pathlib import Path
+from typing import Literal, Optional, Union
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from worker.backends import CATALOG
+from worker.schema import CaseSpec, TimingOptions
+
+from .errors import InputError
+from .yamlfile import describe_validation, read_yaml_mapping
+
+IntList = Union[int, list[int]]
+
+# Named shape sets: (label, Ms, N, K).
+GLM5_M = [16, 32, 64, 128, 256, 512, 1024]
+DEEPSEEK_M = [1, 16, 64, 256, 1024, 4096, 16384]
+PRESETS: dict[str, list[tuple[str, list[int], int, int]]] = {
+    # GLM-5-NVFP4 under TP8: MoE experts (per-expert M = batch*8/256) and attention projections.
+    "glm5-tp8": [
+        ("GLM-5 TP8 MoE expert", GLM5_M, 2048, 6144),
+        ("GLM-5 TP8 attention proj", [16, 32, 64, 128, 256], 768, 6144),
+    ],
+    # DeepSeek-R1 FP4 (N, K) from sgl-kernel's bench_fp4_gemm.py.
+    "deepseek-r1-tp8": [
+        ("DeepSeek-R1 TP8 (512, 7168)", DEEPSEEK_M, 512, 7168),
+        ("DeepSeek-R1 TP8 (7168, 256)", DEEPSEEK_M, 7168, 256),
+        ("DeepSeek-R1 TP8 (7168, 2304)", DEEPSEEK_M, 7168, 2304),
+        ("DeepSeek-R1 TP8 (4608, 7168)", DEEPSEEK_M, 4608, 7168),
+    ],
+    "deepseek-r1-tp4": [
+        ("DeepSeek-R1 TP4 (1024, 7168)", DEEPSEEK_M, 1024, 7168),
+        ("DeepSeek-R1 TP4 (7168, 512)", DEEPSEEK_M, 7168, 512),
+        ("DeepSeek-R1 TP4 (7168, 4608)", DEEPSEEK_M, 7168, 4608),
+        ("DeepSeek-R1 TP4 (9216, 7168)", DEEPSEEK_M, 9216, 7168),
+    ],
+}
+
+
+def _as_list(v: IntList) -> list[int]:
+    return [v] if isinstance(v, int) else list(v)
+
+
+class MoE(BaseModel):
+    """Per-expert M from a batch: ceil(batch * top_k / experts) tokens reach each expert on average."""
+
+    model_config = ConfigDict(extra="forbid")
+    batch: IntList
+    top_k: int = Field(gt=0)
+    experts: int = Field(gt=0)
+
+    def ms(self) -> list[tuple[int, int]]:
+        return [(b, math.ceil(b * self.top_k / self.experts)) for b in _as_list(self.batch)]
+
+
+class ShapeEntry(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    preset: Optional[str] = None
+    m: Optional[IntList] = None
+    moe: Optional[MoE] = None
+    n: Optional[IntList] = None
+    k: Optional[IntList] = None
+    label: str = ""
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> "ShapeEntry":
+        kinds = [x for x in ("preset", "m", "moe") if getattr(self, x) is not None]
+        if len(kinds) != 1:
+            raise ValueError("give exactly one of 'preset', 'm' or 'moe'")
+        if self.preset is not None:
+            if self.preset not in PRESETS:
+                raise ValueError(f"unknown preset {self.preset!r} (known: {', '.join(PRESETS)})")
+            if self.n is not None or self.k is not None:
+                raise ValueError("a preset sets its own n and k")
+        elif self.n is None or self.k is None:
+            raise ValueError("'n' and 'k' are required with 'm' or 'moe'")
+        for name in ("m", "n", "k"):
+            values = getattr(self, name)
+            if values is not None and any(v <= 0 for v in _as_list(values)):
+                raise ValueError(f"'{name}' values must be positive")
+            if values is not None and not _as_list(values):
+                raise ValueError(f"'{name}' must not be empty")
+        if self.moe is not None and any(b <= 0 for b in _as_list(self.moe.batch)):
+            raise ValueError("'moe.batch' values must be positive")
+        return self
+
+    def shapes(self) -> list[tuple[str, int, int, int]]:
+        """(label, m, n, k) for every shape this entry names."""
+        if self.preset is not None:
+            return [(self.label or label, m, n, k) for label, ms, n, k in PRESETS[self.preset] for m in ms]
+        out = []
+        for n in _as_list(self.n):
+            for k in _as_list(self.k):
+                if self.moe is not None:
+                    for batch, m in self.moe.ms():
+                        label = f"{self.label} (batch {batch}, top-{self.moe.top_k}/{self.moe.experts})".strip()
+                        out.append((label, m, n, k))
+                else:
+                    out.extend((self.label, m, n, k) for m in _as_list(self.m))
+        return out
+
+
+class Sweep(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(min_length=1, max_length=80)
+    description: str = ""
+    backends: list[str] = Field(min_length=1)
+    shapes: list[ShapeEntry] = Field(min_length=1)
+    timing: TimingOptions = Field(default_factory=TimingOptions)
+    out_dtype: Literal["bfloat16", "float16"] = "bfloat16"
+    seed: int = 0
+    device: Literal["auto", "cuda", "cpu"] = "auto"
+    max_restarts: int = Field(default=2, ge=0, le=20)
+
+    def backend_names(self) -> list[str]:
+        """Backends in spec order, globs expanded against the catalog."""
+        names: list[str] = []
+        for pattern in self.backends:
+            for name in (fnmatch.filter(CATALOG, pattern) if any(c in pattern for c in "*?[") else [pattern]):
+                if name not in names:
+                    names.append(name)
+        return names
+
+    def cases(self) -> list[CaseSpec]:
+        """Shape-major (every backend on a shape, then the next shape), deduplicated by case id."""
+        seen: set[str] = set()
+        cases = []
+        for entry in self.shapes:
+            for label, m, n, k in entry.shapes():
+                for backend in self.backend_names():
+                    case = CaseSpec(backend=backend, m=m, n=n, k=k, label=label, out_dtype=self.out_dtype,
+                                    seed=self.seed, timing=self.timing)
+                    if case.case_id not in seen:
+                        seen.add(case.case_id)
+                        cases.append(case)
+        return cases
+
+
+def load_sweep(path: Path) -> Sweep:
+    """Read and validate a sweep spec. Raises InputError naming the file and the field."""
+    raw = read_yaml_mapping(Path(path), "sweep")
+    try:
+        sweep = Sweep.model_validate(raw)
+    except ValidationError as exc:
+        raise InputError(describe_validation(Path(path), exc)) from None
+    unknown = []
+    for pattern in sweep.backends:
+        is_glob = any(c in pattern for c in "*?[")
+        if (is_glob and not fnmatch.filter(CATALOG, pattern)) or (not is_glob and pattern not in CATALOG):
+            unknown.append(pattern)
+    if unknown:
+        raise InputError(f"{path}: field 'backends': unknown backend {', '.join(map(repr, unknown))} "
+                         f"(known: {', '.join(CATALOG)})")
+    return sweep

@@ -1,0 +1,419 @@
+"""How the controller reaches a host: one interface, an SSH (fabric) and a local implementation.
+
+Remote commands are argv lists everywhere; `shell_command` is the one function that joins them (with
+shlex) for a remote shell. Remote paths that start with `~/` are made relative to the login directory,
+where both an SSH exec and SFTP start, so no shell ever has to expand `~`.
+"""
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import socket
+import subprocess
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Mapping, Optional, Protocol, Sequence
+
+from .inventory import Host
+
+LineSink = Callable[[str, str], None]  # (stream name "stdout"/"stderr", line without newline)
+
+
+class TransportError(Exception):
+    """A host-level failure, classified: outcome is one of unreachable, auth-failed, timeout, failed."""
+
+    def __init__(self, outcome: str, message: str):
+        super().__init__(message)
+        self.outcome = outcome
+
+
+@dataclass(frozen=True)
+class CommandResult:
+    exit_code: int  # -1 when the connection died before an exit status arrived
+    timed_out: bool = False
+
+
+def shell_command(argv: Sequence[str], env: Optional[Mapping[str, str]] = None) -> str:
+    """The one place an argv becomes a shell string: every word quoted, env through `env K=V`."""
+    words = list(argv)
+    if env:
+        words = ["env", *[f"{k}={v}" for k, v in sorted(env.items())], *words]
+    return " ".join(shlex.quote(str(w)) for w in words)
+
+
+def login_relative(path: str) -> str:
+    """`~/x` -> `x` (relative to the login directory); `~` -> `.`; anything else unchanged."""
+    if path == "~":
+        return "."
+    if path.startswith("~/"):
+        return path[2:] or "."
+    return path
+
+
+class Transport(Protocol):
+    host: Host
+
+    def connect(self) -> None: ...
+    def path(self, p: str) -> str: ...
+    def exists(self, path: str) -> bool: ...
+    def makedirs(self, path: str) -> None: ...
+    def put(self, local: Path, remote: str) -> int: ...
+    def get(self, remote: str, local: Path) -> bool: ...
+    def read_text(self, remote: str) -> Optional[str]: ...
+    def run(self, argv: Sequence[str], *, env: Mapping[str, str], timeout: Optional[float],
+            on_line: LineSink) -> CommandResult: ...
+    def describe(self, argv: Sequence[str], env: Mapping[str, str]) -> str: ...
+    def close(self) -> None: ...
+
+
+class _LineSplitter:
+    """File-like sink that hands complete lines to a callback (invoke writes arbitrary chunks)."""
+
+    def __init__(self, stream: str, on_line: LineSink):
+        self._stream = stream
+        self._on_line = on_line
+        self._buf = ""
+
+    def write(self, data: str) -> int:
+        self._buf += data
+        while "\n" in self._buf:
+            line, self._buf = self._buf.split("\n", 1)
+            self._on_line(self._stream, line.rstrip("\r"))
+        return len(data)
+
+    def flush(self) -> None:
+        pass
+
+    def close(self) -> None:
+        if self._buf:
+            self._on_line(self._stream, self._buf)
+            self._buf = ""
+
+
+class LocalTransport:
+    """Runs on this machine with subprocess: the embedded `local` host, no SSH involved."""
+
+    def __init__(self, host: Host):
+        self.host = host
+
+    def connect(self) -> None:
+        pass
+
+    def path(self, p: str) -> str:
+        return os.path.expanduser(p)
+
+    def exists(self, path: str) -> bool:
+        return os.path.exists(self.path(path))
+
+    def makedirs(self, path: str) -> None:
+        os.makedirs(self.path(path), exist_ok=True)
+
+    def put(self, local: Path, remote: str) -> int:
+        target = self.path(remote)
+        tmp = f"{target}.part-{os.getpid()}-{threading.get_ident()}"
+        shutil.copyfile(local, tmp)
+        os.replace(tmp, target)
+        return os.path.getsize(target)
+
+    def get(self, remote: str, local: Path) -> bool:
+        src = self.path(remote)
+        if not os.path.exists(src):
+            return False
+        shutil.copyfile(src, local)
+        return True
+
+    def read_text(self, remote: str) -> Optional[str]:
+        try:
+            return Path(self.path(remote)).read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return None
+
+    def run(self, argv, *, env, timeout, on_line) -> CommandResult:
+        argv = [self.path(a) if a.startswith("~") else a for a in argv]
+        try:
+            # cwd is the home folder, as for an SSH exec, so login-relative paths mean the same here.
+            proc = subprocess.Popen(argv, env={**os.environ, **env}, cwd=os.path.expanduser("~"), stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
+                                    start_new_session=True, text=True, errors="replace")
+        except FileNotFoundError:
+            raise TransportError("failed", f"interpreter not found: {argv[0]}") from None
+        except PermissionError:
+            raise TransportError("failed", f"interpreter not executable: {argv[0]}") from None
+        readers = [threading.Thread(target=_pump, args=(stream, name, on_line), daemon=True)
+                   for stream, name in ((proc.stdout, "stdout"), (proc.stderr, "stderr"))]
+        for r in readers:
+            r.start()
+        try:
+            code = proc.wait(timeout=timeout)
+            timed_out = False
+        except subprocess.TimeoutExpired:
+            _kill_group(proc)
+            code, timed_out = proc.wait(), True
+        except BaseException:
+            _kill_group(proc)
+            proc.wait()
+            raise
+        for r in readers:
+            r.join(timeout=5)
+        return CommandResult(exit_code=code, timed_out=timed_out)
+
+    def describe(self, argv, env) -> str:
+        return shell_command(argv, env)
+
+    def close(self) -> None:
+        pass
+
+
+def _pump(stream, name: str, on_line: LineSink) -> None:
+    for line in stream:
+        on_line(name, line.rstrip("\n"))
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, 15)
+        try:
+            proc.wait(timeout=3)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, 9)
+    except ProcessLookupError:
+        pass
+
+
+class FabricTransport:
+    """SSH through one fabric Connection per host, reused for every step (connect once, SFTP once).
+
+    Host keys are verified against known_hosts: unknown keys are refused unless `accept_new`, which
+    records them (OpenSSH's accept-new); a changed key is always refused.
+    """
+
+    def __init__(self, host: Host, *, accept_new: bool = False):
+        self.host = host
+        self.accept_new = accept_new
+        self._conn = None
+        self._sftp = None
+
+    # -- connection -------------------------------------------------------------------------------
+    def connect(self) -> None:
+        import paramiko
+        from fabric import Connection
+
+        h = self.host
+        known_hosts = h.known_hosts or os.path.expanduser("~/.ssh/known_hosts")
+        ct = h.connect_timeout
+        connect_kwargs = dict(
+            timeout=ct, banner_timeout=ct, auth_timeout=ct, channel_timeout=ct,
+            allow_agent=True, look_for_keys=h.identity_file is None,
+        )
+        if h.identity_file:
+            connect_kwargs["key_filename"] = h.identity_file
+        gateway = None
+        if h.proxy_jump:
+            gateway = Connection(h.proxy_jump, connect_timeout=int(ct) or 1)
+        conn = Connection(h.hostname, user=h.user, port=h.port, connect_kwargs=connect_kwargs,
+                          gateway=gateway)
+        client = conn.client
+        # fabric installs AutoAddPolicy; replace it before anything connects.
+        client.set_missing_host_key_policy(_AcceptNewPolicy(known_hosts) if self.accept_new else paramiko.RejectPolicy())
+        if gateway is not None:
+            gateway.client.set_missing_host_key_policy(paramiko.RejectPolicy())
+            _load_known_hosts(gateway.client, known_hosts)
+        _load_known_hosts(client, known_hosts)
+        target = f"{conn.host}:{conn.port}"
+        try:
+            if gateway is None:
+                conn.connect_kwargs["sock"] = _nodelay_socket(conn.host, conn.port, ct)
+            conn.open()
+        except TransportError:
+            raise
+        except Exception as exc:
+            raise classify_connect_error(exc, h, target, known_hosts) from None
+        self._conn = conn
+
+    def _sftp_client(self):
+        if self._sftp is None:
+            self._sftp = self._conn.sftp()
+            # Without a timeout an SFTP request to a frozen host waits forever.
+            self._sftp.get_channel().settimeout(max(30.0, 3 * self.host.connect_timeout))
+        return self._sftp
+
+    def path(self, p: str) -> str:
+        return login_relative(p)
+
+    # -- files ------------------------------------------------------------------------------------
+    def exists(self, path: str) -> bool:
+        try:
+            self._sftp_client().stat(self.path(path))
+            return True
+        except FileNotFoundError:
+            return False
+        except IOError as exc:
+            if getattr(exc, "errno", None) == 2:
+                return False
+            raise
+
+    def makedirs(self, path: str) -> None:
+        sftp = self._sftp_client()
+        target = self.path(path)
+        if self.exists(target):
+            return
+        parts = Path(target).parts
+        current = ""
+        for part in parts:
+            current = part if not current else (current.rstrip("/") + "/" + part)
+            if current in ("/", "."):
+                continue
+            try:
+                sftp.stat(current)
+            except IOError:
+                try:
+                    sftp.mkdir(current)
+                except IOError as exc:
+                    if not self.exists(current):
+                        raise TransportError("failed", f"cannot create remote folder {current}: {exc}") from None
+
+    def put(self, local: Path, remote: str) -> int:
+        target = self.path(remote)
+        tmp = f"{target}.part"
+        try:
+            sftp = self._sftp_client()
+            attrs = sftp.put(str(local), tmp)
+            sftp.posix_rename(tmp, target)
+        except OSError as exc:
+            raise TransportError("failed", f"upload of {local.name} to {target} failed: {exc or type(exc).__name__}"
+                                 " (remote disk full or not writable?)") from None
+        return attrs.st_size or 0
+
+    def get(self, remote: str, local: Path) -> bool:
+        try:
+            self._sftp_client().get(self.path(remote), str(local))
+            return True
+        except FileNotFoundError:
+            return False
+        except IOError as exc:
+            if getattr(exc, "errno", None) == 2:
+                return False
+            raise
+
+    def read_text(self, remote: str) -> Optional[str]:
+        try:
+            with self._sftp_client().open(self.path(remote), "r") as f:
+                return f.read().decode("utf-8", errors="replace")
+        except FileNotFoundError:
+            return None
+        except IOError as exc:
+            if getattr(exc, "errno", None) == 2:
+                return None
+            raise
+
+    # -- commands ---------------------------------------------------------------------------------
+    def run(self, argv, *, env, timeout, on_line) -> CommandResult:
+        from invoke.exceptions import CommandTimedOut
+
+        out, err = _LineSplitter("stdout", on_line), _LineSplitter("stderr", on_line)
+        command = shell_command([self.path(a) if a.startswith("~") else a for a in argv], env)
+        try:
+            result = self._conn.run(command, hide=True, warn=True, in_stream=False, out_stream=out,
+                                    err_stream=err, timeout=timeout, pty=False)
+            code = result.exited
+            timed_out = False
+        except CommandTimedOut:
+            code, timed_out = -1, True
+        finally:
+            out.close()
+            err.close()
+        return CommandResult(exit_code=-1 if code is None else code, timed_out=timed_out)
+
+    def describe(self, argv, env) -> str:
+        return f"ssh {self.host.address}: " + shell_command([self.path(a) if a.startswith("~") else a for a in argv], env)
+
+    def close(self) -> None:
+        try:
+            if self._conn is not None:
+                self._conn.close()
+        except Exception:
+            pass
+
+
+def _nodelay_socket(host: str, port: int, timeout: float) -> socket.socket:
+    # paramiko leaves Nagle on; with it each small SSH packet waits ~40 ms for an ACK.
+    sock = socket.create_connection((host, port), timeout=timeout)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return sock
+
+
+def _load_known_hosts(client, path: str) -> None:
+    if os.path.exists(path):
+        try:
+            client.load_host_keys(path)
+        except Exception as exc:
+            raise TransportError("auth-failed", f"cannot read known_hosts file {path}: {exc}") from None
+
+
+class _AcceptNewPolicy:
+    """OpenSSH's StrictHostKeyChecking=accept-new: record an unknown key, never replace a known one."""
+
+    def __init__(self, known_hosts: str):
+        self.known_hosts = known_hosts
+
+    def missing_host_key(self, client, hostname, key) -> None:
+        client.get_host_keys().add(hostname, key.get_name(), key)
+        os.makedirs(os.path.dirname(os.path.abspath(self.known_hosts)), exist_ok=True)
+        with _KNOWN_HOSTS_LOCK, open(self.known_hosts, "a", encoding="utf-8") as f:
+            f.write(f"{hostname} {key.get_name()} {key.get_base64()}\n")
+
+
+_KNOWN_HOSTS_LOCK = threading.Lock()
+
+
+def _host_key_name(host: Host) -> str:
+    return host.hostname if host.port == 22 else f"[{host.hostname}]:{host.port}"
+
+
+def classify_connect_error(exc: BaseException, host: Host, target: str, known_hosts: str) -> TransportError:
+    """Map socket / paramiko exceptions to an outcome and a sentence that says what to do."""
+    import paramiko
+
+    name = _host_key_name(host)
+    if isinstance(exc, socket.gaierror):
+        return TransportError("unreachable", f"cannot resolve host name {host.hostname!r}")
+    if isinstance(exc, ConnectionRefusedError):
+        return TransportError("unreachable", f"connection refused by {target} (is sshd running?)")
+    if isinstance(exc, paramiko.ssh_exception.NoValidConnectionsError):
+        return TransportError("unreachable", f"cannot connect to {target}: {exc}")
+    if isinstance(exc, (socket.timeout, TimeoutError)):
+        return TransportError("unreachable", f"no answer from {target} within {host.connect_timeout:g} s")
+    if isinstance(exc, OSError) and not isinstance(exc, paramiko.SSHException):
+        return TransportError("unreachable", f"cannot connect to {target}: {exc.strerror or exc}")
+    if isinstance(exc, paramiko.BadHostKeyException):
+        return TransportError("auth-failed", f"host key for {name} CHANGED (possible man-in-the-middle); "
+                              f"if the host was reinstalled: ssh-keygen -f {known_hosts} -R '{name}'")
+    if isinstance(exc, paramiko.AuthenticationException):
+        who = f"{host.user or os.environ.get('USER', '?')}@{target}"
+        key = f" with key {host.identity_file}" if host.identity_file else ""
+        return TransportError("auth-failed", f"authentication failed for {who}{key}")
+    text = str(exc)
+    if "not found in known_hosts" in text:
+        return TransportError("auth-failed", f"unknown host key for {name}: verify it, then run with --accept-new "
+                              f"or add it: ssh-keyscan -p {host.port} {host.hostname} >> {known_hosts}")
+    if "banner" in text.lower():
+        return TransportError("timeout", f"{target} accepted the connection but sent no SSH banner within "
+                              f"{host.connect_timeout:g} s (host frozen or overloaded?)")
+    return TransportError("unreachable", f"SSH to {target} failed: {type(exc).__name__}: {text}")
+
+
+def make_transport(host: Host, *, accept_new: bool = False) -> Transport:
+    return LocalTransport(host) if host.transport == "local" else FabricTransport(host, accept_new=accept_new)
+
+
+def wait_until(predicate: Callable[[], bool], timeout: float, interval: float = 0.05) -> bool:
+    """Poll with a deadline (used by tests and shutdown paths instead of sleeps)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(interval)
+    return predicate()
