@@ -8,10 +8,11 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Optional
 
-from worker.schema import CaseRecord, CaseSpec, FactsRecord, WorkerParams
+from worker.schema import CaseRecord, CaseSpec, FactsRecord
 
 from .collect import parse_results
 from .store import HostOutcome, RunStore
+from .sweep import Sweep
 
 ROW_FIELDS = ("run_id", "host", "gpu", "slot", "gpu_name", "label", "backend", "m", "n", "k", "status",
               "reason", "median_us", "p10_us", "p90_us", "rel_ci", "n_samples", "method", "l2", "tflops",
@@ -67,18 +68,16 @@ class SlotData:
 
 def load_slots(store: RunStore) -> list[SlotData]:
     """Every job of the run with its best records across attempts."""
+    manifest = store.manifest()
+    cases_by_id = {c.case_id: c for c in Sweep.model_validate(manifest["sweep"]).cases()}
     slots = []
-    for job in store.manifest().get("jobs", []):
+    for job in manifest.get("jobs", []):
         slot = job["slot"]
         attempts = store.attempts(slot)
-        planned: list[CaseSpec] = []
+        planned: list[CaseSpec] = [cases_by_id[cid] for cid in job["case_ids"] if cid in cases_by_id]
         records: dict[str, tuple[int, CaseRecord]] = {}
         facts = None
         problems: list[str] = []
-        if attempts:
-            first = store.attempt_dir(slot, attempts[0]) / "params.json"
-            if first.exists():
-                planned = WorkerParams.model_validate_json(first.read_text(encoding="utf-8")).cases
         for attempt in attempts:
             parsed = parse_results(store.attempt_dir(slot, attempt) / "results.jsonl")
             facts = parsed.facts or facts

@@ -1,0 +1,53 @@
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from sshfleet import SshFleet, sshd_available, start_fleet  # noqa: E402
+
+REPO = Path(__file__).resolve().parent.parent
+FLEET_SIZE = 4
+
+
+@pytest.fixture(scope="session")
+def ssh_fleet(tmp_path_factory) -> SshFleet:
+    """Four real OpenSSH servers on loopback. In CI a missing sshd is a failure, not a skip."""
+    if not sshd_available():
+        message = "OpenSSH server not installed (apt-get install openssh-server); `make test` installs it"
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(message)
+        pytest.skip(message)
+    fleet = start_fleet(tmp_path_factory.mktemp("fleet"), FLEET_SIZE)
+    yield fleet
+    fleet.stop()
+
+
+@pytest.fixture
+def fleet(ssh_fleet: SshFleet) -> SshFleet:
+    """The session fleet, every host alive and answering at the start of each test."""
+    for h in ssh_fleet.hosts:
+        h.thaw()
+        if h.proc is None or h.proc.poll() is not None:
+            h.restart()
+    return ssh_fleet
+
+
+def write_sweep(path: Path, *, label: str = "t", backends=("torch-bf16", "reference-nvfp4"),
+                ms=(16,), n: int = 64, k: int = 128, extra: str = "") -> Path:
+    import yaml
+
+    doc = {"name": "test", "backends": list(backends),
+           "shapes": [{"m": list(ms), "n": n, "k": k, "label": label}],
+           "timing": {"budget_s": 0.05, "warmup_ms": 1, "min_samples": 3, "max_samples": 20}}
+    path.write_text(yaml.safe_dump(doc, allow_unicode=True) + extra, encoding="utf-8")
+    return path
+
+
+@pytest.fixture
+def sweep_file(tmp_path) -> Path:
+    return write_sweep(tmp_path / "sweep.yaml")
