@@ -47,6 +47,8 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--parallel", type=int, default=64, help="hosts contacted at once (default: 64)")
     run.add_argument("--accept-new", action="store_true",
                      help="record unknown host keys in known_hosts (never replaces a changed key)")
+    run.add_argument("--lock-timeout", type=float, default=600.0,
+                     help="seconds a host waits for its GPU while another sweep holds it (default: 600)")
     run.add_argument("--format", choices=["table", "json", "csv", "md"], default="table")
 
     render = sub.add_parser("render", help="dry run: render the scripts and print them with the remote commands")
@@ -74,6 +76,7 @@ def _parser() -> argparse.ArgumentParser:
     rerun.add_argument("--resume", action="store_true", help="only the cases that have no result yet")
     rerun.add_argument("--parallel", type=int, default=64)
     rerun.add_argument("--accept-new", action="store_true")
+    rerun.add_argument("--lock-timeout", type=float, help="seconds to wait for a busy GPU (default: the run's)")
     rerun.add_argument("--format", choices=["table", "json", "csv", "md"], default="table")
     return p
 
@@ -81,7 +84,7 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: Optional[list[str]] = None) -> int:
     args = _parser().parse_args(argv)
     out = Console(highlight=False)
-    err = Console(stderr=True, highlight=False)
+    err = Console(stderr=True, highlight=False, soft_wrap=True)  # one problem, one line: never wrapped
     try:
         return COMMANDS[args.command](args, out, err)
     except FleetbenchError as exc:
@@ -114,7 +117,7 @@ def cmd_run(args, out: Console, err: Console) -> int:
     with LiveView(err, [j.slot for j in preview.jobs], f"fleetbench {sweep.name}") as view:
         result = start_run(inventory, hosts, sweep, Path(args.runs_dir), sweep_path=args.sweep,
                            per_gpu=args.per_gpu, parallel=args.parallel, accept_new=args.accept_new,
-                           on_event=view.update)
+                           lock_timeout_s=args.lock_timeout, on_event=view.update)
     return _report(result.store, result.outcomes, args.format, out, err)
 
 
@@ -212,7 +215,8 @@ def cmd_rerun(args, out: Console, err: Console) -> int:
     _, _, _, tasks = plan_rerun(store, inventory, failed=args.failed, hosts_selector=args.hosts, resume=args.resume)
     with LiveView(err, [t.job.slot for t in tasks], f"fleetbench rerun {store.run_id}") as view:
         result = rerun(store, inventory, failed=args.failed, hosts_selector=args.hosts, resume=args.resume,
-                       parallel=args.parallel, accept_new=args.accept_new, on_event=view.update)
+                       parallel=args.parallel, accept_new=args.accept_new, on_event=view.update,
+                       lock_timeout_s=args.lock_timeout)
     return _report(result.store, list(store.latest_outcomes().values()), args.format, out, err)
 
 

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from worker.runner import PROGRESS_PREFIX
+from worker.supervise import EXIT_GPU_BUSY
 from worker.schema import CaseSpec
 
 from .bundle import WorkerBundle
@@ -278,6 +279,8 @@ class _HostPipeline:
             return ("partial" if done else "unreachable"), f"connection lost during the run; {missing}"
         if result.exit_code == 127 and not done:
             return "failed", f"remote interpreter not found: {self.host.python} ({tail or 'exit status 127'})"
+        if result.exit_code == EXIT_GPU_BUSY and not done:
+            return "failed", tail or "the GPU was locked by another sweep"
         if result.exit_code == 126 and not done:
             return "failed", f"remote interpreter not executable: {self.host.python}"
         if fetched is None and not done:
@@ -289,6 +292,10 @@ class _HostPipeline:
         try:
             event = json.loads(payload)
         except ValueError:
+            return
+        if event.get("event") == "lock-wait":
+            self.emit(JobEvent(task.job.slot, "waiting for GPU lock", done=progress["done"], total=len(task.cases),
+                               current=f"held by run {event.get('holder')}"))
             return
         progress["done"] = int(event.get("done", progress["done"]))
         if event.get("event") == "start":

@@ -44,6 +44,7 @@ class Plan:
     hosts: tuple[Host, ...]
     jobs: tuple[Job, ...]
     per_gpu: PerGpu = "all"
+    lock_timeout_s: float = 600.0  # how long a job waits for its GPU while another sweep holds it
 
     def jobs_of(self, host: Host) -> list[Job]:
         return [j for j in self.jobs if j.host.name == host.name]
@@ -56,7 +57,8 @@ def new_run_id(sweep_name: str, now: Optional[_dt.datetime] = None) -> str:
     return f"{now:%Y%m%d-%H%M%S}-{safe}-{secrets.token_hex(2)}"
 
 
-def build_plan(hosts: list[Host], sweep: Sweep, run_id: str, per_gpu: PerGpu = "all") -> Plan:
+def build_plan(hosts: list[Host], sweep: Sweep, run_id: str, per_gpu: PerGpu = "all",
+               lock_timeout_s: float = 600.0) -> Plan:
     """Every host gets every case; a host with `gpus` gets one job per GPU, with all the cases
     (`all`: compare GPUs) or a round-robin share (`shard`: finish sooner)."""
     cases = tuple(sweep.cases())
@@ -69,7 +71,8 @@ def build_plan(hosts: list[Host], sweep: Sweep, run_id: str, per_gpu: PerGpu = "
             share = cases if per_gpu == "all" else cases[i::len(host.gpus)]
             if share:
                 jobs.append(Job(host=host, gpu=gpu, cases=share))
-    return Plan(run_id=run_id, sweep=sweep, hosts=tuple(hosts), jobs=tuple(jobs), per_gpu=per_gpu)
+    return Plan(run_id=run_id, sweep=sweep, hosts=tuple(hosts), jobs=tuple(jobs), per_gpu=per_gpu,
+                lock_timeout_s=lock_timeout_s)
 
 
 @dataclass(frozen=True)

@@ -84,7 +84,8 @@ def render_plan(plan: Plan, scripts_dir: Path, bundle: WorkerBundle) -> dict[str
 def job_params(plan: Plan, job: Job, cases=None) -> WorkerParams:
     return WorkerParams(run_id=plan.run_id, host=job.host.name, gpu=job.gpu,
                         cases=list(job.cases if cases is None else cases),
-                        max_restarts=plan.sweep.max_restarts, device=plan.sweep.device)
+                        max_restarts=plan.sweep.max_restarts, device=plan.sweep.device,
+                        lock_timeout_s=plan.lock_timeout_s)
 
 
 def write_params(path: Path, params: WorkerParams) -> str:

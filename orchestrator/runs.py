@@ -44,6 +44,7 @@ def _manifest(plan: Plan, scripts: dict[str, RenderedScript], bundle: WorkerBund
         "inventory_path": inventory.path,
         "hosts": [h.public_view() for h in plan.hosts],
         "per_gpu": plan.per_gpu,
+        "lock_timeout_s": plan.lock_timeout_s,
         "worker_sha256": bundle.sha256,
         "scripts": {name: {"path": f"scripts/{s.path.name}", "sha256": s.sha256} for name, s in scripts.items()},
         "jobs": [{"slot": j.slot, "host": j.host.name, "gpu": j.gpu, "case_ids": [c.case_id for c in j.cases]}
@@ -53,9 +54,9 @@ def _manifest(plan: Plan, scripts: dict[str, RenderedScript], bundle: WorkerBund
 
 def prepare_run(inventory: Inventory, hosts: list[Host], sweep: Sweep, runs_dir: Path, *,
                 sweep_path: Optional[str] = None, per_gpu: PerGpu = "all", dry_run: bool = False,
-                run_id: Optional[str] = None) -> tuple[RunStore, Plan, dict[str, RenderedScript], WorkerBundle]:
+                run_id: Optional[str] = None, lock_timeout_s: float = 600.0) -> tuple[RunStore, Plan, dict[str, RenderedScript], WorkerBundle]:
     """Plan, create the run folder, render every script (compile-checked) and write the manifest."""
-    plan = build_plan(hosts, sweep, run_id or new_run_id(sweep.name), per_gpu)
+    plan = build_plan(hosts, sweep, run_id or new_run_id(sweep.name), per_gpu, lock_timeout_s)
     if not plan.jobs:
         raise InputError("the plan is empty: no host has any case to run")
     store = RunStore.create(runs_dir, plan.run_id)
@@ -68,10 +69,10 @@ def prepare_run(inventory: Inventory, hosts: list[Host], sweep: Sweep, runs_dir:
 
 def start_run(inventory: Inventory, hosts: list[Host], sweep: Sweep, runs_dir: Path, *,
               sweep_path: Optional[str] = None, per_gpu: PerGpu = "all", parallel: int = 64,
-              accept_new: bool = False, on_event: Optional[EventSink] = None,
+              accept_new: bool = False, lock_timeout_s: float = 600.0, on_event: Optional[EventSink] = None,
               execution: Optional[Execution] = None) -> RunResult:
     store, plan, scripts, bundle = prepare_run(inventory, hosts, sweep, runs_dir, sweep_path=sweep_path,
-                                               per_gpu=per_gpu)
+                                               per_gpu=per_gpu, lock_timeout_s=lock_timeout_s)
     tasks = [JobTask(job=j, attempt=1, cases=j.cases) for j in plan.jobs]
     outcomes = run_tasks(plan, store, scripts, bundle, tasks, parallel=parallel, accept_new=accept_new,
                          on_event=on_event, execution=execution)
@@ -95,7 +96,7 @@ def describe_commands(plan: Plan, scripts: dict[str, RenderedScript]) -> list[st
 
 # -- rerun ------------------------------------------------------------------------------------------
 def plan_rerun(store: RunStore, inventory: Inventory, *, failed: bool, hosts_selector: Optional[str],
-               resume: bool) -> tuple[Plan, dict[str, RenderedScript], WorkerBundle, list[JobTask]]:
+               resume: bool, lock_timeout_s: Optional[float] = None) -> tuple[Plan, dict[str, RenderedScript], WorkerBundle, list[JobTask]]:
     """Which slots to run again, with which cases, reusing the run's own scripts and worker.
 
     Raises InputError when nothing matches or the stored script no longer fits the inventory.
@@ -157,15 +158,16 @@ def plan_rerun(store: RunStore, inventory: Inventory, *, failed: bool, hosts_sel
         jobs.append(job)
         tasks.append(JobTask(job=job, attempt=store.next_attempt(job.slot), cases=tuple(cases)))
     plan = Plan(run_id=store.run_id, sweep=sweep, hosts=tuple(hosts), jobs=tuple(jobs),
-                per_gpu=manifest.get("per_gpu", "all"))
+                per_gpu=manifest.get("per_gpu", "all"),
+                lock_timeout_s=manifest.get("lock_timeout_s", 600.0) if lock_timeout_s is None else lock_timeout_s)
     return plan, scripts, bundle, tasks
 
 
 def rerun(store: RunStore, inventory: Inventory, *, failed: bool, hosts_selector: Optional[str], resume: bool,
           parallel: int = 64, accept_new: bool = False, on_event: Optional[EventSink] = None,
-          execution: Optional[Execution] = None) -> RunResult:
+          execution: Optional[Execution] = None, lock_timeout_s: Optional[float] = None) -> RunResult:
     plan, scripts, bundle, tasks = plan_rerun(store, inventory, failed=failed, hosts_selector=hosts_selector,
-                                              resume=resume)
+                                              resume=resume, lock_timeout_s=lock_timeout_s)
     outcomes = run_tasks(plan, store, scripts, bundle, tasks, parallel=parallel, accept_new=accept_new,
                          on_event=on_event, execution=execution)
     return RunResult(store=store, plan=plan, outcomes=outcomes)

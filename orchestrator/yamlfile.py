@@ -35,7 +35,7 @@ def describe_validation(path: Path, exc: ValidationError, prefix: str = "") -> s
     lines = []
     for err in exc.errors():
         loc = ".".join(str(p) for p in err["loc"])
-        msg = err["msg"]
+        msg = err["msg"].removeprefix("Value error, ")
         if err["type"] == "extra_forbidden":
             msg = "unknown field"
         lines.append(f"{path}: {prefix}field '{loc}': {msg}" if loc else f"{path}: {prefix}{msg}")

@@ -16,8 +16,9 @@ from typing import Optional
 
 import yaml
 
-SSHD = "/usr/sbin/sshd"
-SSH_KEYGEN = shutil.which("ssh-keygen") or "/usr/bin/ssh-keygen"
+# Overridable for machines where OpenSSH is unpacked into a folder (see benchmarks/gpu_fleet.py).
+SSHD = os.environ.get("FLEETBENCH_SSHD", "/usr/sbin/sshd")
+SSH_KEYGEN = os.environ.get("FLEETBENCH_SSH_KEYGEN") or shutil.which("ssh-keygen") or "/usr/bin/ssh-keygen"
 
 
 def sshd_available() -> bool:

@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 EXIT_INCOMPLETE = 3  # some cases have no record after all restarts
+EXIT_GPU_BUSY = 4  # another sweep held this GPU for longer than the lock timeout
 
 
 def _describe_exit(code: int) -> str:
@@ -26,9 +27,24 @@ def _describe_exit(code: int) -> str:
 
 
 def supervise(params_path: Path, results_path: Path) -> int:
-    from .runner import append_record, crashed_record, done_case_ids, find_case, load_params
+    """Run the cases of params_path while holding this GPU's lock."""
+    from .gpulock import GpuLockTimeout, gpu_lock
+    from .runner import emit_progress, load_params
 
     params = load_params(params_path)
+    ids = [] if params.device == "cpu" else None  # None: find this process's GPU (none on a CPU host)
+    try:
+        with gpu_lock(params.run_id, params.host, params.lock_timeout_s, ids=ids,
+                      on_wait=lambda holder: emit_progress(event="lock-wait", holder=holder.get("run_id", "?"))):
+            return _supervise_cases(params, params_path, results_path)
+    except GpuLockTimeout as exc:
+        print(f"fleetbench: {exc}", file=sys.stderr, flush=True)
+        return EXIT_GPU_BUSY
+
+
+def _supervise_cases(params, params_path: Path, results_path: Path) -> int:
+    from .runner import append_record, crashed_record, done_case_ids, find_case
+
     inflight = results_path.with_name(results_path.name + ".inflight")
     worker_root = str(Path(__file__).resolve().parent.parent)
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [worker_root, os.environ.get("PYTHONPATH")])))

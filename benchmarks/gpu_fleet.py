@@ -1,0 +1,96 @@
+#!/usr/bin/env python3
+"""A fleet on one GPU machine: N sshd "hosts" on loopback, each a real SSH login, running one sweep.
+
+Each host is pinned to a GPU by CUDA_VISIBLE_DEVICES (host i -> GPU i % gpus). With fewer GPUs than
+hosts they share GPUs, and the host-side GPU lock serializes them. Mid-run, one host is killed
+(listener and sessions); `fleetbench rerun --failed` completes it.
+
+    FLEETBENCH_SSHD=/path/sshd FLEETBENCH_SSH_KEYGEN=/path/ssh-keygen \\
+      python benchmarks/gpu_fleet.py --hosts 2 --gpus 1 --sweep sweeps/glm5_tp8.yaml --out DIR
+
+Writes DIR/summary.md (tables and timings) and DIR/controller.log.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT))
+
+from sshfleet import start_fleet  # noqa: E402
+
+
+def cli(args, log, **kw) -> tuple[int, str, float]:
+    t0 = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-m", "orchestrator.cli", *map(str, args)], capture_output=True,
+                          text=True, cwd=ROOT, **kw)
+    wall = time.perf_counter() - t0
+    log.write(f"$ fleetbench {' '.join(map(str, args))}\n(exit {proc.returncode}, {wall:.1f} s)\n{proc.stderr}\n")
+    log.flush()
+    return proc.returncode, proc.stdout, wall
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--hosts", type=int, default=2)
+    ap.add_argument("--gpus", type=int, default=1)
+    ap.add_argument("--sweep", default="sweeps/glm5_tp8.yaml")
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--env", action="append", default=[], help="K=V for every host (e.g. PYTHONPATH=/tmp/site)")
+    ap.add_argument("--kill-after-cases", type=int, default=3, help="kill the last host once it finished this many")
+    args = ap.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    work = Path("/tmp/fleetbench-gpu-fleet")
+    fleet = start_fleet(work / f"f{int(time.time())}", args.hosts)
+    env = dict(kv.split("=", 1) for kv in args.env)
+    inv = fleet.inventory(work / "hosts.yaml", env=env)
+    # pin each host to one GPU
+    import yaml
+
+    doc = yaml.safe_load(inv.read_text())
+    for i, h in enumerate(doc["hosts"]):
+        h["env"] = {**env, "CUDA_VISIBLE_DEVICES": str(i % args.gpus)}
+        h["timeout"] = 900
+    inv.write_text(yaml.safe_dump(doc))
+    runs = work / "runs"
+    log = open(args.out / "controller.log", "w")
+    md = [f"# {args.hosts} sshd hosts on {args.gpus} GPU(s), sweep {args.sweep}", ""]
+    try:
+        victim = fleet.hosts[-1]
+        proc = subprocess.Popen([sys.executable, "-m", "orchestrator.cli", "run", args.sweep, "-i", inv,
+                                 "--runs-dir", runs, "--format", "md"], cwd=ROOT, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+        t0 = time.perf_counter()
+        killed_at = None
+        while proc.poll() is None:
+            logs = list(runs.glob(f"*/hosts/{victim.name}/attempt-1/log.txt"))
+            if killed_at is None and logs and logs[0].read_text().count('"event":"end"') >= args.kill_after_cases:
+                victim.kill()
+                killed_at = time.perf_counter() - t0
+            time.sleep(0.2)
+        out, err = proc.communicate()
+        wall = time.perf_counter() - t0
+        log.write(f"$ fleetbench run (exit {proc.returncode}, {wall:.1f} s)\n{err}\n")
+        md += [f"## run: exit {proc.returncode}, {wall:.1f} s wall; {victim.name} killed at "
+               f"{'%.1f s' % killed_at if killed_at else 'never'}", "", "```", err.strip(), "```", ""]
+        victim.restart()
+        code, out2, wall2 = cli(["rerun", "latest", "--failed", "-i", inv, "--runs-dir", runs, "--format", "md"], log)
+        md += [f"## rerun --failed: exit {code}, {wall2:.1f} s wall", "", out2]
+        code, out3, _ = cli(["show", "latest", "--runs-dir", runs, "--format", "csv"], log)
+        (args.out / "merged.csv").write_text(out3)
+    finally:
+        fleet.stop()
+        (args.out / "summary.md").write_text("\n".join(md) + "\n")
+        log.close()
+    print("\n".join(md))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,202 @@
+"""Controller logic without hosts: inventory, sweeps, planning, quoting, rendering, parsing, bad input."""
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+from pathlib import Path
+
+import pytest
+
+from orchestrator.bundle import build_worker_bundle
+from orchestrator.cli import main
+from orchestrator.collect import parse_results
+from orchestrator.errors import InputError
+from orchestrator.inventory import load_inventory, select_hosts
+from orchestrator.plan import build_plan, layout_for
+from orchestrator.render import render_script, template_environment
+from orchestrator.sweep import Sweep, load_sweep
+from orchestrator.transport import login_relative, shell_command
+
+REPO = Path(__file__).resolve().parent.parent
+GOLDEN = Path(__file__).parent / "golden"
+
+
+def write(path: Path, text: str) -> Path:
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def test_shipped_inventory_and_sweeps_are_valid():
+    inv = load_inventory(REPO / "hosts.yaml")
+    assert [h.name for h in inv.hosts] == ["local"] and inv.hosts[0].transport == "local"
+    assert inv.hosts[0].python == sys.executable
+    for sweep in sorted((REPO / "sweeps").glob("*.yaml")):
+        assert load_sweep(sweep).cases()
+
+
+def test_glm5_preset_has_the_seed_shapes():
+    sweep = Sweep(name="x", backends=["torch-bf16"], shapes=[{"preset": "glm5-tp8"}])
+    shapes = [(c.m, c.n, c.k) for c in sweep.cases()]
+    assert shapes == [(m, 2048, 6144) for m in (16, 32, 64, 128, 256, 512, 1024)] + \
+                     [(m, 768, 6144) for m in (16, 32, 64, 128, 256)]
+
+
+def test_moe_batches_give_per_expert_m():
+    sweep = Sweep(name="x", backends=["torch-bf16"],
+                  shapes=[{"moe": {"batch": [512, 32768, 100], "top_k": 8, "experts": 256}, "n": 2048, "k": 6144,
+                           "label": "moe"}])
+    cases = sweep.cases()
+    assert [c.m for c in cases] == [16, 1024, 4]
+    assert cases[0].label == "moe (batch 512, top-8/256)"
+
+
+def test_backend_globs_expand_and_duplicates_collapse():
+    sweep = Sweep(name="x", backends=["flashinfer-fp4-*", "flashinfer-fp4-cutlass"], shapes=[{"m": 16, "n": 64, "k": 64}])
+    names = sweep.backend_names()
+    assert names[0] == "flashinfer-fp4-cutlass" and len(names) == len(set(names)) == 6
+
+
+def test_inventory_defaults_and_selection(tmp_path):
+    key = write(tmp_path / "id_key", "k")
+    inv = load_inventory(write(tmp_path / "hosts.yaml", f"""
+defaults: {{user: bench, identity_file: {key.name}, labels: [rtx], env: {{A: "1"}}}}
+hosts:
+  - {{name: gpu1, hostname: 10.0.0.1, gpus: [0, 1], env: {{B: "2"}}}}
+  - {{name: gpu2, hostname: 10.0.0.2, labels: [spare], port: 2222}}
+  - {{name: local, transport: local}}
+"""))
+    g1, g2, local = inv.hosts
+    assert g1.user == "bench" and g1.identity_file == str(key) and g1.env == {"A": "1", "B": "2"}
+    assert g2.port == 2222 and g2.labels == ("rtx", "spare") and g1.gpus == (0, 1)
+    assert local.transport == "local"
+    assert [h.name for h in select_hosts(inv, "gpu*")] == ["gpu1", "gpu2"]
+    assert [h.name for h in select_hosts(inv, "label:spare,local")] == ["gpu2", "local"]
+    assert [h.name for h in select_hosts(inv, "rtx")] == ["gpu1", "gpu2", "local"]
+    with pytest.raises(InputError, match="'gpu9' matches no host"):
+        select_hosts(inv, "gpu9")
+    assert g1.public_view()["env"] == ["A", "B"]  # values may be secrets
+
+
+def test_plan_shards_or_repeats_cases_across_gpus(tmp_path):
+    inv = load_inventory(write(tmp_path / "hosts.yaml", """
+hosts:
+  - {name: big, hostname: h, gpus: [0, 1]}
+  - {name: one, hostname: h2}
+"""))
+    sweep = Sweep(name="x", backends=["torch-bf16", "reference-nvfp4"], shapes=[{"m": [16, 32, 64], "n": 64, "k": 64}])
+    shard = build_plan(list(inv.hosts), sweep, "r", "shard")
+    assert [j.slot for j in shard.jobs] == ["big.gpu0", "big.gpu1", "one"]
+    assert len(shard.jobs[0].cases) + len(shard.jobs[1].cases) == 6 and len(shard.jobs[2].cases) == 6
+    assert shard.jobs[1].env == {"CUDA_VISIBLE_DEVICES": "1"}
+    every = build_plan(list(inv.hosts), sweep, "r", "all")
+    assert [len(j.cases) for j in every.jobs] == [6, 6, 6]
+
+
+HOSTILE = ["{'Desc':40s}", "it's", '"q"', "$(touch /tmp/pwned)", "`id`", "a b", "ünïcode", "x\ny", ""]
+
+
+def test_shell_command_quotes_every_word_and_env():
+    line = shell_command(["python3", *HOSTILE], {"K": "v w$x"})
+    assert shlex.split(line) == ["env", "K=v w$x", "python3", *HOSTILE]
+
+
+def test_login_relative_paths():
+    assert login_relative("~/.fleetbench/x") == ".fleetbench/x"
+    assert login_relative("~") == "." and login_relative("/abs") == "/abs"
+
+
+def test_rendered_script_matches_golden_file_and_compiles():
+    layout = layout_for(load_inventory(REPO / "hosts.yaml").hosts[0].model_copy(update={"workdir": "~/fb"}),
+                        "20261202-000000-golden-0000", "ab" * 32)
+    source = render_script(template_environment(), layout, "ab" * 32)
+    golden = GOLDEN / "bench_script.py"
+    assert source == golden.read_text(encoding="utf-8"), "template changed: update tests/golden/bench_script.py"
+    compile(source, "bench", "exec")
+
+
+def test_hostile_workdir_is_data_in_the_script():
+    host = load_inventory(REPO / "hosts.yaml").hosts[0].model_copy(update={"workdir": "/w/it's \"x\"\n$(id)"})
+    source = render_script(template_environment(), layout_for(host, "r", "cd" * 32), "cd" * 32)
+    namespace: dict = {}
+    exec(compile(source.replace('if __name__ == "__main__":', "if False:"), "s", "exec"), namespace)
+    assert namespace["WORKER_DIR"] == "/w/it's \"x\"\n$(id)/worker/" + "cd" * 8
+
+
+def test_worker_bundle_is_deterministic():
+    a, b = build_worker_bundle(), build_worker_bundle()
+    assert a.sha256 == b.sha256 and a.data == b.data and a.files >= 10
+
+
+def test_bad_result_lines_are_problems_not_crashes(tmp_path):
+    good = '{"kind":"case","schema_version":1}'
+    path = write(tmp_path / "results.jsonl", "\n".join([
+        "not json", '{"x": 1}', '{"kind":"facts","schema_version":99}', good, '{"kind":"facts","schema_version":1,'
+    ]))
+    parsed = parse_results(path)
+    assert parsed.cases == [] and len(parsed.problems) == 5
+    assert "not JSON" in parsed.problems[0]
+    assert "no schema_version" in parsed.problems[1]
+    assert "newer than this controller reads (1): upgrade fleetbench" in parsed.problems[2]
+    assert "invalid record" in parsed.problems[3]
+    assert "truncated" in parsed.problems[4]
+
+
+# -- bad input: every example exits 2 with one clear line and no traceback -------------------------
+GOOD_SWEEP = "name: s\nbackends: [torch-bf16]\nshapes: [{m: 16, n: 64, k: 64}]\n"
+GOOD_HOSTS = "hosts: [{name: local, transport: local}]\n"
+BAD_INPUTS = [
+    ("malformed sweep YAML", GOOD_HOSTS, "name: [unclosed\n", "malformed YAML at line"),
+    ("malformed hosts YAML", "hosts: [{name: a\n", GOOD_SWEEP, "malformed YAML"),
+    ("unknown host field", "hosts: [{name: a, hostname: h, colour: red}]\n", GOOD_SWEEP,
+     "host 'a': field 'colour': unknown field"),
+    ("wrong type", "hosts: [{name: a, hostname: h, port: twenty}]\n", GOOD_SWEEP,
+     "host 'a': field 'port': Input should be a valid integer"),
+    ("missing key file", "hosts: [{name: a, hostname: h, identity_file: /nope/key}]\n", GOOD_SWEEP,
+     "host 'a': field 'identity_file': key file not found: /nope/key"),
+    ("no hosts", "hosts: []\n", GOOD_SWEEP, "field 'hosts': a non-empty list"),
+    ("duplicate host", "hosts: [{name: a, hostname: h}, {name: a, hostname: h}]\n", GOOD_SWEEP, "duplicate host name"),
+    ("ssh host without hostname", "hosts: [{name: a}]\n", GOOD_SWEEP, "field 'hostname': required"),
+    ("bad host name", "hosts: [{name: '../x', hostname: h}]\n", GOOD_SWEEP, "field 'name'"),
+    ("unknown defaults field", "defaults: {usr: x}\nhosts: [{name: local, transport: local}]\n", GOOD_SWEEP,
+     "defaults: field 'usr': unknown field"),
+    ("unknown backend", GOOD_HOSTS, "name: s\nbackends: [cublas-magic]\nshapes: [{m: 16, n: 64, k: 64}]\n",
+     "unknown backend 'cublas-magic'"),
+    ("bad shape", GOOD_HOSTS, "name: s\nbackends: [torch-bf16]\nshapes: [{m: -4, n: 64, k: 64}]\n",
+     "'m' values must be positive"),
+    ("shape missing k", GOOD_HOSTS, "name: s\nbackends: [torch-bf16]\nshapes: [{m: 16, n: 64}]\n",
+     "'n' and 'k' are required"),
+    ("unknown preset", GOOD_HOSTS, "name: s\nbackends: [torch-bf16]\nshapes: [{preset: llama}]\n", "unknown preset"),
+    ("unknown sweep field", GOOD_HOSTS, GOOD_SWEEP + "iterations: 5\n", "field 'iterations': unknown field"),
+    ("wrong timing type", GOOD_HOSTS, GOOD_SWEEP + "timing: {budget_s: lots}\n", "field 'timing.budget_s'"),
+    ("sweep not a mapping", GOOD_HOSTS, "- a\n- b\n", "expected a mapping"),
+    ("bad env name", "hosts: [{name: local, transport: local, env: {'A-B': x}}]\n", GOOD_SWEEP,
+     "invalid environment variable name"),
+]
+
+
+@pytest.mark.parametrize("what,hosts,sweep,message", BAD_INPUTS, ids=[b[0] for b in BAD_INPUTS])
+def test_bad_input_exits_2_with_one_clear_line(tmp_path, capsys, what, hosts, sweep, message):
+    inv, sw = write(tmp_path / "hosts.yaml", hosts), write(tmp_path / "sweep.yaml", sweep)
+    code = main(["run", str(sw), "-i", str(inv), "--runs-dir", str(tmp_path / "runs")])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert message in err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: ")
+    assert "Traceback" not in err
+    assert not (tmp_path / "runs").exists()  # nothing was started
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["run", "missing.yaml"], "sweep file not found"),
+    (["show", "nope"], "no run 'nope'"),
+    (["show", "latest"], "no runs in"),
+    (["rerun", "latest"], "say what to run again"),
+])
+def test_bad_arguments_exit_2(tmp_path, capsys, monkeypatch, argv, message):
+    monkeypatch.chdir(tmp_path)
+    write(tmp_path / "hosts.yaml", GOOD_HOSTS)
+    code = main(argv)
+    err = capsys.readouterr().err
+    assert code == 2 and message in err and "Traceback" not in err

@@ -1,0 +1,187 @@
+"""Worker logic on the CPU: support decisions, verdicts, timing statistics, records."""
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+import torch
+
+from orchestrator.collect import parse_line
+from worker import runner as runner_mod
+from worker.backends import CATALOG, support_problem
+from worker.health import assess, decode_reasons
+from worker.metrics import gemm_metrics
+from worker.schema import CaseSpec, Stats, TimingOptions
+from worker.timing import median_ci, quantile, summarize
+from worker.verify import THRESHOLDS, verdict
+
+FAST = TimingOptions(budget_s=0.05, warmup_ms=1, min_samples=3, max_samples=10)
+
+
+@pytest.mark.parametrize("backend,cc,expected", [
+    ("flashinfer-fp4-cutlass", (9, 0), "needs compute capability >= 10.0, host has 9.0"),
+    ("sgl-fp4-cutlass", (9, 0), "needs compute capability >= 10.0, host has 9.0"),
+    ("torch-nvfp4", (8, 9), "needs compute capability >= 10.0, host has 8.9"),
+    ("flashinfer-fp4-trtllm", (12, 0), "supports compute capability 10.0, 10.3, 10.7 only, host has 12.0"),
+    ("flashinfer-fp4-b12x", (10, 0), "supports compute capability 12.0, 12.1 only, host has 10.0"),
+    ("torch-fp8", None, "needs a CUDA GPU with compute capability >= 8.9; host has none (CPU)"),
+    ("flashinfer-fp4-cutlass", (12, 0), None),
+    ("sgl-fp4-cutlass", (12, 0), None),
+    ("torch-bf16", None, None),
+    ("reference-nvfp4", None, None),
+])
+def test_support_is_decided_from_capability_before_anything_runs(backend, cc, expected):
+    assert support_problem(CATALOG[backend], 16, 2048, 6144, cc) == expected
+
+
+def test_shape_constraints_are_unsupported_with_the_rule():
+    assert support_problem(CATALOG["sgl-fp4-cutlass"], 16, 2048, 6160, (12, 0)) == "needs K % 32 == 0 (K=6160)"
+    assert support_problem(CATALOG["sgl-fp4-cutlass"], 16, 2050, 6144, (12, 0)) == "needs N % 32 == 0 (N=2050)"
+    assert support_problem(CATALOG["reference-nvfp4"], 16, 64, 40, None) == "needs K % 16 == 0 for NVFP4 blocks (K=40)"
+
+
+def test_fp4_backends_are_never_imported_on_a_device_below_10(monkeypatch):
+    for mod in [m for m in sys.modules if m.startswith("worker.backends.")]:
+        monkeypatch.delitem(sys.modules, mod)
+    runner = runner_mod.CaseRunner("cpu")
+    for name in ("flashinfer-fp4-cutlass", "sgl-fp4-cutlass", "torch-nvfp4"):
+        rec = runner.run(CaseSpec(backend=name, m=16, n=64, k=128, timing=FAST))
+        assert rec.status == "unsupported" and "compute capability" in rec.reason
+    assert "worker.backends.flashinfer_gemm" not in sys.modules
+    assert "worker.backends.sgl_gemm" not in sys.modules
+
+
+def test_a_missing_library_is_unavailable_with_its_import_error():
+    from worker.backends import BackendSpec, availability_problem
+
+    spec = BackendSpec(name="x", module="torch_gemm", family="bf16", import_name="no_such_module_fleetbench")
+    assert availability_problem(spec) == "no_such_module_fleetbench is not installed"
+
+
+def test_cpu_cases_are_measured_and_checked():
+    runner = runner_mod.CaseRunner("cpu")
+    for backend in ("torch-bf16", "reference-nvfp4"):
+        rec = runner.run(CaseSpec(backend=backend, m=16, n=64, k=128, timing=FAST))
+        assert rec.status == "ok", rec.reason
+        assert rec.correctness.verdict == "pass"
+        assert rec.timing.method == "cpu-wallclock" and rec.timing.n >= 3
+        assert rec.timing.samples_us and rec.metrics.tflops > 0
+
+
+def test_an_exception_in_a_case_is_recorded_and_the_loop_goes_on(tmp_path, monkeypatch):
+    from worker.backends import torch_gemm
+    from worker.schema import WorkerParams
+
+    def boom(spec, sets, out_dtype):
+        raise RuntimeError("kernel exploded")
+
+    monkeypatch.setattr(torch_gemm, "prepare", boom)
+    params = WorkerParams(run_id="r", host="h", device="cpu", cases=[
+        CaseSpec(backend="torch-bf16", m=16, n=64, k=128, timing=FAST),
+        CaseSpec(backend="reference-nvfp4", m=16, n=64, k=128, timing=FAST),
+    ])
+    results = tmp_path / "results.jsonl"
+    runner_mod.run_params(params, results)
+    records = [parse_line(line) for line in results.read_text().splitlines()]
+    assert records[0].kind == "facts"
+    assert records[1].status == "failed" and "kernel exploded" in records[1].reason
+    assert "Traceback" in records[1].traceback
+    assert records[2].status == "ok"
+    # A second pass runs nothing: every case already has a record.
+    runner_mod.run_params(params, results)
+    assert len(results.read_text().splitlines()) == 3
+
+
+def test_zeros_wrong_layout_and_nan_fail_loudly():
+    torch.manual_seed(0)
+    a, b = torch.randn(32, 128), torch.randn(64, 128)
+    ref = a @ b.T
+    th = THRESHOLDS["bf16"]
+    assert verdict(ref.to(torch.bfloat16), ref, None, th).verdict == "pass"
+    zeros = verdict(torch.zeros_like(ref), ref, None, th)
+    assert zeros.verdict == "fail" and "all zeros" in zeros.detail and zeros.cosine == 0.0
+    swapped = verdict(a @ torch.randn(64, 128).T, ref, None, th)
+    assert swapped.verdict == "fail" and "rel_err" in swapped.detail
+    nan = ref.clone()
+    nan[0, 0] = float("nan")
+    bad = verdict(nan, ref, None, th)
+    assert bad.verdict == "fail" and "NaN" in bad.detail
+    json.dumps(bad.model_dump())  # stays valid JSON
+
+
+def test_fp4_thresholds_accept_nvfp4_error_and_reject_a_wrong_scale():
+    from worker import nvfp4
+
+    torch.manual_seed(0)
+    a, b = torch.randn(64, 512), torch.randn(128, 512)
+    out = nvfp4.reference_gemm(a, b).to(torch.bfloat16)
+    good = verdict(out, nvfp4.reference_gemm(a, b), a @ b.T, THRESHOLDS["fp4"])
+    assert good.verdict == "pass" and 0.05 < good.rel_err_bf16 < 0.3
+    scaled = verdict(out * 1.5, nvfp4.reference_gemm(a, b), a @ b.T, THRESHOLDS["fp4"])
+    assert scaled.verdict == "fail"  # cosine alone would miss a wrong global scale; rel_err does not
+
+
+def test_timing_statistics():
+    samples = [10.0, 11.0, 9.0, 10.5, 9.5, 10.0, 30.0]
+    s = summarize(samples, method="x", calls_per_sample=1, l2="hot")
+    assert s.median_us == 10.0 and s.n == 7 and s.samples_us == samples
+    assert s.p10_us == pytest.approx(quantile(sorted(samples), 0.1))
+    lo, hi = median_ci(sorted(samples))
+    assert lo <= s.median_us <= hi
+    assert s.rel_ci == pytest.approx((hi - lo) / 2 / 10.0)
+    tight = summarize([5.0] * 50, method="x", calls_per_sample=1, l2="hot")
+    assert tight.rel_ci == 0.0
+
+
+def test_metrics_count_fp4_scale_bytes_and_peak():
+    m = gemm_metrics(16, 2048, 6144, "fp4", 10.0, "NVIDIA RTX PRO 6000 Blackwell Server Edition")
+    flops = 2 * 16 * 2048 * 6144
+    assert m.tflops == pytest.approx(flops / 10e-6 / 1e12)
+    assert m.bytes == pytest.approx((16 + 2048) * 6144 * (0.5 + 1 / 16) + 16 * 2048 * 2)
+    assert m.pct_peak_flops == pytest.approx(100 * m.tflops / 2015.2)
+    assert gemm_metrics(16, 64, 64, "bf16", 1.0, None).pct_peak_flops is None
+
+
+def test_health_taints_on_clock_drop_or_new_throttling():
+    from worker.schema import HealthSnapshot
+
+    before = HealthSnapshot(sm_clock_mhz=1980, throttle_reasons=["sw_power_cap"])
+    assert not assess(before, HealthSnapshot(sm_clock_mhz=1950, throttle_reasons=["sw_power_cap"])).tainted
+    dropped = assess(before, HealthSnapshot(sm_clock_mhz=1500))
+    assert dropped.tainted and "1980 -> 1500" in dropped.taint_reason
+    hot = assess(before, HealthSnapshot(sm_clock_mhz=1980, throttle_reasons=decode_reasons(0x20 | 0x4)))
+    assert hot.tainted and "sw_thermal" in hot.taint_reason
+
+
+def test_case_id_is_stable_and_ignores_the_label():
+    a = CaseSpec(backend="torch-bf16", m=16, n=64, k=128, label="x")
+    b = CaseSpec(backend="torch-bf16", m=16, n=64, k=128, label="completely different")
+    c = CaseSpec(backend="torch-bf16", m=16, n=64, k=128, timing=TimingOptions(l2="hot"))
+    assert a.case_id == b.case_id != c.case_id
+    assert a.case_id == CaseSpec.model_validate_json(a.model_dump_json()).case_id
+
+
+def test_records_round_trip_through_the_controller_parser():
+    rec = runner_mod.crashed_record(CaseSpec(backend="torch-bf16", m=1, n=2, k=16), "worker process killed by SIGSEGV")
+    back = parse_line(rec.model_dump_json())
+    assert back == rec
+    stats = Stats(method="m", median_us=1, p10_us=1, p90_us=1, mean_us=1, stdev_us=0, n=1, rel_ci=0,
+                  calls_per_sample=1, l2="hot", samples_us=[1.0])
+    assert Stats.model_validate_json(stats.model_dump_json()) == stats
+
+
+def test_gpu_lock_serializes_and_names_the_holder(tmp_path):
+    from worker.gpulock import GpuLockTimeout, gpu_lock
+
+    with gpu_lock("run-A", "host1", 0, lock_dir=tmp_path, ids=["GPU-1234"]) as held:
+        assert held == "GPU-1234"
+        with pytest.raises(GpuLockTimeout, match="locked by run run-A \\(host host1"):
+            with gpu_lock("run-B", "host2", 0.3, lock_dir=tmp_path, ids=["GPU-1234"]):
+                pass
+        with gpu_lock("run-C", "host3", 0, lock_dir=tmp_path, ids=["GPU-other"]) as other:
+            assert other == "GPU-other"  # another GPU is another lock
+    with gpu_lock("run-B", "host2", 0, lock_dir=tmp_path, ids=["GPU-1234"]):
+        pass  # released when the holder left
+    with gpu_lock("run-D", "h", 0, lock_dir=tmp_path, ids=[]) as none:
+        assert none is None  # nothing to lock on a CPU host
