@@ -30,7 +30,7 @@ from .store import HostOutcome, RunStore, now_iso
 from .transport import CommandResult, Transport, TransportError, make_transport
 
 STOP_GRACE_S = 3.0
-CLEANUP_LIMIT_S = 20.0
+CLEANUP_LIMIT_S = 8.0  # per cleanup step on a host that may no longer answer
 
 
 @dataclass(frozen=True)
@@ -325,3 +325,42 @@ def _last_meaningful(lines) -> str:
         if text and not text.startswith("@@fleetbench"):
             return text[:400]
     return ""
+
+
+def recover_attempts(plan: Plan, store: RunStore, scripts: dict[str, RenderedScript], *, accept_new: bool = False,
+                     transport_factory: Callable[..., Transport] = make_transport) -> dict[str, int]:
+    """Before a rerun: stop what earlier unfinished attempts still run on their hosts, and fetch the
+    result lines they wrote that never reached the controller (a host that died mid-fetch, a
+    controller killed mid-run). Returns recovered line counts per slot; unreachable hosts are skipped."""
+    recovered: dict[str, int] = {}
+
+    def per_host(host: Host) -> None:
+        layout = scripts[host.name].layout
+        transport = transport_factory(host, accept_new=accept_new)
+        try:
+            transport.connect()
+        except Exception:
+            return
+        try:
+            for job in plan.jobs_of(host):
+                for attempt in store.attempts(job.slot):
+                    if store.outcome(job.slot, attempt).outcome == "ok":
+                        continue
+                    stop_remote(transport, layout.pidfile(job.slot, attempt))
+                    local = store.attempt_dir(job.slot, attempt) / "results.jsonl"
+                    fetched = local.with_name("results.recovered")
+                    if not _bounded(lambda: transport.get(layout.results(job.slot, attempt), fetched), CLEANUP_LIMIT_S):
+                        continue
+                    old = local.read_bytes() if local.exists() else b""
+                    new = fetched.read_bytes()
+                    if len(new) > len(old) and new.startswith(old):
+                        fetched.replace(local)
+                        recovered[job.slot] = recovered.get(job.slot, 0) + new[len(old):].count(b"\n")
+                    else:
+                        fetched.unlink()
+        finally:
+            transport.close()
+
+    with ThreadPoolExecutor(max_workers=max(1, min(64, len(plan.hosts)))) as pool:
+        list(pool.map(per_host, plan.hosts))
+    return recovered

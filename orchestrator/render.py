@@ -22,9 +22,17 @@ from .plan import Job, Plan, RemoteLayout, layout_for
 SCRIPT_TEMPLATE = "bench_script.py.j2"
 
 
+def templates_dir() -> Path:
+    """Installed: the package `orchestrator.templates`; in a source checkout: ./templates."""
+    try:
+        return Path(str(importlib.resources.files("orchestrator.templates")))
+    except ModuleNotFoundError:
+        return Path(__file__).resolve().parent.parent / "templates"
+
+
 def template_environment() -> jinja2.Environment:
     return jinja2.Environment(
-        loader=jinja2.FileSystemLoader(str(importlib.resources.files("orchestrator.templates"))),
+        loader=jinja2.FileSystemLoader(str(templates_dir())),
         undefined=jinja2.StrictUndefined,
         keep_trailing_newline=True,
         autoescape=False,

@@ -15,13 +15,17 @@ from worker.schema import CaseSpec
 from . import __version__
 from .bundle import WorkerBundle, build_worker_bundle
 from .errors import InputError
-from .execute import EventSink, Execution, JobTask, run_tasks
+from .execute import EventSink, Execution, JobTask, recover_attempts, run_tasks
 from .inventory import Host, Inventory, select_hosts
 from .plan import Job, Plan, PerGpu, build_plan, layout_for, new_run_id
 from .render import RenderedScript, job_argv, render_plan, render_script, template_environment
 from .store import HostOutcome, RunStore, now_iso
 from .sweep import Sweep
 from .transport import make_transport
+
+
+class NothingToRerun(InputError):
+    """Every selected host finished (or, with --resume, every case has a result)."""
 
 
 @dataclass
@@ -129,7 +133,7 @@ def plan_rerun(store: RunStore, inventory: Inventory, *, failed: bool, hosts_sel
             chosen.append((job, cases))
     if not chosen:
         what = "failed hosts" if failed else "matching hosts"
-        raise InputError(f"run {store.run_id}: nothing to rerun (no {what}{' with missing cases' if resume else ''})")
+        raise NothingToRerun(f"run {store.run_id}: nothing to rerun (no {what}{' with missing cases' if resume else ''})")
 
     bundle_path = store.dir / "worker.tar.gz"
     data = bundle_path.read_bytes()
@@ -166,8 +170,15 @@ def plan_rerun(store: RunStore, inventory: Inventory, *, failed: bool, hosts_sel
 def rerun(store: RunStore, inventory: Inventory, *, failed: bool, hosts_selector: Optional[str], resume: bool,
           parallel: int = 64, accept_new: bool = False, on_event: Optional[EventSink] = None,
           execution: Optional[Execution] = None, lock_timeout_s: Optional[float] = None) -> RunResult:
-    plan, scripts, bundle, tasks = plan_rerun(store, inventory, failed=failed, hosts_selector=hosts_selector,
-                                              resume=resume, lock_timeout_s=lock_timeout_s)
+    plan, scripts, _, _ = plan_rerun(store, inventory, failed=failed, hosts_selector=hosts_selector,
+                                     resume=resume, lock_timeout_s=lock_timeout_s)
+    recover_attempts(plan, store, scripts, accept_new=accept_new)
+    # Recovered lines change what is missing, so the cases to run are decided after recovery.
+    try:
+        plan, scripts, bundle, tasks = plan_rerun(store, inventory, failed=failed, hosts_selector=hosts_selector,
+                                                  resume=resume, lock_timeout_s=lock_timeout_s)
+    except NothingToRerun:
+        return RunResult(store=store, plan=plan, outcomes=[])
     outcomes = run_tasks(plan, store, scripts, bundle, tasks, parallel=parallel, accept_new=accept_new,
                          on_event=on_event, execution=execution)
     return RunResult(store=store, plan=plan, outcomes=outcomes)

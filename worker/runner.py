@@ -21,6 +21,10 @@ from .backends import CATALOG, availability_problem, support_problem
 from .schema import CaseRecord, CaseSpec, FactsRecord, WorkerParams
 
 PROGRESS_PREFIX = "@@fleetbench-progress "
+# Fault injection for reliability tests: "<action>:<backend>:<m>[,...]" with action one of
+# segv (the process dies by SIGSEGV), exit (dies with status 1), hang (stops answering),
+# garbage (a corrupt line lands in results.jsonl). Unset in normal use.
+FAULT_ENV = "FLEETBENCH_FAULT"
 # Cold-L2 rotation: input sets totalling at least this many L2 sizes, within these bounds.
 COLD_L2_FACTOR = 3
 MAX_SETS = 64
@@ -176,6 +180,7 @@ def run_params(params: WorkerParams, results: Path) -> int:
         emit_progress(event="start", done=len(done), total=total, case_id=case.case_id,
                       backend=case.backend, m=case.m, n=case.n, k=case.k)
         inflight.write_text(case.case_id, encoding="utf-8")
+        _inject_fault(case, results)
         rec = runner.run(case)
         append_record(results, rec)
         done.add(case.case_id)
@@ -183,6 +188,29 @@ def run_params(params: WorkerParams, results: Path) -> int:
                       reason=rec.reason[:200], median_us=rec.timing.median_us if rec.timing else None)
     inflight.unlink(missing_ok=True)
     return 0
+
+
+def _inject_fault(case: CaseSpec, results: Path) -> None:
+    spec = os.environ.get(FAULT_ENV)
+    if not spec:
+        return
+    import signal
+
+    for item in spec.split(","):
+        action, _, target = item.partition(":")
+        backend, _, m = target.partition(":")
+        if backend != case.backend or (m and int(m) != case.m):
+            continue
+        if action == "segv":
+            os.kill(os.getpid(), signal.SIGSEGV)
+        elif action == "exit":
+            os._exit(1)
+        elif action == "hang":
+            while True:
+                time.sleep(3600)
+        elif action == "garbage":
+            with open(results, "a", encoding="utf-8") as f:
+                f.write('{"kind": "case", "schema_version": 1, "oops"\n')
 
 
 def load_params(path: Path) -> WorkerParams:

@@ -16,9 +16,12 @@ from typing import Callable
 
 from .schema import Stats, TimingOptions
 
-# One sample should last long enough that event resolution (~0.5 us) and replay jitter vanish.
-TARGET_SAMPLE_S = 1e-3
+# One sample (one graph replay) should last long enough that event resolution (~0.5 us), replay
+# jitter and the replay's launch cost vanish next to it.
+TARGET_SAMPLE_S = 2e-3
+MIN_CALLS_PER_SAMPLE = 32
 MAX_CALLS_PER_SAMPLE = 4096
+PROBE_CALLS = 16
 
 
 def summarize(samples_us: list[float], *, method: str, calls_per_sample: int, l2: str) -> Stats:
@@ -117,29 +120,24 @@ def time_cuda(fn: Callable[[int], object], n_sets: int, opts: TimingOptions) -> 
     if opts.mode == "events":
         return _time_events(fn, n_sets, opts)
 
-    # Estimate one call from a short eager burst to size the graph.
+    # Size the graph from a short graph, not from eager calls: a library with heavy Python dispatch
+    # (100+ us per eager call) would otherwise get a graph of a handful of calls, and the replay's own
+    # launch cost (a few us) would land on every one of them.
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    probe_calls = max(PROBE_CALLS, n_sets if opts.l2 == "cold" else 1)
+    probe = _capture(fn, probe_calls, n_sets, stream)
+    probe.replay()
     start.record(stream)
-    for i in range(10):
-        fn(i % n_sets)
+    probe.replay()
     end.record(stream)
     end.synchronize()
-    per_call_s = start.elapsed_time(end) / 1e3 / 10
-    cps = opts.calls_per_sample or max(1, min(MAX_CALLS_PER_SAMPLE, round(TARGET_SAMPLE_S / max(per_call_s, 1e-7))))
+    per_call_s = start.elapsed_time(end) / 1e3 / probe_calls
+    del probe
+    cps = opts.calls_per_sample or max(MIN_CALLS_PER_SAMPLE,
+                                       min(MAX_CALLS_PER_SAMPLE, round(TARGET_SAMPLE_S / max(per_call_s, 1e-7))))
     if opts.l2 == "cold":
         cps = max(cps, n_sets)  # the set a replay starts with was last used a full rotation ago
-
-    graph = torch.cuda.CUDAGraph()
-    side = torch.cuda.Stream()
-    side.wait_stream(stream)
-    with torch.cuda.stream(side):
-        fn(0)  # libraries that allocate on first use on a new stream do it outside the capture
-    stream.wait_stream(side)
-    torch.cuda.synchronize()
-    with torch.cuda.graph(graph):
-        for i in range(cps):
-            fn(i % n_sets)
-    torch.cuda.synchronize()
+    graph = _capture(fn, cps, n_sets, stream)
     graph.replay()
     graph.replay()
     torch.cuda.synchronize()
@@ -154,6 +152,24 @@ def time_cuda(fn: Callable[[int], object], n_sets: int, opts: TimingOptions) -> 
         samples.append(start.elapsed_time(end) * 1e3 / cps)
     del graph
     return summarize(samples, method="cuda-graph", calls_per_sample=cps, l2=opts.l2)
+
+
+def _capture(fn: Callable[[int], object], calls: int, n_sets: int, stream):
+    """A CUDA graph of `calls` back-to-back calls rotating through the input sets."""
+    import torch
+
+    side = torch.cuda.Stream()
+    side.wait_stream(stream)
+    with torch.cuda.stream(side):
+        fn(0)  # libraries that allocate on first use on a new stream do it outside the capture
+    stream.wait_stream(side)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for i in range(calls):
+            fn(i % n_sets)
+    torch.cuda.synchronize()
+    return graph
 
 
 def _time_events(fn: Callable[[int], object], n_sets: int, opts: TimingOptions) -> Stats:
