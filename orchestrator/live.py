@@ -45,8 +45,9 @@ class LiveView:
                 self._live.update(self._table())
             elif self._last_printed.get(event.slot) != event.state:
                 self._last_printed[event.slot] = event.state
-                if event.state in _FINAL or event.state == "running":
-                    msg = f" — {event.message}" if event.message else ""
+                if event.state in _FINAL or event.state in ("running", "waiting for GPU lock"):
+                    detail = event.message or (event.current if event.state != "running" else "")
+                    msg = f" — {detail}" if detail else ""
                     self.console.print(f"{event.slot}: {event.state} ({event.done}/{event.total}){msg}",
                                        markup=False, highlight=False)
 

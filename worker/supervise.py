@@ -48,6 +48,10 @@ def _supervise_cases(params, params_path: Path, results_path: Path) -> int:
     inflight = results_path.with_name(results_path.name + ".inflight")
     worker_root = str(Path(__file__).resolve().parent.parent)
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [worker_root, os.environ.get("PYTHONPATH")])))
+    # An SSH session's PATH is minimal; tools that live in the venv (ninja, for FlashInfer's JIT) must
+    # be found as if the venv were activated.
+    venv_bin = str(Path(sys.executable).parent)
+    env["PATH"] = os.pathsep.join(filter(None, [venv_bin, os.environ.get("PATH")]))
     cmd = [sys.executable, "-m", "worker", "run", "--params", str(params_path), "--results", str(results_path)]
     restarts = 0
     while True:
