@@ -47,9 +47,10 @@ def main() -> int:
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     work = Path("/tmp/fleetbench-gpu-fleet")
-    fleet = start_fleet(work / f"f{int(time.time())}", args.hosts)
+    base = work / f"f{int(time.time())}"
+    fleet = start_fleet(base, args.hosts)
     env = dict(kv.split("=", 1) for kv in args.env)
-    inv = fleet.inventory(work / "hosts.yaml", env=env)
+    inv = fleet.inventory(base / "hosts.yaml", env=env)
     # pin each host to one GPU
     import yaml
 
@@ -58,7 +59,7 @@ def main() -> int:
         h["env"] = {**env, "CUDA_VISIBLE_DEVICES": str(i % args.gpus)}
         h["timeout"] = 900
     inv.write_text(yaml.safe_dump(doc))
-    runs = work / "runs"
+    runs = base / "runs"  # fresh per invocation: the kill trigger reads this run's logs only
     log = open(args.out / "controller.log", "w")
     md = [f"# {args.hosts} sshd hosts on {args.gpus} GPU(s), sweep {args.sweep}", ""]
     try:
