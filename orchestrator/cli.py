@@ -6,6 +6,7 @@ or case failed; 2 bad input (nothing was run); 130 interrupted.
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 from pathlib import Path
 from typing import Optional
@@ -83,6 +84,9 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: Optional[list[str]] = None) -> int:
     args = _parser().parse_args(argv)
+    # paramiko logs connection failures with tracebacks; they become one classified line here instead.
+    logging.getLogger("paramiko").addHandler(logging.NullHandler())
+    logging.getLogger("paramiko").propagate = False
     out = Console(highlight=False)
     err = Console(stderr=True, highlight=False, soft_wrap=True)  # one problem, one line: never wrapped
     try:

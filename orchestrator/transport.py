@@ -230,7 +230,10 @@ class FabricTransport:
         except TransportError:
             raise
         except Exception as exc:
-            raise classify_connect_error(exc, h, target, known_hosts) from None
+            # paramiko's reader thread keeps the root cause (e.g. no banner) and the caller sees a
+            # generic "No existing session": classify the cause.
+            cause = getattr(client.get_transport(), "saved_exception", None) or exc
+            raise classify_connect_error(cause, h, target, known_hosts) from None
         self._conn = conn
 
     def _sftp_client(self):
@@ -342,6 +345,16 @@ def _nodelay_socket(host: str, port: int, timeout: float) -> socket.socket:
     # paramiko leaves Nagle on; with it each small SSH packet waits ~40 ms for an ACK.
     sock = socket.create_connection((host, port), timeout=timeout)
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    # A wedged or frozen sshd accepts TCP and then says nothing; paramiko reports that as an opaque
+    # "No existing session". Peek (without consuming) for the banner to say what happened.
+    try:
+        if not sock.recv(4, socket.MSG_PEEK):
+            sock.close()
+            raise ConnectionRefusedError("closed before the SSH banner")
+    except socket.timeout:
+        sock.close()
+        raise TransportError("timeout", f"{host}:{port} accepted the connection but sent no SSH banner within "
+                             f"{timeout:g} s (host frozen or overloaded?)") from None
     return sock
 
 
