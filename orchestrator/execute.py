@@ -251,10 +251,15 @@ class _HostPipeline:
                     self.execution.running.pop(slot, None)
 
         self.emit(JobEvent(slot, "collecting", done=progress["done"], total=len(task.cases)))
-        if result is not None and result.timed_out:
-            stop_remote(transport, pidfile)
-        fetched = _bounded(lambda: transport.get(self.layout.results(slot, attempt), local / "results.jsonl"),
-                           CLEANUP_LIMIT_S)
+        results_remote = self.layout.results(slot, attempt)
+
+        def collect() -> bool:
+            if result is not None and result.timed_out:
+                stop_remote(transport, pidfile)
+            return transport.get(results_remote, local / "results.jsonl")
+
+        # One bound for stopping and fetching together: a frozen host costs its limit plus this, once.
+        fetched = _bounded(collect, CLEANUP_LIMIT_S)
         parsed = parse_results(local / "results.jsonl")
         wanted = {c.case_id for c in task.cases}
         done_ids = {r.case_id for r in parsed.cases if r.case_id in wanted}
