@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 TORCH_SPEC ?= torch==2.13.0
 SWEEP ?= sweeps/smoke.yaml
 
-.PHONY: run test install sshd clean
+.PHONY: run test install system-deps clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -20,15 +20,20 @@ install: $(VENV)/.installed
 run: install
 	$(VENV)/bin/fleetbench run $(SWEEP)
 
-# The fleet tests start real OpenSSH servers; install the server when it is missing and we may.
-sshd:
-	@if [ ! -x /usr/sbin/sshd ]; then \
+# The fleet tests start real OpenSSH servers and the report test opens a page in headless Chromium:
+# install whichever is missing, in one apt-get call, when we may.
+system-deps:
+	@missing=""; \
+	[ -x /usr/sbin/sshd ] || missing="$$missing openssh-server"; \
+	command -v chromium >/dev/null || missing="$$missing chromium"; \
+	if [ -n "$$missing" ]; then \
 		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssh-server >/dev/null; \
-		else echo "openssh-server is missing: install it (sudo apt-get install openssh-server)"; fi; \
+			echo "installing$$missing"; \
+			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+		else echo "missing:$$missing (install them: sudo apt-get install$$missing)"; fi; \
 	fi
 
-test: install sshd
+test: install system-deps
 	$(PY) -m pytest -q
 
 clean:

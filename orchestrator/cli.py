@@ -64,6 +64,25 @@ def _parser() -> argparse.ArgumentParser:
     show.add_argument("run", help="run id, run folder or `latest`")
     common(show, inventory=False)
     show.add_argument("--format", choices=["table", "json", "csv", "md"], default="table")
+    show.add_argument("--pivot", choices=["backend"], help="one row per shape, backends side by side")
+    show.add_argument("--baseline", help="with --pivot: show each backend's speedup over this one")
+
+    diff = sub.add_parser("diff", help="compare two runs or hosts with statistics, or hosts against the fleet",
+                          epilog="A and B: RUN, RUN:host or RUN:host:gpu. Exit 1 when B is confirmed SLOWER "
+                                 "than A in any case (for CI gates).")
+    diff.add_argument("a", help="baseline: RUN[:host[:gpu]]")
+    diff.add_argument("b", nargs="?", help="candidate: RUN[:host[:gpu]] (omit with --across-hosts)")
+    diff.add_argument("--across-hosts", action="store_true", help="every host of run A against the fleet median")
+    diff.add_argument("--threshold", default="3%", help="smallest change that counts (default 3%%)")
+    diff.add_argument("--format", choices=["table", "json", "csv", "md"], default="table")
+    common(diff, inventory=False)
+
+    report = sub.add_parser("report", help="write one self-contained HTML report with plots")
+    report.add_argument("run")
+    report.add_argument("--against", help="a second run (or RUN:host) to compare with")
+    report.add_argument("-o", "--output", default="report.html")
+    report.add_argument("--threshold", default="3%")
+    common(report, inventory=False)
 
     runs = sub.add_parser("runs", help="list stored runs")
     common(runs, inventory=False)
@@ -174,6 +193,18 @@ def cmd_show(args, out: Console, err: Console) -> int:
 
     store = resolve_run(Path(args.runs_dir), args.run)
     outcomes = list(store.latest_outcomes().values())
+    if args.baseline and not args.pivot:
+        raise FleetbenchError("--baseline needs --pivot backend")
+    if args.pivot:
+        from .merge import merged_rows
+        from .report import render_pivot
+
+        out.file.write(render_pivot(merged_rows(store), args.format, args.baseline, width=max(out.width, 160)))
+        out.file.flush()
+        bad = [o for o in outcomes if o.outcome != "ok"]
+        for o in bad:
+            err.print(f"{o.slot}: {o.outcome}: {o.error}", markup=False)
+        return EXIT_FAILED if bad else EXIT_OK
     return _report(store, outcomes, args.format, out, err)
 
 
@@ -224,7 +255,53 @@ def cmd_rerun(args, out: Console, err: Console) -> int:
     return _report(result.store, list(store.latest_outcomes().values()), args.format, out, err)
 
 
-COMMANDS = {"run": cmd_run, "render": cmd_render, "show": cmd_show, "runs": cmd_runs, "rerun": cmd_rerun}
+def parse_threshold(text: str) -> float:
+    """'3%' or '0.03' -> 0.03."""
+    try:
+        value = float(text[:-1]) / 100 if text.endswith("%") else float(text)
+    except ValueError:
+        raise FleetbenchError(f"--threshold {text!r}: give a percentage like 3% or a fraction like 0.03") from None
+    if not 0 < value < 1:
+        raise FleetbenchError(f"--threshold {text!r}: must be between 0% and 100%")
+    return value
+
+
+def cmd_diff(args, out: Console, err: Console) -> int:
+    from .diff import across_hosts, compare_sides, resolve_side
+    from .report import render_comparison, render_fleet
+
+    threshold = parse_threshold(args.threshold)
+    side_a = resolve_side(Path(args.runs_dir), args.a)
+    width = max(out.width, 160)
+    if args.across_hosts:
+        if args.b:
+            raise FleetbenchError("--across-hosts compares the hosts of one run: give one RUN")
+        report = across_hosts(side_a, threshold)
+        out.file.write(render_fleet(report, args.format, width))
+        outliers = [s for s, h in report.hosts.items() if h["outlier"]]
+        for s in outliers:
+            err.print(f"{s}: outlier in {report.hosts[s]['flagged']} of {report.hosts[s]['cases']} cases", markup=False)
+        return EXIT_OK
+    if not args.b:
+        raise FleetbenchError("diff needs two sides (A B), or one run with --across-hosts")
+    cmp = compare_sides(side_a, resolve_side(Path(args.runs_dir), args.b), threshold)
+    out.file.write(render_comparison(cmp, args.format, width))
+    for c in cmp.regressions:
+        err.print(f"regression: {c.backend} {c.m}x{c.n}x{c.k} ({c.label}) B/A {c.ratio:.3f} "
+                  f"[{c.ci_low:.3f}, {c.ci_high:.3f}]", markup=False)
+    return EXIT_FAILED if cmp.regressions else EXIT_OK
+
+
+def cmd_report(args, out: Console, err: Console) -> int:
+    from .htmlreport import write_report
+
+    path = write_report(Path(args.runs_dir), args.run, args.against, Path(args.output),
+                        parse_threshold(args.threshold))
+    err.print(f"wrote {path}", markup=False)
+    return EXIT_OK
+
+
+COMMANDS = {"diff": cmd_diff, "report": cmd_report, "run": cmd_run, "render": cmd_render, "show": cmd_show, "runs": cmd_runs, "rerun": cmd_rerun}
 
 
 if __name__ == "__main__":

@@ -128,3 +128,36 @@ def merged_rows(store: RunStore) -> list[Row]:
 
 def host_facts(store: RunStore) -> dict[str, Optional[FactsRecord]]:
     return {d.slot: d.facts for d in load_slots(store)}
+
+
+@dataclass
+class PivotRow:
+    """One shape on one host slot, every backend side by side."""
+
+    slot: str
+    label: str
+    m: int
+    n: int
+    k: int
+    cells: dict  # backend -> Row
+
+    def speedup(self, backend: str, baseline: str) -> Optional[float]:
+        """baseline latency / backend latency (> 1: backend is faster), when both are ok."""
+        a, b = self.cells.get(baseline), self.cells.get(backend)
+        if not a or not b or a.status != "ok" or b.status != "ok" or not a.median_us or not b.median_us:
+            return None
+        return a.median_us / b.median_us
+
+
+def pivot_by_backend(rows: list[Row]) -> tuple[list[str], list[PivotRow]]:
+    """(backends in first-seen order, one PivotRow per (slot, label, m, n, k))."""
+    backends: list[str] = []
+    pivot: dict[tuple, PivotRow] = {}
+    for r in rows:
+        if r.backend not in backends:
+            backends.append(r.backend)
+        key = (r.slot, r.label, r.m, r.n, r.k)
+        if key not in pivot:
+            pivot[key] = PivotRow(slot=r.slot, label=r.label, m=r.m, n=r.n, k=r.k, cells={})
+        pivot[key].cells[r.backend] = r
+    return backends, list(pivot.values())

@@ -35,7 +35,9 @@ def template_environment() -> jinja2.Environment:
         loader=jinja2.FileSystemLoader(str(templates_dir())),
         undefined=jinja2.StrictUndefined,
         keep_trailing_newline=True,
-        autoescape=False,
+        # HTML templates escape every value (labels are user text); the Python script template uses
+        # `tojson` for each value instead.
+        autoescape=jinja2.select_autoescape(enabled_extensions=("html.j2",), default_for_string=False, default=False),
     )
 
 

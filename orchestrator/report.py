@@ -71,3 +71,168 @@ def render_rows(rows: list[Row], fmt: str, title: str = "", width: int = 200) ->
     console = Console(width=width, record=True, file=io.StringIO(), force_terminal=False)
     console.print(rows_table(rows, title))
     return console.export_text()
+
+
+# -- pivot: backends side by side ---------------------------------------------------------------------
+_SHORT = {"unsupported": "unsupp.", "unavailable": "n/a", "failed": "FAILED", "crashed": "CRASHED",
+          "missing": "missing"}
+
+
+def _pivot_cell(row: Optional[Row], speedup: Optional[float]) -> str:
+    if row is None:
+        return ""
+    if row.status != "ok":
+        return _SHORT.get(row.status, row.status) + "*"
+    text = f"{row.median_us:.2f} µs {row.tflops:.0f} TF"
+    if row.verdict == "fail":
+        text += " WRONG"
+    if speedup is not None:
+        text += f" ×{speedup:.2f}"
+    return text
+
+
+def render_pivot(rows: list[Row], fmt: str, baseline: Optional[str] = None, width: int = 200) -> str:
+    """Per shape, each backend's median latency and TFLOPS (and speedup over `baseline`) side by side;
+    a cell that did not run is marked `*` and explained under the table."""
+    from .merge import pivot_by_backend
+
+    backends, pivot = pivot_by_backend(rows)
+    if baseline is not None and baseline not in backends:
+        from .errors import InputError
+
+        raise InputError(f"--baseline {baseline!r} is not in this run (backends: {', '.join(backends)})")
+    if fmt in ("json", "csv"):
+        records = []
+        for p in pivot:
+            rec = {"slot": p.slot, "label": p.label, "m": p.m, "n": p.n, "k": p.k}
+            for b in backends:
+                cell = p.cells.get(b)
+                rec[f"{b}.status"] = cell.status if cell else ""
+                rec[f"{b}.median_us"] = cell.median_us if cell else None
+                rec[f"{b}.tflops"] = cell.tflops if cell else None
+                if baseline:
+                    rec[f"{b}.speedup_vs_{baseline}"] = p.speedup(b, baseline)
+            records.append(rec)
+        if fmt == "json":
+            return json.dumps(records, indent=1, ensure_ascii=False) + "\n"
+        buf = io.StringIO()
+        writer = csv.DictWriter(buf, fieldnames=list(records[0]) if records else ["slot"], lineterminator="\n")
+        writer.writeheader()
+        for rec in records:
+            writer.writerow({k: ("" if v is None else v) for k, v in rec.items()})
+        return buf.getvalue()
+    headers = ["host", "label", "M", "N", "K", *backends]
+    body = [[p.slot, p.label, str(p.m), str(p.n), str(p.k),
+             *[_pivot_cell(p.cells.get(b), p.speedup(b, baseline) if baseline else None) for b in backends]]
+            for p in pivot]
+    notes = sorted({f"{r.backend}: {_SHORT.get(r.status, r.status)}* = {r.reason}" for r in rows
+                    if r.status != "ok" and r.reason})
+    legend = (f"cells: median latency, TFLOPS" + (f", speedup over {baseline} (×>1: faster)" if baseline else "")
+              + "; WRONG = failed the correctness check")
+    if fmt == "md":
+        lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+        lines += ["| " + " | ".join(c.replace("|", "\\|") for c in r) + " |" for r in body]
+        return "\n".join(lines + ["", legend, *[f"- {n}" for n in notes]]) + "\n"
+    table = Table(header_style="bold", caption=legend)
+    for h in headers:
+        table.add_column(h, overflow="fold")
+    for r in body:
+        table.add_row(*r)
+    console = Console(width=width, record=True, file=io.StringIO(), force_terminal=False)
+    console.print(table)
+    for n in notes:
+        console.print(n, markup=False, highlight=False, soft_wrap=True)
+    return console.export_text()
+
+
+# -- diff and fleet outliers --------------------------------------------------------------------------
+def render_comparison(cmp, fmt: str, width: int = 200) -> str:
+    if fmt == "json":
+        return json.dumps({"a": cmp.a, "b": cmp.b, "threshold": cmp.threshold,
+                           "facts": [vars(f) for f in cmp.facts], "cases": [c.as_dict() for c in cmp.cases]},
+                          indent=1, ensure_ascii=False) + "\n"
+    if fmt == "csv":
+        buf = io.StringIO()
+        fields = list(cmp.cases[0].as_dict()) if cmp.cases else ["key"]
+        writer = csv.DictWriter(buf, fieldnames=fields, lineterminator="\n")
+        writer.writeheader()
+        for c in cmp.cases:
+            writer.writerow({k: ("" if v is None else v) for k, v in c.as_dict().items()})
+        return buf.getvalue()
+    f = lambda v, p: "" if v is None else format(v, p)  # noqa: E731
+    fact_rows = [[d.field, d.a, d.b] for d in cmp.facts]
+    case_rows = [[c.key if "/" in c.key else "", c.label, c.backend, str(c.m), str(c.n), str(c.k), f(c.a_us, ".2f"),
+                  f(c.b_us, ".2f"), f(c.ratio, ".3f"),
+                  "" if c.ci_low is None else f"{c.ci_low:.3f}–{c.ci_high:.3f}", f(c.p_value, ".2g"), c.verdict, c.note]
+                 for c in cmp.cases]
+    case_headers = ["host/case", "label", "backend", "M", "N", "K", "A µs", "B µs", "B/A", "95% CI", "p", "verdict", "note"]
+    summary = {}
+    for c in cmp.cases:
+        summary[c.verdict] = summary.get(c.verdict, 0) + 1
+    summary_line = (f"A = {cmp.a}, B = {cmp.b}, threshold ±{cmp.threshold:.1%}: "
+                    + ", ".join(f"{n} {v}" for v, n in sorted(summary.items())))
+    if fmt == "md":
+        out = [f"**{summary_line}**", ""]
+        if fact_rows:
+            out += ["Host facts that differ:", "", "| fact | A | B |", "|---|---|---|"]
+            out += [f"| {a} | {b} | {c} |" for a, b, c in fact_rows] + [""]
+        out += ["| " + " | ".join(case_headers) + " |", "|" + "---|" * len(case_headers)]
+        out += ["| " + " | ".join(x.replace("|", "\\|") for x in r) + " |" for r in case_rows]
+        return "\n".join(out) + "\n"
+    console = Console(width=width, record=True, file=io.StringIO(), force_terminal=False)
+    if fact_rows:
+        t = Table(title="host facts that differ (numbers below may differ because of these)", header_style="bold")
+        for h in ("fact", "A", "B"):
+            t.add_column(h, overflow="fold")
+        for r in fact_rows:
+            t.add_row(*r)
+        console.print(t)
+    t = Table(title=summary_line, header_style="bold")
+    for h in case_headers:
+        t.add_column(h, overflow="fold")
+    style = {"SLOWER": "bold red", "FASTER": "green", "AMBIGUOUS": "yellow"}
+    for r in case_rows:
+        s = style.get(r[11])
+        r[11] = f"[{s}]{r[11]}[/]" if s else r[11]
+        t.add_row(*r)
+    console.print(t)
+    return console.export_text()
+
+
+def render_fleet(report, fmt: str, width: int = 200) -> str:
+    if fmt == "json":
+        return json.dumps({"threshold": report.threshold, "hosts": report.hosts,
+                           "deviations": [d.as_dict() for d in report.deviations]}, indent=1) + "\n"
+    if fmt == "csv":
+        buf = io.StringIO()
+        writer = csv.writer(buf, lineterminator="\n")
+        writer.writerow(["slot", "backend", "m", "n", "k", "median_us", "fleet_median_us", "robust_z"])
+        for d in report.deviations:
+            writer.writerow([d.slot, d.backend, d.m, d.n, d.k, d.median_us, d.fleet_median_us, d.robust_z])
+        return buf.getvalue()
+    host_rows = [[slot, str(h["cases"]), str(h["flagged"]), f"{h['score']:.0%}", "OUTLIER" if h["outlier"] else ""]
+                 for slot, h in report.hosts.items()]
+    dev_rows = [[d.slot, d.backend, str(d.m), str(d.n), str(d.k), f"{d.median_us:.2f}", f"{d.fleet_median_us:.2f}",
+                 f"{d.median_us / d.fleet_median_us:.3f}", f"{d.robust_z:+.1f}"] for d in report.deviations]
+    if fmt == "md":
+        out = ["| host | cases | flagged | score | |", "|---|---|---|---|---|"]
+        out += ["| " + " | ".join(r) + " |" for r in host_rows] + [""]
+        out += ["| host | backend | M | N | K | µs | fleet µs | ratio | robust z |", "|---|---|---|---|---|---|---|---|---|"]
+        out += ["| " + " | ".join(r) + " |" for r in dev_rows]
+        return "\n".join(out) + "\n"
+    console = Console(width=width, record=True, file=io.StringIO(), force_terminal=False)
+    t = Table(title=f"hosts vs the fleet median (flag: |robust z| > 3.5 and off by > {report.threshold:.0%})",
+              header_style="bold")
+    for h in ("host", "cases", "flagged", "score", ""):
+        t.add_column(h)
+    for r in host_rows:
+        t.add_row(*r)
+    console.print(t)
+    if dev_rows:
+        t = Table(title="cases that make them so", header_style="bold")
+        for h in ("host", "backend", "M", "N", "K", "µs", "fleet µs", "ratio", "robust z"):
+            t.add_column(h)
+        for r in dev_rows:
+            t.add_row(*r)
+        console.print(t)
+    return console.export_text()

@@ -1,0 +1,225 @@
+"""Compare measurements with statistics: run vs run (or host vs host), and every host vs the fleet.
+
+Ratios are B/A of per-call latency (> 1: B is slower). Each ratio's 95% confidence interval comes from a
+bootstrap of the two cases' raw samples (the ratio of medians), and the verdict against a threshold t:
+  SLOWER     the whole interval is above 1 + t        FASTER   the whole interval is below 1 - t
+  SAME       the whole interval lies within 1 ± t     AMBIGUOUS  anything else (too noisy to say)
+A Mann-Whitney U p-value is reported beside it. Only a confirmed SLOWER makes `diff` exit 1.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Optional
+
+import numpy as np
+from scipy import stats
+
+from worker.schema import CaseRecord, FactsRecord
+
+from .errors import InputError
+from .merge import SlotData, load_slots
+from .store import RunStore, resolve_run
+
+FACT_FIELDS = ("gpu_name", "compute_capability", "driver", "cuda", "torch", "flashinfer", "sgl_kernel", "triton",
+               "python", "worker_version", "device", "sm_count", "gpu_memory_gb")
+BOOTSTRAP_RESAMPLES = 2000
+MAD_SCALE = 1.4826  # MAD of a normal distribution -> its standard deviation
+OUTLIER_Z = 3.5
+
+
+@dataclass
+class Side:
+    """One side of a comparison: slots of a run (all, or one host, or one host's GPU)."""
+
+    store: RunStore
+    slots: list[SlotData]
+    label: str
+
+
+def resolve_side(runs_dir, ref: str) -> Side:
+    """`RUN`, `RUN:host` or `RUN:host:gpu` (RUN may be `latest`, an id prefix or a folder)."""
+    run_ref, host, gpu = (ref.split(":") + [None, None])[:3] if ":" in ref else (ref, None, None)
+    store = resolve_run(runs_dir, run_ref)
+    slots = load_slots(store)
+    if host is not None:
+        slots = [s for s in slots if s.host == host and (gpu is None or str(s.gpu) == gpu)]
+        if not slots:
+            raise InputError(f"'{ref}': run {store.run_id} has no host '{host}'" + (f" GPU {gpu}" if gpu else ""))
+    return Side(store=store, slots=slots, label=ref if host else store.run_id)
+
+
+@dataclass
+class FactDiff:
+    field: str
+    a: str
+    b: str
+
+
+@dataclass
+class CaseDiff:
+    key: str  # slot/case or case, as matched
+    label: str
+    backend: str
+    m: int
+    n: int
+    k: int
+    a_us: Optional[float]
+    b_us: Optional[float]
+    ratio: Optional[float]
+    ci_low: Optional[float]
+    ci_high: Optional[float]
+    p_value: Optional[float]
+    verdict: str  # FASTER SLOWER SAME AMBIGUOUS, or MISSING / NOT-OK
+    note: str = ""
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class Comparison:
+    a: str
+    b: str
+    threshold: float
+    facts: list[FactDiff] = field(default_factory=list)
+    cases: list[CaseDiff] = field(default_factory=list)
+
+    @property
+    def regressions(self) -> list[CaseDiff]:
+        return [c for c in self.cases if c.verdict == "SLOWER"]
+
+
+def _facts_of(side: Side) -> dict[str, str]:
+    """Facts of a side; where its hosts disagree among themselves the values are joined."""
+    values: dict[str, set] = {}
+    for s in side.slots:
+        if s.facts is None:
+            continue
+        for f in FACT_FIELDS:
+            values.setdefault(f, set()).add(str(getattr(s.facts, f)))
+    return {f: " | ".join(sorted(v)) for f, v in values.items()}
+
+
+def fact_differences(a: Side, b: Side) -> list[FactDiff]:
+    fa, fb = _facts_of(a), _facts_of(b)
+    return [FactDiff(f, fa.get(f, "?"), fb.get(f, "?")) for f in FACT_FIELDS if fa.get(f) != fb.get(f)]
+
+
+def ratio_ci(a: list[float], b: list[float], seed: int = 0) -> tuple[float, float, float]:
+    """(ratio of medians b/a, 95% CI low, high) by a percentile bootstrap over both sample sets."""
+    xa, xb = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    point = float(np.median(xb) / np.median(xa))
+    if len(xa) < 2 or len(xb) < 2:
+        return point, 0.0, float("inf")
+    res = stats.bootstrap((xa, xb), lambda x, y, axis: np.median(y, axis=axis) / np.median(x, axis=axis),
+                          n_resamples=BOOTSTRAP_RESAMPLES, method="percentile", vectorized=True,
+                          random_state=np.random.default_rng(seed), paired=False)
+    return point, float(res.confidence_interval.low), float(res.confidence_interval.high)
+
+
+def classify(low: float, high: float, threshold: float) -> str:
+    if low > 1 + threshold:
+        return "SLOWER"
+    if high < 1 - threshold:
+        return "FASTER"
+    if low >= 1 - threshold and high <= 1 + threshold:
+        return "SAME"
+    return "AMBIGUOUS"
+
+
+def compare_records(key: str, ra: Optional[CaseRecord], rb: Optional[CaseRecord], threshold: float) -> CaseDiff:
+    case = (ra or rb).case
+    base = dict(key=key, label=case.label, backend=case.backend, m=case.m, n=case.n, k=case.k)
+    a_us = ra.timing.median_us if ra and ra.timing else None
+    b_us = rb.timing.median_us if rb and rb.timing else None
+    if ra is None or rb is None:
+        return CaseDiff(**base, a_us=a_us, b_us=b_us, ratio=None, ci_low=None, ci_high=None, p_value=None,
+                        verdict="MISSING", note="only in " + ("B" if ra is None else "A"))
+    if ra.status != "ok" or rb.status != "ok" or not ra.timing or not rb.timing:
+        return CaseDiff(**base, a_us=a_us, b_us=b_us, ratio=None, ci_low=None, ci_high=None, p_value=None,
+                        verdict="NOT-OK", note=f"A {ra.status}, B {rb.status}")
+    ratio, low, high = ratio_ci(ra.timing.samples_us, rb.timing.samples_us)
+    p = float(stats.mannwhitneyu(ra.timing.samples_us, rb.timing.samples_us, alternative="two-sided").pvalue)
+    note = "timing methods differ" if (ra.timing.method, ra.timing.l2) != (rb.timing.method, rb.timing.l2) else ""
+    return CaseDiff(**base, a_us=a_us, b_us=b_us, ratio=ratio, ci_low=low, ci_high=high, p_value=p,
+                    verdict=classify(low, high, threshold), note=note)
+
+
+def compare_sides(a: Side, b: Side, threshold: float) -> Comparison:
+    """Cases matched by (slot, case) when both sides hold the same hosts, else by case alone."""
+    same_slots = {s.slot for s in a.slots} == {s.slot for s in b.slots}
+    if not same_slots and (len(a.slots) != 1 or len(b.slots) != 1):
+        raise InputError(f"cannot match {a.label} ({len(a.slots)} hosts) with {b.label} ({len(b.slots)} hosts): "
+                         "name one host on each side (RUN:host) or compare runs of the same hosts")
+
+    def index(side: Side) -> dict[str, CaseRecord]:
+        out = {}
+        for s in side.slots:
+            for cid, (_, rec) in s.records.items():
+                out[f"{s.slot}/{cid}" if same_slots else cid] = rec
+        return out
+
+    ia, ib = index(a), index(b)
+    keys = list(dict.fromkeys([*ia, *ib]))
+    cases = [compare_records(k, ia.get(k), ib.get(k), threshold) for k in keys]
+    return Comparison(a=a.label, b=b.label, threshold=threshold, facts=fact_differences(a, b), cases=cases)
+
+
+# -- every host against the fleet ---------------------------------------------------------------------
+@dataclass
+class HostDeviation:
+    slot: str
+    case_key: str
+    backend: str
+    m: int
+    n: int
+    k: int
+    median_us: float
+    fleet_median_us: float
+    robust_z: float
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class FleetReport:
+    threshold: float
+    hosts: dict[str, dict] = field(default_factory=dict)  # slot -> {cases, flagged, score, outlier}
+    deviations: list[HostDeviation] = field(default_factory=list)
+
+
+def across_hosts(side: Side, threshold: float, z_limit: float = OUTLIER_Z) -> FleetReport:
+    """Per case, each host's median against the fleet median, scored by median / MAD.
+
+    A case flags a host when |robust z| > z_limit and the host is also more than `threshold` away from
+    the fleet median (a tiny MAD alone must not flag a 0.5% difference). A host is an outlier when it
+    is flagged in at least 10% of the cases it ran (and at least one).
+    """
+    by_case: dict[str, dict[str, CaseRecord]] = {}
+    for s in side.slots:
+        for cid, (_, rec) in s.records.items():
+            if rec.status == "ok" and rec.timing:
+                by_case.setdefault(cid, {})[s.slot] = rec
+    report = FleetReport(threshold=threshold)
+    counts = {s.slot: [0, 0] for s in side.slots}
+    for cid, per_host in by_case.items():
+        if len(per_host) < 3:
+            continue  # no fleet to speak of
+        values = np.array([r.timing.median_us for r in per_host.values()])
+        med = float(np.median(values))
+        mad = float(np.median(np.abs(values - med))) * MAD_SCALE
+        for slot, rec in per_host.items():
+            counts[slot][0] += 1
+            x = rec.timing.median_us
+            z = (x - med) / mad if mad > 0 else (0.0 if x == med else float("inf") * np.sign(x - med))
+            if abs(z) > z_limit and abs(x / med - 1) > threshold:
+                counts[slot][1] += 1
+                c = rec.case
+                report.deviations.append(HostDeviation(slot, cid, c.backend, c.m, c.n, c.k, x, med, float(z)))
+    for slot, (n_cases, flagged) in counts.items():
+        score = flagged / n_cases if n_cases else 0.0
+        report.hosts[slot] = {"cases": n_cases, "flagged": flagged, "score": score,
+                              "outlier": flagged >= 1 and score >= 0.10}
+    report.deviations.sort(key=lambda d: -abs(d.robust_z))
+    return report

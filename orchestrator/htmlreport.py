@@ -1,0 +1,164 @@
+"""One self-contained HTML report of a run (optionally against another): plots, host facts, verdicts.
+
+Plots are drawn with matplotlib (Agg) into PNGs embedded as data URIs, so the file opens anywhere,
+offline, with no scripts.
+"""
+from __future__ import annotations
+
+import base64
+import io
+import statistics
+from collections import defaultdict
+from pathlib import Path
+from typing import Optional
+
+from . import __version__
+from .diff import across_hosts, compare_sides, resolve_side
+from .merge import Row, load_slots, merged_rows
+from .render import template_environment
+from .store import now_iso, write_atomic
+
+REPORT_TEMPLATE = "report.html.j2"
+MAX_PLOTTED_CASES = 40
+
+
+def _png(fig) -> str:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
+    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
+
+
+def _families(rows: list[Row]) -> dict[tuple[int, int], list[Row]]:
+    fam: dict[tuple[int, int], list[Row]] = defaultdict(list)
+    for r in rows:
+        fam[(r.n, r.k)].append(r)
+    return dict(sorted(fam.items()))
+
+
+def _fleet_series(rows: list[Row], value) -> dict[str, list[tuple[int, float, float, float]]]:
+    """backend -> [(M, fleet median, min, max)] over the hosts' ok rows."""
+    by: dict[str, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for r in rows:
+        v = value(r)
+        if r.status == "ok" and v is not None:
+            by[r.backend][r.m].append(v)
+    return {b: [(m, statistics.median(vs), min(vs), max(vs)) for m, vs in sorted(ms.items())] for b, ms in by.items()}
+
+
+def plot_tflops(rows: list[Row]) -> list[dict]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    plots = []
+    for (n, k), fam in _families(rows).items():
+        series = _fleet_series(fam, lambda r: r.tflops)
+        if not series:
+            continue
+        fig, ax = plt.subplots(figsize=(7, 4))
+        for backend, pts in series.items():
+            ms = [p[0] for p in pts]
+            ax.plot(ms, [p[1] for p in pts], marker="o", label=backend)
+            ax.fill_between(ms, [p[2] for p in pts], [p[3] for p in pts], alpha=0.15)
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("M")
+        ax.set_ylabel("TFLOPS (fleet median; band: min..max over hosts)")
+        ax.set_title(f"N={n}, K={k}")
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=7)
+        plots.append({"title": f"TFLOPS vs M, N={n} K={k}", "src": _png(fig)})
+    return plots
+
+
+def plot_speedups(rows: list[Row], baseline: str) -> list[dict]:
+    import matplotlib.pyplot as plt
+
+    plots = []
+    for (n, k), fam in _families(rows).items():
+        base = {m: v for m, v, _, _ in _fleet_series([r for r in fam if r.backend == baseline], lambda r: r.median_us).get(baseline, [])}
+        series = _fleet_series([r for r in fam if r.backend != baseline], lambda r: r.median_us)
+        if not base or not series:
+            continue
+        fig, ax = plt.subplots(figsize=(7, 4))
+        for backend, pts in series.items():
+            xs = [m for m, *_ in pts if m in base]
+            ax.plot(xs, [base[m] / v for m, v, _, _ in pts if m in base], marker="o", label=backend)
+        ax.axhline(1.0, color="black", linewidth=0.8)
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("M")
+        ax.set_ylabel(f"speedup over {baseline} (>1 faster)")
+        ax.set_title(f"N={n}, K={k}")
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=7)
+        plots.append({"title": f"Speedup over {baseline}, N={n} K={k}", "src": _png(fig)})
+    return plots
+
+
+def plot_peak(rows: list[Row]) -> list[dict]:
+    import matplotlib.pyplot as plt
+
+    ok = [r for r in rows if r.status == "ok" and r.pct_peak is not None]
+    if not ok:
+        return []
+    series = _fleet_series(ok, lambda r: r.pct_peak)
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for backend, pts in series.items():
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=backend)
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("M")
+    ax.set_ylabel("% of the device's dense peak")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=7)
+    return [{"title": "% of peak (all shapes)", "src": _png(fig)}]
+
+
+def plot_comparison(cmp) -> list[dict]:
+    import matplotlib.pyplot as plt
+
+    cases = [c for c in cmp.cases if c.ratio is not None]
+    if not cases:
+        return []
+    # The cases that moved most; the table below lists all of them.
+    cases = sorted(cases, key=lambda c: abs(c.ratio - 1), reverse=True)[:MAX_PLOTTED_CASES]
+    fig, ax = plt.subplots(figsize=(8, max(3, 0.22 * len(cases))))
+    colors = {"SLOWER": "tab:red", "FASTER": "tab:green", "SAME": "tab:gray", "AMBIGUOUS": "tab:orange"}
+    for i, c in enumerate(cases):
+        ax.errorbar([c.ratio], [i], xerr=[[c.ratio - c.ci_low], [max(0.0, c.ci_high - c.ratio)]], fmt="o",
+                    color=colors.get(c.verdict, "black"), markersize=3)
+    ax.axvline(1.0, color="black", linewidth=0.8)
+    ax.axvspan(1 - cmp.threshold, 1 + cmp.threshold, color="gray", alpha=0.15)
+    ax.set_yticks(range(len(cases)), [f"{c.backend} {c.m}x{c.n}x{c.k}" for c in cases], fontsize=6)
+    ax.set_xlabel("B / A latency, 95% CI (right of 1: B slower)")
+    return [{"title": f"{cmp.b} vs {cmp.a}: the {len(cases)} cases that moved most", "src": _png(fig)}]
+
+
+def write_report(runs_dir: Path, run_ref: str, against: Optional[str], output: Path, threshold: float) -> Path:
+    side = resolve_side(runs_dir, run_ref)
+    store = side.store
+    rows = merged_rows(store)
+    if ":" in run_ref:
+        rows = [r for r in rows if r.slot in {s.slot for s in side.slots}]
+    backends = list(dict.fromkeys(r.backend for r in rows))
+    baseline = "torch-bf16" if "torch-bf16" in backends else (backends[0] if backends else "")
+    plots = plot_tflops(rows) + plot_speedups(rows, baseline) + plot_peak(rows)
+    comparison = None
+    if against:
+        comparison = compare_sides(resolve_side(runs_dir, against), side, threshold)
+        plots += plot_comparison(comparison)
+    slots = load_slots(store)
+    facts = [{"slot": s.slot, "facts": s.facts.model_dump(exclude={"kind", "schema_version"}) if s.facts else {},
+              "outcome": s.outcome.outcome if s.outcome else "not run",
+              "error": s.outcome.error if s.outcome else ""} for s in slots if s in side.slots or ":" not in run_ref]
+    fleet = across_hosts(side, threshold) if len(side.slots) >= 3 else None
+    html = template_environment().get_template(REPORT_TEMPLATE).render(
+        run_id=store.run_id, sweep=store.manifest()["sweep"]["name"], generated=now_iso(), version=__version__,
+        rows=rows, plots=plots, facts=facts, comparison=comparison, fleet=fleet, baseline=baseline,
+        threshold=threshold,
+    )
+    output.parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(output, html.encode("utf-8"))
+    return output

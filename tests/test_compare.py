@@ -1,0 +1,198 @@
+"""Comparisons on stored synthetic runs with known distributions: no false verdicts on identical
+distributions, a 5% shift is SLOWER, noise is AMBIGUOUS; fleet outliers; pivot; the HTML report."""
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from orchestrator.cli import main
+from orchestrator.diff import classify, compare_sides, resolve_side
+from orchestrator.store import RunStore
+from orchestrator.sweep import Sweep
+from worker.schema import SCHEMA_VERSION, CaseRecord, FactsRecord, Metrics, Stats
+from worker.timing import summarize
+
+MS = [16 * (i + 1) for i in range(100)]  # x 2 backends = 200 cases
+
+
+def sweep(backends=("torch-bf16", "torch-fp8")) -> Sweep:
+    return Sweep(name="synthetic", backends=list(backends), shapes=[{"m": MS, "n": 2048, "k": 6144, "label": "syn"}])
+
+
+def base_us(case) -> float:
+    return 5.0 + case.m / 16 + (2.0 if case.backend == "torch-bf16" else 0.0)
+
+
+def make_run(runs_dir: Path, run_id: str, hosts: dict[str, float], *, seed: int, sigma: float = 0.01,
+             samples: int = 40, noisy: dict | None = None, facts: dict | None = None, statuses: dict | None = None) -> RunStore:
+    """A stored run: per host a slowdown factor; samples are lognormal around base_us(case) * factor."""
+    rng = np.random.default_rng(seed)
+    sw = sweep()
+    cases = sw.cases()
+    store = RunStore.create(runs_dir, run_id)
+    store.write_manifest({"run_id": run_id, "sweep": sw.model_dump(mode="json"), "hosts": [], "dry_run": False,
+                          "jobs": [{"slot": h, "host": h, "gpu": None, "case_ids": [c.case_id for c in cases]} for h in hosts]})
+    for host, factor in hosts.items():
+        lines = [FactsRecord(hostname=host, python="3.12", platform="linux", worker_version="0.1.0", device="cuda",
+                             gpu_name="NVIDIA RTX PRO 6000 Blackwell Server Edition", compute_capability="12.0",
+                             driver=(facts or {}).get(host, "580.1"), torch="2.11.0").model_dump_json()]
+        for c in cases:
+            status = (statuses or {}).get((host, c.m), "ok")
+            if status != "ok":
+                lines.append(CaseRecord(case_id=c.case_id, case=c, status=status, reason="needs compute capability >= 10.0",
+                                        started_at="t", duration_s=0).model_dump_json())
+                continue
+            s = (noisy or {}).get(c.m, sigma)
+            xs = list(base_us(c) * factor * rng.lognormal(0.0, s, samples))
+            stats = summarize(xs, method="cuda-graph", calls_per_sample=100, l2="cold")
+            flops = 2.0 * c.m * c.n * c.k
+            lines.append(CaseRecord(case_id=c.case_id, case=c, status="ok", timing=stats, started_at="t", duration_s=0.1,
+                                    metrics=Metrics(flops=flops, bytes=1.0, tflops=flops / stats.median_us / 1e6,
+                                                    tb_per_s=0.1, pct_peak_flops=10.0)).model_dump_json())
+        d = store.attempt_dir(host, 1)
+        d.mkdir(parents=True)
+        (d / "results.jsonl").write_text("\n".join(lines) + "\n")
+        (d / "outcome.json").write_text(json.dumps({"slot": host, "host": host, "attempt": 1, "outcome": "ok",
+                                                    "cases_total": len(cases), "cases_done": len(cases)}))
+    return store
+
+
+def test_schema_version_of_synthetic_records_is_current():
+    assert SCHEMA_VERSION == 1
+
+
+def test_identical_distributions_flag_nothing(tmp_path):
+    make_run(tmp_path, "a", {"h": 1.0}, seed=1)
+    make_run(tmp_path, "b", {"h": 1.0}, seed=2)
+    cmp = compare_sides(resolve_side(tmp_path, "a"), resolve_side(tmp_path, "b"), 0.03)
+    verdicts = [c.verdict for c in cmp.cases]
+    assert len(verdicts) == 200
+    assert verdicts.count("SLOWER") == 0 and verdicts.count("FASTER") == 0
+    assert verdicts.count("SAME") >= 190  # tight samples: confidently the same, not just "not different"
+
+
+def test_a_five_percent_shift_is_slower_and_exits_1(tmp_path, capsys):
+    make_run(tmp_path, "a", {"h": 1.0}, seed=1)
+    make_run(tmp_path, "b", {"h": 1.05}, seed=2)
+    cmp = compare_sides(resolve_side(tmp_path, "a"), resolve_side(tmp_path, "b"), 0.03)
+    assert {c.verdict for c in cmp.cases} == {"SLOWER"}
+    assert all(1.03 < c.ratio < 1.07 for c in cmp.cases)
+    code = main(["diff", "a", "b", "--runs-dir", str(tmp_path), "--format", "md"])
+    out, err = capsys.readouterr()
+    assert code == 1 and "200 SLOWER" in out and "regression: torch-bf16 16x2048x6144" in err
+    assert main(["diff", "b", "a", "--runs-dir", str(tmp_path)]) == 0  # the other way round it is FASTER
+    assert "200 FASTER" in capsys.readouterr().out
+
+
+def test_a_noisy_case_is_ambiguous_not_a_false_verdict(tmp_path):
+    noisy = {16: 0.35, 32: 0.35}
+    make_run(tmp_path, "a", {"h": 1.0}, seed=3, noisy=noisy, samples=12)
+    make_run(tmp_path, "b", {"h": 1.0}, seed=4, noisy=noisy, samples=12)
+    cmp = compare_sides(resolve_side(tmp_path, "a"), resolve_side(tmp_path, "b"), 0.03)
+    by_m = {}
+    for c in cmp.cases:
+        by_m.setdefault(c.m, set()).add(c.verdict)
+    assert by_m[16] == {"AMBIGUOUS"} and by_m[32] == {"AMBIGUOUS"}
+
+
+def test_classify_boundaries():
+    assert classify(1.04, 1.06, 0.03) == "SLOWER"
+    assert classify(0.90, 0.95, 0.03) == "FASTER"
+    assert classify(0.99, 1.01, 0.03) == "SAME"
+    assert classify(1.01, 1.05, 0.03) == "AMBIGUOUS"
+
+
+def test_host_vs_host_diff_shows_differing_facts_first(tmp_path, capsys):
+    make_run(tmp_path, "r", {"h1": 1.0, "h2": 1.0}, seed=5, facts={"h1": "580.1", "h2": "575.9"})
+    assert main(["diff", "r:h1", "r:h2", "--runs-dir", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert out.index("host facts that differ") < out.index("B/A")
+    assert "driver" in out and "575.9" in out
+    with pytest.raises(SystemExit):
+        main(["diff"])
+
+
+def test_across_hosts_flags_the_odd_host_and_its_cases(tmp_path, capsys):
+    make_run(tmp_path, "fleet", {"h1": 1.0, "h2": 1.0, "h3": 1.0, "h4": 1.08, "h5": 1.0, "h6": 1.0}, seed=6)
+    assert main(["diff", "fleet", "--across-hosts", "--runs-dir", str(tmp_path), "--format", "json"]) == 0
+    captured = capsys.readouterr()
+    report = json.loads(captured.out)
+    assert [h for h, v in report["hosts"].items() if v["outlier"]] == ["h4"]
+    assert report["hosts"]["h4"]["flagged"] >= 190
+    assert sum(v["flagged"] for h, v in report["hosts"].items() if h != "h4") == 0
+    assert "h4: outlier in" in captured.err
+
+
+def test_pivot_puts_backends_side_by_side_with_speedups_and_explains_gaps(tmp_path, capsys):
+    make_run(tmp_path, "p", {"h": 1.0}, seed=7, statuses={("h", 32): "unsupported"})
+    assert main(["show", "p", "--pivot", "backend", "--baseline", "torch-bf16", "--runs-dir", str(tmp_path),
+                 "--format", "md"]) == 0
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    assert lines[0].startswith("| host | label | M | N | K | torch-bf16 | torch-fp8 |")
+    row16 = next(line for line in lines if line.startswith("| h | syn | 16 |"))
+    assert "×1.00" in row16 and "×1.3" in row16  # fp8 base is 6 µs vs bf16 8 µs: ~1.33x
+    assert "unsupp.*" in next(line for line in lines if line.startswith("| h | syn | 32 |"))
+    assert "unsupp.* = needs compute capability >= 10.0" in out
+
+
+def test_bad_threshold_and_baseline_are_input_errors(tmp_path, capsys):
+    make_run(tmp_path, "a", {"h": 1.0}, seed=1)
+    assert main(["diff", "a", "a", "--threshold", "lots", "--runs-dir", str(tmp_path)]) == 2
+    assert main(["show", "a", "--pivot", "backend", "--baseline", "cublas-magic", "--runs-dir", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "--threshold 'lots'" in err and "--baseline 'cublas-magic' is not in this run" in err
+
+
+def chromium() -> str | None:
+    return shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+def test_html_report_renders_with_plots_in_headless_chromium(tmp_path, capsys):
+    import os
+
+    make_run(tmp_path, "base", {"h1": 1.0, "h2": 1.0, "h3": 1.02}, seed=8)
+    make_run(tmp_path, "new", {"h1": 1.05, "h2": 1.0, "h3": 1.0}, seed=9)
+    html = tmp_path / "report.html"
+    assert main(["report", "new", "--against", "base", "-o", str(html), "--runs-dir", str(tmp_path)]) == 0
+    text = html.read_text()
+    assert text.count("data:image/png;base64,") >= 4 and "<script" not in text
+    assert "OUTLIER" in text or "Hosts against the fleet" in text
+    browser = chromium()
+    if browser is None:
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail("chromium is not installed; `make test` installs it")
+        pytest.skip("chromium not installed")
+    shot = tmp_path / "shot.png"
+    proc = subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                           "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                           f"--user-data-dir={tmp_path / 'profile'}", "--enable-logging=stderr", "--v=0",
+                           "--window-size=1400,2400", f"--screenshot={shot}", html.as_uri()],
+                          capture_output=True, text=True, timeout=120)
+    assert shot.exists(), proc.stderr[-2000:]
+    assert "CONSOLE" not in proc.stderr and "Uncaught" not in proc.stderr
+    import matplotlib.image
+
+    img = matplotlib.image.imread(str(shot))[..., :3]
+    saturation = img.max(axis=2) - img.min(axis=2)
+    colored = float((saturation > 0.3).mean())  # plot lines and markers; the page itself is grey on white
+    assert colored > 0.003, f"only {colored:.4f} of the screenshot is colored: plots missing?"
+
+
+def test_hostile_labels_are_escaped_in_the_html(tmp_path):
+    store = make_run(tmp_path, "x", {"h": 1.0}, seed=10)
+    manifest = store.manifest()
+    manifest["sweep"]["shapes"][0]["label"] = "<script>alert(1)</script>"
+    manifest.pop("manifest_version")
+    store.write_manifest(manifest)
+    results = store.attempt_dir("h", 1) / "results.jsonl"
+    results.write_text(results.read_text().replace('"label":"syn"', '"label":"<script>alert(1)</script>"'))
+    html = tmp_path / "r.html"
+    assert main(["report", "x", "-o", str(html), "--runs-dir", str(tmp_path)]) == 0
+    text = html.read_text()
+    assert "<script>" not in text and "&lt;script&gt;alert(1)&lt;/script&gt;" in text
