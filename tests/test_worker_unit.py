@@ -185,3 +185,20 @@ def test_gpu_lock_serializes_and_names_the_holder(tmp_path):
         pass  # released when the holder left
     with gpu_lock("run-D", "h", 0, lock_dir=tmp_path, ids=[]) as none:
         assert none is None  # nothing to lock on a CPU host
+
+
+def test_noop_cases_never_import_torch(tmp_path):
+    import subprocess
+
+    from worker.schema import WorkerParams
+
+    params = tmp_path / "p.json"
+    params.write_text(WorkerParams(run_id="r", host="h", device="cpu",
+                                   cases=[CaseSpec(backend="noop", m=1, n=16, k=16)]).model_dump_json())
+    code = ("import sys; from pathlib import Path; from worker.runner import load_params, run_params; "
+            f"run_params(load_params(Path({str(params)!r})), Path({str(tmp_path / 'r.jsonl')!r})); "
+            "print('torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip().splitlines()[-1] == "False"
+    records = [json.loads(line) for line in (tmp_path / "r.jsonl").read_text().splitlines()]
+    assert records[0]["kind"] == "facts" and records[1]["status"] == "ok"

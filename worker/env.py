@@ -29,9 +29,11 @@ class DeviceInfo:
 
 def detect_device(wanted: str = "auto") -> DeviceInfo:
     """The device cases run on: CUDA when asked for or available, else the CPU."""
+    if wanted == "cpu":
+        return DeviceInfo(device="cpu")  # no torch import: a CPU-only sweep of no-op cases never needs it
     import torch
 
-    if wanted == "cpu" or (wanted == "auto" and not torch.cuda.is_available()):
+    if wanted == "auto" and not torch.cuda.is_available():
         return DeviceInfo(device="cpu")
     if not torch.cuda.is_available():
         raise RuntimeError("device 'cuda' was asked for but torch sees no CUDA device")

@@ -75,10 +75,13 @@ class CaseRunner:
 
     def __init__(self, device_wanted: str = "auto"):
         from .env import detect_device
-        from .health import NvmlProbe
 
         self.device = detect_device(device_wanted)
-        self.probe = NvmlProbe.for_current_device() if self.device.device == "cuda" else None
+        self.probe = None
+        if self.device.device == "cuda":
+            from .health import NvmlProbe
+
+            self.probe = NvmlProbe.for_current_device()
 
     def run(self, case: CaseSpec) -> CaseRecord:
         started_at, t0 = _now(), time.perf_counter()
@@ -96,6 +99,8 @@ class CaseRunner:
         problem = availability_problem(spec)
         if problem:
             return record("unavailable", problem)
+        if spec.name == "noop":
+            return record("ok", "no-op: nothing was measured")
         try:
             return self._measure(case, spec, record)
         except Exception as exc:

@@ -27,7 +27,21 @@ def _describe_exit(code: int) -> str:
 
 
 def supervise(params_path: Path, results_path: Path) -> int:
-    """Run the cases of params_path while holding this GPU's lock."""
+    """Run the cases of params_path while holding this GPU's lock; the last progress line says how long
+    the host-side work took (benchmarks subtract it from wall time to get the controller's overhead)."""
+    import time
+
+    from .runner import emit_progress
+
+    # From the rendered script's first line when it ran us (imports included), else from here.
+    started = float(os.environ.get("FLEETBENCH_SCRIPT_STARTED") or time.time())
+    try:
+        return _supervise_locked(params_path, results_path)
+    finally:
+        emit_progress(event="exit", elapsed_s=round(time.time() - started, 4))
+
+
+def _supervise_locked(params_path: Path, results_path: Path) -> int:
     from .gpulock import GpuLockTimeout, gpu_lock
     from .runner import emit_progress, load_params
 

@@ -1,0 +1,175 @@
+#!/usr/bin/env python3
+"""Fan-out cost: fleetbench vs a bare ThreadPool + paramiko loop vs Ansible, on a loopback sshd fleet.
+
+For each fleet size, interleaved and repeated, the same remote work on every host (the fleetbench
+script of `sweeps/noop.yaml`: put script + params, run it, get results.jsonl):
+  fleetbench   `python -m orchestrator.cli run sweeps/noop.yaml` (worker already synced: the steady state)
+  paramiko     benchmarks/bare_paramiko.py: ThreadPool, one SSHClient per host, sftp put/put, exec, sftp get
+  ansible      ansible-playbook: copy params, `script` the bench script, `fetch` results; forks = hosts
+Reported per tool: median wall time, the slowest host-side worker (from the script's own exit line),
+overhead = wall - slowest worker, and bytes moved per host (loopback bytes during the run / hosts).
+
+    python benchmarks/fanout.py --sizes 8,32,64 --reps 3 [--ansible /path/to/ansible-playbook] --out FILE.md
+
+Needs /usr/sbin/sshd (or FLEETBENCH_SSHD) and, for the Ansible column, ansible-core.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT))
+
+from sshfleet import start_fleet  # noqa: E402
+
+ELAPSED = re.compile(r'elapsed_s\\?"\s*:\s*([0-9.]+)')
+
+
+def loopback_rx_bytes() -> int:
+    for line in Path("/proc/net/dev").read_text().splitlines():
+        if line.strip().startswith("lo:"):
+            return int(line.split(":", 1)[1].split()[0])
+    return 0
+
+
+def timed(cmd, **kw) -> tuple[float, int, subprocess.CompletedProcess]:
+    rx0, t0 = loopback_rx_bytes(), time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True, **kw)
+    return time.perf_counter() - t0, loopback_rx_bytes() - rx0, proc
+
+
+def run_fleetbench(inv: Path, runs: Path):
+    wall, nbytes, proc = timed([sys.executable, "-m", "orchestrator.cli", "run", "sweeps/noop.yaml", "-i", str(inv),
+                                "--runs-dir", str(runs), "--format", "json"], cwd=ROOT)
+    if proc.returncode != 0:
+        raise RuntimeError(f"fleetbench failed: {proc.stderr[-2000:]}")
+    run_dir = sorted(p for p in runs.iterdir() if p.is_dir())[-1]
+    elapsed = [float(m) for log in run_dir.glob("hosts/*/attempt-1/log.txt") for m in ELAPSED.findall(log.read_text())]
+    return wall, nbytes, max(elapsed)
+
+
+def run_paramiko(spec: Path):
+    wall, nbytes, proc = timed([sys.executable, str(ROOT / "benchmarks" / "bare_paramiko.py"), str(spec)])
+    if proc.returncode != 0:
+        raise RuntimeError(f"bare paramiko failed: {proc.stderr[-2000:]}")
+    return wall, nbytes, max(float(m) for m in ELAPSED.findall(proc.stdout))
+
+
+def run_ansible(playbook_cmd: list[str], n: int):
+    env = dict(os.environ, ANSIBLE_STDOUT_CALLBACK="minimal", ANSIBLE_HOST_KEY_CHECKING="True",
+               ANSIBLE_PIPELINING="True", ANSIBLE_RETRY_FILES_ENABLED="False")
+    wall, nbytes, proc = timed([*playbook_cmd, "-f", str(n)], env=env)
+    if proc.returncode != 0:
+        raise RuntimeError(f"ansible failed: {proc.stdout[-2000:]} {proc.stderr[-1000:]}")
+    return wall, nbytes, max(float(m) for m in ELAPSED.findall(proc.stdout))
+
+
+def prepare(fleet, n: int, work: Path, ansible_playbook: str | None):
+    """Inventory for fleetbench, a spec for the paramiko loop, an inventory + playbook for Ansible."""
+    hosts = fleet.hosts[:n]
+    base = work / f"n{n}"
+    base.mkdir(parents=True, exist_ok=True)
+    inv = fleet.inventory(base / "hosts.yaml", names=[h.name for h in hosts])
+    runs = base / "runs"
+    # One real run syncs the worker everywhere and renders the scripts all three tools then run.
+    first_wall, first_bytes, _ = run_fleetbench(inv, runs)
+    run_dir = sorted(p for p in runs.iterdir() if p.is_dir())[-1]
+    params = run_dir / "hosts" / hosts[0].name / "attempt-1" / "params.json"
+    targets = []
+    for h in hosts:
+        for tool in ("bare", "ansible"):
+            (h.workdir / tool).mkdir(exist_ok=True)
+        targets.append({"name": h.name, "port": h.port, "user": fleet.user, "key": str(fleet.client_key),
+                        "known_hosts": str(fleet.known_hosts), "python": sys.executable,
+                        "script": str(run_dir / "scripts" / f"{h.name}.py"), "params": str(params),
+                        "remote_dir": str(h.workdir / "bare"), "results_dir": str(base / "bare-results")})
+    spec = base / "paramiko.json"
+    spec.write_text(json.dumps(targets))
+    playbook_cmd = None
+    if ansible_playbook:
+        lines = ["[fleet]"]
+        for h, t in zip(hosts, targets):
+            lines.append(f"{h.name} ansible_host=127.0.0.1 ansible_port={h.port} ansible_user={fleet.user} "
+                         f"ansible_ssh_private_key_file={fleet.client_key} ansible_python_interpreter={sys.executable} "
+                         f"bench_script={t['script']} remote_dir={h.workdir / 'ansible'}")
+        lines += ["[all:vars]", f"ansible_ssh_common_args='-o UserKnownHostsFile={fleet.known_hosts} "
+                  "-o StrictHostKeyChecking=yes'"]
+        (base / "inventory.ini").write_text("\n".join(lines) + "\n")
+        (base / "play.yml").write_text(f"""- hosts: fleet
+  gather_facts: false
+  tasks:
+    - copy: {{src: "{params}", dest: "{{{{ remote_dir }}}}/params.json"}}
+    - script: "{{{{ bench_script }}}} --params {{{{ remote_dir }}}}/params.json --results {{{{ remote_dir }}}}/results.jsonl"
+      args: {{executable: "{sys.executable}"}}
+    - fetch: {{src: "{{{{ remote_dir }}}}/results.jsonl", dest: "{base}/ansible-results/{{{{ inventory_hostname }}}}/", flat: true}}
+""")
+        playbook_cmd = [ansible_playbook, "-i", str(base / "inventory.ini"), str(base / "play.yml")]
+    return inv, runs, spec, playbook_cmd, first_wall, first_bytes
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--sizes", default="8,32,64")
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--ansible", default=shutil.which("ansible-playbook"), help="ansible-playbook executable")
+    ap.add_argument("--out", type=Path)
+    args = ap.parse_args()
+    sizes = [int(s) for s in args.sizes.split(",")]
+    work = Path("/tmp/fleetbench-fanout") / str(int(time.time()))
+    fleet = start_fleet(work / "fleet", max(sizes))
+    rows = []
+    try:
+        for n in sizes:
+            inv, runs, spec, playbook, first_wall, first_bytes = prepare(fleet, n, work, args.ansible)
+            tools = {"fleetbench": lambda: run_fleetbench(inv, runs), "paramiko": lambda: run_paramiko(spec)}
+            if playbook:
+                tools["ansible"] = lambda: run_ansible(playbook, n)
+            results: dict[str, list] = {t: [] for t in tools}
+            order = list(tools)
+            for rep in range(args.reps):
+                for t in order[rep % len(order):] + order[:rep % len(order)]:  # rotate who goes first
+                    results[t].append(tools[t]())
+            for t, rs in results.items():
+                wall = statistics.median(r[0] for r in rs)
+                slowest = statistics.median(r[2] for r in rs)
+                rows.append({"hosts": n, "tool": t, "wall_s": wall, "slowest_worker_s": slowest,
+                             "overhead_s": statistics.median(r[0] - r[2] for r in rs),
+                             "bytes_per_host": statistics.median(r[1] for r in rs) / n, "reps": len(rs)})
+            rows.append({"hosts": n, "tool": "fleetbench (first run: worker upload)", "wall_s": first_wall,
+                         "slowest_worker_s": None, "overhead_s": None, "bytes_per_host": first_bytes / n, "reps": 1})
+            print(json.dumps(rows[-len(results) - 1:]), flush=True)
+    finally:
+        fleet.stop()
+    lines = [f"fan-out, {os.cpu_count()} cores, reps {args.reps} (medians); overhead = wall - slowest host-side worker;",
+             "bytes = loopback bytes received during the run / hosts (SSH framing included)", "",
+             "| hosts | tool | wall s | slowest worker s | overhead s | KB/host | overhead vs paramiko | wall vs ansible |",
+             "|---:|---|---:|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        same = {x["tool"]: x for x in rows if x["hosts"] == r["hosts"]}
+        vs_p = vs_a = ""
+        if r["overhead_s"] is not None and "paramiko" in same and same["paramiko"]["overhead_s"]:
+            vs_p = f"{r['overhead_s'] / same['paramiko']['overhead_s']:.2f}×"
+        if "ansible" in same and r["tool"] != "ansible":
+            vs_a = f"{same['ansible']['wall_s'] / r['wall_s']:.1f}× faster"
+        f = lambda v, p: "" if v is None else format(v, p)  # noqa: E731
+        lines.append(f"| {r['hosts']} | {r['tool']} | {r['wall_s']:.2f} | {f(r['slowest_worker_s'], '.2f')} | "
+                     f"{f(r['overhead_s'], '.2f')} | {r['bytes_per_host'] / 1024:.1f} | {vs_p} | {vs_a} |")
+    text = "\n".join(lines) + "\n"
+    print(text)
+    if args.out:
+        args.out.write_text(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
