@@ -84,6 +84,15 @@ def _parser() -> argparse.ArgumentParser:
     report.add_argument("--threshold", default="3%")
     common(report, inventory=False)
 
+    hosts = sub.add_parser("hosts", help="list the inventory; with --check, contact every host and say if it is ready",
+                           epilog="exit 1 when --check finds a host that is not ready (or version skew with --strict)")
+    hosts.add_argument("-i", "--inventory", default=DEFAULT_INVENTORY)
+    hosts.add_argument("--hosts", help="comma-separated host names, globs or label:NAME (default: all)")
+    hosts.add_argument("--check", action="store_true", help="contact every host in parallel")
+    hosts.add_argument("--accept-new", action="store_true")
+    hosts.add_argument("--strict", action="store_true", help="with --check: version skew also fails")
+    hosts.add_argument("--format", choices=["table", "json"], default="table")
+
     runs = sub.add_parser("runs", help="list stored runs")
     common(runs, inventory=False)
 
@@ -106,7 +115,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     # paramiko logs connection failures with tracebacks; they become one classified line here instead.
     logging.getLogger("paramiko").addHandler(logging.NullHandler())
     logging.getLogger("paramiko").propagate = False
-    out = Console(highlight=False)
+    # Piped output (CI logs, files) gets wide tables rather than rich's 80-column default.
+    out = Console(highlight=False, width=None if sys.stdout.isatty() else 200)
     err = Console(stderr=True, highlight=False, soft_wrap=True)  # one problem, one line: never wrapped
     try:
         return COMMANDS[args.command](args, out, err)
@@ -208,6 +218,54 @@ def cmd_show(args, out: Console, err: Console) -> int:
     return _report(store, outcomes, args.format, out, err)
 
 
+def cmd_hosts(args, out: Console, err: Console) -> int:
+    import json
+
+    from rich.table import Table
+
+    from .inventory import load_inventory, select_hosts
+
+    inventory = load_inventory(Path(args.inventory))
+    hosts = select_hosts(inventory, args.hosts)
+    if not args.check:
+        table = Table(header_style="bold")
+        for col in ("host", "transport", "address", "python", "workdir", "gpus", "labels"):
+            table.add_column(col, overflow="fold")
+        for h in hosts:
+            table.add_row(h.name, h.transport, h.address, h.python, h.workdir,
+                          ",".join(map(str, h.gpus)) if h.gpus else "", ",".join(h.labels))
+        out.print(table)
+        return EXIT_OK
+    from .hostcheck import check_hosts, version_skew
+
+    statuses = check_hosts(hosts, accept_new=args.accept_new)
+    skew = version_skew(statuses)
+    if args.format == "json":
+        out.file.write(json.dumps([vars(s) for s in statuses], indent=1) + "\n")
+    else:
+        table = Table(header_style="bold")
+        cols = ("host", "ready", "python", "venv", "torch", "flashinfer", "sgl-kernel", "GPU", "CC", "driver", "CUDA",
+                "free disk GB", "GPU procs", "problem")
+        for col in cols:
+            table.add_column(col, overflow="fold")
+        for s in statuses:
+            f = s.facts
+            table.add_row(s.name, "[green]yes[/]" if s.ready else f"[red]no ({s.state})[/]", f.get("python") or "",
+                          {True: "yes", False: "no"}.get(f.get("in_venv"), ""), f.get("torch") or "-",
+                          f.get("flashinfer") or "-", f.get("sgl_kernel") or "-", f.get("gpu_name") or f.get("device") or "",
+                          f.get("compute_capability") or "", f.get("driver") or "", f.get("cuda") or "",
+                          str(f.get("free_disk_gb", "")), "" if f.get("gpu_processes") is None else str(f["gpu_processes"]),
+                          s.problem)
+        out.print(table)
+    for s in statuses:
+        if not s.ready:
+            err.print(f"{s.name}: not ready ({s.state}): {s.problem}", markup=False)
+    for line in skew:
+        err.print(line, markup=False)
+    failed = any(not s.ready for s in statuses) or (args.strict and skew)
+    return EXIT_FAILED if failed else EXIT_OK
+
+
 def cmd_runs(args, out: Console, err: Console) -> int:
     from rich.table import Table
 
@@ -301,7 +359,7 @@ def cmd_report(args, out: Console, err: Console) -> int:
     return EXIT_OK
 
 
-COMMANDS = {"diff": cmd_diff, "report": cmd_report, "run": cmd_run, "render": cmd_render, "show": cmd_show, "runs": cmd_runs, "rerun": cmd_rerun}
+COMMANDS = {"hosts": cmd_hosts, "diff": cmd_diff, "report": cmd_report, "run": cmd_run, "render": cmd_render, "show": cmd_show, "runs": cmd_runs, "rerun": cmd_rerun}
 
 
 if __name__ == "__main__":

@@ -160,6 +160,16 @@ def run_tasks(plan: Plan, store: RunStore, scripts: dict[str, RenderedScript], b
     return [results[(t.job.slot, t.attempt)] for t in tasks]
 
 
+def sync_script(transport: Transport, layout: RemoteLayout, bundle_path: Path, script: Path, host_name: str) -> int:
+    """Upload the worker (only if this version is missing there) and the script. Returns bytes sent."""
+    sent = 0
+    transport.makedirs(layout.run_dir)
+    if not transport.exists(f"{layout.worker_dir}/.complete") and not transport.exists(layout.worker_archive):
+        transport.makedirs(layout.worker_archive.rsplit("/", 1)[0])
+        sent += transport.put(bundle_path, layout.worker_archive)
+    return sent + transport.put(script, layout.script(host_name))
+
+
 class _HostPipeline:
     def __init__(self, plan, store, script, bundle_path, host, tasks, accept_new, emit, execution, factory):
         self.plan: Plan = plan
@@ -201,13 +211,7 @@ class _HostPipeline:
             transport.close()
 
     def _sync(self, transport: Transport) -> None:
-        """Worker (only if this version is missing there) and the run's script."""
-        layout = self.layout
-        transport.makedirs(layout.run_dir)
-        if not transport.exists(f"{layout.worker_dir}/.complete") and not transport.exists(layout.worker_archive):
-            transport.makedirs(layout.worker_archive.rsplit("/", 1)[0])
-            self.bytes_uploaded += transport.put(self.bundle_path, layout.worker_archive)
-        self.bytes_uploaded += transport.put(self.script.path, layout.script(self.host.name))
+        self.bytes_uploaded += sync_script(transport, self.layout, self.bundle_path, self.script.path, self.host.name)
 
     def _run_job(self, transport: Transport, task: JobTask, started_at: str) -> HostOutcome:
         job, slot, attempt = task.job, task.job.slot, task.attempt

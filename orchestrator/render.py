@@ -108,7 +108,7 @@ def write_params(path: Path, params: WorkerParams) -> str:
 
 def job_argv(job: Job, layout: RemoteLayout, attempt: int) -> list[str]:
     """The command a job runs on its host, as an argv list."""
-    return [job.host.python, _script_path(layout.script(job.host.name)),
+    return [job.host.python, _script_path(layout.script(job.host.name)), "supervise",
             "--pidfile", _script_path(layout.pidfile(job.slot, attempt)),
             "--params", _script_path(layout.params(job.slot, attempt)),
             "--results", _script_path(layout.results(job.slot, attempt))]

@@ -3,6 +3,7 @@
   run       --params P --results R   run the cases of P without a record in R (one process)
   supervise --params P --results R   the same, restarting the worker after a crash
   facts     [--device auto|cpu|cuda] print this host's facts as one JSON line
+  check                              print facts plus readiness details (disk, GPU processes) as JSON
 """
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("--results", type=Path, required=True)
     facts = sub.add_parser("facts")
     facts.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+    sub.add_parser("check")
     args = parser.parse_args(argv)
 
     if args.command == "run":
@@ -33,6 +35,13 @@ def main(argv: list[str] | None = None) -> int:
         return supervise(args.params, args.results)
     from .env import collect_facts, detect_device
 
+    if args.command == "check":
+        import json
+
+        from .env import readiness
+
+        print(json.dumps(readiness()))
+        return 0
     print(collect_facts(detect_device(args.device)).model_dump_json())
     return 0
 

@@ -103,3 +103,44 @@ def collect_facts(device: DeviceInfo) -> FactsRecord:
     else:
         notes.append("no CUDA device: cases run on the CPU with wall-clock timing")
     return FactsRecord(notes=notes, **facts)
+
+
+def _gpu_processes() -> Optional[int]:
+    """Compute processes on the visible GPUs other than ours (None when NVML cannot tell)."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        count = 0
+        for i in range(pynvml.nvmlDeviceGetCount()):
+            handle = pynvml.nvmlDeviceGetHandleByIndex(i)
+            count += sum(1 for p in pynvml.nvmlDeviceGetComputeRunningProcesses(handle) if p.pid != os.getpid())
+        return count
+    except Exception:
+        return None
+
+
+def readiness() -> dict:
+    """What `fleetbench hosts --check` shows: the facts, plus whether this host can run a sweep."""
+    import shutil
+    import sys
+
+    problems = []
+    try:
+        device = detect_device("auto")
+        facts = collect_facts(device).model_dump(exclude={"kind", "schema_version", "notes"})
+    except Exception as exc:  # torch missing or broken: still report what we can
+        problems.append(f"torch unusable: {type(exc).__name__}: {exc}"[:300])
+        facts = {"python": platform.python_version(), "hostname": socket.gethostname(), "torch": package_version("torch")}
+    for dist in ("pydantic",):
+        if package_version(dist) is None:
+            problems.append(f"{dist} is not installed")
+    usage = shutil.disk_usage(os.getcwd())
+    return {
+        **facts,
+        "executable": sys.executable,
+        "in_venv": sys.prefix != sys.base_prefix,
+        "free_disk_gb": round(usage.free / 2**30, 1),
+        "gpu_processes": _gpu_processes(),
+        "problems": problems,
+    }

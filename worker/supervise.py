@@ -6,7 +6,6 @@ a record, at most `max_restarts` times. It is what the rendered script calls.
 """
 from __future__ import annotations
 
-import argparse
 import os
 import signal
 import subprocess
@@ -98,9 +97,3 @@ def _supervise_cases(params, params_path: Path, results_path: Path) -> int:
         restarts += 1
 
 
-def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="fleetbench-script")
-    parser.add_argument("--params", type=Path, required=True)
-    parser.add_argument("--results", type=Path, required=True)
-    args = parser.parse_args(argv)
-    return supervise(args.params, args.results)

@@ -2,7 +2,7 @@
 """fleetbench bench script, rendered by the controller: do not edit.
 
 It makes sure the worker package this run was planned with is unpacked on this host, then hands over
-to the worker's supervisor. Every parameter arrives as data (the JSON file named by --params); this
+to the worker's command line (`supervise` for a sweep, `check` for a host check). Every parameter arrives as data (the JSON file named by --params); this
 file only wires paths.
 """
 import time
@@ -58,9 +58,9 @@ def main(argv):
     os.environ["FLEETBENCH_SCRIPT_STARTED"] = repr(STARTED)
     ensure_worker()
     sys.path.insert(0, os.path.abspath(WORKER_DIR))
-    from worker.supervise import main as supervise
+    from worker.__main__ import main as worker_main
 
-    return supervise(argv)
+    return worker_main(argv)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,89 @@
+"""`fleetbench hosts --check`: contact every host in parallel and say whether it can run a sweep.
+
+Each host gets the current worker (skipped when it has it) and a rendered launcher, then runs
+`check`, which prints its facts and readiness as JSON. Differences in library versions, driver or GPU
+between ready hosts are version skew: a host-vs-host diff is meaningless across them.
+"""
+from __future__ import annotations
+
+import collections
+import json
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+from .bundle import build_worker_bundle
+from .execute import sync_script
+from .inventory import Host
+from .plan import layout_for
+from .render import _script_path, render_script, template_environment
+from .transport import TransportError, make_transport
+
+CHECK_RUN_ID = "hostcheck"
+SKEW_FIELDS = ("gpu_name", "compute_capability", "driver", "cuda", "torch", "flashinfer", "sgl_kernel", "python")
+CHECK_TIMEOUT_S = 120.0
+
+
+@dataclass
+class HostStatus:
+    name: str
+    ready: bool
+    state: str  # ok | unreachable | auth-failed | timeout | failed
+    problem: str = ""
+    facts: dict = field(default_factory=dict)
+
+
+def check_host(host: Host, bundle_path: Path, bundle_sha: str, script_dir: Path, accept_new: bool) -> HostStatus:
+    layout = layout_for(host, CHECK_RUN_ID, bundle_sha)
+    script = script_dir / f"{host.name}.py"
+    script.write_text(render_script(template_environment(), layout, bundle_sha), encoding="utf-8")
+    transport = make_transport(host, accept_new=accept_new)
+    lines: list[tuple[str, str]] = []
+    try:
+        transport.connect()
+        sync_script(transport, layout, bundle_path, script, host.name)
+        result = transport.run([host.python, _script_path(layout.script(host.name)), "check"], env=host.env,
+                               timeout=min(host.timeout, CHECK_TIMEOUT_S), on_line=lambda s, l: lines.append((s, l)))
+    except TransportError as exc:
+        return HostStatus(host.name, False, exc.outcome, str(exc))
+    except Exception as exc:
+        return HostStatus(host.name, False, "failed", f"{type(exc).__name__}: {exc}")
+    finally:
+        transport.close()
+    stdout = [l for s, l in lines if s == "stdout" and l.startswith("{")]
+    stderr = [l for s, l in lines if s == "stderr" and l.strip()]
+    if result.timed_out:
+        return HostStatus(host.name, False, "timeout", f"no answer from the check within {CHECK_TIMEOUT_S:g} s")
+    if result.exit_code == 127:
+        return HostStatus(host.name, False, "failed", f"remote interpreter not found: {host.python}")
+    if result.exit_code != 0 or not stdout:
+        return HostStatus(host.name, False, "failed", (stderr[-1] if stderr else f"exit status {result.exit_code}")[:300])
+    facts = json.loads(stdout[-1])
+    problems = list(facts.get("problems", []))
+    if facts.get("gpu_processes"):
+        problems.append(f"{facts['gpu_processes']} other processes on the GPU")
+    return HostStatus(host.name, not problems, "ok", "; ".join(problems), facts)
+
+
+def check_hosts(hosts: list[Host], *, accept_new: bool = False, parallel: int = 64) -> list[HostStatus]:
+    bundle = build_worker_bundle()
+    with tempfile.TemporaryDirectory(prefix="fleetbench-check-") as tmp:
+        bundle_path = bundle.write(Path(tmp) / "worker.tar.gz")
+        with ThreadPoolExecutor(max_workers=max(1, min(parallel, len(hosts)))) as pool:
+            return list(pool.map(lambda h: check_host(h, bundle_path, bundle.sha256, Path(tmp), accept_new), hosts))
+
+
+def version_skew(statuses: list[HostStatus]) -> list[str]:
+    """One sentence per fact on which reachable hosts disagree, naming who has what."""
+    lines = []
+    reporting = [s for s in statuses if s.facts]
+    for f in SKEW_FIELDS:
+        groups: dict[Optional[str], list[str]] = collections.defaultdict(list)
+        for s in reporting:
+            groups[s.facts.get(f)].append(s.name)
+        if len(groups) > 1:
+            parts = [f"{v} on {', '.join(names)}" for v, names in sorted(groups.items(), key=lambda kv: -len(kv[1]))]
+            lines.append(f"version skew in {f}: " + "; ".join(parts))
+    return lines
