@@ -28,7 +28,7 @@ def one(t: dict) -> str:
         results = f"{t['remote_dir']}/results.jsonl"
         sftp.put(t["script"], script)
         sftp.put(t["params"], params)
-        cmd = " ".join(shlex.quote(a) for a in [t["python"], script, "--params", params, "--results", results])
+        cmd = " ".join(shlex.quote(a) for a in [t["python"], script, "supervise", "--params", params, "--results", results])
         _, stdout, _ = client.exec_command(cmd)
         out = stdout.read().decode()
         stdout.channel.recv_exit_status()

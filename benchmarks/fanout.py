@@ -109,7 +109,7 @@ def prepare(fleet, n: int, work: Path, ansible_playbook: str | None):
   gather_facts: false
   tasks:
     - copy: {{src: "{params}", dest: "{{{{ remote_dir }}}}/params.json"}}
-    - script: "{{{{ bench_script }}}} --params {{{{ remote_dir }}}}/params.json --results {{{{ remote_dir }}}}/results.jsonl"
+    - script: "{{{{ bench_script }}}} supervise --params {{{{ remote_dir }}}}/params.json --results {{{{ remote_dir }}}}/results.jsonl"
       args: {{executable: "{sys.executable}"}}
     - fetch: {{src: "{{{{ remote_dir }}}}/results.jsonl", dest: "{base}/ansible-results/{{{{ inventory_hostname }}}}/", flat: true}}
 """)
