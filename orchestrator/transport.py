@@ -6,6 +6,7 @@ where both an SSH exec and SFTP start, so no shell ever has to expand `~`.
 """
 from __future__ import annotations
 
+import errno
 import os
 import shlex
 import shutil
@@ -248,35 +249,37 @@ class FabricTransport:
 
     # -- files ------------------------------------------------------------------------------------
     def exists(self, path: str) -> bool:
-        try:
-            self._sftp_client().stat(self.path(path))
-            return True
-        except FileNotFoundError:
-            return False
-        except IOError as exc:
-            if getattr(exc, "errno", None) == 2:
-                return False
-            raise
+        return _unless_missing(lambda: self._sftp_client().stat(self.path(path)) is not None, False)
 
     def makedirs(self, path: str) -> None:
+        """mkdir -p over SFTP, from the deepest existing ancestor: one round trip when the parent exists."""
         sftp = self._sftp_client()
-        target = self.path(path)
-        if self.exists(target):
-            return
-        parts = Path(target).parts
-        current = ""
-        for part in parts:
-            current = part if not current else (current.rstrip("/") + "/" + part)
-            if current in ("/", "."):
-                continue
+        target = self.path(path).rstrip("/") or "/"
+        missing = []
+        current = target
+        while current not in ("", ".", "/"):
             try:
-                sftp.stat(current)
+                sftp.mkdir(current)
+                break
             except IOError:
-                try:
-                    sftp.mkdir(current)
-                except IOError as exc:
-                    if not self.exists(current):
-                        raise TransportError("failed", f"cannot create remote folder {current}: {exc}") from None
+                if self._is_dir(current):
+                    break
+                missing.append(current)  # its parent is missing (or it is not creatable): go up
+                current = current.rsplit("/", 1)[0] if "/" in current else ""
+        for folder in reversed(missing):
+            try:
+                sftp.mkdir(folder)
+            except IOError as exc:
+                if not self._is_dir(folder):
+                    raise TransportError("failed", f"cannot create remote folder {folder}: {exc}") from None
+
+    def _is_dir(self, path: str) -> bool:
+        import stat
+
+        try:
+            return stat.S_ISDIR(self._sftp_client().stat(path).st_mode)
+        except IOError:
+            return False
 
     def put(self, local: Path, remote: str) -> int:
         target = self.path(remote)
@@ -291,26 +294,14 @@ class FabricTransport:
         return attrs.st_size or 0
 
     def get(self, remote: str, local: Path) -> bool:
-        try:
-            self._sftp_client().get(self.path(remote), str(local))
-            return True
-        except FileNotFoundError:
-            return False
-        except IOError as exc:
-            if getattr(exc, "errno", None) == 2:
-                return False
-            raise
+        return _unless_missing(lambda: self._sftp_client().get(self.path(remote), str(local)) or True, False)
 
     def read_text(self, remote: str) -> Optional[str]:
-        try:
+        def read() -> str:
             with self._sftp_client().open(self.path(remote), "r") as f:
                 return f.read().decode("utf-8", errors="replace")
-        except FileNotFoundError:
-            return None
-        except IOError as exc:
-            if getattr(exc, "errno", None) == 2:
-                return None
-            raise
+
+        return _unless_missing(read, None)
 
     # -- commands ---------------------------------------------------------------------------------
     def run(self, argv, *, env, timeout, on_line) -> CommandResult:
@@ -339,6 +330,16 @@ class FabricTransport:
                 self._conn.close()
         except Exception:
             pass
+
+
+def _unless_missing(fn: Callable, default):
+    """fn(), or `default` when the remote file does not exist (SFTP reports ENOENT as an IOError)."""
+    try:
+        return fn()
+    except IOError as exc:
+        if getattr(exc, "errno", None) == errno.ENOENT:
+            return default
+        raise
 
 
 def _nodelay_socket(host: str, port: int, timeout: float) -> socket.socket:
