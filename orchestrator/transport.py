@@ -217,7 +217,7 @@ class FabricTransport:
         conn = Connection(h.hostname, user=h.user, port=h.port, connect_kwargs=connect_kwargs,
                           gateway=gateway)
         client = conn.client
-        # fabric installs AutoAddPolicy; replace it before anything connects.
+        # fabric installs a policy that accepts any unknown key; replace it before anything connects.
         client.set_missing_host_key_policy(_AcceptNewPolicy(known_hosts) if self.accept_new else paramiko.RejectPolicy())
         if gateway is not None:
             gateway.client.set_missing_host_key_policy(paramiko.RejectPolicy())
