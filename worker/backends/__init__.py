@@ -45,7 +45,7 @@ CATALOG: dict[str, BackendSpec] = dict([
           description="torch._scaled_mm e4m3, per-tensor scales"),
     _spec("torch-nvfp4", "torch_gemm", "fp4", "torch", min_cc=FP4_MIN_CC, k_multiple=32, n_multiple=32,
           description="torch._scaled_mm NVFP4 (cuBLASLt, Blackwell)"),
-    _spec("noop", "", "bf16", "json",
+    _spec("noop", "", "bf16", "json",  # needs nothing beyond the standard library
           description="does nothing and times nothing: checks the fleet's plumbing and the controller's own cost"),
     _spec("reference-nvfp4", "reference", "fp4", "torch",
           description="pure-torch NVFP4 dequantize + fp32 matmul (the oracle, timed)"),
