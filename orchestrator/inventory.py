@@ -39,7 +39,8 @@ class HostFields(BaseModel):
     connect_timeout: Optional[float] = Field(default=None, gt=0)
     timeout: Optional[float] = Field(default=None, gt=0)  # per-host wall-clock limit, seconds
     known_hosts: Optional[str] = None
-    proxy_jump: Optional[str] = None
+    proxy_jump: Optional[str] = None  # [user@]host[:port] of a jump host (like ssh -J)
+    ssh_config: Optional[str] = None  # an OpenSSH client config file (default: ~/.ssh/config)
 
     @field_validator("env")
     @classmethod
@@ -77,7 +78,7 @@ class Host(BaseModel):
     name: str
     transport: Literal["ssh", "local"]
     hostname: str
-    port: int
+    port: Optional[int]  # None: whatever ssh_config says, else 22
     user: Optional[str]
     identity_file: Optional[str]
     python: str
@@ -89,6 +90,7 @@ class Host(BaseModel):
     timeout: float
     known_hosts: Optional[str]
     proxy_jump: Optional[str]
+    ssh_config: Optional[str]
 
     def public_view(self) -> dict:
         """What a run manifest may store: environment values may be secrets, so only names are kept."""
@@ -100,7 +102,7 @@ class Host(BaseModel):
     def address(self) -> str:
         if self.transport == "local":
             return "local"
-        return f"{self.user + '@' if self.user else ''}{self.hostname}:{self.port}"
+        return f"{self.user + '@' if self.user else ''}{self.hostname}" + (f":{self.port}" if self.port else "")
 
 
 class Inventory(BaseModel):
@@ -167,6 +169,11 @@ def _resolve(path: Path, entry: HostEntry, defaults: HostFields) -> Host:
     known_hosts = _pick(entry, defaults, "known_hosts")
     if known_hosts is not None:
         known_hosts = _relative_to(path, os.path.expanduser(known_hosts))
+    ssh_config = _pick(entry, defaults, "ssh_config")
+    if ssh_config is not None:
+        ssh_config = _relative_to(path, os.path.expanduser(ssh_config))
+        if not os.path.isfile(ssh_config):
+            raise InputError(f"{where}: field 'ssh_config': file not found: {ssh_config}")
     python = _pick(entry, defaults, "python")
     if python is None:
         # The local host runs the controller's own interpreter unless told otherwise.
@@ -181,7 +188,7 @@ def _resolve(path: Path, entry: HostEntry, defaults: HostFields) -> Host:
         name=entry.name,
         transport=transport,
         hostname=entry.hostname or "localhost",
-        port=_pick(entry, defaults, "port") or 22,
+        port=_pick(entry, defaults, "port"),
         user=_pick(entry, defaults, "user"),
         identity_file=identity,
         python=python,
@@ -193,6 +200,7 @@ def _resolve(path: Path, entry: HostEntry, defaults: HostFields) -> Host:
         timeout=_pick(entry, defaults, "timeout") or 3600.0,
         known_hosts=known_hosts,
         proxy_jump=_pick(entry, defaults, "proxy_jump"),
+        ssh_config=ssh_config,
     )
 
 

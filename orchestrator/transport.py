@@ -211,21 +211,29 @@ class FabricTransport:
         )
         if h.identity_file:
             connect_kwargs["key_filename"] = h.identity_file
+        config = None
+        if h.ssh_config:
+            from fabric import Config
+
+            config = Config(runtime_ssh_path=h.ssh_config)  # an explicit file, else ~/.ssh/config as usual
         gateway = None
         if h.proxy_jump:
-            gateway = Connection(h.proxy_jump, connect_timeout=int(ct) or 1)
-        conn = Connection(h.hostname, user=h.user, port=h.port, connect_kwargs=connect_kwargs,
-                          gateway=gateway)
+            # The jump host is reached with the same key and known_hosts as the target.
+            gateway = Connection(h.proxy_jump, connect_kwargs=dict(connect_kwargs), config=config)
+        kwargs = dict(connect_kwargs=connect_kwargs, user=h.user, port=h.port, gateway=gateway)
+        conn = Connection(h.hostname, **{k: v for k, v in kwargs.items() if v is not None},
+                          **({"config": config} if config is not None else {}))
         client = conn.client
         # fabric installs a policy that accepts any unknown key; replace it before anything connects.
         client.set_missing_host_key_policy(_AcceptNewPolicy(known_hosts) if self.accept_new else paramiko.RejectPolicy())
-        if gateway is not None:
-            gateway.client.set_missing_host_key_policy(paramiko.RejectPolicy())
-            _load_known_hosts(gateway.client, known_hosts)
         _load_known_hosts(client, known_hosts)
+        # A gateway may also come from ProxyJump in ssh_config: verify its key the same way.
+        if isinstance(conn.gateway, Connection):
+            conn.gateway.client.set_missing_host_key_policy(paramiko.RejectPolicy())
+            _load_known_hosts(conn.gateway.client, known_hosts)
         target = f"{conn.host}:{conn.port}"
         try:
-            if gateway is None:
+            if not conn.gateway:
                 conn.connect_kwargs["sock"] = _nodelay_socket(conn.host, conn.port, ct)
             conn.open()
         except TransportError:
@@ -383,15 +391,18 @@ class _AcceptNewPolicy:
 _KNOWN_HOSTS_LOCK = threading.Lock()
 
 
-def _host_key_name(host: Host) -> str:
-    return host.hostname if host.port == 22 else f"[{host.hostname}]:{host.port}"
+def _host_key_name(target: str) -> str:
+    """known_hosts spelling of a resolved `host:port`."""
+    hostname, port = target.rsplit(":", 1)
+    return hostname if port == "22" else f"[{hostname}]:{port}"
 
 
 def classify_connect_error(exc: BaseException, host: Host, target: str, known_hosts: str) -> TransportError:
     """Map socket / paramiko exceptions to an outcome and a sentence that says what to do."""
     import paramiko
 
-    name = _host_key_name(host)
+    name = _host_key_name(target)
+    hostname, port = target.rsplit(":", 1)
     if isinstance(exc, socket.gaierror):
         return TransportError("unreachable", f"cannot resolve host name {host.hostname!r}")
     if isinstance(exc, ConnectionRefusedError):
@@ -401,7 +412,7 @@ def classify_connect_error(exc: BaseException, host: Host, target: str, known_ho
     if isinstance(exc, (socket.timeout, TimeoutError)):
         return TransportError("unreachable", f"no answer from {target} within {host.connect_timeout:g} s")
     if isinstance(exc, OSError) and not isinstance(exc, paramiko.SSHException):
-        return TransportError("unreachable", f"cannot connect to {target}: {exc.strerror or exc}")
+        return TransportError("unreachable", f"cannot connect to {target}: {getattr(exc, 'strerror', None) or exc}")
     if isinstance(exc, paramiko.BadHostKeyException):
         return TransportError("auth-failed", f"host key for {name} CHANGED (possible man-in-the-middle); "
                               f"if the host was reinstalled: ssh-keygen -f {known_hosts} -R '{name}'")
@@ -412,7 +423,7 @@ def classify_connect_error(exc: BaseException, host: Host, target: str, known_ho
     text = str(exc)
     if "not found in known_hosts" in text:
         return TransportError("auth-failed", f"unknown host key for {name}: verify it, then run with --accept-new "
-                              f"or add it: ssh-keyscan -p {host.port} {host.hostname} >> {known_hosts}")
+                              f"or add it: ssh-keyscan -p {port} {hostname} >> {known_hosts}")
     if "banner" in text.lower():
         return TransportError("timeout", f"{target} accepted the connection but sent no SSH banner within "
                               f"{host.connect_timeout:g} s (host frozen or overloaded?)")

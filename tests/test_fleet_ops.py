@@ -72,3 +72,38 @@ def test_a_two_gpu_host_runs_one_worker_per_gpu_sharded_or_all(tmp_path, capsys)
                              "--format", "csv")
     rows = list(csv.DictReader(io.StringIO(out)))
     assert code == 0 and len(rows) == 8 and {r["slot"] for r in rows} == {"box.gpu0", "box.gpu1"}
+
+
+def test_ssh_config_supplies_hostname_port_user_and_key(fleet, tmp_path, capsys):
+    h = fleet.host("ssh2")
+    cfg = tmp_path / "ssh_config"
+    cfg.write_text(f"Host gpu-box\n  HostName 127.0.0.1\n  Port {h.port}\n  User {fleet.user}\n"
+                   f"  IdentityFile {fleet.client_key}\n")
+    inv = tmp_path / "hosts.yaml"
+    inv.write_text(yaml.safe_dump({"hosts": [{"name": "box", "hostname": "gpu-box", "ssh_config": str(cfg),
+                                              "known_hosts": str(fleet.known_hosts), "python": fleet_python(),
+                                              "workdir": str(h.workdir), "connect_timeout": 5}]}))
+    code, out, err = run_cli(capsys, "run", write_sweep(tmp_path / "s.yaml", backends=("torch-bf16",)), "-i", inv,
+                             "--runs-dir", tmp_path / "runs", "--format", "csv")
+    assert code == 0, err
+    assert [r["status"] for r in csv.DictReader(io.StringIO(out))] == ["ok"]
+
+
+def test_a_host_behind_a_jump_host(fleet, tmp_path, capsys):
+    """ssh1 is reached through ssh0: with the jump host down, ssh1 (itself up) is unreachable."""
+    jump, target = fleet.host("ssh0"), fleet.host("ssh1")
+    inv = fleet.inventory(tmp_path / "hosts.yaml", names=["ssh1"],
+                          proxy_jump=f"{fleet.user}@127.0.0.1:{jump.port}")
+    sweep = write_sweep(tmp_path / "s.yaml", backends=("torch-bf16",))
+    code, out, err = run_cli(capsys, "run", sweep, "-i", inv, "--runs-dir", tmp_path / "runs")
+    assert code == 0, err
+    jump.kill()
+    code, out, err = run_cli(capsys, "run", sweep, "-i", inv, "--runs-dir", tmp_path / "runs")
+    assert code == 1 and "ssh1: unreachable" in err
+    assert target.proc is not None and target.proc.poll() is None
+
+
+def fleet_python() -> str:
+    import sys
+
+    return sys.executable
