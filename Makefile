@@ -33,8 +33,14 @@ system-deps:
 		else echo "missing:$$missing (install them: sudo apt-get install$$missing)"; fi; \
 	fi
 
-test: install system-deps
-	$(PY) -m pytest -q
+# Wheels of the `minimal` provision profile, for the offline-provisioning test.
+WHEELHOUSE := .cache/wheelhouse
+$(WHEELHOUSE)/.done: requirements/host-constraints.txt
+	$(PY) -m pip download -q --only-binary=:all: -d $(WHEELHOUSE) -c requirements/host-constraints.txt pydantic
+	touch $@
+
+test: install system-deps $(WHEELHOUSE)/.done
+	FLEETBENCH_TEST_WHEELHOUSE=$(WHEELHOUSE) $(PY) -m pytest -q
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache

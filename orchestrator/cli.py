@@ -93,6 +93,16 @@ def _parser() -> argparse.ArgumentParser:
     hosts.add_argument("--strict", action="store_true", help="with --check: version skew also fails")
     hosts.add_argument("--format", choices=["table", "json"], default="table")
 
+    prov = sub.add_parser("provision", help="create each host's venv and install the worker's pinned dependencies",
+                          epilog="versions: requirements/host-constraints.txt. Idempotent. Exit 1 when a host failed.")
+    prov.add_argument("-i", "--inventory", default=DEFAULT_INVENTORY)
+    prov.add_argument("--hosts", help="comma-separated host names, globs or label:NAME (default: all)")
+    prov.add_argument("--wheelhouse", type=Path, help="a folder of wheels to upload and install from (no internet)")
+    prov.add_argument("--profile", default="gpu", choices=["minimal", "worker", "gpu"],
+                      help="minimal: pydantic only (plumbing); worker: + torch; gpu: + FlashInfer, sgl-kernel, NVML")
+    prov.add_argument("--base-python", default="python3", help="interpreter that creates missing venvs on the hosts")
+    prov.add_argument("--accept-new", action="store_true")
+
     runs = sub.add_parser("runs", help="list stored runs")
     common(runs, inventory=False)
 
@@ -266,6 +276,19 @@ def cmd_hosts(args, out: Console, err: Console) -> int:
     return EXIT_FAILED if failed else EXIT_OK
 
 
+def cmd_provision(args, out: Console, err: Console) -> int:
+    from .inventory import load_inventory, select_hosts
+    from .provision import provision_hosts
+
+    hosts = select_hosts(load_inventory(Path(args.inventory)), args.hosts)
+    results = provision_hosts(hosts, profile=args.profile, wheelhouse=args.wheelhouse, base_python=args.base_python,
+                              accept_new=args.accept_new)
+    for r in results:
+        line = f"{r.name}: {'ok' if r.ok else 'FAILED'}: {'; '.join(r.actions)}" + (f"; {r.problem}" if r.problem else "")
+        (out if r.ok else err).print(line, markup=False, soft_wrap=True)
+    return EXIT_OK if all(r.ok for r in results) else EXIT_FAILED
+
+
 def cmd_runs(args, out: Console, err: Console) -> int:
     from rich.table import Table
 
@@ -359,7 +382,7 @@ def cmd_report(args, out: Console, err: Console) -> int:
     return EXIT_OK
 
 
-COMMANDS = {"hosts": cmd_hosts, "diff": cmd_diff, "report": cmd_report, "run": cmd_run, "render": cmd_render, "show": cmd_show, "runs": cmd_runs, "rerun": cmd_rerun}
+COMMANDS = {"provision": cmd_provision, "hosts": cmd_hosts, "diff": cmd_diff, "report": cmd_report, "run": cmd_run, "render": cmd_render, "show": cmd_show, "runs": cmd_runs, "rerun": cmd_rerun}
 
 
 if __name__ == "__main__":

@@ -107,3 +107,36 @@ def fleet_python() -> str:
     import sys
 
     return sys.executable
+
+
+def test_a_host_without_its_venv_is_provisioned_offline_from_a_wheelhouse_then_runs(fleet, tmp_path, capsys):
+    import os
+    import sys
+    from pathlib import Path
+
+    import pytest
+
+    wheelhouse = os.environ.get("FLEETBENCH_TEST_WHEELHOUSE")
+    if not wheelhouse or not Path(wheelhouse).is_dir():
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail("FLEETBENCH_TEST_WHEELHOUSE is not set up; `make test` downloads it")
+        pytest.skip("no wheelhouse (run through `make test`)")
+    venv_python = tmp_path / "hostvenv" / "bin" / "python"
+    inv = fleet.inventory(tmp_path / "hosts.yaml", names=["ssh3"], python=str(venv_python),
+                          workdir=str(tmp_path / "w3"))
+    noop = Path(__file__).resolve().parent.parent / "sweeps" / "noop.yaml"
+    code, _, err = run_cli(capsys, "run", noop, "-i", inv, "--runs-dir", tmp_path / "runs")
+    assert code == 1 and "remote interpreter not found" in err  # before: no venv
+
+    code, out, err = run_cli(capsys, "provision", "-i", inv, "--wheelhouse", wheelhouse, "--profile", "minimal",
+                             "--base-python", sys.executable)
+    assert code == 0, err
+    assert "ssh3: ok: created venv" in out and "installed profile minimal" in out
+    assert venv_python.exists()
+
+    code, out, err = run_cli(capsys, "run", noop, "-i", inv, "--runs-dir", tmp_path / "runs", "--format", "csv")
+    assert code == 0, err
+    assert [r["status"] for r in csv.DictReader(io.StringIO(out))] == ["ok"]
+
+    code, out, err = run_cli(capsys, "provision", "-i", inv, "--wheelhouse", wheelhouse, "--profile", "minimal")
+    assert code == 0 and "venv exists; uploaded 0.0 MiB of wheels" in out  # idempotent

@@ -1,0 +1,100 @@
+"""`fleetbench provision`: give each host the venv its `python` points at, with the worker's
+dependencies at the versions pinned in requirements/host-constraints.txt. Idempotent: an existing
+venv is kept and pip installs only what is missing. With a wheelhouse, wheels are uploaded (those
+not there yet) and pip installs from them alone, for hosts without internet.
+"""
+from __future__ import annotations
+
+import posixpath
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+from .errors import InputError
+from .inventory import Host
+from .transport import TransportError, make_transport
+
+CONSTRAINTS = Path(__file__).resolve().parent.parent / "requirements" / "host-constraints.txt"
+# What each profile installs; versions come from the constraints file.
+PROFILES = {
+    "minimal": ["pydantic"],  # enough for the worker's no-op plumbing sweep
+    "worker": ["pydantic", "numpy", "torch"],
+    "gpu": ["pydantic", "numpy", "torch", "flashinfer-python", "sgl-kernel", "nvidia-ml-py"],
+}
+PIP_TIMEOUT_S = 1800.0
+
+
+@dataclass
+class ProvisionResult:
+    name: str
+    ok: bool
+    actions: list[str] = field(default_factory=list)
+    problem: str = ""
+
+
+def venv_dir_of(python: str) -> str:
+    """`.../venv/bin/python3` -> `.../venv`; refuses interpreters that are not inside a venv layout."""
+    bindir = posixpath.dirname(python)
+    if posixpath.basename(bindir) != "bin" or not posixpath.basename(python).startswith("python"):
+        raise InputError(f"python {python!r} is not <venv>/bin/python*: provision cannot tell which venv to create")
+    return posixpath.dirname(bindir)
+
+
+def provision_host(host: Host, *, profile: str, wheelhouse: Optional[Path], base_python: str,
+                   accept_new: bool, constraints: Path = CONSTRAINTS) -> ProvisionResult:
+    result = ProvisionResult(host.name, False)
+    transport = make_transport(host, accept_new=accept_new)
+    lines: list[str] = []
+
+    def run(argv: list[str], timeout: float) -> int:
+        lines.clear()
+        return transport.run(argv, env=host.env, timeout=timeout, on_line=lambda s, l: lines.append(l)).exit_code
+
+    try:
+        venv = venv_dir_of(host.python)
+        transport.connect()
+        if not transport.exists(host.python):
+            if run([base_python, "-m", "venv", venv], 300) != 0:
+                result.problem = f"creating the venv {venv} failed: {(lines or ['?'])[-1]}"
+                return result
+            result.actions.append(f"created venv {venv}")
+        else:
+            result.actions.append("venv exists")
+        remote_dir = f"{host.workdir}/provision"
+        transport.makedirs(remote_dir)
+        transport.put(constraints, f"{remote_dir}/constraints.txt")
+        pip = [host.python, "-m", "pip", "install", "--disable-pip-version-check", "-q",
+               "-c", transport.path(f"{remote_dir}/constraints.txt")]
+        if wheelhouse is not None:
+            remote_wh = f"{host.workdir}/wheelhouse"
+            transport.makedirs(remote_wh)
+            sent = 0
+            for wheel in sorted(wheelhouse.iterdir()):
+                if wheel.is_file() and not wheel.name.startswith(".") and not transport.exists(f"{remote_wh}/{wheel.name}"):
+                    sent += transport.put(wheel, f"{remote_wh}/{wheel.name}")
+            result.actions.append(f"uploaded {sent / 2**20:.1f} MiB of wheels")
+            pip += ["--no-index", "--find-links", transport.path(remote_wh)]
+        if run([*pip, *PROFILES[profile]], PIP_TIMEOUT_S) != 0:
+            result.problem = "pip install failed: " + (lines[-1] if lines else "no output")[:300]
+            return result
+        result.actions.append(f"installed profile {profile} ({', '.join(PROFILES[profile])})")
+        result.ok = True
+    except (TransportError, InputError) as exc:
+        result.problem = str(exc)
+    except Exception as exc:
+        result.problem = f"{type(exc).__name__}: {exc}"
+    finally:
+        transport.close()
+    return result
+
+
+def provision_hosts(hosts: list[Host], *, profile: str = "gpu", wheelhouse: Optional[Path] = None,
+                    base_python: str = "python3", accept_new: bool = False, parallel: int = 64) -> list[ProvisionResult]:
+    if profile not in PROFILES:
+        raise InputError(f"--profile {profile!r}: one of {', '.join(PROFILES)}")
+    if wheelhouse is not None and not wheelhouse.is_dir():
+        raise InputError(f"--wheelhouse {wheelhouse}: not a folder")
+    with ThreadPoolExecutor(max_workers=max(1, min(parallel, len(hosts)))) as pool:
+        return list(pool.map(lambda h: provision_host(h, profile=profile, wheelhouse=wheelhouse,
+                                                      base_python=base_python, accept_new=accept_new), hosts))
