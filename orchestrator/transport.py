@@ -421,6 +421,9 @@ def classify_connect_error(exc: BaseException, host: Host, target: str, known_ho
         key = f" with key {host.identity_file}" if host.identity_file else ""
         return TransportError("auth-failed", f"authentication failed for {who}{key}")
     text = str(exc)
+    if "No authentication methods available" in text:
+        return TransportError("auth-failed", f"no key to offer to {target}: set identity_file, or load a key "
+                              "into ssh-agent (SSH_AUTH_SOCK)")
     if "not found in known_hosts" in text:
         return TransportError("auth-failed", f"unknown host key for {name}: verify it, then run with --accept-new "
                               f"or add it: ssh-keyscan -p {port} {hostname} >> {known_hosts}")

@@ -140,3 +140,38 @@ def test_a_host_without_its_venv_is_provisioned_offline_from_a_wheelhouse_then_r
 
     code, out, err = run_cli(capsys, "provision", "-i", inv, "--wheelhouse", wheelhouse, "--profile", "minimal")
     assert code == 0 and "venv exists; uploaded 0.0 MiB of wheels" in out  # idempotent
+
+
+def test_keys_held_by_ssh_agent_work(fleet, tmp_path, capsys, monkeypatch):
+    import os
+    import shutil
+    import subprocess
+
+    import pytest
+
+    if not shutil.which("ssh-agent") or not shutil.which("ssh-add"):
+        pytest.skip("ssh-agent not installed")
+    sock = tmp_path / "agent.sock"
+    agent = subprocess.Popen(["ssh-agent", "-D", "-a", str(sock)], stdout=subprocess.DEVNULL)
+    try:
+        from orchestrator.transport import wait_until
+
+        assert wait_until(sock.exists, 10)
+        env = dict(os.environ, SSH_AUTH_SOCK=str(sock))
+        subprocess.run(["ssh-add", "-q", str(fleet.client_key)], env=env, check=True, stderr=subprocess.DEVNULL)
+        monkeypatch.setenv("SSH_AUTH_SOCK", str(sock))
+        monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.ssh/id_* to fall back on: the agent must do it
+        inv = fleet.inventory(tmp_path / "hosts.yaml", names=["ssh2"])
+        doc = yaml.safe_load(inv.read_text())
+        del doc["defaults"]["identity_file"]
+        inv.write_text(yaml.safe_dump(doc))
+        code, out, err = run_cli(capsys, "run", write_sweep(tmp_path / "s.yaml", backends=("torch-bf16",)), "-i", inv,
+                                 "--runs-dir", tmp_path / "runs")
+        assert code == 0, err
+        monkeypatch.setenv("SSH_AUTH_SOCK", str(tmp_path / "no-agent"))
+        code, out, err = run_cli(capsys, "run", write_sweep(tmp_path / "s.yaml", backends=("torch-bf16",)), "-i", inv,
+                                 "--runs-dir", tmp_path / "runs")
+        assert code == 1 and "ssh2: auth-failed: no key to offer" in err  # without the agent: refused
+    finally:
+        agent.terminate()
+        agent.wait()
