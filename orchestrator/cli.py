@@ -254,14 +254,16 @@ def cmd_hosts(args, out: Console, err: Console) -> int:
         out.file.write(json.dumps([vars(s) for s in statuses], indent=1) + "\n")
     else:
         table = Table(header_style="bold")
-        cols = ("host", "ready", "python", "venv", "torch", "flashinfer", "sgl-kernel", "GPU", "CC", "driver", "CUDA",
+        cols = ("host", "ready", "python", "venv", "worker", "torch", "flashinfer", "sgl-kernel", "GPU", "CC", "driver", "CUDA",
                 "free disk GB", "GPU procs", "problem")
         for col in cols:
             table.add_column(col, overflow="fold")
         for s in statuses:
             f = s.facts
             table.add_row(s.name, "[green]yes[/]" if s.ready else f"[red]no ({s.state})[/]", f.get("python") or "",
-                          {True: "yes", False: "no"}.get(f.get("in_venv"), ""), f.get("torch") or "-",
+                          {True: "yes", False: "no"}.get(f.get("in_venv"), ""),
+                          f"{f.get('worker_version', '')} {str(f.get('worker_sha256', ''))[:12]}".strip(),
+                          f.get("torch") or "-",
                           f.get("flashinfer") or "-", f.get("sgl_kernel") or "-", f.get("gpu_name") or f.get("device") or "",
                           f.get("compute_capability") or "", f.get("driver") or "", f.get("cuda") or "",
                           str(f.get("free_disk_gb", "")), "" if f.get("gpu_processes") is None else str(f["gpu_processes"]),

@@ -61,6 +61,7 @@ def check_host(host: Host, bundle_path: Path, bundle_sha: str, script_dir: Path,
     if result.exit_code != 0 or not stdout:
         return HostStatus(host.name, False, "failed", (stderr[-1] if stderr else f"exit status {result.exit_code}")[:300])
     facts = json.loads(stdout[-1])
+    facts["worker_sha256"] = bundle_sha  # the host now holds exactly this worker (content-addressed)
     problems = list(facts.get("problems", []))
     if facts.get("gpu_processes"):
         problems.append(f"{facts['gpu_processes']} other processes on the GPU")
