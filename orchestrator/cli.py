@@ -322,7 +322,7 @@ def cmd_runs(args, out: Console, err: Console) -> int:
 def cmd_rerun(args, out: Console, err: Console) -> int:
     from .inventory import load_inventory
     from .live import LiveView
-    from .runs import plan_rerun, rerun
+    from .runs import rerun
     from .store import resolve_run
 
     if not args.failed and not args.hosts and not args.resume:
@@ -330,8 +330,8 @@ def cmd_rerun(args, out: Console, err: Console) -> int:
     store = resolve_run(Path(args.runs_dir), args.run)
     inventory_path = args.inventory
     inventory = load_inventory(Path(inventory_path))
-    _, _, _, tasks = plan_rerun(store, inventory, failed=args.failed, hosts_selector=args.hosts, resume=args.resume)
-    with LiveView(err, [t.job.slot for t in tasks], f"fleetbench rerun {store.run_id}") as view:
+    # The view gains a row per host as its first event arrives: which hosts rerun is decided in rerun().
+    with LiveView(err, [], f"fleetbench rerun {store.run_id}") as view:
         result = rerun(store, inventory, failed=args.failed, hosts_selector=args.hosts, resume=args.resume,
                        parallel=args.parallel, accept_new=args.accept_new, on_event=view.update,
                        lock_timeout_s=args.lock_timeout)
