@@ -99,7 +99,8 @@ class RemoteLayout:
         return f"{self.run_dir}/bench-{host}.py"
 
     def attempt_dir(self, slot: str, attempt: int) -> str:
-        return f"{self.run_dir}/{slot}/attempt-{attempt}"
+        # Flat under the run folder: creating it is one SFTP round trip.
+        return f"{self.run_dir}/{slot}.attempt-{attempt}"
 
     def params(self, slot: str, attempt: int) -> str:
         return f"{self.attempt_dir(slot, attempt)}/params.json"

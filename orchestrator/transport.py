@@ -290,16 +290,16 @@ class FabricTransport:
             return False
 
     def put(self, local: Path, remote: str) -> int:
+        """Upload; returns the bytes sent. The size check after writing (paramiko's confirm) is what
+        catches a full remote disk: pipelined SFTP writes can fail without an error. A failed upload
+        fails the host before anything runs, so no temp-file-and-rename round trips are spent."""
         target = self.path(remote)
-        tmp = f"{target}.part"
         try:
-            sftp = self._sftp_client()
-            attrs = sftp.put(str(local), tmp)
-            sftp.posix_rename(tmp, target)
+            self._sftp_client().put(str(local), target, confirm=True)
         except OSError as exc:
             raise TransportError("failed", f"upload of {local.name} to {target} failed: {exc or type(exc).__name__}"
                                  " (remote disk full or not writable?)") from None
-        return attrs.st_size or 0
+        return local.stat().st_size
 
     def get(self, remote: str, local: Path) -> bool:
         return _unless_missing(lambda: self._sftp_client().get(self.path(remote), str(local)) or True, False)

@@ -132,7 +132,7 @@ def test_killed_host_loses_no_result_line(fleet, tmp_path, capsys):
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 1 and "ssh2: unreachable: connection lost during the run" in err
     store = resolve_run(runs, "latest")
-    remote_results = fleet.host("ssh2").workdir / "runs" / store.run_id / "ssh2" / "attempt-1" / "results.jsonl"
+    remote_results = fleet.host("ssh2").workdir / "runs" / store.run_id / "ssh2.attempt-1" / "results.jsonl"
     written = [line for line in remote_results.read_text().splitlines() if '"kind":"case"' in line]
     assert len(written) >= 2
     fleet.host("ssh2").restart()
