@@ -13,7 +13,6 @@ Writes DIR/summary.md (tables and timings) and DIR/controller.log.
 from __future__ import annotations
 
 import argparse
-import os
 import subprocess
 import sys
 import time

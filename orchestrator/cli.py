@@ -14,7 +14,7 @@ from typing import Optional
 from rich.console import Console
 
 from . import __version__
-from .errors import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, FleetbenchError
+from .errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, FleetbenchError
 
 DEFAULT_INVENTORY = "hosts.yaml"
 DEFAULT_RUNS_DIR = "runs"
@@ -197,7 +197,7 @@ def cmd_render(args, out: Console, err: Console) -> int:
     store, plan, scripts, _ = prepare_run(inventory, hosts, sweep, Path(args.runs_dir), sweep_path=args.sweep,
                                           per_gpu=args.per_gpu, dry_run=True)
     w = out.file.write
-    for name, s in scripts.items():
+    for s in scripts.values():
         if not args.quiet:
             w(f"# ---- {s.path} (sha256 {s.sha256}) ----\n")
             w(s.path.read_text(encoding="utf-8"))

@@ -14,7 +14,7 @@ from typing import Optional
 import numpy as np
 from scipy import stats
 
-from worker.schema import CaseRecord, FactsRecord
+from worker.schema import CaseRecord
 
 from .errors import InputError
 from .merge import SlotData, load_slots

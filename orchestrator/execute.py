@@ -89,8 +89,8 @@ def stop_remote(transport: Transport, pidfile: str) -> bool:
     group = f"-{int(text.strip())}"
     quiet = lambda stream, line: None  # noqa: E731
     for signal_name in ("TERM", "KILL"):
-        _bounded(lambda: transport.run(["kill", f"-{signal_name}", "--", group], env={}, timeout=10, on_line=quiet),
-                 CLEANUP_LIMIT_S)
+        kill = ["kill", f"-{signal_name}", "--", group]
+        _bounded(lambda argv=kill: transport.run(argv, env={}, timeout=10, on_line=quiet), CLEANUP_LIMIT_S)
         alive = _bounded(lambda: transport.run(["kill", "-0", "--", group], env={}, timeout=10, on_line=quiet),
                          CLEANUP_LIMIT_S)
         if not isinstance(alive, CommandResult) or alive.exit_code != 0:
@@ -358,7 +358,8 @@ def recover_attempts(plan: Plan, store: RunStore, scripts: dict[str, RenderedScr
                     stop_remote(transport, layout.pidfile(job.slot, attempt))
                     local = store.attempt_dir(job.slot, attempt) / "results.jsonl"
                     fetched = local.with_name("results.recovered")
-                    if not _bounded(lambda: transport.get(layout.results(job.slot, attempt), fetched), CLEANUP_LIMIT_S):
+                    remote = layout.results(job.slot, attempt)  # bound below: a thread past its limit lives on
+                    if not _bounded(lambda src=remote, dst=fetched: transport.get(src, dst), CLEANUP_LIMIT_S):
                         continue
                     old = local.read_bytes() if local.exists() else b""
                     new = fetched.read_bytes()

@@ -127,7 +127,7 @@ def render_pivot(rows: list[Row], fmt: str, baseline: Optional[str] = None, widt
             for p in pivot]
     notes = sorted({f"{r.backend}: {_SHORT.get(r.status, r.status)}* = {r.reason}" for r in rows
                     if r.status != "ok" and r.reason})
-    legend = (f"cells: median latency, TFLOPS" + (f", speedup over {baseline} (×>1: faster)" if baseline else "")
+    legend = ("cells: median latency, TFLOPS" + (f", speedup over {baseline} (×>1: faster)" if baseline else "")
               + "; WRONG = failed the correctness check")
     if fmt == "md":
         lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]

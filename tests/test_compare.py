@@ -14,7 +14,7 @@ from orchestrator.cli import main
 from orchestrator.diff import classify, compare_sides, resolve_side
 from orchestrator.store import RunStore
 from orchestrator.sweep import Sweep
-from worker.schema import SCHEMA_VERSION, CaseRecord, FactsRecord, Metrics, Stats
+from worker.schema import SCHEMA_VERSION, CaseRecord, FactsRecord, Metrics
 from worker.timing import summarize
 
 MS = [16 * (i + 1) for i in range(100)]  # x 2 backends = 200 cases

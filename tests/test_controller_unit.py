@@ -1,7 +1,6 @@
 """Controller logic without hosts: inventory, sweeps, planning, quoting, rendering, parsing, bad input."""
 from __future__ import annotations
 
-import json
 import shlex
 import sys
 from pathlib import Path

@@ -4,13 +4,12 @@ from __future__ import annotations
 import csv
 import io
 import json
-import os
 from pathlib import Path
 
 from conftest import write_sweep
 
 from orchestrator.cli import main
-from orchestrator.store import RunStore, resolve_run
+from orchestrator.store import resolve_run
 
 HOSTILE = "{'Desc':40s} | \"it's\" \n $(touch /tmp/pwned) `id` ünïcode"
 
