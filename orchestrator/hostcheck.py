@@ -18,8 +18,8 @@ from .bundle import build_worker_bundle
 from .execute import sync_script
 from .inventory import Host
 from .plan import layout_for
-from .render import _script_path, render_script, template_environment
-from .transport import TransportError, make_transport
+from .render import render_script, template_environment
+from .transport import TransportError, login_relative, make_transport
 
 CHECK_RUN_ID = "hostcheck"
 SKEW_FIELDS = ("gpu_name", "compute_capability", "driver", "cuda", "torch", "flashinfer", "sgl_kernel", "python")
@@ -44,7 +44,7 @@ def check_host(host: Host, bundle_path: Path, bundle_sha: str, script_dir: Path,
     try:
         transport.connect()
         sync_script(transport, layout, bundle_path, script, host.name)
-        result = transport.run([host.python, _script_path(layout.script(host.name)), "check"], env=host.env,
+        result = transport.run([host.python, login_relative(layout.script(host.name)), "check"], env=host.env,
                                timeout=min(host.timeout, CHECK_TIMEOUT_S), on_line=lambda s, l: lines.append((s, l)))
     except TransportError as exc:
         return HostStatus(host.name, False, exc.outcome, str(exc))

@@ -14,7 +14,7 @@ from typing import Optional
 
 from . import __version__
 from .diff import across_hosts, compare_sides, resolve_side
-from .merge import Row, load_slots, merged_rows
+from .merge import Row, merged_rows
 from .render import template_environment
 from .store import now_iso, write_atomic
 
@@ -139,9 +139,7 @@ def plot_comparison(cmp) -> list[dict]:
 def write_report(runs_dir: Path, run_ref: str, against: Optional[str], output: Path, threshold: float) -> Path:
     side = resolve_side(runs_dir, run_ref)
     store = side.store
-    rows = merged_rows(store)
-    if ":" in run_ref:
-        rows = [r for r in rows if r.slot in {s.slot for s in side.slots}]
+    rows = merged_rows(store, side.slots)  # the side holds the slots asked for, results read once
     backends = list(dict.fromkeys(r.backend for r in rows))
     baseline = "torch-bf16" if "torch-bf16" in backends else (backends[0] if backends else "")
     plots = plot_tflops(rows) + plot_speedups(rows, baseline) + plot_peak(rows)
@@ -149,10 +147,9 @@ def write_report(runs_dir: Path, run_ref: str, against: Optional[str], output: P
     if against:
         comparison = compare_sides(resolve_side(runs_dir, against), side, threshold)
         plots += plot_comparison(comparison)
-    slots = load_slots(store)
     facts = [{"slot": s.slot, "facts": s.facts.model_dump(exclude={"kind", "schema_version"}) if s.facts else {},
               "outcome": s.outcome.outcome if s.outcome else "not run",
-              "error": s.outcome.error if s.outcome else ""} for s in slots if s in side.slots or ":" not in run_ref]
+              "error": s.outcome.error if s.outcome else ""} for s in side.slots]
     fleet = across_hosts(side, threshold) if len(side.slots) >= 3 else None
     html = template_environment().get_template(REPORT_TEMPLATE).render(
         run_id=store.run_id, sweep=store.manifest()["sweep"]["name"], generated=now_iso(), version=__version__,

@@ -93,9 +93,10 @@ def load_slots(store: RunStore) -> list[SlotData]:
     return slots
 
 
-def merged_rows(store: RunStore) -> list[Row]:
+def merged_rows(store: RunStore, slots: Optional[list[SlotData]] = None) -> list[Row]:
+    """Rows of `slots` (default: every slot of the run, read from the store)."""
     rows = []
-    for data in load_slots(store):
+    for data in load_slots(store) if slots is None else slots:
         gpu_name = data.facts.gpu_name if data.facts else None
         for case in data.planned:
             found = data.records.get(case.case_id)
@@ -124,10 +125,6 @@ def merged_rows(store: RunStore) -> list[Row]:
                 attempt=attempt, case_id=case.case_id,
             ))
     return rows
-
-
-def host_facts(store: RunStore) -> dict[str, Optional[FactsRecord]]:
-    return {d.slot: d.facts for d in load_slots(store)}
 
 
 @dataclass

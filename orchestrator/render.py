@@ -18,6 +18,8 @@ from worker.schema import WorkerParams
 from .bundle import WorkerBundle
 from .errors import FleetbenchError
 from .plan import Job, Plan, RemoteLayout, layout_for
+# The script runs with the login directory as cwd, so `~/x` is simply `x` in its paths and arguments.
+from .transport import login_relative
 
 SCRIPT_TEMPLATE = "bench_script.py.j2"
 
@@ -57,7 +59,7 @@ def render_script(env: jinja2.Environment, layout: RemoteLayout, bundle_sha: str
     """Source of one host's script; raises FleetbenchError naming the template line on failure."""
     try:
         source = env.get_template(SCRIPT_TEMPLATE).render(
-            worker_archive=_script_path(layout.worker_archive), worker_dir=_script_path(layout.worker_dir),
+            worker_archive=login_relative(layout.worker_archive), worker_dir=login_relative(layout.worker_dir),
             worker_sha256=bundle_sha,
         )
     except jinja2.TemplateError as exc:
@@ -68,13 +70,6 @@ def render_script(env: jinja2.Environment, layout: RemoteLayout, bundle_sha: str
     except SyntaxError as exc:
         raise FleetbenchError(f"rendered script does not compile: {exc.msg} at line {exc.lineno}") from None
     return source
-
-
-def _script_path(p: str) -> str:
-    # The script runs with the login directory as cwd, so `~/x` is simply `x`.
-    from .transport import login_relative
-
-    return login_relative(p)
 
 
 def render_plan(plan: Plan, scripts_dir: Path, bundle: WorkerBundle) -> dict[str, RenderedScript]:
@@ -108,10 +103,10 @@ def write_params(path: Path, params: WorkerParams) -> str:
 
 def job_argv(job: Job, layout: RemoteLayout, attempt: int) -> list[str]:
     """The command a job runs on its host, as an argv list."""
-    return [job.host.python, _script_path(layout.script(job.host.name)), "supervise",
-            "--pidfile", _script_path(layout.pidfile(job.slot, attempt)),
-            "--params", _script_path(layout.params(job.slot, attempt)),
-            "--results", _script_path(layout.results(job.slot, attempt))]
+    return [job.host.python, login_relative(layout.script(job.host.name)), "supervise",
+            "--pidfile", login_relative(layout.pidfile(job.slot, attempt)),
+            "--params", login_relative(layout.params(job.slot, attempt)),
+            "--results", login_relative(layout.results(job.slot, attempt))]
 
 
 def _write_atomic(path: Path, data: bytes) -> None:
