@@ -65,8 +65,8 @@ def compare(shapes, backends):
             torch.cuda.synchronize()
             # triton's default rep (20 ms of back-to-back calls per replay) and a 100 ms variant: long
             # replays run the GPU at sustained power, which can lower its clock.
-            t_triton_ms = triton.testing.do_bench_cudagraph(lambda: fn(0), return_mode="median")
-            t_triton100_ms = triton.testing.do_bench_cudagraph(lambda: fn(0), rep=100, return_mode="median")
+            t_triton_ms = triton.testing.do_bench_cudagraph(lambda f=fn: f(0), return_mode="median")
+            t_triton100_ms = triton.testing.do_bench_cudagraph(lambda f=fn: f(0), rep=100, return_mode="median")
             r_hot2 = runner.run(hot)  # again after triton: drift shows up as a gap between the two
             r_cold = runner.run(cold)
             r_ev = runner.run(events)

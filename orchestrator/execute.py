@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
 
-from worker.runner import PROGRESS_PREFIX
+from worker.protocol import PROGRESS_PREFIX
 from worker.supervise import EXIT_GPU_BUSY
 from worker.schema import CaseSpec
 

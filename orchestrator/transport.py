@@ -350,10 +350,29 @@ def _unless_missing(fn: Callable, default):
         raise
 
 
+class _QuickAckSocket(socket.socket):
+    """A socket that acknowledges every read at once (Linux TCP_QUICKACK, which the kernel clears
+    again, hence after each recv). sshd leaves Nagle on for sessions without a terminal: when it
+    writes two small packets in a row (channel confirmation, exit status + EOF + close) the second
+    one waits for our ACK, and a delayed ACK holds it ~40 ms. Measured: the first channel after
+    authentication opened in 44 ms without this, 2 ms with it."""
+
+    def recv(self, bufsize: int, flags: int = 0) -> bytes:
+        data = super().recv(bufsize, flags)
+        try:
+            self.setsockopt(socket.IPPROTO_TCP, socket.TCP_QUICKACK, 1)
+        except OSError:
+            pass
+        return data
+
+
 def _nodelay_socket(host: str, port: int, timeout: float) -> socket.socket:
     # paramiko leaves Nagle on; with it each small SSH packet waits ~40 ms for an ACK.
     sock = socket.create_connection((host, port), timeout=timeout)
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    if hasattr(socket, "TCP_QUICKACK"):  # Linux only; elsewhere the plain socket is kept
+        sock = _QuickAckSocket(sock.family, sock.type, sock.proto, fileno=sock.detach())
+        sock.settimeout(timeout)
     # A wedged or frozen sshd accepts TCP and then says nothing; paramiko reports that as an opaque
     # "No existing session". Peek (without consuming) for the banner to say what happened.
     try:

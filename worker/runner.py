@@ -6,21 +6,18 @@ id of that case is kept in `<results>.inflight` for the supervisor to name it.
 """
 from __future__ import annotations
 
-import datetime as _dt
 import importlib
-import json
 import math
 import os
-import sys
 import time
 import traceback
 from pathlib import Path
 from typing import Optional
 
 from .backends import CATALOG, availability_problem, support_problem
+from .protocol import append_line, done_case_ids, emit_progress, has_facts, now_iso
 from .schema import CaseRecord, CaseSpec, FactsRecord, WorkerParams
 
-PROGRESS_PREFIX = "@@fleetbench-progress "
 # Fault injection for reliability tests: "<action>:<backend>:<m>[,...]" with action one of
 # segv (the process dies by SIGSEGV), exit (dies with status 1), hang (stops answering),
 # garbage (a corrupt line lands in results.jsonl). Unset in normal use.
@@ -30,44 +27,8 @@ COLD_L2_FACTOR = 3
 MAX_SETS = 64
 
 
-def emit_progress(**event) -> None:
-    """One machine-readable line on stdout; the controller turns these into its live view."""
-    sys.stdout.write(PROGRESS_PREFIX + json.dumps(event, separators=(",", ":")) + "\n")
-    sys.stdout.flush()
-
-
-def append_record(path: Path, record: "CaseRecord | FactsRecord") -> None:
-    line = record.model_dump_json() + "\n"
-    with open(path, "a", encoding="utf-8") as f:
-        f.write(line)
-        f.flush()
-        os.fsync(f.fileno())
-
-
-def done_case_ids(path: Path) -> set[str]:
-    """Ids of cases that already have a record (bad lines are skipped; the controller reports them)."""
-    done: set[str] = set()
-    if not path.exists():
-        return done
-    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
-        try:
-            obj = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(obj, dict) and obj.get("kind") == "case" and isinstance(obj.get("case_id"), str):
-            done.add(obj["case_id"])
-    return done
-
-
-def has_facts(path: Path) -> bool:
-    if not path.exists():
-        return False
-    with open(path, encoding="utf-8", errors="replace") as f:
-        return any('"kind":"facts"' in line for line in f)
-
-
-def _now() -> str:
-    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="milliseconds")
+def append_record(path: Path, record: CaseRecord | FactsRecord) -> None:
+    append_line(path, record.model_dump_json())
 
 
 class CaseRunner:
@@ -84,7 +45,7 @@ class CaseRunner:
             self.probe = NvmlProbe.for_current_device()
 
     def run(self, case: CaseSpec) -> CaseRecord:
-        started_at, t0 = _now(), time.perf_counter()
+        started_at, t0 = now_iso(), time.perf_counter()
 
         def record(status: str, reason: str = "", **fields) -> CaseRecord:
             return CaseRecord(case_id=case.case_id, case=case, status=status, reason=reason,
@@ -224,7 +185,7 @@ def load_params(path: Path) -> WorkerParams:
 
 def crashed_record(case: CaseSpec, reason: str) -> CaseRecord:
     return CaseRecord(case_id=case.case_id, case=case, status="crashed", reason=reason,
-                      started_at=_now(), duration_s=0.0)
+                      started_at=now_iso(), duration_s=0.0)
 
 
 def find_case(params: WorkerParams, case_id: str) -> Optional[CaseSpec]:

@@ -30,7 +30,7 @@ def supervise(params_path: Path, results_path: Path) -> int:
     the host-side work took (benchmarks subtract it from wall time to get the controller's overhead)."""
     import time
 
-    from .runner import emit_progress
+    from .protocol import emit_progress
 
     # From the rendered script's first line when it ran us (imports included), else from here.
     started = float(os.environ.get("FLEETBENCH_SCRIPT_STARTED") or time.time())
@@ -40,23 +40,33 @@ def supervise(params_path: Path, results_path: Path) -> int:
         emit_progress(event="exit", elapsed_s=round(time.time() - started, 4))
 
 
+def _lock_settings(params_path: Path) -> dict:
+    """The few fields the lock needs, read without the schema: this process stays stdlib-only (the
+    child validates the whole file; the controller always writes every field)."""
+    import json
+
+    raw = json.loads(params_path.read_text(encoding="utf-8"))
+    return {"run_id": str(raw["run_id"]), "host": str(raw["host"]), "device": raw.get("device", "auto"),
+            "lock_timeout_s": float(raw.get("lock_timeout_s", 0.0)), "cases": len(raw["cases"])}
+
+
 def _supervise_locked(params_path: Path, results_path: Path) -> int:
     from .gpulock import GpuLockTimeout, gpu_lock
-    from .runner import emit_progress, load_params
+    from .protocol import emit_progress
 
-    params = load_params(params_path)
-    ids = [] if params.device == "cpu" else None  # None: find this process's GPU (none on a CPU host)
+    settings = _lock_settings(params_path)
+    ids = [] if settings["device"] == "cpu" else None  # None: find this process's GPU (none on a CPU host)
     try:
-        with gpu_lock(params.run_id, params.host, params.lock_timeout_s, ids=ids,
+        with gpu_lock(settings["run_id"], settings["host"], settings["lock_timeout_s"], ids=ids,
                       on_wait=lambda holder: emit_progress(event="lock-wait", holder=holder.get("run_id", "?"))):
-            return _supervise_cases(params, params_path, results_path)
+            return _supervise_cases(params_path, results_path, settings["cases"])
     except GpuLockTimeout as exc:
         print(f"fleetbench: {exc}", file=sys.stderr, flush=True)
         return EXIT_GPU_BUSY
 
 
-def _supervise_cases(params, params_path: Path, results_path: Path) -> int:
-    from .runner import append_record, crashed_record, done_case_ids, find_case
+def _supervise_cases(params_path: Path, results_path: Path, n_cases: int) -> int:
+    from .protocol import done_case_ids
 
     inflight = results_path.with_name(results_path.name + ".inflight")
     worker_root = str(Path(__file__).resolve().parent.parent)
@@ -67,6 +77,7 @@ def _supervise_cases(params, params_path: Path, results_path: Path) -> int:
     env["PATH"] = os.pathsep.join(filter(None, [venv_bin, os.environ.get("PATH")]))
     cmd = [sys.executable, "-m", "worker", "run", "--params", str(params_path), "--results", str(results_path)]
     restarts = 0
+    params = None  # the validated params: loaded only after a child failed (pydantic costs ~0.1 s)
     while True:
         inflight.unlink(missing_ok=True)
         child = subprocess.Popen(cmd, env=env)
@@ -76,6 +87,11 @@ def _supervise_cases(params, params_path: Path, results_path: Path) -> int:
             child.terminate()
             child.wait()
             raise
+        if code == 0 and len(done_case_ids(results_path)) >= n_cases:
+            return 0
+        from .runner import append_record, crashed_record, find_case, load_params
+
+        params = params or load_params(params_path)
         remaining = [c for c in params.cases if c.case_id not in done_case_ids(results_path)]
         if code == 0 and not remaining:
             return 0
@@ -95,5 +111,3 @@ def _supervise_cases(params, params_path: Path, results_path: Path) -> int:
                 return EXIT_INCOMPLETE
             return 0
         restarts += 1
-
-
