@@ -1,10 +1,13 @@
 """Fan-out: each host's pipeline in a bounded thread pool; every host ends in an outcome, none raises.
 
-Per host: connect once -> sync the worker (skipped when the host has this version) -> upload the
-script -> per GPU slot: upload params, run [python, script, ...] streaming each output line into
-log.txt and the live view -> fetch results.jsonl -> validate -> outcome.json. A per-host wall-clock
-deadline covers all of it. Stopping (Ctrl-C or a deadline) kills the remote process group through
-the pid file the script wrote, then fetches whatever results exist.
+Per host: connect once -> per GPU slot: one exec of [python, script, supervise ...] with the params
+on its stdin, streaming each output line into log.txt and the live view and each result record into
+results.jsonl -> validate -> outcome.json. In the steady state that exec is the only remote round
+trip after the handshake: the script and the worker are content-addressed on the host. When the host
+lacks either (the launcher says so with EXIT_NEEDS_SYNC, or python cannot open the script) they are
+uploaded once and the command runs again. The host's results.jsonl is fetched only when the stream
+was cut short. A per-host wall-clock deadline covers all of it. Stopping (Ctrl-C or a deadline) kills
+the remote process group through the pid file the script wrote, then fetches whatever results exist.
 """
 from __future__ import annotations
 
@@ -17,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
 
-from worker.protocol import PROGRESS_PREFIX
+from worker.protocol import EXIT_NEEDS_SYNC, PROGRESS_PREFIX, RECORD_PREFIX, done_case_ids
 from worker.supervise import EXIT_GPU_BUSY
 from worker.schema import CaseSpec
 
@@ -27,7 +30,7 @@ from .inventory import Host
 from .plan import Job, Plan, RemoteLayout
 from .render import RenderedScript, job_argv, job_params, write_params
 from .store import HostOutcome, RunStore, now_iso
-from .transport import CommandResult, Transport, TransportError, make_transport
+from .transport import CommandResult, Transport, TransportError, login_relative, make_transport
 
 STOP_GRACE_S = 3.0
 CLEANUP_LIMIT_S = 8.0  # per cleanup step on a host that may no longer answer
@@ -160,14 +163,25 @@ def run_tasks(plan: Plan, store: RunStore, scripts: dict[str, RenderedScript], b
     return [results[(t.job.slot, t.attempt)] for t in tasks]
 
 
-def sync_script(transport: Transport, layout: RemoteLayout, bundle_path: Path, script: Path, host_name: str) -> int:
-    """Upload the worker (only if this version is missing there) and the script. Returns bytes sent."""
+def sync_script(transport: Transport, layout: RemoteLayout, bundle_path: Path, script: RenderedScript) -> int:
+    """Upload the worker and the script, each only if the host lacks it. Returns bytes sent."""
     sent = 0
-    transport.makedirs(layout.run_dir)
     if not transport.exists(f"{layout.worker_dir}/.complete") and not transport.exists(layout.worker_archive):
         transport.makedirs(layout.worker_archive.rsplit("/", 1)[0])
-        sent += transport.put(bundle_path, layout.worker_archive)
-    return sent + transport.put(script, layout.script(host_name))
+        sent += transport.put(bundle_path, layout.worker_archive, atomic=True)
+    if not transport.exists(script.remote):
+        transport.makedirs(script.remote.rsplit("/", 1)[0])
+        sent += transport.put(script.path, script.remote, atomic=True)
+    return sent
+
+
+def needs_sync(result: CommandResult, script_remote: str, stderr_lines: list[str], stdout_lines: int) -> bool:
+    """Did the command fail only because the host lacks the script or its worker version?"""
+    if result.exit_code == EXIT_NEEDS_SYNC and any("is not on this host" in line for line in stderr_lines):
+        return True
+    # CPython: "<python>: can't open file '<path>': [Errno 2] No such file or directory", status 2.
+    return (result.exit_code == 2 and stdout_lines == 0
+            and any("can't open file" in line and script_remote in line for line in stderr_lines))
 
 
 class _HostPipeline:
@@ -186,6 +200,8 @@ class _HostPipeline:
         self.started = time.monotonic()
         self.deadline = self.started + host.timeout
         self.bytes_uploaded = 0
+        self._sync_lock = threading.Lock()  # slots of one host share one upload
+        self._synced = False
 
     def run(self) -> list[HostOutcome]:
         started_at = now_iso()
@@ -196,9 +212,6 @@ class _HostPipeline:
         try:
             try:
                 transport.connect()
-                for task in self.tasks:
-                    self.emit(JobEvent(task.job.slot, "syncing", total=len(task.cases)))
-                self._sync(transport)
             except TransportError as exc:
                 return [self._finish(t, exc.outcome, str(exc), started_at) for t in self.tasks]
             except Exception as exc:
@@ -211,42 +224,60 @@ class _HostPipeline:
             transport.close()
 
     def _sync(self, transport: Transport) -> None:
-        self.bytes_uploaded += sync_script(transport, self.layout, self.bundle_path, self.script.path, self.host.name)
+        with self._sync_lock:
+            if not self._synced:
+                self.bytes_uploaded += sync_script(transport, self.layout, self.bundle_path, self.script)
+                self._synced = True
 
     def _run_job(self, transport: Transport, task: JobTask, started_at: str) -> HostOutcome:
         job, slot, attempt = task.job, task.job.slot, task.attempt
         local = self.store.attempt_dir(slot, attempt)
-        params_path = local / "params.json"
-        write_params(params_path, job_params(self.plan, job, task.cases))
+        params = write_params(local / "params.json", job_params(self.plan, job, task.cases))
+        results_local = local / "results.jsonl"
         stderr_tail: collections.deque[str] = collections.deque(maxlen=30)
-        progress = {"done": 0, "current": ""}
+        progress = {"done": 0, "current": "", "stdout": 0}
         pidfile = self.layout.pidfile(slot, attempt)
-        try:
-            transport.makedirs(self.layout.attempt_dir(slot, attempt))
-            self.bytes_uploaded += transport.put(params_path, self.layout.params(slot, attempt))
-        except TransportError as exc:
-            return self._finish(task, exc.outcome, str(exc), started_at)
-        except Exception as exc:
-            return self._finish(task, "failed", f"upload failed: {type(exc).__name__}: {exc}", started_at)
+        argv = job_argv(job, self.script, attempt)
 
-        with open(local / "log.txt", "w", encoding="utf-8", buffering=1) as log:
+        with open(local / "log.txt", "w", encoding="utf-8", buffering=1) as log, \
+                open(results_local, "w", encoding="utf-8") as results:
             def on_line(stream: str, line: str) -> None:
+                if stream == "stdout":
+                    progress["stdout"] += 1
+                    at = line.find(RECORD_PREFIX)  # find, not startswith: a library may leave half a line
+                    if at >= 0:
+                        results.write(line[at + len(RECORD_PREFIX):] + "\n")
+                        results.flush()
+                        return
                 log.write(f"{time.strftime('%H:%M:%S')} {stream}: {line}\n")
                 if stream == "stderr":
                     stderr_tail.append(line)
-                elif line.startswith(PROGRESS_PREFIX):
-                    self._progress(task, line[len(PROGRESS_PREFIX):], progress)
+                elif PROGRESS_PREFIX in line:
+                    self._progress(task, line[line.find(PROGRESS_PREFIX) + len(PROGRESS_PREFIX):], progress)
+
+            def launch() -> Optional[CommandResult]:
+                remaining = self.deadline - time.monotonic()
+                if remaining <= 0 or self.execution.cancel.is_set():
+                    return CommandResult(exit_code=-1, timed_out=remaining <= 0)
+                self.bytes_uploaded += len(params)
+                return transport.run(argv, env=job.env, timeout=remaining, on_line=on_line, stdin=params)
 
             self.emit(JobEvent(slot, "running", total=len(task.cases)))
-            remaining = self.deadline - time.monotonic()
             with self.execution.lock:
                 self.execution.running[slot] = _Running(transport, pidfile)
             try:
-                if remaining <= 0 or self.execution.cancel.is_set():
-                    result = CommandResult(exit_code=-1, timed_out=remaining <= 0)
-                else:
-                    result = transport.run(job_argv(job, self.layout, attempt), env=job.env,
-                                           timeout=remaining, on_line=on_line)
+                result = launch()
+                if result is not None and needs_sync(result, login_relative(self.script.remote),
+                                                      list(stderr_tail), progress["stdout"]):
+                    log.write(f"{time.strftime('%H:%M:%S')} controller: the host lacks this script or worker "
+                              "version: uploading, then starting again\n")
+                    self.emit(JobEvent(slot, "syncing", total=len(task.cases)))
+                    stderr_tail.clear()
+                    self._sync(transport)
+                    self.emit(JobEvent(slot, "running", total=len(task.cases)))
+                    result = launch()
+            except TransportError as exc:
+                return self._finish(task, exc.outcome, str(exc), started_at)
             except Exception as exc:
                 result = None
                 stderr_tail.append(f"{type(exc).__name__}: {exc}")
@@ -255,17 +286,25 @@ class _HostPipeline:
                     self.execution.running.pop(slot, None)
 
         self.emit(JobEvent(slot, "collecting", done=progress["done"], total=len(task.cases)))
-        results_remote = self.layout.results(slot, attempt)
-
-        def collect() -> bool:
-            if result is not None and result.timed_out:
-                stop_remote(transport, pidfile)
-            return transport.get(results_remote, local / "results.jsonl")
-
-        # One bound for stopping and fetching together: a frozen host costs its limit plus this, once.
-        fetched = _bounded(collect, CLEANUP_LIMIT_S)
-        parsed = parse_results(local / "results.jsonl")
         wanted = {c.case_id for c in task.cases}
+        fetched: Optional[bool] = True
+        if not (result is not None and result.exit_code == 0 and wanted <= done_case_ids(results_local)):
+            # The stream was cut short (or the command failed): the host's own file is the complete copy.
+            results_remote = self.layout.results(slot, attempt)
+            fetched_path = local / "results.fetched"
+
+            def collect() -> bool:
+                if result is not None and result.timed_out:
+                    stop_remote(transport, pidfile)
+                return transport.get(results_remote, fetched_path)
+
+            # One bound for stopping and fetching together: a frozen host costs its limit plus this, once.
+            fetched = _bounded(collect, CLEANUP_LIMIT_S)
+            if fetched and fetched_path.exists():
+                fetched_path.replace(results_local)
+            else:
+                fetched_path.unlink(missing_ok=True)
+        parsed = parse_results(results_local)
         done_ids = {r.case_id for r in parsed.cases if r.case_id in wanted}
         statuses = collections.Counter(r.status for r in parsed.cases if r.case_id in wanted)
         outcome, error = self._judge(task, result, len(done_ids), stderr_tail, fetched)

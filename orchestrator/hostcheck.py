@@ -18,7 +18,7 @@ from .bundle import build_worker_bundle
 from .execute import sync_script
 from .inventory import Host
 from .plan import layout_for
-from .render import render_script, template_environment
+from .render import RenderedScript, render_script, sha256_file, template_environment
 from .transport import TransportError, login_relative, make_transport
 
 CHECK_RUN_ID = "hostcheck"
@@ -37,14 +37,15 @@ class HostStatus:
 
 def check_host(host: Host, bundle_path: Path, bundle_sha: str, script_dir: Path, accept_new: bool) -> HostStatus:
     layout = layout_for(host, CHECK_RUN_ID, bundle_sha)
-    script = script_dir / f"{host.name}.py"
-    script.write_text(render_script(template_environment(), layout, bundle_sha), encoding="utf-8")
+    path = script_dir / f"{host.name}.py"
+    path.write_text(render_script(template_environment(), layout, bundle_sha), encoding="utf-8")
+    script = RenderedScript(host=host.name, path=path, sha256=sha256_file(path), layout=layout)
     transport = make_transport(host, accept_new=accept_new)
     lines: list[tuple[str, str]] = []
     try:
         transport.connect()
-        sync_script(transport, layout, bundle_path, script, host.name)
-        result = transport.run([host.python, login_relative(layout.script(host.name)), "check"], env=host.env,
+        sync_script(transport, layout, bundle_path, script)
+        result = transport.run([host.python, login_relative(script.remote), "check"], env=host.env,
                                timeout=min(host.timeout, CHECK_TIMEOUT_S), on_line=lambda s, l: lines.append((s, l)))
     except TransportError as exc:
         return HostStatus(host.name, False, exc.outcome, str(exc))

@@ -95,8 +95,9 @@ class RemoteLayout:
     def run_dir(self) -> str:
         return f"{self.workdir}/runs/{self.run_id}"
 
-    def script(self, host: str) -> str:
-        return f"{self.run_dir}/bench-{host}.py"
+    def script(self, script_sha: str) -> str:
+        # Content-addressed: an unchanged script is already there and the next run uploads nothing.
+        return f"{self.workdir}/scripts/bench-{script_sha[:16]}.py"
 
     def attempt_dir(self, slot: str, attempt: int) -> str:
         # Flat under the run folder: creating it is one SFTP round trip.

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import jinja2
 
+from worker.protocol import EXIT_NEEDS_SYNC
 from worker.schema import WorkerParams
 
 from .bundle import WorkerBundle
@@ -50,6 +51,11 @@ class RenderedScript:
     sha256: str
     layout: RemoteLayout
 
+    @property
+    def remote(self) -> str:
+        """Where the host keeps this script (content-addressed, so unchanged scripts are not re-sent)."""
+        return self.layout.script(self.sha256)
+
 
 def sha256_file(path: Path) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
@@ -60,7 +66,7 @@ def render_script(env: jinja2.Environment, layout: RemoteLayout, bundle_sha: str
     try:
         source = env.get_template(SCRIPT_TEMPLATE).render(
             worker_archive=login_relative(layout.worker_archive), worker_dir=login_relative(layout.worker_dir),
-            worker_sha256=bundle_sha,
+            worker_sha256=bundle_sha, exit_needs_sync=EXIT_NEEDS_SYNC,
         )
     except jinja2.TemplateError as exc:
         line = getattr(exc, "lineno", None)
@@ -93,19 +99,20 @@ def job_params(plan: Plan, job: Job, cases=None) -> WorkerParams:
                         lock_timeout_s=plan.lock_timeout_s)
 
 
-def write_params(path: Path, params: WorkerParams) -> str:
-    """Write params JSON; returns its sha256."""
-    data = params.model_dump_json(indent=1).encode("utf-8")
+def write_params(path: Path, params: WorkerParams) -> bytes:
+    """Write params JSON (compact: these bytes travel to the host on the command's stdin); returns them."""
+    data = params.model_dump_json().encode("utf-8")
     path.parent.mkdir(parents=True, exist_ok=True)
     _write_atomic(path, data)
-    return hashlib.sha256(data).hexdigest()
+    return data
 
 
-def job_argv(job: Job, layout: RemoteLayout, attempt: int) -> list[str]:
-    """The command a job runs on its host, as an argv list."""
-    return [job.host.python, login_relative(layout.script(job.host.name)), "supervise",
+def job_argv(job: Job, script: RenderedScript, attempt: int) -> list[str]:
+    """The command a job runs on its host, as an argv list; its params arrive on stdin."""
+    layout = script.layout
+    return [job.host.python, login_relative(script.remote), "supervise",
             "--pidfile", login_relative(layout.pidfile(job.slot, attempt)),
-            "--params", login_relative(layout.params(job.slot, attempt)),
+            "--params", login_relative(layout.params(job.slot, attempt)), "--params-stdin",
             "--results", login_relative(layout.results(job.slot, attempt))]
 
 

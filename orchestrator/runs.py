@@ -90,11 +90,11 @@ def describe_commands(plan: Plan, scripts: dict[str, RenderedScript]) -> list[st
         s = scripts[host.name]
         t = make_transport(host)
         lines.append(f"# host {host.name} ({host.transport} {host.address}); script sha256 {s.sha256}")
-        lines.append(f"put {s.path} -> {s.layout.script(host.name)}  (worker {s.layout.worker_archive} if missing)")
+        lines.append(f"put {s.path} -> {s.remote}  (only if the host lacks it; worker {s.layout.worker_archive} too)")
         for job in plan.jobs_of(host):
-            lines.append(f"put params.json ({len(job.cases)} cases) -> {s.layout.params(job.slot, 1)}")
-            lines.append("run " + t.describe(job_argv(job, s.layout, 1), job.env))
-            lines.append(f"get {s.layout.results(job.slot, 1)}")
+            lines.append("run " + t.describe(job_argv(job, s, 1), job.env)
+                         + f"  < params.json on stdin ({len(job.cases)} cases)")
+            lines.append(f"results stream back; {s.layout.results(job.slot, 1)} is fetched only if the stream is cut")
     return lines
 
 

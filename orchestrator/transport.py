@@ -61,11 +61,11 @@ class Transport(Protocol):
     def path(self, p: str) -> str: ...
     def exists(self, path: str) -> bool: ...
     def makedirs(self, path: str) -> None: ...
-    def put(self, local: Path, remote: str) -> int: ...
+    def put(self, local: Path, remote: str, *, atomic: bool = False) -> int: ...
     def get(self, remote: str, local: Path) -> bool: ...
     def read_text(self, remote: str) -> Optional[str]: ...
     def run(self, argv: Sequence[str], *, env: Mapping[str, str], timeout: Optional[float],
-            on_line: LineSink) -> CommandResult: ...
+            on_line: LineSink, stdin: Optional[bytes] = None) -> CommandResult: ...
     def describe(self, argv: Sequence[str], env: Mapping[str, str]) -> str: ...
     def close(self) -> None: ...
 
@@ -112,7 +112,7 @@ class LocalTransport:
     def makedirs(self, path: str) -> None:
         os.makedirs(self.path(path), exist_ok=True)
 
-    def put(self, local: Path, remote: str) -> int:
+    def put(self, local: Path, remote: str, *, atomic: bool = False) -> int:
         target = self.path(remote)
         tmp = f"{target}.part-{os.getpid()}-{threading.get_ident()}"
         shutil.copyfile(local, tmp)
@@ -132,12 +132,12 @@ class LocalTransport:
         except FileNotFoundError:
             return None
 
-    def run(self, argv, *, env, timeout, on_line) -> CommandResult:
+    def run(self, argv, *, env, timeout, on_line, stdin=None) -> CommandResult:
         argv = [self.path(a) if a.startswith("~") else a for a in argv]
         try:
             # cwd is the home folder, as for an SSH exec, so login-relative paths mean the same here.
             proc = subprocess.Popen(argv, env={**os.environ, **env}, cwd=os.path.expanduser("~"), stdout=subprocess.PIPE,
-                                    stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
+                                    stderr=subprocess.PIPE, stdin=subprocess.DEVNULL if stdin is None else subprocess.PIPE,
                                     start_new_session=True, text=True, errors="replace")
         except FileNotFoundError:
             raise TransportError("failed", f"interpreter not found: {argv[0]}") from None
@@ -147,6 +147,12 @@ class LocalTransport:
                    for stream, name in ((proc.stdout, "stdout"), (proc.stderr, "stderr"))]
         for r in readers:
             r.start()
+        if stdin is not None:
+            try:
+                proc.stdin.buffer.write(stdin)
+                proc.stdin.close()
+            except OSError:  # the command exited without reading it: its exit status says why
+                pass
         try:
             code = proc.wait(timeout=timeout)
             timed_out = False
@@ -289,14 +295,21 @@ class FabricTransport:
         except IOError:
             return False
 
-    def put(self, local: Path, remote: str) -> int:
+    def put(self, local: Path, remote: str, *, atomic: bool = False) -> int:
         """Upload; returns the bytes sent. The size check after writing (paramiko's confirm) is what
-        catches a full remote disk: pipelined SFTP writes can fail without an error. A failed upload
-        fails the host before anything runs, so no temp-file-and-rename round trips are spent."""
+        catches a full remote disk: pipelined SFTP writes can fail without an error. `atomic` writes
+        a temporary name and renames it: content-addressed files (worker, script) are trusted by
+        their name alone later, so a cut-off upload must never appear under it."""
         target = self.path(remote)
+        sftp = self._sftp_client()
+        tmp = f"{target}.part-{os.getpid()}-{threading.get_ident()}" if atomic else target
         try:
-            self._sftp_client().put(str(local), target, confirm=True)
+            sftp.put(str(local), tmp, confirm=True)
+            if atomic:
+                sftp.posix_rename(tmp, target)
         except OSError as exc:
+            if atomic:
+                _unless_missing(lambda: sftp.remove(tmp), None)
             raise TransportError("failed", f"upload of {local.name} to {target} failed: {exc or type(exc).__name__}"
                                  " (remote disk full or not writable?)") from None
         return local.stat().st_size
@@ -312,22 +325,30 @@ class FabricTransport:
         return _unless_missing(read, None)
 
     # -- commands ---------------------------------------------------------------------------------
-    def run(self, argv, *, env, timeout, on_line) -> CommandResult:
-        from invoke.exceptions import CommandTimedOut
+    def run(self, argv, *, env, timeout, on_line, stdin=None) -> CommandResult:
+        """Exec on a channel of the open connection, streaming lines as they come. One thread and a
+        select() per command (fabric's runner adds three threads and a 10 ms polling loop per command,
+        which a 64-host fan-out pays 64 times). The exit code is -1 when the connection died first."""
+        import paramiko
 
-        out, err = _LineSplitter("stdout", on_line), _LineSplitter("stderr", on_line)
         command = shell_command([self.path(a) if a.startswith("~") else a for a in argv], env)
+        deadline = None if timeout is None else time.monotonic() + timeout
         try:
-            result = self._conn.run(command, hide=True, warn=True, in_stream=False, out_stream=out,
-                                    err_stream=err, timeout=timeout, pty=False)
-            code = result.exited
-            timed_out = False
-        except CommandTimedOut:
-            code, timed_out = -1, True
+            chan = self._conn.client.get_transport().open_session(timeout=self.host.connect_timeout)
+            chan.exec_command(command)
+        except (paramiko.SSHException, OSError, EOFError, AttributeError):
+            return CommandResult(exit_code=-1)  # no transport (AttributeError: it was closed) or it died
+        try:
+            if stdin:
+                chan.settimeout(timeout)
+                try:
+                    chan.sendall(stdin)
+                except (OSError, EOFError, paramiko.SSHException):
+                    pass  # the command ended without reading it (e.g. it asks for a worker upload first)
+            chan.shutdown_write()
+            return _pump_channel(chan, deadline, on_line)
         finally:
-            out.close()
-            err.close()
-        return CommandResult(exit_code=-1 if code is None else code, timed_out=timed_out)
+            chan.close()
 
     def describe(self, argv, env) -> str:
         return f"ssh {self.host.address}: " + shell_command([self.path(a) if a.startswith("~") else a for a in argv], env)
@@ -338,6 +359,40 @@ class FabricTransport:
                 self._conn.close()
         except Exception:
             pass
+
+
+def _pump_channel(chan, deadline: Optional[float], on_line: LineSink) -> CommandResult:
+    """Read stdout and stderr until EOF (or the deadline), then the exit status."""
+    import codecs
+    import select
+
+    out, err = _LineSplitter("stdout", on_line), _LineSplitter("stderr", on_line)
+    decoders = [codecs.getincrementaldecoder("utf-8")(errors="replace") for _ in range(2)]
+    timed_out = False
+    try:
+        while True:
+            while chan.recv_ready():
+                out.write(decoders[0].decode(chan.recv(65536)))
+            while chan.recv_stderr_ready():
+                err.write(decoders[1].decode(chan.recv_stderr(65536)))
+            if chan.eof_received or chan.closed:
+                if not chan.recv_ready() and not chan.recv_stderr_ready():
+                    break
+                continue
+            wait = 1.0 if deadline is None else deadline - time.monotonic()
+            if wait <= 0:
+                timed_out = True
+                break
+            # The channel's fileno is a pipe set while either buffer holds data or the channel ended.
+            select.select([chan], [], [], min(wait, 1.0))
+    finally:
+        out.close()
+        err.close()
+    if timed_out:
+        return CommandResult(exit_code=-1, timed_out=True)
+    # OpenSSH may send the exit status just after EOF; a closed channel sets the event without one.
+    chan.status_event.wait(10)
+    return CommandResult(exit_code=chan.exit_status if chan.status_event.is_set() else -1)
 
 
 def _unless_missing(fn: Callable, default):

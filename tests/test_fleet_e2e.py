@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import csv
+import hashlib
 import io
 import json
 from pathlib import Path
@@ -103,8 +104,9 @@ def test_killed_host_is_unreachable_others_finish_and_rerun_failed_completes(fle
     assert {r["host"] for r in rows if r["status"] == "ok"} == {"ssh0", "ssh1", "ssh2", "ssh3"}
     assert store.attempts("ssh3") == [1, 2] and store.attempts("ssh0") == [1]
     # The rerun used the run's stored script, byte for byte.
-    remote_script = fleet.host("ssh3").workdir / "runs" / store.run_id / "bench-ssh3.py"
-    assert remote_script.read_bytes() == (store.scripts_dir / "ssh3.py").read_bytes()
+    stored = (store.scripts_dir / "ssh3.py").read_bytes()
+    remote_script = fleet.host("ssh3").workdir / "scripts" / f"bench-{hashlib.sha256(stored).hexdigest()[:16]}.py"
+    assert remote_script.read_bytes() == stored
 
 
 def test_unknown_host_key_is_refused_with_the_fix_and_accept_new_records_it(fleet, tmp_path, capsys):

@@ -1,7 +1,10 @@
-"""What the worker says while it runs, stdlib only: progress lines on stdout, result lines on disk.
+"""What the worker says while it runs, stdlib only: progress and record lines on stdout, records on disk.
 
-The supervisor and the controller's live view need these and nothing heavier; importing pydantic (or
-torch) just to print a progress line costs ~0.1 s of CPU per process, and a fleet pays it per host.
+Every record is appended to results.jsonl (fsynced: the host's file is the durable copy) and then
+echoed on stdout, so the controller usually has all results when the command ends and fetches the
+file only when the stream was cut short. The supervisor and the controller need these and nothing
+heavier: importing pydantic (or torch) just to print a line costs ~0.1 s of CPU per process, and a
+fleet pays it per host.
 """
 from __future__ import annotations
 
@@ -12,6 +15,10 @@ import sys
 from pathlib import Path
 
 PROGRESS_PREFIX = "@@fleetbench-progress "
+RECORD_PREFIX = "@@fleetbench-record "
+# The rendered launcher's exit status when this host lacks its worker version (the controller then
+# uploads it and runs again). Distinct from the supervisor's 3 and 4 and from argparse's 2.
+EXIT_NEEDS_SYNC = 5
 
 
 def emit_progress(**event) -> None:
@@ -21,11 +28,15 @@ def emit_progress(**event) -> None:
 
 
 def append_line(path: Path, line: str) -> None:
-    """Append one record line durably: a host that dies right after loses nothing already written."""
+    """Append one record line durably (a host that dies right after loses nothing already written),
+    then echo it for the controller."""
+    line = line.rstrip("\n")
     with open(path, "a", encoding="utf-8") as f:
-        f.write(line if line.endswith("\n") else line + "\n")
+        f.write(line + "\n")
         f.flush()
         os.fsync(f.fileno())
+    sys.stdout.write(RECORD_PREFIX + line + "\n")
+    sys.stdout.flush()
 
 
 def done_case_ids(path: Path) -> set[str]:

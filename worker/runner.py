@@ -20,7 +20,7 @@ from .schema import CaseRecord, CaseSpec, FactsRecord, WorkerParams
 
 # Fault injection for reliability tests: "<action>:<backend>:<m>[,...]" with action one of
 # segv (the process dies by SIGSEGV), exit (dies with status 1), hang (stops answering),
-# garbage (a corrupt line lands in results.jsonl). Unset in normal use.
+# garbage (a corrupt line lands in results.jsonl and on the stream). Unset in normal use.
 FAULT_ENV = "FLEETBENCH_FAULT"
 # Cold-L2 rotation: input sets totalling at least this many L2 sizes, within these bounds.
 COLD_L2_FACTOR = 3
@@ -175,8 +175,7 @@ def _inject_fault(case: CaseSpec, results: Path) -> None:
             while True:
                 time.sleep(3600)
         elif action == "garbage":
-            with open(results, "a", encoding="utf-8") as f:
-                f.write('{"kind": "case", "schema_version": 1, "oops"\n')
+            append_line(results, '{"kind": "case", "schema_version": 1, "oops"')
 
 
 def load_params(path: Path) -> WorkerParams:

@@ -2,8 +2,9 @@
 """fleetbench bench script, rendered by the controller: do not edit.
 
 It makes sure the worker package this run was planned with is unpacked on this host, then hands over
-to the worker's command line (`supervise` for a sweep, `check` for a host check). Every parameter arrives as data (the JSON file named by --params); this
-file only wires paths.
+to the worker's command line (`supervise` for a sweep, `check` for a host check). Every parameter
+arrives as data: the JSON file named by --params, which with --params-stdin this script first writes
+from its standard input (one SSH exec carries it, no upload). This file only wires paths.
 """
 import time
 
@@ -18,6 +19,11 @@ import tempfile  # noqa: E402
 WORKER_ARCHIVE = "fb/worker/abababababababab.tar.gz"
 WORKER_DIR = "fb/worker/abababababababab"
 WORKER_SHA256 = "abababababababababababababababababababababababababababababababab"
+EXIT_NEEDS_SYNC = 5  # tells the controller to upload the worker, then run again
+
+
+def worker_present():
+    return os.path.exists(os.path.join(WORKER_DIR, ".complete")) or os.path.exists(WORKER_ARCHIVE)
 
 
 def ensure_worker():
@@ -44,17 +50,33 @@ def ensure_worker():
             raise
 
 
+def write_file(path, data):
+    """Create the folder if needed; write through a temporary name so a reader never sees half a file."""
+    folder = os.path.dirname(path)
+    if folder:
+        os.makedirs(folder, exist_ok=True)
+    tmp = "%s.tmp-%d" % (path, os.getpid())
+    with open(tmp, "wb") as f:
+        f.write(data)
+    os.replace(tmp, path)
+
+
 def main(argv):
     # Own process group, recorded, so the controller can stop this run and everything it started.
     try:
         os.setsid()
     except OSError:
         pass
+    if not worker_present():
+        sys.stderr.write("fleetbench: worker %s is not on this host\n" % WORKER_SHA256[:16])
+        return EXIT_NEEDS_SYNC
     if "--pidfile" in argv:
         i = argv.index("--pidfile")
-        with open(argv[i + 1], "w") as f:
-            f.write("%d\n" % os.getpgid(0))
+        write_file(argv[i + 1], ("%d\n" % os.getpgid(0)).encode())
         argv = argv[:i] + argv[i + 2:]
+    if "--params-stdin" in argv:
+        argv.remove("--params-stdin")
+        write_file(argv[argv.index("--params") + 1], sys.stdin.buffer.read())
     os.environ["FLEETBENCH_SCRIPT_STARTED"] = repr(STARTED)
     ensure_worker()
     sys.path.insert(0, os.path.abspath(WORKER_DIR))
