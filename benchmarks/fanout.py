@@ -9,6 +9,12 @@ script of `sweeps/noop.yaml`: put script + params, run it, get results.jsonl):
 Reported per tool: median wall time, the slowest host-side worker (from the script's own exit line),
 overhead = wall - slowest worker, and bytes moved per host (loopback bytes during the run / hosts).
 
+The hosts look like fleet hosts, not like this dev box's root account: run as root, the benchmark
+logs in as an unprivileged user (`--login-user`, created with a stock home if missing) and every tool
+runs the same host venv (`--host-python`, default: a venv made from --base-python with the pinned
+pydantic, the worker's one dependency for a no-op sweep). Root's ~/.bashrc here runs `pyenv init`:
+~130 ms of CPU in every SSH exec, for every tool alike.
+
     python benchmarks/fanout.py --sizes 8,32,64 --reps 3 [--ansible /path/to/ansible-playbook] --out FILE.md
 
 Needs /usr/sbin/sshd (or FLEETBENCH_SSHD) and, for the Ansible column, ansible-core.
@@ -16,8 +22,10 @@ Needs /usr/sbin/sshd (or FLEETBENCH_SSHD) and, for the Ansible column, ansible-c
 from __future__ import annotations
 
 import argparse
+import getpass
 import json
 import os
+import pwd
 import re
 import shutil
 import statistics
@@ -74,12 +82,36 @@ def run_ansible(playbook_cmd: list[str], n: int):
     return wall, nbytes, max(float(m) for m in ELAPSED.findall(proc.stdout))
 
 
-def prepare(fleet, n: int, work: Path, ansible_playbook: str | None):
+def ensure_login_user(name: str) -> str:
+    if name == getpass.getuser():
+        return name
+    try:
+        pwd.getpwnam(name)
+    except KeyError:
+        # '*' and not useradd's '!': with UsePAM no, sshd refuses key logins to locked accounts.
+        subprocess.run(["useradd", "--create-home", "--shell", "/bin/bash", "--password", "*", name], check=True)
+    return name
+
+
+def ensure_host_venv(path: Path, base_python: str) -> str:
+    """A host venv like `fleetbench provision --profile minimal` makes: pydantic, pinned."""
+    python = path / "bin" / "python"
+    if not python.exists():
+        subprocess.run([base_python, "-m", "venv", str(path)], check=True)
+        wheelhouse = ROOT / ".cache" / "wheelhouse"
+        source = ["--no-index", "--find-links", str(wheelhouse)] if wheelhouse.is_dir() else []
+        subprocess.run([str(python), "-m", "pip", "install", "--quiet", *source, "-c",
+                        str(ROOT / "requirements" / "host-constraints.txt"), "pydantic"], check=True)
+    return str(python)
+
+
+def prepare(fleet, n: int, work: Path, ansible_playbook: str | None, host_python: str = sys.executable):
     """Inventory for fleetbench, a spec for the paramiko loop, an inventory + playbook for Ansible."""
     hosts = fleet.hosts[:n]
     base = work / f"n{n}"
     base.mkdir(parents=True, exist_ok=True)
-    inv = fleet.inventory(base / "hosts.yaml", names=[h.name for h in hosts])
+    inv = fleet.inventory(base / "hosts.yaml", names=[h.name for h in hosts], python=host_python)
+    owner = pwd.getpwnam(fleet.user)
     runs = base / "runs"
     # One real run syncs the worker everywhere and renders the scripts all three tools then run.
     first_wall, first_bytes, _ = run_fleetbench(inv, runs)
@@ -89,8 +121,9 @@ def prepare(fleet, n: int, work: Path, ansible_playbook: str | None):
     for h in hosts:
         for tool in ("bare", "ansible"):
             (h.workdir / tool).mkdir(exist_ok=True)
+            os.chown(h.workdir / tool, owner.pw_uid, owner.pw_gid)
         targets.append({"name": h.name, "port": h.port, "user": fleet.user, "key": str(fleet.client_key),
-                        "known_hosts": str(fleet.known_hosts), "python": sys.executable,
+                        "known_hosts": str(fleet.known_hosts), "python": host_python,
                         "script": str(run_dir / "scripts" / f"{h.name}.py"), "params": str(params),
                         "remote_dir": str(h.workdir / "bare"), "results_dir": str(base / "bare-results")})
     spec = base / "paramiko.json"
@@ -100,7 +133,7 @@ def prepare(fleet, n: int, work: Path, ansible_playbook: str | None):
         lines = ["[fleet]"]
         for h, t in zip(hosts, targets):
             lines.append(f"{h.name} ansible_host=127.0.0.1 ansible_port={h.port} ansible_user={fleet.user} "
-                         f"ansible_ssh_private_key_file={fleet.client_key} ansible_python_interpreter={sys.executable} "
+                         f"ansible_ssh_private_key_file={fleet.client_key} ansible_python_interpreter={host_python} "
                          f"bench_script={t['script']} remote_dir={h.workdir / 'ansible'}")
         lines += ["[all:vars]", f"ansible_ssh_common_args='-o UserKnownHostsFile={fleet.known_hosts} "
                   "-o StrictHostKeyChecking=yes'"]
@@ -110,7 +143,7 @@ def prepare(fleet, n: int, work: Path, ansible_playbook: str | None):
   tasks:
     - copy: {{src: "{params}", dest: "{{{{ remote_dir }}}}/params.json"}}
     - script: "{{{{ bench_script }}}} supervise --params {{{{ remote_dir }}}}/params.json --results {{{{ remote_dir }}}}/results.jsonl"
-      args: {{executable: "{sys.executable}"}}
+      args: {{executable: "{host_python}"}}
     - fetch: {{src: "{{{{ remote_dir }}}}/results.jsonl", dest: "{base}/ansible-results/{{{{ inventory_hostname }}}}/", flat: true}}
 """)
         playbook_cmd = [ansible_playbook, "-i", str(base / "inventory.ini"), str(base / "play.yml")]
@@ -123,14 +156,23 @@ def main() -> int:
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--ansible", default=shutil.which("ansible-playbook"), help="ansible-playbook executable")
     ap.add_argument("--out", type=Path)
+    root = os.geteuid() == 0
+    ap.add_argument("--login-user", default="fbhost" if root else getpass.getuser(),
+                    help="user the hosts log in as (default: fbhost when run as root, created if missing)")
+    ap.add_argument("--host-python", help="the hosts' interpreter (default: a venv under /tmp/fleetbench-fanout)")
+    ap.add_argument("--base-python", default="/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable,
+                    help="interpreter the default host venv is made from")
     args = ap.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
     work = Path("/tmp/fleetbench-fanout") / str(int(time.time()))
-    fleet = start_fleet(work / "fleet", max(sizes))
+    user = ensure_login_user(args.login_user)
+    host_python = args.host_python or ensure_host_venv(Path("/tmp/fleetbench-fanout/host-venv"), args.base_python)
+    print(f"hosts log in as {user}, run {host_python}", flush=True)
+    fleet = start_fleet(work / "fleet", max(sizes), user=user)
     rows = []
     try:
         for n in sizes:
-            inv, runs, spec, playbook, first_wall, first_bytes = prepare(fleet, n, work, args.ansible)
+            inv, runs, spec, playbook, first_wall, first_bytes = prepare(fleet, n, work, args.ansible, host_python)
             tools = {"fleetbench": lambda: run_fleetbench(inv, runs), "paramiko": lambda: run_paramiko(spec)}
             if playbook:
                 tools["ansible"] = lambda: run_ansible(playbook, n)
@@ -150,7 +192,8 @@ def main() -> int:
             print(json.dumps(rows[-len(results) - 1:]), flush=True)
     finally:
         fleet.stop()
-    lines = [f"fan-out, {os.cpu_count()} cores, reps {args.reps} (medians); overhead = wall - slowest host-side worker;",
+    lines = [f"fan-out, {os.cpu_count()} cores, reps {args.reps} (medians); hosts log in as {user} and run {host_python};",
+             "overhead = wall - slowest host-side worker;",
              "bytes = loopback bytes received during the run / hosts (SSH framing included)", "",
              "| hosts | tool | wall s | slowest worker s | overhead s | KB/host | overhead vs paramiko | wall vs ansible |",
              "|---:|---|---:|---:|---:|---:|---:|---:|"]

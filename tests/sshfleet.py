@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import getpass
 import os
+import pwd
 import shutil
 import signal
 import socket
@@ -161,13 +162,16 @@ class SshFleet:
             h.kill()
 
 
-def start_fleet(root: Path, count: int) -> SshFleet:
+def start_fleet(root: Path, count: int, user: Optional[str] = None) -> SshFleet:
+    """`count` sshd servers; logins as `user` (default: whoever runs this; another user needs root,
+    and its workdirs are handed to it)."""
     root.mkdir(parents=True, exist_ok=True)
     if os.geteuid() == 0:
         os.makedirs("/run/sshd", mode=0o755, exist_ok=True)  # sshd's privilege separation directory
     key = root / "client_key"
     subprocess.run([SSH_KEYGEN, "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
-    user = getpass.getuser()
+    user = user or getpass.getuser()
+    owner = None if user == getpass.getuser() else pwd.getpwnam(user)
     fleet = SshFleet(root=root, client_key=key, known_hosts=root / "known_hosts", user=user)
     known_lines = []
     for i in range(count):
@@ -175,7 +179,8 @@ def start_fleet(root: Path, count: int) -> SshFleet:
         d.mkdir()
         subprocess.run([SSH_KEYGEN, "-q", "-t", "ed25519", "-N", "", "-f", str(d / "host_key")], check=True)
         shutil.copy(f"{key}.pub", d / "authorized_keys")
-        os.chmod(d / "authorized_keys", 0o600)
+        # sshd reads it as the login user: another user needs read access to this public key.
+        os.chmod(d / "authorized_keys", 0o600 if owner is None else 0o644)
         port = free_port()
         (d / "sshd_config").write_text("\n".join([
             f"Port {port}", "ListenAddress 127.0.0.1", f"HostKey {d / 'host_key'}", f"PidFile {d / 'sshd.pid'}",
@@ -189,6 +194,8 @@ def start_fleet(root: Path, count: int) -> SshFleet:
         known_lines.append(line)
         host = SshHost(name=f"ssh{i}", dir=d, port=port, workdir=d / "work", host_key_line=line)
         host.workdir.mkdir()
+        if owner is not None:
+            os.chown(host.workdir, owner.pw_uid, owner.pw_gid)
         fleet.hosts.append(host)
     fleet.known_hosts.write_text("\n".join(known_lines) + "\n")
     for h in fleet.hosts:

@@ -199,3 +199,17 @@ def test_bad_arguments_exit_2(tmp_path, capsys, monkeypatch, argv, message):
     code = main(argv)
     err = capsys.readouterr().err
     assert code == 2 and message in err and "Traceback" not in err
+
+
+def test_needs_sync_only_for_a_missing_script_or_worker():
+    from orchestrator.execute import needs_sync
+    from orchestrator.transport import CommandResult
+
+    script = "w/scripts/bench-0123456789abcdef.py"
+    missing = [f"/venv/bin/python: can't open file '/home/u/{script}': [Errno 2] No such file or directory"]
+    assert needs_sync(CommandResult(2), script, missing, 0)
+    assert not needs_sync(CommandResult(2), script, missing, 3)  # it ran: an argparse error, not a missing file
+    assert not needs_sync(CommandResult(2), script, ["usage: ... error: unrecognized arguments"], 0)
+    assert not needs_sync(CommandResult(1), script, missing, 0)
+    assert needs_sync(CommandResult(5), script, ["fleetbench: worker 0123456789abcdef is not on this host"], 0)
+    assert not needs_sync(CommandResult(5), script, ["something else exited 5"], 0)

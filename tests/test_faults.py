@@ -220,6 +220,8 @@ def test_remote_disk_full(fleet, tmp_path, capsys):
         code, _, err = run_cli(capsys, "run", write_sweep(tmp_path / "s.yaml"), "-i", inv, "--runs-dir", tmp_path / "r")
         assert code == 1
         assert "ssh1: failed: upload of worker.tar.gz" in err and "remote disk full or not writable?" in err
+        # Content-addressed files are trusted by name: a cut-off upload must leave nothing under it.
+        assert not list((small / "worker").glob("*.tar.gz*"))
     finally:
         subprocess.run(["umount", str(small)])
 

@@ -5,6 +5,7 @@ import csv
 import hashlib
 import io
 import json
+import shutil
 from pathlib import Path
 
 from conftest import write_sweep
@@ -48,9 +49,11 @@ def test_sweep_over_four_sshd_hosts_and_local_merges_into_one_table(fleet, tmp_p
     # `show` re-reads the store and renders the same table.
     code2, out2, _ = run_cli(capsys, "show", "latest", "--runs-dir", runs, "--format", "csv")
     assert code2 == 0 and out2 == out
-    # Each host's work happened in its own workdir.
+    # Each host's work happened in its own workdir, and the records that streamed back are the host's
+    # own results.jsonl, byte for byte (no fetch was needed).
     for h in fleet.hosts:
-        assert (h.workdir / "runs" / store.run_id).is_dir()
+        remote = h.workdir / "runs" / store.run_id / f"{h.name}.attempt-1" / "results.jsonl"
+        assert remote.read_bytes() == (store.attempt_dir(h.name, 1) / "results.jsonl").read_bytes()
 
 
 def test_hostile_label_round_trips_byte_exact_over_ssh_and_runs_nothing(fleet, tmp_path, capsys):
@@ -79,7 +82,22 @@ def test_second_run_skips_the_worker_upload(fleet, tmp_path, capsys):
         uploaded.append(store.outcome("ssh2", 1).bytes_uploaded)
     archive = len((store.dir / "worker.tar.gz").read_bytes())
     assert uploaded[0] >= archive  # first run ships the worker
-    assert uploaded[1] < 16 * 1024  # unchanged worker: only the script and params travel
+    # Unchanged worker and script: only the params travel (on the command's stdin).
+    assert uploaded[1] == len((store.attempt_dir("ssh2", 1) / "params.json").read_bytes())
+
+
+def test_a_host_that_lost_its_worker_gets_it_again(fleet, tmp_path, capsys):
+    inv = fleet.inventory(tmp_path / "hosts.yaml", names=["ssh1"], workdir=str(tmp_path / "w"))
+    sweep = write_sweep(tmp_path / "s.yaml", backends=("torch-bf16",))
+    code, _, err = run_cli(capsys, "run", sweep, "-i", inv, "--runs-dir", tmp_path / "runs")
+    assert code == 0, err
+    shutil.rmtree(tmp_path / "w" / "worker")  # the script stays: only the launcher can notice
+    code, _, err = run_cli(capsys, "run", sweep, "-i", inv, "--runs-dir", tmp_path / "runs")
+    assert code == 0, err
+    store = resolve_run(tmp_path / "runs", "latest")
+    assert store.outcome("ssh1", 1).bytes_uploaded >= len((store.dir / "worker.tar.gz").read_bytes())
+    log = (store.attempt_dir("ssh1", 1) / "log.txt").read_text()
+    assert "is not on this host" in log and "uploading, then starting again" in log
 
 
 def test_killed_host_is_unreachable_others_finish_and_rerun_failed_completes(fleet, tmp_path, capsys):
