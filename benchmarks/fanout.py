@@ -150,6 +150,27 @@ def prepare(fleet, n: int, work: Path, ansible_playbook: str | None, host_python
     return inv, runs, spec, playbook_cmd, first_wall, first_bytes
 
 
+def table(rows: list[dict], header: str) -> list[str]:
+    lines = [header, "overhead = wall - slowest host-side worker;",
+             "bytes = loopback bytes received during the run / hosts (SSH framing included)", "",
+             "| hosts | tool | wall s | slowest worker s | overhead s | KB/host | overhead vs paramiko "
+             "| overhead: ansible / this | wall: ansible / this |",
+             "|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        same = {x["tool"]: x for x in rows if x["hosts"] == r["hosts"]}
+        vs_p = ovh_a = wall_a = ""
+        if r["overhead_s"] is not None and "paramiko" in same and same["paramiko"]["overhead_s"]:
+            vs_p = f"{r['overhead_s'] / same['paramiko']['overhead_s']:.2f}×"
+        if "ansible" in same and r["tool"] != "ansible":
+            wall_a = f"{same['ansible']['wall_s'] / r['wall_s']:.1f}×"
+            if r["overhead_s"]:
+                ovh_a = f"{same['ansible']['overhead_s'] / r['overhead_s']:.1f}×"
+        f = lambda v, p: "" if v is None else format(v, p)  # noqa: E731
+        lines.append(f"| {r['hosts']} | {r['tool']} | {r['wall_s']:.2f} | {f(r['slowest_worker_s'], '.2f')} | "
+                     f"{f(r['overhead_s'], '.2f')} | {r['bytes_per_host'] / 1024:.1f} | {vs_p} | {ovh_a} | {wall_a} |")
+    return lines
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sizes", default="8,32,64")
@@ -192,25 +213,13 @@ def main() -> int:
             print(json.dumps(rows[-len(results) - 1:]), flush=True)
     finally:
         fleet.stop()
-    lines = [f"fan-out, {os.cpu_count()} cores, reps {args.reps} (medians); hosts log in as {user} and run {host_python};",
-             "overhead = wall - slowest host-side worker;",
-             "bytes = loopback bytes received during the run / hosts (SSH framing included)", "",
-             "| hosts | tool | wall s | slowest worker s | overhead s | KB/host | overhead vs paramiko | wall vs ansible |",
-             "|---:|---|---:|---:|---:|---:|---:|---:|"]
-    for r in rows:
-        same = {x["tool"]: x for x in rows if x["hosts"] == r["hosts"]}
-        vs_p = vs_a = ""
-        if r["overhead_s"] is not None and "paramiko" in same and same["paramiko"]["overhead_s"]:
-            vs_p = f"{r['overhead_s'] / same['paramiko']['overhead_s']:.2f}×"
-        if "ansible" in same and r["tool"] != "ansible":
-            vs_a = f"{same['ansible']['wall_s'] / r['wall_s']:.1f}× faster"
-        f = lambda v, p: "" if v is None else format(v, p)  # noqa: E731
-        lines.append(f"| {r['hosts']} | {r['tool']} | {r['wall_s']:.2f} | {f(r['slowest_worker_s'], '.2f')} | "
-                     f"{f(r['overhead_s'], '.2f')} | {r['bytes_per_host'] / 1024:.1f} | {vs_p} | {vs_a} |")
+    header = f"fan-out, {os.cpu_count()} cores, reps {args.reps} (medians); hosts log in as {user} and run {host_python};"
+    lines = table(rows, header)
     text = "\n".join(lines) + "\n"
     print(text)
     if args.out:
         args.out.write_text(text)
+        args.out.with_suffix(".json").write_text(json.dumps(rows, indent=1) + "\n")
     return 0
 
 
