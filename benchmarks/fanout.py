@@ -4,6 +4,7 @@
 For each fleet size, interleaved and repeated, the same remote work on every host (the fleetbench
 script of `sweeps/noop.yaml`: put script + params, run it, get results.jsonl):
   fleetbench   `python -m orchestrator.cli run sweeps/noop.yaml` (worker already synced: the steady state)
+  ..., warm    the same through `fleetbench warm` (imports done once by a resident server that forks)
   paramiko     benchmarks/bare_paramiko.py: ThreadPool, one SSHClient per host, sftp put/put, exec, sftp get
   ansible      ansible-playbook: copy params, `script` the bench script, `fetch` results; forks = hosts
 Reported per tool: median wall time, the slowest host-side worker (from the script's own exit line),
@@ -56,8 +57,11 @@ def timed(cmd, **kw) -> tuple[float, int, subprocess.CompletedProcess]:
     return time.perf_counter() - t0, loopback_rx_bytes() - rx0, proc
 
 
-def run_fleetbench(inv: Path, runs: Path):
-    wall, nbytes, proc = timed([sys.executable, "-m", "orchestrator.cli", "run", "sweeps/noop.yaml", "-i", str(inv),
+def run_fleetbench(inv: Path, runs: Path, warm: bool = False):
+    # orchestrator.warm is what the installed `fleetbench` command runs: through the warm server when
+    # one is up (FLEETBENCH_WARM unset), else in-process. orchestrator.cli is always cold.
+    entry = "orchestrator.warm" if warm else "orchestrator.cli"
+    wall, nbytes, proc = timed([sys.executable, "-m", entry, "run", "sweeps/noop.yaml", "-i", str(inv),
                                 "--runs-dir", str(runs), "--format", "json"], cwd=ROOT)
     if proc.returncode != 0:
         raise RuntimeError(f"fleetbench failed: {proc.stderr[-2000:]}")
@@ -191,10 +195,16 @@ def main() -> int:
     print(f"hosts log in as {user}, run {host_python}", flush=True)
     fleet = start_fleet(work / "fleet", max(sizes), user=user)
     rows = []
+    # The warm controller (`fleetbench warm start`) of the "fleetbench, warm" rows, private to this run.
+    (work / "xdg").mkdir(mode=0o700)
+    os.environ["XDG_RUNTIME_DIR"] = str(work / "xdg")
+    subprocess.run([sys.executable, "-m", "orchestrator.cli", "warm", "start"], cwd=ROOT, check=True)
     try:
         for n in sizes:
             inv, runs, spec, playbook, first_wall, first_bytes = prepare(fleet, n, work, args.ansible, host_python)
-            tools = {"fleetbench": lambda: run_fleetbench(inv, runs), "paramiko": lambda: run_paramiko(spec)}
+            tools = {"fleetbench": lambda: run_fleetbench(inv, runs),
+                     "fleetbench, warm": lambda: run_fleetbench(inv, runs, warm=True),
+                     "paramiko": lambda: run_paramiko(spec)}
             if playbook:
                 tools["ansible"] = lambda: run_ansible(playbook, n)
             results: dict[str, list] = {t: [] for t in tools}
@@ -212,6 +222,7 @@ def main() -> int:
                          "slowest_worker_s": None, "overhead_s": None, "bytes_per_host": first_bytes / n, "reps": 1})
             print(json.dumps(rows[-len(results) - 1:]), flush=True)
     finally:
+        subprocess.run([sys.executable, "-m", "orchestrator.cli", "warm", "stop"], cwd=ROOT)
         fleet.stop()
     header = f"fan-out, {os.cpu_count()} cores, reps {args.reps} (medians); hosts log in as {user} and run {host_python};"
     lines = table(rows, header)

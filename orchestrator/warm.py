@@ -1,0 +1,359 @@
+"""A warm controller: a resident process that has already imported fabric, paramiko, pydantic, jinja2
+and rich, and forks one fresh child per `fleetbench` command.
+
+Those imports are ~0.35 s of CPU, paid by every command before it can contact a host (more than the
+whole rest of a small fleet's fan-out: benchmarks/RESULTS.md). With `fleetbench warm start`, the
+`fleetbench` command becomes a stdlib-only client: it hands its argv, working folder, environment and
+its own stdin/stdout/stderr (SCM_RIGHTS) to the server, which forks; the child runs the ordinary CLI
+on those descriptors (a terminal stays a terminal), the client forwards Ctrl-C and exits with the
+child's status. Each command is a new process, as without the server: nothing is shared between runs
+but the imported modules. No server, a stale one (its source files changed) or FLEETBENCH_WARM=0:
+the command runs cold, as before.
+
+This module imports only the standard library: the client must stay cheap.
+"""
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import socket
+import struct
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Optional
+
+IDLE_EXIT_S = 30 * 60
+_HEADER = struct.Struct("!I")
+_SOURCE_DIRS = ("orchestrator", "worker", "templates")
+
+
+def socket_path() -> Path:
+    base = os.environ.get("XDG_RUNTIME_DIR") or tempfile.gettempdir()
+    return Path(base) / f"fleetbench-{os.getuid()}" / "warm.sock"
+
+
+def _private_dir(path: Path) -> Path:
+    """The socket's folder: ours alone (0700), or we refuse to use it."""
+    folder = path.parent
+    folder.mkdir(mode=0o700, exist_ok=True)
+    st = folder.stat()
+    if st.st_uid != os.getuid() or st.st_mode & 0o077:
+        raise RuntimeError(f"{folder} must belong to uid {os.getuid()} with mode 0700")
+    return folder
+
+
+def fingerprint() -> str:
+    """What the server imported: a change in any source file, the interpreter or the installed
+    packages (site-packages changes when one is installed or removed) makes it stale."""
+    import hashlib
+    import sysconfig
+
+    root = Path(__file__).resolve().parent.parent
+    parts = [sys.executable, sys.version]
+    for folder in {sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]}:
+        parts.append(f"{folder}:{os.stat(folder).st_mtime_ns}" if os.path.isdir(folder) else folder)
+    for name in _SOURCE_DIRS:
+        for p in sorted((root / name).rglob("*")):
+            if p.suffix in (".py", ".j2") and "__pycache__" not in p.parts:
+                st = p.stat()
+                parts.append(f"{p}:{st.st_mtime_ns}:{st.st_size}")
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()
+
+
+def _send(sock: socket.socket, obj: dict, fds: tuple[int, ...] = ()) -> None:
+    data = json.dumps(obj).encode("utf-8")
+    if fds:
+        socket.send_fds(sock, [_HEADER.pack(len(data)) + data], list(fds))
+    else:
+        sock.sendall(_HEADER.pack(len(data)) + data)
+
+
+def _recv(sock: socket.socket, maxfds: int = 0) -> tuple[Optional[dict], list[int]]:
+    """One message (and any descriptors sent with it); None at end of stream."""
+    buf, fds = b"", []
+    while len(buf) < _HEADER.size or len(buf) < _HEADER.size + _HEADER.unpack(buf[:_HEADER.size])[0]:
+        if maxfds and not fds:
+            chunk, got, _, _ = socket.recv_fds(sock, 65536, maxfds)
+            fds.extend(got)
+        else:
+            chunk = sock.recv(65536)
+        if not chunk:
+            for fd in fds:
+                os.close(fd)
+            return None, []
+        buf += chunk
+    size = _HEADER.unpack(buf[:_HEADER.size])[0]
+    return json.loads(buf[_HEADER.size:_HEADER.size + size]), fds
+
+
+# -- client -------------------------------------------------------------------------------------------
+def run_via_server(argv: list[str]) -> Optional[int]:
+    """Run one command through the warm server; None when there is none to use (run it cold)."""
+    path = socket_path()
+    if os.environ.get("FLEETBENCH_WARM") == "0" or not path.exists():
+        return None
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.settimeout(2.0)
+        sock.connect(str(path))
+        _send(sock, {"argv": argv, "cwd": os.getcwd(), "env": dict(os.environ)}, (0, 1, 2))
+        reply, _ = _recv(sock)
+    except OSError:
+        sock.close()
+        return None  # no server behind the socket (it exited): cold
+    if reply is None or "pid" not in reply:
+        sock.close()
+        return None  # stale or refusing: cold
+    child = int(reply["pid"])
+
+    def forward(signum, _frame):
+        try:
+            os.kill(child, signum)
+        except ProcessLookupError:
+            pass
+
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, forward)
+    sock.settimeout(None)
+    while True:
+        try:
+            status, _ = _recv(sock)
+            break
+        except InterruptedError:
+            continue
+    sock.close()
+    if status is None:
+        sys.stderr.write("error: the warm controller died during this command (fleetbench warm stop; run again)\n")
+        return 1
+    return int(status["exit"])
+
+
+# -- server -------------------------------------------------------------------------------------------
+def serve(idle_exit_s: float = IDLE_EXIT_S) -> int:
+    """Import everything, then fork a child per request until idle for idle_exit_s (or stopped)."""
+    from . import cli, execute, live, merge, render, report, runs  # noqa: F401  (the point: import them now)
+    import fabric  # noqa: F401
+    import paramiko  # noqa: F401
+
+    stamp = fingerprint()
+    path = socket_path()
+    _private_dir(path)
+    path.unlink(missing_ok=True)
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(path))
+    os.chmod(path, 0o600)
+    listener.listen(16)
+    (path.parent / "warm.pid").write_text(f"{os.getpid()}\n")
+    clients: dict[int, socket.socket] = {}  # child pid -> the client waiting for its status
+    last_active = time.monotonic()
+    stopping = False
+
+    def stop(_signum, _frame):
+        nonlocal stopping
+        stopping = True
+
+    # A child's exit wakes select() through this pipe: its client gets the status at once.
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_r, False)
+    os.set_blocking(wake_w, False)
+    signal.set_wakeup_fd(wake_w)
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    try:
+        while not (stopping and not clients):
+            _reap(clients)
+            if clients:
+                last_active = time.monotonic()
+            elif time.monotonic() - last_active > idle_exit_s:
+                break
+            try:
+                ready, _, _ = select.select([wake_r] if stopping else [listener, wake_r], [], [], 1.0)
+            except InterruptedError:
+                continue
+            if wake_r in ready:
+                try:
+                    os.read(wake_r, 4096)
+                except BlockingIOError:
+                    pass
+            if listener not in ready or stopping:
+                continue
+            conn, _ = listener.accept()
+            last_active = time.monotonic()
+            pid = _start_child(conn, listener, stamp, [wake_r, wake_w, *(c.fileno() for c in clients.values())])
+            if pid is None:
+                conn.close()
+                if stamp != fingerprint():
+                    break  # the source changed under us: leave the socket to a fresh server
+            else:
+                clients[pid] = conn
+    finally:
+        listener.close()
+        pidfile = path.parent / "warm.pid"
+        try:
+            ours = pidfile.read_text().strip() == str(os.getpid())
+        except OSError:
+            ours = False
+        if ours:  # a newer server may own the socket by now
+            path.unlink(missing_ok=True)
+            pidfile.unlink(missing_ok=True)
+    return 0
+
+
+def _start_child(conn: socket.socket, listener: socket.socket, stamp: str, server_fds: list[int]) -> Optional[int]:
+    creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    if struct.unpack("3i", creds)[1] != os.getuid():
+        return None
+    conn.settimeout(5.0)
+    try:
+        request, fds = _recv(conn, maxfds=3)
+    except (OSError, ValueError):
+        return None
+    if request is None or len(fds) != 3:
+        for fd in fds:
+            os.close(fd)
+        return None
+    if fingerprint() != stamp:
+        _send(conn, {"stale": True})
+        for fd in fds:
+            os.close(fd)
+        return None
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            signal.set_wakeup_fd(-1)
+            for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGCHLD):
+                signal.signal(sig, signal.SIG_DFL)
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+            listener.close()
+            conn.close()
+            for fd in server_fds:  # other clients' connections: their EOF must not wait for us
+                os.close(fd)
+            for target, fd in enumerate(fds):
+                os.dup2(fd, target)
+                os.close(fd)
+            _fresh_std_streams()
+            os.chdir(request["cwd"])
+            os.environ.clear()
+            os.environ.update(request["env"])
+            from .cli import main
+
+            code = main(list(request["argv"]))
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else 1
+        except BaseException:
+            import traceback
+
+            traceback.print_exc()
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(code)
+    for fd in fds:
+        os.close(fd)
+    _send(conn, {"pid": pid})
+    return pid
+
+
+def _fresh_std_streams() -> None:
+    """sys.std* over the client's descriptors, buffered as Python would have chosen for them."""
+    import io
+
+    sys.stdin = io.TextIOWrapper(io.FileIO(0, "r", closefd=False), encoding="utf-8", errors="replace")
+    sys.stdout = io.TextIOWrapper(io.FileIO(1, "w", closefd=False), encoding="utf-8", errors="replace",
+                                  line_buffering=os.isatty(1))
+    sys.stderr = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), encoding="utf-8", errors="backslashreplace",
+                                  line_buffering=True)
+
+
+def _reap(clients: dict[int, socket.socket]) -> None:
+    while clients:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        conn = clients.pop(pid, None)
+        if conn is not None:
+            try:
+                _send(conn, {"exit": os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else 128 + os.WTERMSIG(status)})
+            except OSError:
+                pass
+            conn.close()
+
+
+def start_background(idle_exit_s: float = IDLE_EXIT_S) -> tuple[bool, str]:
+    """Start a server detached from this terminal; (started, message)."""
+    if not hasattr(socket, "SO_PEERCRED"):
+        return False, "the warm controller needs Linux (it checks the client's uid with SO_PEERCRED)"
+    if status()[0]:
+        return False, f"already running (pid {status()[1]}) on {socket_path()}"
+    _private_dir(socket_path())
+    log = socket_path().parent / "warm.log"
+    pid = os.fork()
+    if pid == 0:
+        os.setsid()
+        if os.fork():
+            os._exit(0)
+        with open(os.devnull, "rb") as devnull, open(log, "ab") as out:
+            os.dup2(devnull.fileno(), 0)
+            os.dup2(out.fileno(), 1)
+            os.dup2(out.fileno(), 2)
+        code = 1
+        try:
+            code = serve(idle_exit_s)
+        finally:
+            os._exit(code)
+    os.waitpid(pid, 0)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        up, server_pid = status()
+        if up:
+            return True, f"warm controller pid {server_pid} on {socket_path()} (exits after {idle_exit_s / 60:g} idle minutes)"
+        time.sleep(0.05)
+    return False, f"did not start; see {log}"
+
+
+def status() -> tuple[bool, Optional[int]]:
+    path = socket_path()
+    pidfile = path.parent / "warm.pid"
+    try:
+        pid = int(pidfile.read_text().strip())
+        os.kill(pid, 0)
+    except (OSError, ValueError):
+        return False, None
+    return path.exists(), pid
+
+
+def stop() -> bool:
+    up, pid = status()
+    if not up or pid is None:
+        return False
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and status()[0]:
+        time.sleep(0.05)
+    return True
+
+
+def main() -> None:
+    """The `fleetbench` command: through the warm server when one runs, else the CLI in this process."""
+    argv = sys.argv[1:]
+    code = None if argv[:1] == ["warm"] else run_via_server(argv)
+    if code is None:
+        from .cli import main as cli_main
+
+        code = cli_main(argv)
+    sys.exit(code)
+
+
+if __name__ == "__main__":
+    main()

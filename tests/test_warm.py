@@ -1,0 +1,113 @@
+"""The warm controller (`fleetbench warm`): commands forked from a resident process that already did
+the imports behave exactly like cold ones: same output, exit codes, Ctrl-C, and a stale server is
+never used."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import REPO
+from test_faults import cases_ended, processes_under, set_host_field, slow_sweep
+
+from orchestrator.transport import wait_until
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the warm controller is Linux-only")
+
+
+@pytest.fixture
+def warm_env(tmp_path):
+    """A private runtime folder, a running server, and no server left behind."""
+    runtime = tmp_path / "xdg"
+    runtime.mkdir(mode=0o700)
+    env = dict(os.environ, XDG_RUNTIME_DIR=str(runtime))
+    started = fleetbench(env, "warm", "start")
+    assert started.returncode == 0, started.stderr
+    yield env
+    fleetbench(env, "warm", "stop")
+    pidfile = runtime / f"fleetbench-{os.getuid()}" / "warm.pid"
+    assert wait_until(lambda: not pidfile.exists(), 10)
+
+
+def fleetbench(env, *argv, **kw) -> subprocess.CompletedProcess:
+    """The `fleetbench` command as installed (orchestrator.warm:main)."""
+    return subprocess.run([sys.executable, "-m", "orchestrator.warm", *map(str, argv)], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=120, **kw)
+
+
+def server_children(env) -> list[int]:
+    pid = int((Path(env["XDG_RUNTIME_DIR"]) / f"fleetbench-{os.getuid()}" / "warm.pid").read_text())
+    return [int(p) for p in os.listdir("/proc") if p.isdigit() and _ppid(int(p)) == pid]
+
+
+def _ppid(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[1])
+    except OSError:
+        return -1
+
+
+def test_commands_through_the_server_match_cold_ones(warm_env, fleet, tmp_path):
+    folder = tmp_path / "xdg" / f"fleetbench-{os.getuid()}"
+    assert stat.S_IMODE(folder.stat().st_mode) == 0o700
+    assert stat.S_IMODE((folder / "warm.sock").stat().st_mode) == 0o600
+    inv = fleet.inventory(tmp_path / "hosts.yaml", names=["ssh0", "ssh1"])
+    sweep = REPO / "sweeps" / "noop.yaml"
+    runs = tmp_path / "runs"
+    warm = fleetbench(warm_env, "run", sweep, "-i", inv, "--runs-dir", runs, "--format", "json")
+    assert warm.returncode == 0, warm.stderr
+    assert {r["host"] for r in json.loads(warm.stdout)} == {"ssh0", "ssh1"}
+    assert "ssh0: ok (1/1)" in warm.stderr
+    # The same `show`, warm and cold, prints the same bytes.
+    shown = [fleetbench(dict(warm_env, FLEETBENCH_WARM=w), "show", "latest", "--runs-dir", runs, "--format", "csv")
+             for w in ("1", "0")]
+    assert shown[0].returncode == shown[1].returncode == 0
+    assert shown[0].stdout == shown[1].stdout and shown[0].stdout.count("\n") == 3
+    # Bad input: exit 2 and one line, as cold.
+    bad = fleetbench(warm_env, "run", tmp_path / "missing.yaml", "-i", inv)
+    assert bad.returncode == 2 and bad.stderr.startswith("error: ") and "Traceback" not in bad.stderr
+    assert wait_until(lambda: not server_children(warm_env), 5)  # every child was reaped
+
+
+def test_ctrl_c_reaches_the_forked_command(warm_env, fleet, tmp_path):
+    runs = tmp_path / "runs"
+    inv = fleet.inventory(tmp_path / "hosts.yaml", names=["ssh1"])
+    set_host_field(inv, "ssh1", workdir=str(tmp_path / "w1"))
+    proc = subprocess.Popen([sys.executable, "-m", "orchestrator.warm", "run", str(slow_sweep(tmp_path / "s.yaml")),
+                             "-i", str(inv), "--runs-dir", str(runs)], cwd=REPO, env=warm_env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert wait_until(lambda: cases_ended(runs, "ssh1") >= 1, 30)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "interrupted: remote work was stopped" in err
+    assert wait_until(lambda: not processes_under(tmp_path / "w1"), 10)
+
+
+def test_a_stale_server_is_not_used_and_goes_away(warm_env, tmp_path):
+    template = REPO / "templates" / "bench_script.py.j2"
+    before = template.stat()
+    pidfile = tmp_path / "xdg" / f"fleetbench-{os.getuid()}" / "warm.pid"
+    try:
+        os.utime(template, ns=(before.st_atime_ns, before.st_mtime_ns + 1_000_000_000))  # "edited"
+        result = fleetbench(warm_env, "runs", "--runs-dir", tmp_path / "none")
+        assert result.returncode == 0, result.stderr  # answered cold
+        assert wait_until(lambda: not pidfile.exists(), 10)  # and the stale server left
+    finally:
+        os.utime(template, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert fleetbench(warm_env, "warm", "status").stdout.strip() == "not running"
+
+
+def test_no_server_means_cold(tmp_path):
+    runtime = tmp_path / "xdg"
+    runtime.mkdir(mode=0o700)
+    env = dict(os.environ, XDG_RUNTIME_DIR=str(runtime))
+    assert fleetbench(env, "warm", "status").stdout.strip() == "not running"
+    result = fleetbench(env, "runs", "--runs-dir", tmp_path / "none")
+    assert result.returncode == 0 and "outcomes" in result.stdout, result.stderr  # the (empty) runs table
