@@ -100,31 +100,45 @@ def run_via_server(argv: list[str]) -> Optional[int]:
     try:
         sock.settimeout(2.0)
         sock.connect(str(path))
-        _send(sock, {"argv": argv, "cwd": os.getcwd(), "env": dict(os.environ)}, (0, 1, 2))
-        reply, _ = _recv(sock)
     except OSError:
         sock.close()
         return None  # no server behind the socket (it exited): cold
-    if reply is None or "pid" not in reply:
-        sock.close()
-        return None  # stale or refusing: cold
-    child = int(reply["pid"])
+    # From here on the command may run there: never also run it here (the server starts it only once
+    # we have its pid). Signals that come before the pid are held and forwarded then.
+    child: list[int] = []
+    pending: list[int] = []
 
     def forward(signum, _frame):
+        if not child:
+            pending.append(signum)
+            return
         try:
-            os.kill(child, signum)
+            os.kill(child[0], signum)
         except ProcessLookupError:
             pass
 
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, forward)
     sock.settimeout(None)
-    while True:
-        try:
-            status, _ = _recv(sock)
-            break
-        except InterruptedError:
-            continue
+    try:
+        _send(sock, {"argv": argv, "cwd": os.getcwd(), "env": dict(os.environ)}, (0, 1, 2))
+        reply, _ = _recv(sock)
+    except OSError:
+        reply = None
+    if reply is None or "pid" not in reply:
+        sock.close()
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            signal.signal(sig, signal.default_int_handler if sig == signal.SIGINT else signal.SIG_DFL)
+        if pending:
+            raise KeyboardInterrupt
+        return None  # stale or refused before anything ran: cold
+    child.append(int(reply["pid"]))
+    for signum in pending:
+        forward(signum, None)
+    try:
+        status, _ = _recv(sock)
+    except OSError:
+        status = None
     sock.close()
     if status is None:
         sys.stderr.write("error: the warm controller died during this command (fleetbench warm stop; run again)\n")
@@ -224,10 +238,15 @@ def _start_child(conn: socket.socket, listener: socket.socket, stamp: str, serve
         return None
     sys.stdout.flush()
     sys.stderr.flush()
+    go_r, go_w = os.pipe()  # the child waits for this: it runs only once its client knows its pid
     pid = os.fork()
     if pid == 0:
         code = 1
         try:
+            os.close(go_w)
+            if not os.read(go_r, 1):
+                os._exit(1)  # the server could not tell the client: do not run unseen
+            os.close(go_r)
             signal.set_wakeup_fd(-1)
             for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGCHLD):
                 signal.signal(sig, signal.SIG_DFL)
@@ -256,9 +275,16 @@ def _start_child(conn: socket.socket, listener: socket.socket, stamp: str, serve
             sys.stdout.flush()
             sys.stderr.flush()
             os._exit(code)
+    os.close(go_r)
     for fd in fds:
         os.close(fd)
-    _send(conn, {"pid": pid})
+    try:
+        _send(conn, {"pid": pid})
+        os.write(go_w, b"x")
+    except OSError:
+        pass  # the client left: the child reads EOF and exits without running
+    finally:
+        os.close(go_w)
     return pid
 
 
