@@ -187,13 +187,16 @@ def main() -> int:
     ap.add_argument("--host-python", help="the hosts' interpreter (default: a venv under /tmp/fleetbench-fanout)")
     ap.add_argument("--base-python", default="/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable,
                     help="interpreter the default host venv is made from")
+    ap.add_argument("--host-nice", type=int, default=0,
+                    help="run the hosts' sshd (and so their workers) at this niceness: on one machine the "
+                         "controller then gets the CPU first, as it would next to a fleet of separate machines")
     args = ap.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
     work = Path("/tmp/fleetbench-fanout") / str(int(time.time()))
     user = ensure_login_user(args.login_user)
     host_python = args.host_python or ensure_host_venv(Path("/tmp/fleetbench-fanout/host-venv"), args.base_python)
     print(f"hosts log in as {user}, run {host_python}", flush=True)
-    fleet = start_fleet(work / "fleet", max(sizes), user=user)
+    fleet = start_fleet(work / "fleet", max(sizes), user=user, nice=args.host_nice)
     rows = []
     # The warm controller (`fleetbench warm start`) of the "fleetbench, warm" rows, private to this run.
     (work / "xdg").mkdir(mode=0o700)
@@ -224,7 +227,8 @@ def main() -> int:
     finally:
         subprocess.run([sys.executable, "-m", "orchestrator.cli", "warm", "stop"], cwd=ROOT)
         fleet.stop()
-    header = f"fan-out, {os.cpu_count()} cores, reps {args.reps} (medians); hosts log in as {user} and run {host_python};"
+    header = (f"fan-out, {os.cpu_count()} cores, reps {args.reps} (medians); hosts log in as {user} and run {host_python}"
+              f"{f', at nice {args.host_nice}' if args.host_nice else ''};")
     lines = table(rows, header)
     text = "\n".join(lines) + "\n"
     print(text)

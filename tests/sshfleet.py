@@ -77,6 +77,7 @@ class SshHost:
     port: int
     workdir: Path
     host_key_line: str
+    nice: int = 0  # > 0: the host's sshd and everything it runs yield the CPU to the controller
     proc: Optional[subprocess.Popen] = None
 
     @property
@@ -84,7 +85,8 @@ class SshHost:
         return self.dir / "sshd_config"
 
     def start(self) -> None:
-        self.proc = subprocess.Popen([SSHD, "-D", "-e", "-f", str(self.config)], stdout=subprocess.DEVNULL,
+        nice = ["nice", "-n", str(self.nice)] if self.nice else []
+        self.proc = subprocess.Popen([*nice, SSHD, "-D", "-e", "-f", str(self.config)], stdout=subprocess.DEVNULL,
                                      stderr=open(self.dir / "sshd.log", "ab"), start_new_session=True)
         try:
             wait_for_banner(self.port, proc=self.proc)
@@ -162,9 +164,10 @@ class SshFleet:
             h.kill()
 
 
-def start_fleet(root: Path, count: int, user: Optional[str] = None) -> SshFleet:
+def start_fleet(root: Path, count: int, user: Optional[str] = None, nice: int = 0) -> SshFleet:
     """`count` sshd servers; logins as `user` (default: whoever runs this; another user needs root,
-    and its workdirs are handed to it)."""
+    and its workdirs are handed to it). `nice` runs each host at that niceness, so that on one machine
+    the hosts' work competes less with the controller (as on a real fleet of separate machines)."""
     root.mkdir(parents=True, exist_ok=True)
     if os.geteuid() == 0:
         os.makedirs("/run/sshd", mode=0o755, exist_ok=True)  # sshd's privilege separation directory
@@ -192,7 +195,7 @@ def start_fleet(root: Path, count: int, user: Optional[str] = None) -> SshFleet:
         pub = (d / "host_key.pub").read_text().split()
         line = f"[127.0.0.1]:{port} {pub[0]} {pub[1]}"
         known_lines.append(line)
-        host = SshHost(name=f"ssh{i}", dir=d, port=port, workdir=d / "work", host_key_line=line)
+        host = SshHost(name=f"ssh{i}", dir=d, port=port, workdir=d / "work", host_key_line=line, nice=nice)
         host.workdir.mkdir()
         if owner is not None:
             os.chown(host.workdir, owner.pw_uid, owner.pw_gid)
