@@ -43,13 +43,14 @@ class LiveView:
             self.state[event.slot] = event
             if self._live is not None:
                 self._live.update(self._table())
-            elif self._last_printed.get(event.slot) != event.state:
+            elif self._last_printed.get(event.slot) != event.state and (
+                    event.state in _FINAL or event.state in ("running", "waiting for GPU lock")):
+                # Only printed states count: running -> syncing -> running prints "running" once.
                 self._last_printed[event.slot] = event.state
-                if event.state in _FINAL or event.state in ("running", "waiting for GPU lock"):
-                    detail = event.message or (event.current if event.state != "running" else "")
-                    msg = f" — {detail}" if detail else ""
-                    self.console.print(f"{event.slot}: {event.state} ({event.done}/{event.total}){msg}",
-                                       markup=False, highlight=False)
+                detail = event.message or (event.current if event.state != "running" else "")
+                msg = f" — {detail}" if detail else ""
+                self.console.print(f"{event.slot}: {event.state} ({event.done}/{event.total}){msg}",
+                                   markup=False, highlight=False)
 
     def _table(self) -> Table:
         table = Table(title=self.title, header_style="bold")

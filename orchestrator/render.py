@@ -83,9 +83,12 @@ def render_plan(plan: Plan, scripts_dir: Path, bundle: WorkerBundle) -> dict[str
     env = template_environment()
     scripts_dir.mkdir(parents=True, exist_ok=True)
     rendered = {}
+    sources: dict[RemoteLayout, str] = {}  # hosts with the same workdir get the same script: render it once
     for host in plan.hosts:
         layout = layout_for(host, plan.run_id, bundle.sha256)
-        source = render_script(env, layout, bundle.sha256)
+        if layout not in sources:
+            sources[layout] = render_script(env, layout, bundle.sha256)
+        source = sources[layout]
         path = scripts_dir / f"{host.name}.py"
         _write_atomic(path, source.encode("utf-8"))
         rendered[host.name] = RenderedScript(host=host.name, path=path, sha256=sha256_file(path), layout=layout)

@@ -213,3 +213,23 @@ def test_needs_sync_only_for_a_missing_script_or_worker():
     assert not needs_sync(CommandResult(1), script, missing, 0)
     assert needs_sync(CommandResult(5), script, ["fleetbench: worker 0123456789abcdef is not on this host"], 0)
     assert not needs_sync(CommandResult(5), script, ["something else exited 5"], 0)
+
+
+def test_hosts_sharing_a_workdir_share_one_rendering(tmp_path, monkeypatch):
+    import orchestrator.render as render_mod
+
+    inv = load_inventory(write(tmp_path / "hosts.yaml", """
+defaults: {workdir: ~/fb}
+hosts:
+  - {name: a, hostname: h1}
+  - {name: b, hostname: h2}
+  - {name: c, hostname: h3, workdir: /data/fb}
+"""))
+    sweep = Sweep(name="x", backends=["noop"], shapes=[{"m": 1, "n": 16, "k": 16}])
+    calls = []
+    real = render_mod.render_script
+    monkeypatch.setattr(render_mod, "render_script", lambda *a: calls.append(a[1].workdir) or real(*a))
+    scripts = render_mod.render_plan(build_plan(list(inv.hosts), sweep, "r", "all"), tmp_path / "s", build_worker_bundle())
+    assert sorted(calls) == ["/data/fb", "~/fb"]
+    assert scripts["a"].sha256 == scripts["b"].sha256 != scripts["c"].sha256
+    assert scripts["a"].remote == scripts["b"].remote and scripts["a"].path != scripts["b"].path
