@@ -1,8 +1,8 @@
 """`fleetbench hosts --check`: contact every host in parallel and say whether it can run a sweep.
 
-Each host gets the current worker (skipped when it has it) and a rendered launcher, then runs
-`check`, which prints its facts and readiness as JSON. Differences in library versions, driver or GPU
-between ready hosts are version skew: a host-vs-host diff is meaningless across them.
+Each host runs `check` through a rendered launcher (uploaded, with the current worker, only when the
+host lacks them), which prints its facts and readiness as JSON. Differences in library versions,
+driver or GPU between ready hosts are version skew: a host-vs-host diff is meaningless across them.
 """
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Optional
 
 from .bundle import build_worker_bundle
-from .execute import sync_script
+from .execute import needs_sync, sync_script
 from .inventory import Host
 from .plan import layout_for
 from .render import RenderedScript, render_script, sha256_file, template_environment
@@ -42,11 +42,18 @@ def check_host(host: Host, bundle_path: Path, bundle_sha: str, script_dir: Path,
     script = RenderedScript(host=host.name, path=path, sha256=sha256_file(path), layout=layout)
     transport = make_transport(host, accept_new=accept_new)
     lines: list[tuple[str, str]] = []
+    argv = [host.python, login_relative(script.remote), "check"]
     try:
         transport.connect()
-        sync_script(transport, layout, bundle_path, script)
-        result = transport.run([host.python, login_relative(script.remote), "check"], env=host.env,
-                               timeout=min(host.timeout, CHECK_TIMEOUT_S), on_line=lambda s, l: lines.append((s, l)))
+        # As a sweep does: run first, upload only what the launcher says is missing, then run again.
+        result = transport.run(argv, env=host.env, timeout=min(host.timeout, CHECK_TIMEOUT_S),
+                               on_line=lambda s, l: lines.append((s, l)))
+        if needs_sync(result, login_relative(script.remote), [l for s, l in lines if s == "stderr"],
+                      sum(1 for s, _ in lines if s == "stdout")):
+            lines.clear()
+            sync_script(transport, layout, bundle_path, script)
+            result = transport.run(argv, env=host.env, timeout=min(host.timeout, CHECK_TIMEOUT_S),
+                                   on_line=lambda s, l: lines.append((s, l)))
     except TransportError as exc:
         return HostStatus(host.name, False, exc.outcome, str(exc))
     except Exception as exc:
