@@ -71,7 +71,8 @@ class Transport(Protocol):
 
 
 class _LineSplitter:
-    """File-like sink that hands complete lines to a callback (invoke writes arbitrary chunks)."""
+    """Hands complete lines to a callback; a channel's reads are chunks of up to 64 KiB that start and
+    end anywhere, so a partial last line waits for the next chunk."""
 
     def __init__(self, stream: str, on_line: LineSink):
         self._stream = stream
@@ -79,14 +80,13 @@ class _LineSplitter:
         self._buf = ""
 
     def write(self, data: str) -> int:
-        self._buf += data
-        while "\n" in self._buf:
-            line, self._buf = self._buf.split("\n", 1)
+        # One split per chunk: splitting off one line at a time would copy the rest of a 64 KiB chunk
+        # once per line (result records with their raw samples are a few KiB each).
+        lines = (self._buf + data).split("\n")
+        self._buf = lines.pop()
+        for line in lines:
             self._on_line(self._stream, line.rstrip("\r"))
         return len(data)
-
-    def flush(self) -> None:
-        pass
 
     def close(self) -> None:
         if self._buf:

@@ -166,7 +166,7 @@ def serve(idle_exit_s: float = IDLE_EXIT_S) -> int:
     last_active = time.monotonic()
     stopping = False
 
-    def stop(_signum, _frame):
+    def request_stop(_signum, _frame):
         nonlocal stopping
         stopping = True
 
@@ -176,8 +176,8 @@ def serve(idle_exit_s: float = IDLE_EXIT_S) -> int:
     os.set_blocking(wake_w, False)
     signal.set_wakeup_fd(wake_w)
     signal.signal(signal.SIGCHLD, lambda *_: None)
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
+    signal.signal(signal.SIGTERM, request_stop)
+    signal.signal(signal.SIGINT, request_stop)
     try:
         while not (stopping and not clients):
             _reap(clients)
@@ -320,8 +320,9 @@ def start_background(idle_exit_s: float = IDLE_EXIT_S) -> tuple[bool, str]:
     """Start a server detached from this terminal; (started, message)."""
     if not hasattr(socket, "SO_PEERCRED"):
         return False, "the warm controller needs Linux (it checks the client's uid with SO_PEERCRED)"
-    if status()[0]:
-        return False, f"already running (pid {status()[1]}) on {socket_path()}"
+    up, running_pid = status()
+    if up:
+        return False, f"already running (pid {running_pid}) on {socket_path()}"
     _private_dir(socket_path())
     log = socket_path().parent / "warm.log"
     pid = os.fork()
