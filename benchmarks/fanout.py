@@ -18,6 +18,12 @@ pydantic, the worker's one dependency for a no-op sweep). Root's ~/.bashrc here 
 
     python benchmarks/fanout.py --sizes 8,32,64 --reps 3 [--ansible /path/to/ansible-playbook] --out FILE.md
 
+On one machine the hosts' workers take CPU from the controller, and more than their share suggests:
+each SSH session is its own scheduling group (setsid + the kernel's autogroup), as heavy as the whole
+controller process, so at 64 busy hosts the controller gets ~1/65 of the CPU. On a machine with cores
+to spare, `--controller-cpus 0,1 --host-cpus 2-15` pins every tool (and the warm server) to two cores
+and every host to the others: a 2-core controller next to a fleet with CPUs of its own.
+
 Needs /usr/sbin/sshd (or FLEETBENCH_SSHD) and, for the Ansible column, ansible-core.
 """
 from __future__ import annotations
@@ -51,9 +57,30 @@ def loopback_rx_bytes() -> int:
     return 0
 
 
+CONTROLLER_CPUS: frozenset[int] | None = None  # --controller-cpus: where every tool runs
+
+
+def on_controller_cpus() -> None:
+    if CONTROLLER_CPUS:
+        os.sched_setaffinity(0, CONTROLLER_CPUS)
+
+
+def parse_cpus(text: str) -> frozenset[int]:
+    """'0,1' or '2-15' or '0,4-7', as taskset -c takes them."""
+    cpus = set()
+    for part in text.split(","):
+        lo, _, hi = part.partition("-")
+        cpus.update(range(int(lo), int(hi or lo) + 1))
+    return frozenset(cpus)
+
+
+def fmt_cpus(cpus: frozenset[int]) -> str:
+    return ",".join(map(str, sorted(cpus)))
+
+
 def timed(cmd, **kw) -> tuple[float, int, subprocess.CompletedProcess]:
     rx0, t0 = loopback_rx_bytes(), time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True, **kw)
+    proc = subprocess.run(cmd, capture_output=True, text=True, preexec_fn=on_controller_cpus, **kw)
     return time.perf_counter() - t0, loopback_rx_bytes() - rx0, proc
 
 
@@ -187,21 +214,27 @@ def main() -> int:
     ap.add_argument("--host-python", help="the hosts' interpreter (default: a venv under /tmp/fleetbench-fanout)")
     ap.add_argument("--base-python", default="/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable,
                     help="interpreter the default host venv is made from")
-    ap.add_argument("--host-nice", type=int, default=0,
-                    help="run the hosts' sshd (and so their workers) at this niceness: on one machine the "
-                         "controller then gets the CPU first, as it would next to a fleet of separate machines")
+    ap.add_argument("--controller-cpus", type=parse_cpus,
+                    help="CPUs every tool runs on (e.g. 0,1); with --host-cpus: the controller's own machine")
+    ap.add_argument("--host-cpus", type=parse_cpus,
+                    help="CPUs every host (sshd, sessions, workers) runs on (e.g. 2-15)")
     args = ap.parse_args()
+    global CONTROLLER_CPUS
+    CONTROLLER_CPUS = args.controller_cpus
+    if args.controller_cpus and args.host_cpus and args.controller_cpus & args.host_cpus:
+        ap.error("--controller-cpus and --host-cpus overlap")
     sizes = [int(s) for s in args.sizes.split(",")]
     work = Path("/tmp/fleetbench-fanout") / str(int(time.time()))
     user = ensure_login_user(args.login_user)
     host_python = args.host_python or ensure_host_venv(Path("/tmp/fleetbench-fanout/host-venv"), args.base_python)
     print(f"hosts log in as {user}, run {host_python}", flush=True)
-    fleet = start_fleet(work / "fleet", max(sizes), user=user, nice=args.host_nice)
+    fleet = start_fleet(work / "fleet", max(sizes), user=user, cpus=args.host_cpus)
     rows = []
     # The warm controller (`fleetbench warm start`) of the "fleetbench, warm" rows, private to this run.
     (work / "xdg").mkdir(mode=0o700)
     os.environ["XDG_RUNTIME_DIR"] = str(work / "xdg")
-    subprocess.run([sys.executable, "-m", "orchestrator.cli", "warm", "start"], cwd=ROOT, check=True)
+    subprocess.run([sys.executable, "-m", "orchestrator.cli", "warm", "start"], cwd=ROOT, check=True,
+                   preexec_fn=on_controller_cpus)  # the server's forks inherit its CPUs
     try:
         for n in sizes:
             inv, runs, spec, playbook, first_wall, first_bytes = prepare(fleet, n, work, args.ansible, host_python)
@@ -228,7 +261,8 @@ def main() -> int:
         subprocess.run([sys.executable, "-m", "orchestrator.cli", "warm", "stop"], cwd=ROOT)
         fleet.stop()
     header = (f"fan-out, {os.cpu_count()} cores, reps {args.reps} (medians); hosts log in as {user} and run {host_python}"
-              f"{f', at nice {args.host_nice}' if args.host_nice else ''};")
+              f"{f'; tools on CPUs {fmt_cpus(args.controller_cpus)}' if args.controller_cpus else ''}"
+              f"{f', hosts on CPUs {fmt_cpus(args.host_cpus)}' if args.host_cpus else ''};")
     lines = table(rows, header)
     text = "\n".join(lines) + "\n"
     print(text)

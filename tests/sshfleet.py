@@ -77,7 +77,7 @@ class SshHost:
     port: int
     workdir: Path
     host_key_line: str
-    nice: int = 0  # > 0: the host's sshd and everything it runs yield the CPU to the controller
+    cpus: Optional[frozenset[int]] = None  # pin the host's sshd and everything it runs to these CPUs
     proc: Optional[subprocess.Popen] = None
 
     @property
@@ -85,9 +85,10 @@ class SshHost:
         return self.dir / "sshd_config"
 
     def start(self) -> None:
-        nice = ["nice", "-n", str(self.nice)] if self.nice else []
-        self.proc = subprocess.Popen([*nice, SSHD, "-D", "-e", "-f", str(self.config)], stdout=subprocess.DEVNULL,
-                                     stderr=open(self.dir / "sshd.log", "ab"), start_new_session=True)
+        cpus = self.cpus
+        self.proc = subprocess.Popen([SSHD, "-D", "-e", "-f", str(self.config)], stdout=subprocess.DEVNULL,
+                                     stderr=open(self.dir / "sshd.log", "ab"), start_new_session=True,
+                                     preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None)
         try:
             wait_for_banner(self.port, proc=self.proc)
         except RuntimeError as exc:
@@ -164,10 +165,14 @@ class SshFleet:
             h.kill()
 
 
-def start_fleet(root: Path, count: int, user: Optional[str] = None, nice: int = 0) -> SshFleet:
+def start_fleet(root: Path, count: int, user: Optional[str] = None,
+                cpus: Optional[frozenset[int]] = None) -> SshFleet:
     """`count` sshd servers; logins as `user` (default: whoever runs this; another user needs root,
-    and its workdirs are handed to it). `nice` runs each host at that niceness, so that on one machine
-    the hosts' work competes less with the controller (as on a real fleet of separate machines)."""
+    and its workdirs are handed to it). `cpus` pins every host (sshd, its sessions, their workers) to
+    those CPUs, so that on a machine with cores to spare the hosts do not take the controller's: the
+    nearest one machine gets to a fleet of separate machines. (Niceness cannot do it: each SSH session
+    calls setsid(), and with the kernel's autogroup scheduling every session is then its own group that
+    gets as much CPU as the controller's whole process, whatever its nice value.)"""
     root.mkdir(parents=True, exist_ok=True)
     if os.geteuid() == 0:
         os.makedirs("/run/sshd", mode=0o755, exist_ok=True)  # sshd's privilege separation directory
@@ -195,7 +200,7 @@ def start_fleet(root: Path, count: int, user: Optional[str] = None, nice: int = 
         pub = (d / "host_key.pub").read_text().split()
         line = f"[127.0.0.1]:{port} {pub[0]} {pub[1]}"
         known_lines.append(line)
-        host = SshHost(name=f"ssh{i}", dir=d, port=port, workdir=d / "work", host_key_line=line, nice=nice)
+        host = SshHost(name=f"ssh{i}", dir=d, port=port, workdir=d / "work", host_key_line=line, cpus=cpus)
         host.workdir.mkdir()
         if owner is not None:
             os.chown(host.workdir, owner.pw_uid, owner.pw_gid)
