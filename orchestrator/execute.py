@@ -175,6 +175,17 @@ def sync_script(transport: Transport, layout: RemoteLayout, bundle_path: Path, s
     return sent
 
 
+def run_first(launch: Callable[[], Optional[CommandResult]], lacks: Callable[[CommandResult], bool],
+              sync: Callable[[], None]) -> Optional[CommandResult]:
+    """Run optimistically; only when the host says it lacks the script or the worker (`lacks`, usually
+    needs_sync), upload them (`sync`) and run once more. The steady state is one exec, no SFTP."""
+    result = launch()
+    if result is not None and lacks(result):
+        sync()
+        result = launch()
+    return result
+
+
 def needs_sync(result: CommandResult, script_remote: str, stderr_lines: list[str], stdout_lines: int) -> bool:
     """Did the command fail only because the host lacks the script or its worker version?"""
     if result.exit_code == EXIT_NEEDS_SYNC and any("is not on this host" in line for line in stderr_lines):
@@ -265,17 +276,17 @@ class _HostPipeline:
             self.emit(JobEvent(slot, "running", total=len(task.cases)))
             with self.execution.lock:
                 self.execution.running[slot] = _Running(transport, pidfile)
+            def resync() -> None:
+                log.write(f"{time.strftime('%H:%M:%S')} controller: the host lacks this script or worker "
+                          "version: uploading, then starting again\n")
+                self.emit(JobEvent(slot, "syncing", total=len(task.cases)))
+                stderr_tail.clear()
+                self._sync(transport)
+                self.emit(JobEvent(slot, "running", total=len(task.cases)))
+
             try:
-                result = launch()
-                if result is not None and needs_sync(result, login_relative(self.script.remote),
-                                                      list(stderr_tail), progress["stdout"]):
-                    log.write(f"{time.strftime('%H:%M:%S')} controller: the host lacks this script or worker "
-                              "version: uploading, then starting again\n")
-                    self.emit(JobEvent(slot, "syncing", total=len(task.cases)))
-                    stderr_tail.clear()
-                    self._sync(transport)
-                    self.emit(JobEvent(slot, "running", total=len(task.cases)))
-                    result = launch()
+                result = run_first(launch, lambda r: needs_sync(r, login_relative(self.script.remote),
+                                                                 list(stderr_tail), progress["stdout"]), resync)
             except TransportError as exc:
                 return self._finish(task, exc.outcome, str(exc), started_at)
             except Exception as exc:

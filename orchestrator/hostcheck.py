@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Optional
 
 from .bundle import build_worker_bundle
-from .execute import needs_sync, sync_script
+from .execute import needs_sync, run_first, sync_script
 from .inventory import Host
 from .plan import layout_for
 from .render import RenderedScript, render_script, sha256_file, template_environment
@@ -43,17 +43,20 @@ def check_host(host: Host, bundle_path: Path, bundle_sha: str, script_dir: Path,
     transport = make_transport(host, accept_new=accept_new)
     lines: list[tuple[str, str]] = []
     argv = [host.python, login_relative(script.remote), "check"]
+
+    def sync() -> None:
+        lines.clear()
+        sync_script(transport, layout, bundle_path, script)
+
     try:
         transport.connect()
         # As a sweep does: run first, upload only what the launcher says is missing, then run again.
-        result = transport.run(argv, env=host.env, timeout=min(host.timeout, CHECK_TIMEOUT_S),
-                               on_line=lambda s, l: lines.append((s, l)))
-        if needs_sync(result, login_relative(script.remote), [l for s, l in lines if s == "stderr"],
-                      sum(1 for s, _ in lines if s == "stdout")):
-            lines.clear()
-            sync_script(transport, layout, bundle_path, script)
-            result = transport.run(argv, env=host.env, timeout=min(host.timeout, CHECK_TIMEOUT_S),
-                                   on_line=lambda s, l: lines.append((s, l)))
+        result = run_first(
+            lambda: transport.run(argv, env=host.env, timeout=min(host.timeout, CHECK_TIMEOUT_S),
+                                  on_line=lambda s, l: lines.append((s, l))),
+            lambda r: needs_sync(r, login_relative(script.remote), [l for s, l in lines if s == "stderr"],
+                                 sum(1 for s, _ in lines if s == "stdout")),
+            sync)
     except TransportError as exc:
         return HostStatus(host.name, False, exc.outcome, str(exc))
     except Exception as exc:

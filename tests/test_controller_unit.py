@@ -215,6 +215,26 @@ def test_needs_sync_only_for_a_missing_script_or_worker():
     assert not needs_sync(CommandResult(5), script, ["something else exited 5"], 0)
 
 
+def test_run_first_syncs_and_runs_again_only_when_the_host_lacks_something():
+    from orchestrator.execute import run_first
+    from orchestrator.transport import CommandResult
+
+    def scenario(results, lacks):
+        calls, queue = [], list(results)
+
+        def launch():
+            calls.append("run")
+            return queue.pop(0)
+        return run_first(launch, lacks, lambda: calls.append("sync")), calls
+
+    ok, missing = CommandResult(0), CommandResult(5)
+    assert scenario([ok], lambda r: r.exit_code == 5) == (ok, ["run"])  # the steady state: one exec
+    assert scenario([missing, ok], lambda r: r.exit_code == 5) == (ok, ["run", "sync", "run"])
+    # Still lacking after the upload: reported as it is, never a loop.
+    assert scenario([missing, missing], lambda r: r.exit_code == 5) == (missing, ["run", "sync", "run"])
+    assert scenario([None], lambda r: True) == (None, ["run"])  # not launched (cancelled): nothing to sync
+
+
 def test_hosts_sharing_a_workdir_share_one_rendering(tmp_path, monkeypatch):
     import orchestrator.render as render_mod
 
