@@ -3,6 +3,11 @@
 # rest, i.e. a 2-core controller next to hosts with CPUs of their own. Carried: .whl (pydantic, paramiko,
 # fabric, ...), .carry/whl312 (rich, jinja2, pyyaml, ansible-core 2.19.14, ...), .debs (OpenSSH).
 #   SIZES=8,32 REPS=3 bash benchmarks/device_fanout.sh        # results under $OUT
+# .whl and .debs as for device_session.sh; .carry/whl312 is filled here with
+#   pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+#     --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux_2_28_x86_64 \
+#     -d .carry/whl312 rich pygments markdown-it-py mdurl jinja2 markupsafe pyyaml ansible-core==2.19.14 \
+#     resolvelib packaging typing_extensions
 set -u
 export PYTHONUNBUFFERED=1 LC_ALL=C.UTF-8 LANG=C.UTF-8
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl .carry/whl312/*.whl || exit 1
