@@ -29,21 +29,22 @@ class LiveView:
 
     def __enter__(self) -> "LiveView":
         if self.console.is_terminal:
-            self._live = Live(self._table(), console=self.console, refresh_per_second=8, transient=False)
+            # The table is built when rich refreshes (4 times a second), not on every event: rendering
+            # 64 rows costs ~14 ms of CPU, which the host threads would wait for (the GIL) 8 times a
+            # second, and 64 hosts send hundreds of events.
+            self._live = Live(console=self.console, get_renderable=self._table, refresh_per_second=4,
+                              transient=False)
             self._live.__enter__()
         return self
 
     def __exit__(self, *exc) -> None:
         if self._live is not None:
-            self._live.update(self._table())
-            self._live.__exit__(*exc)
+            self._live.__exit__(*exc)  # a last refresh: the final states
 
     def update(self, event: JobEvent) -> None:
         with self._lock:
             self.state[event.slot] = event
-            if self._live is not None:
-                self._live.update(self._table())
-            elif self._last_printed.get(event.slot) != event.state and (
+            if self._live is None and self._last_printed.get(event.slot) != event.state and (
                     event.state in _FINAL or event.state in ("running", "waiting for GPU lock")):
                 # Only printed states count: running -> syncing -> running prints "running" once.
                 self._last_printed[event.slot] = event.state
@@ -56,7 +57,9 @@ class LiveView:
         table = Table(title=self.title, header_style="bold")
         for col in ("host", "state", "cases", "current / error"):
             table.add_column(col, overflow="fold")
-        for slot, ev in self.state.items():
+        with self._lock:
+            events = list(self.state.items())
+        for slot, ev in events:
             style = _STYLE.get(ev.state)
             state = f"[{style}]{ev.state}[/]" if style else ev.state
             table.add_row(slot, state, f"{ev.done}/{ev.total}" if ev.total else "", ev.message or ev.current)

@@ -1,0 +1,37 @@
+"""The live view: one line per printed state change in logs, a table on a terminal."""
+from __future__ import annotations
+
+import io
+
+from rich.console import Console
+
+from orchestrator.execute import JobEvent
+from orchestrator.live import LiveView
+
+
+def events():
+    return [JobEvent("a", "running", total=2), JobEvent("b", "running", total=2),
+            JobEvent("a", "syncing", total=2), JobEvent("a", "running", total=2),
+            JobEvent("a", "running", done=1, total=2, current="noop 1x16x16"),
+            JobEvent("b", "unreachable", total=2, message="connection refused by 127.0.0.1:1"),
+            JobEvent("a", "ok", done=2, total=2)]
+
+
+def test_plain_output_prints_each_state_once():
+    out = io.StringIO()
+    with LiveView(Console(file=out, width=200), ["a", "b"], "t") as view:
+        for ev in events():
+            view.update(ev)
+    assert out.getvalue().splitlines() == [
+        "a: running (0/2)", "b: running (0/2)",
+        "b: unreachable (0/2) — connection refused by 127.0.0.1:1", "a: ok (2/2)"]
+
+
+def test_terminal_table_shows_the_final_states():
+    out = io.StringIO()
+    console = Console(file=out, width=120, force_terminal=True, color_system=None)
+    with LiveView(console, ["a", "b"], "fleetbench t") as view:
+        for ev in events():
+            view.update(ev)
+    final = out.getvalue().rsplit("fleetbench t", 1)[-1]  # the last frame drawn
+    assert "ok" in final and "2/2" in final and "unreachable" in final and "connection refused" in final
