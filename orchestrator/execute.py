@@ -163,8 +163,9 @@ def run_tasks(plan: Plan, store: RunStore, scripts: dict[str, RenderedScript], b
     return [results[(t.job.slot, t.attempt)] for t in tasks]
 
 
-def sync_script(transport: Transport, layout: RemoteLayout, bundle_path: Path, script: RenderedScript) -> int:
+def sync_script(transport: Transport, bundle_path: Path, script: RenderedScript) -> int:
     """Upload the worker and the script, each only if the host lacks it. Returns bytes sent."""
+    layout = script.layout
     sent = 0
     if not transport.exists(f"{layout.worker_dir}/.complete") and not transport.exists(layout.worker_archive):
         transport.makedirs(layout.worker_archive.rsplit("/", 1)[0])
@@ -237,7 +238,7 @@ class _HostPipeline:
     def _sync(self, transport: Transport) -> None:
         with self._sync_lock:
             if not self._synced:
-                self.bytes_uploaded += sync_script(transport, self.layout, self.bundle_path, self.script)
+                self.bytes_uploaded += sync_script(transport, self.bundle_path, self.script)
                 self._synced = True
 
     def _run_job(self, transport: Transport, task: JobTask, started_at: str) -> HostOutcome:
@@ -273,9 +274,6 @@ class _HostPipeline:
                 self.bytes_uploaded += len(params)
                 return transport.run(argv, env=job.env, timeout=remaining, on_line=on_line, stdin=params)
 
-            self.emit(JobEvent(slot, "running", total=len(task.cases)))
-            with self.execution.lock:
-                self.execution.running[slot] = _Running(transport, pidfile)
             def resync() -> None:
                 log.write(f"{time.strftime('%H:%M:%S')} controller: the host lacks this script or worker "
                           "version: uploading, then starting again\n")
@@ -284,6 +282,9 @@ class _HostPipeline:
                 self._sync(transport)
                 self.emit(JobEvent(slot, "running", total=len(task.cases)))
 
+            self.emit(JobEvent(slot, "running", total=len(task.cases)))
+            with self.execution.lock:
+                self.execution.running[slot] = _Running(transport, pidfile)
             try:
                 result = run_first(launch, lambda r: needs_sync(r, login_relative(self.script.remote),
                                                                  list(stderr_tail), progress["stdout"]), resync)

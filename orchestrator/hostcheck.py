@@ -18,7 +18,7 @@ from .bundle import build_worker_bundle
 from .execute import needs_sync, run_first, sync_script
 from .inventory import Host
 from .plan import layout_for
-from .render import RenderedScript, render_script, sha256_file, template_environment
+from .render import render_script, template_environment, write_script
 from .transport import TransportError, login_relative, make_transport
 
 CHECK_RUN_ID = "hostcheck"
@@ -37,16 +37,15 @@ class HostStatus:
 
 def check_host(host: Host, bundle_path: Path, bundle_sha: str, script_dir: Path, accept_new: bool) -> HostStatus:
     layout = layout_for(host, CHECK_RUN_ID, bundle_sha)
-    path = script_dir / f"{host.name}.py"
-    path.write_text(render_script(template_environment(), layout, bundle_sha), encoding="utf-8")
-    script = RenderedScript(host=host.name, path=path, sha256=sha256_file(path), layout=layout)
+    script = write_script(script_dir / f"{host.name}.py", render_script(template_environment(), layout, bundle_sha),
+                          host.name, layout)
     transport = make_transport(host, accept_new=accept_new)
     lines: list[tuple[str, str]] = []
     argv = [host.python, login_relative(script.remote), "check"]
 
     def sync() -> None:
         lines.clear()
-        sync_script(transport, layout, bundle_path, script)
+        sync_script(transport, bundle_path, script)
 
     try:
         transport.connect()

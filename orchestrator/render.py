@@ -57,8 +57,11 @@ class RenderedScript:
         return self.layout.script(self.sha256)
 
 
-def sha256_file(path: Path) -> str:
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+def write_script(path: Path, source: str, host: str, layout: RemoteLayout) -> RenderedScript:
+    """Write one host's rendered script; its sha256 is of the bytes written (no read-back)."""
+    data = source.encode("utf-8")
+    _write_atomic(path, data)
+    return RenderedScript(host=host, path=path, sha256=hashlib.sha256(data).hexdigest(), layout=layout)
 
 
 def render_script(env: jinja2.Environment, layout: RemoteLayout, bundle_sha: str) -> str:
@@ -88,10 +91,7 @@ def render_plan(plan: Plan, scripts_dir: Path, bundle: WorkerBundle) -> dict[str
         layout = layout_for(host, plan.run_id, bundle.sha256)
         if layout not in sources:
             sources[layout] = render_script(env, layout, bundle.sha256)
-        source = sources[layout]
-        path = scripts_dir / f"{host.name}.py"
-        _write_atomic(path, source.encode("utf-8"))
-        rendered[host.name] = RenderedScript(host=host.name, path=path, sha256=sha256_file(path), layout=layout)
+        rendered[host.name] = write_script(scripts_dir / f"{host.name}.py", sources[layout], host.name, layout)
     return rendered
 
 
