@@ -106,9 +106,12 @@ def _parser() -> argparse.ArgumentParser:
 
     warm = sub.add_parser("warm", help="keep a warm controller: imports done once, one forked process per command",
                           epilog="With it running, `fleetbench` commands skip ~0.35 s of imports each. It stops "
-                                 "itself when idle or when fleetbench's source or packages change. "
-                                 "FLEETBENCH_WARM=0 bypasses it. Linux only.")
-    warm.add_argument("action", choices=["start", "stop", "status"])
+                                 "itself when idle or when fleetbench's source or packages change. By default "
+                                 "(FLEETBENCH_WARM=auto) a command that ran cold starts one in the background; "
+                                 "FLEETBENCH_WARM=manual uses only one started here, FLEETBENCH_WARM=0 never "
+                                 "uses one; with CI set, manual. `serve` runs it in the foreground (e.g. under "
+                                 "a service manager). Linux only.")
+    warm.add_argument("action", choices=["start", "stop", "status", "serve"])
     warm.add_argument("--idle-minutes", type=float, default=30.0, help="exit after this long unused (default 30)")
 
     runs = sub.add_parser("runs", help="list stored runs")
@@ -426,6 +429,8 @@ def cmd_warm(args, out: Console, err: Console) -> int:
     if args.action == "stop":
         out.print("stopped" if warm.stop() else "not running", markup=False)
         return 0
+    if args.action == "serve":
+        return warm.serve(args.idle_minutes * 60)
     up, pid = warm.status()
     out.print(f"running (pid {pid}) on {warm.socket_path()}" if up else "not running", markup=False)
     return 0

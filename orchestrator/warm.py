@@ -10,6 +10,11 @@ child's status. Each command is a new process, as without the server: nothing is
 but the imported modules. No server, a stale one (its source files changed) or FLEETBENCH_WARM=0:
 the command runs cold, as before.
 
+FLEETBENCH_WARM says how much of this to use (`warm_mode`): `auto` (the default) also starts a server
+in the background after a command that ran cold, as Gradle does with its daemon, so that only the
+first command of a session pays the imports; `manual` uses a server only if `fleetbench warm start`
+started one; `0` never uses one. CI (CI=true) gets `manual`: no process outlives a CI job unasked.
+
 This module imports only the standard library: the client must stay cheap.
 """
 from __future__ import annotations
@@ -27,6 +32,7 @@ from pathlib import Path
 from typing import Optional
 
 IDLE_EXIT_S = 30 * 60
+LOG_LIMIT_BYTES = 1 << 20
 _HEADER = struct.Struct("!I")
 _SOURCE_DIRS = ("orchestrator", "worker", "templates")
 
@@ -44,6 +50,16 @@ def _private_dir(path: Path) -> Path:
     if st.st_uid != os.getuid() or st.st_mode & 0o077:
         raise RuntimeError(f"{folder} must belong to uid {os.getuid()} with mode 0700")
     return folder
+
+
+def warm_mode() -> str:
+    """'off', 'manual' or 'auto', from FLEETBENCH_WARM (and CI): see the module docstring."""
+    value = os.environ.get("FLEETBENCH_WARM", "auto").strip().lower()
+    if value in ("0", "off", "false", "no"):
+        return "off"
+    if value == "manual" or os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no"):
+        return "manual"
+    return "auto"
 
 
 def fingerprint() -> str:
@@ -94,7 +110,7 @@ def _recv(sock: socket.socket, maxfds: int = 0) -> tuple[Optional[dict], list[in
 def run_via_server(argv: list[str]) -> Optional[int]:
     """Run one command through the warm server; None when there is none to use (run it cold)."""
     path = socket_path()
-    if os.environ.get("FLEETBENCH_WARM") == "0" or not path.exists():
+    if warm_mode() == "off" or not path.exists():
         return None
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
@@ -121,7 +137,9 @@ def run_via_server(argv: list[str]) -> Optional[int]:
         signal.signal(sig, forward)
     sock.settimeout(None)
     try:
-        _send(sock, {"argv": argv, "cwd": os.getcwd(), "env": dict(os.environ)}, (0, 1, 2))
+        umask = os.umask(0o022)
+        os.umask(umask)
+        _send(sock, {"argv": argv, "cwd": os.getcwd(), "env": dict(os.environ), "umask": umask}, (0, 1, 2))
         reply, _ = _recv(sock)
     except OSError:
         reply = None
@@ -148,14 +166,25 @@ def run_via_server(argv: list[str]) -> Optional[int]:
 
 # -- server -------------------------------------------------------------------------------------------
 def serve(idle_exit_s: float = IDLE_EXIT_S) -> int:
-    """Import everything, then fork a child per request until idle for idle_exit_s (or stopped)."""
+    """Import everything, then fork a child per request until idle for idle_exit_s (or stopped).
+    Returns 1 at once if another server holds the lock (two commands may start one at the same time)."""
+    import fcntl
+
+    path = socket_path()
+    folder = _private_dir(path)
+    lock = open(folder / "warm.lock", "ab")  # held for this server's life; its forks close it
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        lock.close()
+        sys.stderr.write(f"another warm controller holds {folder / 'warm.lock'}\n")
+        return 1
+
     from . import cli, execute, live, merge, render, report, runs  # noqa: F401  (the point: import them now)
     import fabric  # noqa: F401
     import paramiko  # noqa: F401
 
     stamp = fingerprint()
-    path = socket_path()
-    _private_dir(path)
     path.unlink(missing_ok=True)
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(str(path))
@@ -198,7 +227,8 @@ def serve(idle_exit_s: float = IDLE_EXIT_S) -> int:
                 continue
             conn, _ = listener.accept()
             last_active = time.monotonic()
-            pid = _start_child(conn, listener, stamp, [wake_r, wake_w, *(c.fileno() for c in clients.values())])
+            pid = _start_child(conn, listener, stamp,
+                               [wake_r, wake_w, lock.fileno(), *(c.fileno() for c in clients.values())])
             if pid is None:
                 conn.close()
                 if stamp != fingerprint():
@@ -260,6 +290,7 @@ def _start_child(conn: socket.socket, listener: socket.socket, stamp: str, serve
                 os.close(fd)
             _fresh_std_streams()
             os.chdir(request["cwd"])
+            os.umask(int(request.get("umask", 0o022)))
             os.environ.clear()
             os.environ.update(request["env"])
             from .cli import main
@@ -316,37 +347,57 @@ def _reap(clients: dict[int, socket.socket]) -> None:
             conn.close()
 
 
+def spawn(idle_exit_s: float = IDLE_EXIT_S):
+    """Start a server in a fresh interpreter, in its own session (no terminal), logging to warm.log;
+    returns the Popen. A fresh interpreter and not a fork of this process: a fork after a command
+    would inherit its threads' locks, caches and open connections."""
+    import subprocess
+
+    folder = _private_dir(socket_path())
+    log_path = folder / "warm.log"
+    try:
+        keep = log_path.stat().st_size < LOG_LIMIT_BYTES
+    except OSError:
+        keep = True
+    root = str(Path(__file__).resolve().parent.parent)  # this very code, whatever the caller's sys.path
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p))
+    with open(log_path, "ab" if keep else "wb") as log:
+        return subprocess.Popen(
+            [sys.executable, "-m", "orchestrator.cli", "warm", "serve", "--idle-minutes", f"{idle_exit_s / 60:g}"],
+            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, cwd="/", env=env,
+            start_new_session=True, close_fds=True)
+
+
 def start_background(idle_exit_s: float = IDLE_EXIT_S) -> tuple[bool, str]:
-    """Start a server detached from this terminal; (started, message)."""
+    """`fleetbench warm start`: start a server detached from this terminal and wait until it listens;
+    (started, message)."""
     if not hasattr(socket, "SO_PEERCRED"):
         return False, "the warm controller needs Linux (it checks the client's uid with SO_PEERCRED)"
     up, running_pid = status()
     if up:
         return False, f"already running (pid {running_pid}) on {socket_path()}"
-    _private_dir(socket_path())
-    log = socket_path().parent / "warm.log"
-    pid = os.fork()
-    if pid == 0:
-        os.setsid()
-        if os.fork():
-            os._exit(0)
-        with open(os.devnull, "rb") as devnull, open(log, "ab") as out:
-            os.dup2(devnull.fileno(), 0)
-            os.dup2(out.fileno(), 1)
-            os.dup2(out.fileno(), 2)
-        code = 1
-        try:
-            code = serve(idle_exit_s)
-        finally:
-            os._exit(code)
-    os.waitpid(pid, 0)
+    proc = spawn(idle_exit_s)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         up, server_pid = status()
         if up:
             return True, f"warm controller pid {server_pid} on {socket_path()} (exits after {idle_exit_s / 60:g} idle minutes)"
+        if proc.poll() is not None and not status()[0]:
+            break
         time.sleep(0.05)
-    return False, f"did not start; see {log}"
+    return False, f"did not start; see {socket_path().parent / 'warm.log'}"
+
+
+def autostart() -> bool:
+    """After a command that ran cold (FLEETBENCH_WARM=auto): start a server for the next ones, without
+    waiting for it. Quiet when it cannot (then commands simply stay cold); True if one is starting."""
+    if not hasattr(socket, "SO_PEERCRED") or status()[0]:
+        return False
+    try:
+        spawn()
+    except (OSError, RuntimeError):
+        return False
+    return True
 
 
 def status() -> tuple[bool, Optional[int]]:
@@ -378,7 +429,12 @@ def main() -> None:
     if code is None:
         from .cli import main as cli_main
 
-        code = cli_main(argv)
+        code = cli_main(argv)  # (--help and usage errors leave here, by SystemExit)
+        # Started after the command, not before: its imports would take CPU from this one.
+        if argv[:1] != ["warm"] and warm_mode() == "auto" and autostart():
+            sys.stderr.write(f"fleetbench: starting a warm controller in the background, so that later commands "
+                             f"skip ~0.3 s of start-up (exits after {IDLE_EXIT_S // 60} idle minutes; "
+                             "FLEETBENCH_WARM=manual or 0 turns this off)\n")
     sys.exit(code)
 
 

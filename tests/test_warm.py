@@ -25,7 +25,7 @@ def warm_env(tmp_path):
     """A private runtime folder, a running server, and no server left behind."""
     runtime = tmp_path / "xdg"
     runtime.mkdir(mode=0o700)
-    env = dict(os.environ, XDG_RUNTIME_DIR=str(runtime))
+    env = dict(os.environ, XDG_RUNTIME_DIR=str(runtime), FLEETBENCH_WARM="manual")
     started = fleetbench(env, "warm", "start")
     assert started.returncode == 0, started.stderr
     yield env
@@ -107,7 +107,74 @@ def test_a_stale_server_is_not_used_and_goes_away(warm_env, tmp_path):
 def test_no_server_means_cold(tmp_path):
     runtime = tmp_path / "xdg"
     runtime.mkdir(mode=0o700)
-    env = dict(os.environ, XDG_RUNTIME_DIR=str(runtime))
+    env = dict(os.environ, XDG_RUNTIME_DIR=str(runtime), FLEETBENCH_WARM="manual")
     assert fleetbench(env, "warm", "status").stdout.strip() == "not running"
     result = fleetbench(env, "runs", "--runs-dir", tmp_path / "none")
     assert result.returncode == 0 and "outcomes" in result.stdout, result.stderr  # the (empty) runs table
+    assert "warm controller" not in result.stderr  # manual: nothing started
+    assert fleetbench(env, "warm", "status").stdout.strip() == "not running"
+
+
+def _auto_env(tmp_path, **extra) -> dict:
+    runtime = tmp_path / "xdg"
+    runtime.mkdir(mode=0o700, exist_ok=True)
+    env = {k: v for k, v in os.environ.items() if k not in ("CI", "FLEETBENCH_WARM")}
+    return dict(env, XDG_RUNTIME_DIR=str(runtime), **extra)
+
+
+def test_a_cold_command_starts_a_server_for_the_next_ones(tmp_path):
+    env = _auto_env(tmp_path)
+    pidfile = tmp_path / "xdg" / f"fleetbench-{os.getuid()}" / "warm.pid"
+    try:
+        first = fleetbench(env, "runs", "--runs-dir", tmp_path / "none")
+        assert first.returncode == 0 and "outcomes" in first.stdout, first.stderr
+        notice = [line for line in first.stderr.splitlines() if "warm controller" in line]
+        assert len(notice) == 1 and "FLEETBENCH_WARM" in notice[0]
+        assert wait_until(lambda: fleetbench(env, "warm", "status").stdout.startswith("running"), 30)
+        server = int(pidfile.read_text())
+        # The next command goes through it: no second server, no second notice; and the same answer.
+        second = fleetbench(env, "runs", "--runs-dir", tmp_path / "none")
+        assert second.returncode == 0 and second.stdout == first.stdout
+        assert "warm controller" not in second.stderr
+        assert int(pidfile.read_text()) == server
+        # Detached: its own session, not the caller's; started in / (it holds no caller's folder).
+        assert os.getsid(server) == server and os.readlink(f"/proc/{server}/cwd") == "/"
+    finally:
+        fleetbench(env, "warm", "stop")
+    assert wait_until(lambda: not pidfile.exists(), 10)
+
+
+@pytest.mark.parametrize("extra", [{"CI": "true"}, {"FLEETBENCH_WARM": "0"}, {"FLEETBENCH_WARM": "manual"}])
+def test_no_server_is_started_in_ci_or_when_turned_off(tmp_path, extra):
+    env = _auto_env(tmp_path, **extra)
+    result = fleetbench(env, "runs", "--runs-dir", tmp_path / "none")
+    assert result.returncode == 0 and "warm controller" not in result.stderr, result.stderr
+    assert fleetbench(env, "warm", "status").stdout.strip() == "not running"
+
+
+def test_only_one_server_runs_when_two_start_at_once(tmp_path):
+    env = _auto_env(tmp_path, FLEETBENCH_WARM="manual")
+    serve = [sys.executable, "-m", "orchestrator.cli", "warm", "serve", "--idle-minutes", "1"]
+    first = subprocess.Popen(serve, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert wait_until(lambda: fleetbench(env, "warm", "status").stdout.startswith("running"), 30)
+        second = subprocess.run(serve, cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
+        assert second.returncode == 1 and "another warm controller holds" in second.stderr
+        assert fleetbench(env, "warm", "status").stdout.strip() == f"running (pid {first.pid}) on " \
+            f"{tmp_path / 'xdg' / f'fleetbench-{os.getuid()}' / 'warm.sock'}"
+    finally:
+        first.send_signal(signal.SIGTERM)
+        first.wait(timeout=30)
+    assert first.returncode == 0
+
+
+def test_the_command_runs_with_the_callers_umask(warm_env, tmp_path):
+    runs = tmp_path / "runs"
+    inv = tmp_path / "hosts.yaml"
+    inv.write_text("hosts:\n  - name: here\n    transport: local\n")
+    for mask in (0o022, 0o077):
+        made = fleetbench(warm_env, "render", REPO / "sweeps" / "noop.yaml", "-i", inv, "--runs-dir", runs,
+                          "--quiet", preexec_fn=lambda m=mask: os.umask(m))
+        assert made.returncode == 0, made.stderr
+        newest = max((p for p in runs.iterdir() if p.is_dir()), key=lambda p: p.stat().st_mtime_ns)
+        assert stat.S_IMODE(newest.stat().st_mode) == 0o777 & ~mask, oct(mask)
