@@ -3,8 +3,10 @@
 
 For each fleet size, interleaved and repeated, the same remote work on every host (the fleetbench
 script of `sweeps/noop.yaml`: put script + params, run it, get results.jsonl):
-  fleetbench   `python -m orchestrator.cli run sweeps/noop.yaml` (worker already synced: the steady state)
-  ..., warm    the same through `fleetbench warm` (imports done once by a resident server that forks)
+  fleetbench, cold  `python -m orchestrator.cli run sweeps/noop.yaml` (worker already synced: the steady
+               state): a command that pays its own imports, as the first of a session does
+  fleetbench, warm  the same through the warm controller (imports done once by a resident server that
+               forks): every later command, since a cold `fleetbench` command starts one by default
   paramiko     benchmarks/bare_paramiko.py: ThreadPool, one SSHClient per host, sftp put/put, exec, sftp get
   ansible      ansible-playbook: copy params, `script` the bench script, `fetch` results; forks = hosts
 Reported per tool: median wall time, the slowest host-side worker (from the script's own exit line),
@@ -233,7 +235,8 @@ def main() -> int:
     subprocess.run([sys.executable, "-m", "compileall", "-q", "orchestrator", "worker"], cwd=ROOT, check=True)
     fleet = start_fleet(work / "fleet", max(sizes), user=user, cpus=args.host_cpus)
     rows = []
-    # The warm controller (`fleetbench warm start`) of the "fleetbench, warm" rows, private to this run.
+    # The warm controller of the "fleetbench, warm" rows (here started explicitly, so that it is up before
+    # the first timed command), private to this run.
     (work / "xdg").mkdir(mode=0o700)
     os.environ["XDG_RUNTIME_DIR"] = str(work / "xdg")
     subprocess.run([sys.executable, "-m", "orchestrator.cli", "warm", "start"], cwd=ROOT, check=True,
@@ -241,7 +244,7 @@ def main() -> int:
     try:
         for n in sizes:
             inv, runs, spec, playbook, first_wall, first_bytes = prepare(fleet, n, work, args.ansible, host_python)
-            tools = {"fleetbench": lambda: run_fleetbench(inv, runs),
+            tools = {"fleetbench, cold": lambda: run_fleetbench(inv, runs),
                      "fleetbench, warm": lambda: run_fleetbench(inv, runs, warm=True),
                      "paramiko": lambda: run_paramiko(spec)}
             if playbook:
