@@ -24,6 +24,7 @@ import os
 import select
 import signal
 import socket
+import stat
 import struct
 import sys
 import tempfile
@@ -42,14 +43,28 @@ def socket_path() -> Path:
     return Path(base) / f"fleetbench-{os.getuid()}" / "warm.sock"
 
 
+def _is_private(folder: Path) -> bool:
+    """A real folder (not a link) of ours that nobody else may enter. Without XDG_RUNTIME_DIR the socket
+    lives under /tmp, where another user could create `fleetbench-<our uid>` first and listen there for
+    our commands, their environment and our terminal."""
+    try:
+        st = os.lstat(folder)
+    except OSError:
+        return False
+    return stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid() and not st.st_mode & 0o077
+
+
 def _private_dir(path: Path) -> Path:
     """The socket's folder: ours alone (0700), or we refuse to use it."""
     folder = path.parent
     folder.mkdir(mode=0o700, exist_ok=True)
-    st = folder.stat()
-    if st.st_uid != os.getuid() or st.st_mode & 0o077:
-        raise RuntimeError(f"{folder} must belong to uid {os.getuid()} with mode 0700")
+    if not _is_private(folder):
+        raise RuntimeError(f"{folder} must be a folder of uid {os.getuid()} with mode 0700")
     return folder
+
+
+def _peer_uid(sock: socket.socket) -> int:
+    return struct.unpack("3i", sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))[1]
 
 
 def warm_mode() -> str:
@@ -110,12 +125,15 @@ def _recv(sock: socket.socket, maxfds: int = 0) -> tuple[Optional[dict], list[in
 def run_via_server(argv: list[str]) -> Optional[int]:
     """Run one command through the warm server; None when there is none to use (run it cold)."""
     path = socket_path()
-    if warm_mode() == "off" or not path.exists():
+    if warm_mode() == "off" or not hasattr(socket, "SO_PEERCRED") or not path.exists() or not _is_private(path.parent):
         return None
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         sock.settimeout(2.0)
         sock.connect(str(path))
+        if _peer_uid(sock) != os.getuid():  # a server of someone else's: tell it nothing
+            sock.close()
+            return None
     except OSError:
         sock.close()
         return None  # no server behind the socket (it exited): cold
@@ -249,8 +267,7 @@ def serve(idle_exit_s: float = IDLE_EXIT_S) -> int:
 
 
 def _start_child(conn: socket.socket, listener: socket.socket, stamp: str, server_fds: list[int]) -> Optional[int]:
-    creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-    if struct.unpack("3i", creds)[1] != os.getuid():
+    if _peer_uid(conn) != os.getuid():
         return None
     conn.settimeout(5.0)
     try:
@@ -402,6 +419,8 @@ def autostart() -> bool:
 
 def status() -> tuple[bool, Optional[int]]:
     path = socket_path()
+    if not _is_private(path.parent):
+        return False, None  # a pid file in a folder others can write names nothing we should signal
     pidfile = path.parent / "warm.pid"
     try:
         pid = int(pidfile.read_text().strip())

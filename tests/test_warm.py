@@ -6,10 +6,12 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import stat
 import subprocess
 import sys
 from pathlib import Path
+from typing import Optional
 
 import pytest
 from conftest import REPO
@@ -178,3 +180,57 @@ def test_the_command_runs_with_the_callers_umask(warm_env, tmp_path):
         assert made.returncode == 0, made.stderr
         newest = max((p for p in runs.iterdir() if p.is_dir()), key=lambda p: p.stat().st_mtime_ns)
         assert stat.S_IMODE(newest.stat().st_mode) == 0o777 & ~mask, oct(mask)
+
+
+def _decoy_server(folder: Path, uid: Optional[int] = None) -> subprocess.Popen:
+    """A listener on our socket path that reports how many bytes a client sent it ('none': nobody came).
+    Bound here, listening there: SO_PEERCRED tells a client who called listen(), so as `uid`."""
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(folder / "warm.sock"))
+    code = ("import socket, sys\n"
+            "s = socket.socket(fileno=int(sys.argv[1])); s.listen(4); s.settimeout(8)\n"
+            "print('listening', flush=True)\n"
+            "try:\n    c, _ = s.accept()\nexcept OSError:\n    print('none'); raise SystemExit\n"
+            "c.settimeout(5)\ntry:\n    print(len(c.recv(65536)))\nexcept OSError:\n    print('none')\n")
+    try:
+        decoy = subprocess.Popen([SYSTEM_PYTHON, "-c", code, str(listener.fileno())], pass_fds=[listener.fileno()],
+                                 stdout=subprocess.PIPE, text=True,
+                                 preexec_fn=(lambda: os.setuid(uid)) if uid is not None else None)
+    finally:
+        listener.close()
+    assert decoy.stdout.readline().strip() == "listening"
+    return decoy
+
+
+SYSTEM_PYTHON = "/usr/bin/python3"
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not os.path.exists(SYSTEM_PYTHON),
+                    reason="runs a listener as another uid (needs root and a python that uid may run)")
+def test_a_server_of_another_user_is_told_nothing(tmp_path):
+    folder = tmp_path / "xdg" / f"fleetbench-{os.getuid()}"
+    folder.mkdir(parents=True, mode=0o700)
+    (tmp_path / "xdg").chmod(0o700)
+    decoy = _decoy_server(folder, uid=65534)
+    env = dict(os.environ, XDG_RUNTIME_DIR=str(tmp_path / "xdg"), FLEETBENCH_WARM="manual")
+    result = fleetbench(env, "runs", "--runs-dir", tmp_path / "none")
+    assert result.returncode == 0 and "outcomes" in result.stdout, result.stderr  # ran cold, here
+    assert decoy.communicate(timeout=30)[0].strip() in ("0", "none")  # it connected, saw the uid, left
+
+
+@pytest.mark.skipif(not os.path.exists(SYSTEM_PYTHON), reason="needs /usr/bin/python3 for the decoy")
+def test_a_socket_folder_others_can_enter_is_not_used(tmp_path):
+    runtime = tmp_path / "xdg"
+    runtime.mkdir(mode=0o700)
+    folder = runtime / f"fleetbench-{os.getuid()}"
+    folder.mkdir(mode=0o755)  # as another user's pre-made folder in /tmp would be to us: not private
+    (folder / "warm.pid").write_text(f"{os.getpid()}\n")  # a live pid: `warm stop` must not signal it
+    decoy = _decoy_server(folder)
+    env = dict(os.environ, XDG_RUNTIME_DIR=str(runtime), FLEETBENCH_WARM="manual")
+    result = fleetbench(env, "runs", "--runs-dir", tmp_path / "none")
+    assert result.returncode == 0 and "outcomes" in result.stdout, result.stderr
+    assert fleetbench(env, "warm", "status").stdout.strip() == "not running"
+    assert fleetbench(env, "warm", "stop").stdout.strip() == "not running"
+    started = fleetbench(env, "warm", "start")
+    assert started.returncode == 1 and "must be a folder of uid" in started.stderr
+    assert decoy.communicate(timeout=30)[0].strip() == "none"  # nobody connected
