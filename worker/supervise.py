@@ -87,24 +87,25 @@ def _supervise_cases(params_path: Path, results_path: Path, n_cases: int) -> int
             child.terminate()
             child.wait()
             raise
-        if code == 0 and len(done_case_ids(results_path)) >= n_cases:
+        done = done_case_ids(results_path)  # read once per child: the file can be large after long runs
+        if code == 0 and len(done) >= n_cases:
             return 0
         from .runner import append_record, crashed_record, find_case, load_params
 
         params = params or load_params(params_path)
-        remaining = [c for c in params.cases if c.case_id not in done_case_ids(results_path)]
-        if code == 0 and not remaining:
+        if code == 0 and all(c.case_id in done for c in params.cases):
             return 0
         how = _describe_exit(code)
         case = find_case(params, inflight.read_text().strip()) if inflight.exists() else None
-        if case is not None and case.case_id not in done_case_ids(results_path):
+        if case is not None and case.case_id not in done:
             append_record(results_path, crashed_record(case, f"worker process {how} during this case"))
+            done.add(case.case_id)
             print(f"fleetbench: worker {how} in case {case.case_id} ({case.backend} "
                   f"{case.m}x{case.n}x{case.k}); recorded as crashed", file=sys.stderr, flush=True)
         else:
             print(f"fleetbench: worker {how} outside any case", file=sys.stderr, flush=True)
         if restarts >= params.max_restarts:
-            left = len([c for c in params.cases if c.case_id not in done_case_ids(results_path)])
+            left = sum(c.case_id not in done for c in params.cases)
             if left:
                 print(f"fleetbench: giving up after {restarts} restarts; {left} cases have no result",
                       file=sys.stderr, flush=True)
