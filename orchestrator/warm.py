@@ -408,13 +408,30 @@ def start_background(idle_exit_s: float = IDLE_EXIT_S) -> tuple[bool, str]:
 def autostart() -> bool:
     """After a command that ran cold (FLEETBENCH_WARM=auto): start a server for the next ones, without
     waiting for it. Quiet when it cannot (then commands simply stay cold); True if one is starting."""
-    if not hasattr(socket, "SO_PEERCRED") or status()[0]:
+    if not hasattr(socket, "SO_PEERCRED") or status()[0] or _lock_held():
         return False
     try:
         spawn()
     except (OSError, RuntimeError):
         return False
     return True
+
+
+def _lock_held() -> bool:
+    """Is a server running or still importing (it takes the lock first)? Then do not start another."""
+    import fcntl
+
+    folder = socket_path().parent
+    if not _is_private(folder):
+        return False  # spawn() will say no
+    try:
+        with open(folder / "warm.lock", "ab") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)  # released on close
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
+    return False
 
 
 def status() -> tuple[bool, Optional[int]]:

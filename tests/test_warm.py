@@ -234,3 +234,16 @@ def test_a_socket_folder_others_can_enter_is_not_used(tmp_path):
     started = fleetbench(env, "warm", "start")
     assert started.returncode == 1 and "must be a folder of uid" in started.stderr
     assert decoy.communicate(timeout=30)[0].strip() == "none"  # nobody connected
+
+
+def test_no_second_server_is_started_while_one_is_still_importing(tmp_path):
+    env = _auto_env(tmp_path)
+    folder = tmp_path / "xdg" / f"fleetbench-{os.getuid()}"
+    folder.mkdir(mode=0o700)
+    import fcntl
+
+    with open(folder / "warm.lock", "ab") as lock:  # what a server holds from its first instant
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        result = fleetbench(env, "runs", "--runs-dir", tmp_path / "none")
+        assert result.returncode == 0 and "warm controller" not in result.stderr, result.stderr
+    assert not (folder / "warm.log").exists()  # nothing was spawned
