@@ -47,6 +47,15 @@ def server_children(env) -> list[int]:
     return [int(p) for p in os.listdir("/proc") if p.isdigit() and _ppid(int(p)) == pid]
 
 
+def _alive(pid: int) -> bool:
+    """Running, not a zombie (a detached server's parent is init, which may reap late)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
 def _ppid(pid: int) -> int:
     try:
         with open(f"/proc/{pid}/stat") as f:
@@ -247,3 +256,23 @@ def test_no_second_server_is_started_while_one_is_still_importing(tmp_path):
         result = fleetbench(env, "runs", "--runs-dir", tmp_path / "none")
         assert result.returncode == 0 and "warm controller" not in result.stderr, result.stderr
     assert not (folder / "warm.log").exists()  # nothing was spawned
+
+
+def test_after_a_source_change_the_next_cold_command_starts_a_fresh_server(tmp_path):
+    env = _auto_env(tmp_path)
+    pidfile = tmp_path / "xdg" / f"fleetbench-{os.getuid()}" / "warm.pid"
+    template = REPO / "templates" / "bench_script.py.j2"
+    before = template.stat()
+    try:
+        assert fleetbench(env, "runs", "--runs-dir", tmp_path / "none").returncode == 0
+        assert wait_until(lambda: fleetbench(env, "warm", "status").stdout.startswith("running"), 30)
+        old = int(pidfile.read_text())
+        os.utime(template, ns=(before.st_atime_ns, before.st_mtime_ns + 1_000_000_000))  # "upgraded"
+        result = fleetbench(env, "runs", "--runs-dir", tmp_path / "none")
+        assert result.returncode == 0 and "starting a warm controller" in result.stderr, result.stderr
+        assert wait_until(lambda: pidfile.exists() and int(pidfile.read_text()) != old, 30)
+        assert wait_until(lambda: not _alive(old), 10)  # the stale one left by itself
+    finally:
+        os.utime(template, ns=(before.st_atime_ns, before.st_mtime_ns))
+        fleetbench(env, "warm", "stop")
+    assert wait_until(lambda: not pidfile.exists(), 10)
