@@ -251,11 +251,14 @@ def test_no_second_server_is_started_while_one_is_still_importing(tmp_path):
     folder.mkdir(mode=0o700)
     import fcntl
 
-    with open(folder / "warm.lock", "ab") as lock:  # what a server holds from its first instant
-        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        result = fleetbench(env, "runs", "--runs-dir", tmp_path / "none")
-        assert result.returncode == 0 and "warm controller" not in result.stderr, result.stderr
-    assert not (folder / "warm.log").exists()  # nothing was spawned
+    try:
+        with open(folder / "warm.lock", "ab") as lock:  # what a server holds from its first instant
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            result = fleetbench(env, "runs", "--runs-dir", tmp_path / "none")
+            assert result.returncode == 0 and "warm controller" not in result.stderr, result.stderr
+        assert not (folder / "warm.log").exists()  # nothing was spawned
+    finally:
+        fleetbench(env, "warm", "stop")  # had one been spawned, it would outlive the test
 
 
 def test_after_a_source_change_the_next_cold_command_starts_a_fresh_server(tmp_path):
