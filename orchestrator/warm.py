@@ -186,15 +186,10 @@ def run_via_server(argv: list[str]) -> Optional[int]:
 def serve(idle_exit_s: float = IDLE_EXIT_S) -> int:
     """Import everything, then fork a child per request until idle for idle_exit_s (or stopped).
     Returns 1 at once if another server holds the lock (two commands may start one at the same time)."""
-    import fcntl
-
     path = socket_path()
     folder = _private_dir(path)
-    lock = open(folder / "warm.lock", "ab")  # held for this server's life; its forks close it
-    try:
-        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        lock.close()
+    lock = _try_lock(folder)  # held for this server's life; its forks close it
+    if lock is None:
         sys.stderr.write(f"another warm controller holds {folder / 'warm.lock'}\n")
         return 1
 
@@ -408,7 +403,7 @@ def start_background(idle_exit_s: float = IDLE_EXIT_S) -> tuple[bool, str]:
 def autostart() -> bool:
     """After a command that ran cold (FLEETBENCH_WARM=auto): start a server for the next ones, without
     waiting for it. Quiet when it cannot (then commands simply stay cold); True if one is starting."""
-    if not hasattr(socket, "SO_PEERCRED") or status()[0] or _lock_held():
+    if not hasattr(socket, "SO_PEERCRED") or _lock_held():  # a server holds the lock all its life
         return False
     try:
         spawn()
@@ -417,20 +412,32 @@ def autostart() -> bool:
     return True
 
 
-def _lock_held() -> bool:
-    """Is a server running or still importing (it takes the lock first)? Then do not start another."""
+def _try_lock(folder: Path):
+    """The one-server lock, without waiting: the open file (the lock lasts while it is open), or None
+    when another process holds it."""
     import fcntl
 
+    lock = open(folder / "warm.lock", "ab")
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        lock.close()
+        return None
+    return lock
+
+
+def _lock_held() -> bool:
+    """Is a server running or still importing (it takes the lock first)? Then do not start another."""
     folder = socket_path().parent
     if not _is_private(folder):
         return False  # spawn() will say no
     try:
-        with open(folder / "warm.lock", "ab") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)  # released on close
-    except BlockingIOError:
-        return True
+        lock = _try_lock(folder)
     except OSError:
         return False
+    if lock is None:
+        return True
+    lock.close()
     return False
 
 
