@@ -22,17 +22,29 @@ from orchestrator.transport import wait_until
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the warm controller is Linux-only")
 
 
+def _env(tmp_path, **extra) -> dict:
+    """This environment with a private runtime folder under tmp_path, without CI and FLEETBENCH_WARM
+    (each test says which warm mode it means), plus `extra`."""
+    runtime = tmp_path / "xdg"
+    runtime.mkdir(mode=0o700, exist_ok=True)
+    env = {k: v for k, v in os.environ.items() if k not in ("CI", "FLEETBENCH_WARM")}
+    return dict(env, XDG_RUNTIME_DIR=str(runtime), **extra)
+
+
+def _state_dir(tmp_path) -> Path:
+    """Where the server keeps its socket, pid file, lock and log, for _env(tmp_path)."""
+    return tmp_path / "xdg" / f"fleetbench-{os.getuid()}"
+
+
 @pytest.fixture
 def warm_env(tmp_path):
     """A private runtime folder, a running server, and no server left behind."""
-    runtime = tmp_path / "xdg"
-    runtime.mkdir(mode=0o700)
-    env = dict(os.environ, XDG_RUNTIME_DIR=str(runtime), FLEETBENCH_WARM="manual")
+    env = _env(tmp_path, FLEETBENCH_WARM="manual")
     started = fleetbench(env, "warm", "start")
     assert started.returncode == 0, started.stderr
     yield env
     fleetbench(env, "warm", "stop")
-    pidfile = runtime / f"fleetbench-{os.getuid()}" / "warm.pid"
+    pidfile = _state_dir(tmp_path) / "warm.pid"
     assert wait_until(lambda: not pidfile.exists(), 10)
 
 
@@ -65,7 +77,7 @@ def _ppid(pid: int) -> int:
 
 
 def test_commands_through_the_server_match_cold_ones(warm_env, fleet, tmp_path):
-    folder = tmp_path / "xdg" / f"fleetbench-{os.getuid()}"
+    folder = _state_dir(tmp_path)
     assert stat.S_IMODE(folder.stat().st_mode) == 0o700
     assert stat.S_IMODE((folder / "warm.sock").stat().st_mode) == 0o600
     inv = fleet.inventory(tmp_path / "hosts.yaml", names=["ssh0", "ssh1"])
@@ -104,7 +116,7 @@ def test_ctrl_c_reaches_the_forked_command(warm_env, fleet, tmp_path):
 def test_a_stale_server_is_not_used_and_goes_away(warm_env, tmp_path):
     template = REPO / "templates" / "bench_script.py.j2"
     before = template.stat()
-    pidfile = tmp_path / "xdg" / f"fleetbench-{os.getuid()}" / "warm.pid"
+    pidfile = _state_dir(tmp_path) / "warm.pid"
     try:
         os.utime(template, ns=(before.st_atime_ns, before.st_mtime_ns + 1_000_000_000))  # "edited"
         result = fleetbench(warm_env, "runs", "--runs-dir", tmp_path / "none")
@@ -116,9 +128,7 @@ def test_a_stale_server_is_not_used_and_goes_away(warm_env, tmp_path):
 
 
 def test_no_server_means_cold(tmp_path):
-    runtime = tmp_path / "xdg"
-    runtime.mkdir(mode=0o700)
-    env = dict(os.environ, XDG_RUNTIME_DIR=str(runtime), FLEETBENCH_WARM="manual")
+    env = _env(tmp_path, FLEETBENCH_WARM="manual")
     assert fleetbench(env, "warm", "status").stdout.strip() == "not running"
     result = fleetbench(env, "runs", "--runs-dir", tmp_path / "none")
     assert result.returncode == 0 and "outcomes" in result.stdout, result.stderr  # the (empty) runs table
@@ -126,16 +136,9 @@ def test_no_server_means_cold(tmp_path):
     assert fleetbench(env, "warm", "status").stdout.strip() == "not running"
 
 
-def _auto_env(tmp_path, **extra) -> dict:
-    runtime = tmp_path / "xdg"
-    runtime.mkdir(mode=0o700, exist_ok=True)
-    env = {k: v for k, v in os.environ.items() if k not in ("CI", "FLEETBENCH_WARM")}
-    return dict(env, XDG_RUNTIME_DIR=str(runtime), **extra)
-
-
 def test_a_cold_command_starts_a_server_for_the_next_ones(tmp_path):
-    env = _auto_env(tmp_path)
-    pidfile = tmp_path / "xdg" / f"fleetbench-{os.getuid()}" / "warm.pid"
+    env = _env(tmp_path)
+    pidfile = _state_dir(tmp_path) / "warm.pid"
     try:
         first = fleetbench(env, "runs", "--runs-dir", tmp_path / "none")
         assert first.returncode == 0 and "outcomes" in first.stdout, first.stderr
@@ -157,14 +160,14 @@ def test_a_cold_command_starts_a_server_for_the_next_ones(tmp_path):
 
 @pytest.mark.parametrize("extra", [{"CI": "true"}, {"FLEETBENCH_WARM": "0"}, {"FLEETBENCH_WARM": "manual"}])
 def test_no_server_is_started_in_ci_or_when_turned_off(tmp_path, extra):
-    env = _auto_env(tmp_path, **extra)
+    env = _env(tmp_path, **extra)
     result = fleetbench(env, "runs", "--runs-dir", tmp_path / "none")
     assert result.returncode == 0 and "warm controller" not in result.stderr, result.stderr
     assert fleetbench(env, "warm", "status").stdout.strip() == "not running"
 
 
 def test_only_one_server_runs_when_two_start_at_once(tmp_path):
-    env = _auto_env(tmp_path, FLEETBENCH_WARM="manual")
+    env = _env(tmp_path, FLEETBENCH_WARM="manual")
     serve = [sys.executable, "-m", "orchestrator.cli", "warm", "serve", "--idle-minutes", "1"]
     first = subprocess.Popen(serve, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
@@ -172,7 +175,7 @@ def test_only_one_server_runs_when_two_start_at_once(tmp_path):
         second = subprocess.run(serve, cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
         assert second.returncode == 1 and "another warm controller holds" in second.stderr
         assert fleetbench(env, "warm", "status").stdout.strip() == f"running (pid {first.pid}) on " \
-            f"{tmp_path / 'xdg' / f'fleetbench-{os.getuid()}' / 'warm.sock'}"
+            f"{_state_dir(tmp_path) / 'warm.sock'}"
     finally:
         first.send_signal(signal.SIGTERM)
         first.wait(timeout=30)
@@ -217,11 +220,10 @@ SYSTEM_PYTHON = "/usr/bin/python3"
 @pytest.mark.skipif(os.geteuid() != 0 or not os.path.exists(SYSTEM_PYTHON),
                     reason="runs a listener as another uid (needs root and a python that uid may run)")
 def test_a_server_of_another_user_is_told_nothing(tmp_path):
-    folder = tmp_path / "xdg" / f"fleetbench-{os.getuid()}"
-    folder.mkdir(parents=True, mode=0o700)
-    (tmp_path / "xdg").chmod(0o700)
+    env = _env(tmp_path, FLEETBENCH_WARM="manual")
+    folder = _state_dir(tmp_path)
+    folder.mkdir(mode=0o700)
     decoy = _decoy_server(folder, uid=65534)
-    env = dict(os.environ, XDG_RUNTIME_DIR=str(tmp_path / "xdg"), FLEETBENCH_WARM="manual")
     result = fleetbench(env, "runs", "--runs-dir", tmp_path / "none")
     assert result.returncode == 0 and "outcomes" in result.stdout, result.stderr  # ran cold, here
     assert decoy.communicate(timeout=30)[0].strip() in ("0", "none")  # it connected, saw the uid, left
@@ -229,13 +231,11 @@ def test_a_server_of_another_user_is_told_nothing(tmp_path):
 
 @pytest.mark.skipif(not os.path.exists(SYSTEM_PYTHON), reason="needs /usr/bin/python3 for the decoy")
 def test_a_socket_folder_others_can_enter_is_not_used(tmp_path):
-    runtime = tmp_path / "xdg"
-    runtime.mkdir(mode=0o700)
-    folder = runtime / f"fleetbench-{os.getuid()}"
+    env = _env(tmp_path, FLEETBENCH_WARM="manual")
+    folder = _state_dir(tmp_path)
     folder.mkdir(mode=0o755)  # as another user's pre-made folder in /tmp would be to us: not private
     (folder / "warm.pid").write_text(f"{os.getpid()}\n")  # a live pid: `warm stop` must not signal it
     decoy = _decoy_server(folder)
-    env = dict(os.environ, XDG_RUNTIME_DIR=str(runtime), FLEETBENCH_WARM="manual")
     result = fleetbench(env, "runs", "--runs-dir", tmp_path / "none")
     assert result.returncode == 0 and "outcomes" in result.stdout, result.stderr
     assert fleetbench(env, "warm", "status").stdout.strip() == "not running"
@@ -246,8 +246,8 @@ def test_a_socket_folder_others_can_enter_is_not_used(tmp_path):
 
 
 def test_no_second_server_is_started_while_one_is_still_importing(tmp_path):
-    env = _auto_env(tmp_path)
-    folder = tmp_path / "xdg" / f"fleetbench-{os.getuid()}"
+    env = _env(tmp_path)
+    folder = _state_dir(tmp_path)
     folder.mkdir(mode=0o700)
     import fcntl
 
@@ -262,8 +262,8 @@ def test_no_second_server_is_started_while_one_is_still_importing(tmp_path):
 
 
 def test_after_a_source_change_the_next_cold_command_starts_a_fresh_server(tmp_path):
-    env = _auto_env(tmp_path)
-    pidfile = tmp_path / "xdg" / f"fleetbench-{os.getuid()}" / "warm.pid"
+    env = _env(tmp_path)
+    pidfile = _state_dir(tmp_path) / "warm.pid"
     template = REPO / "templates" / "bench_script.py.j2"
     before = template.stat()
     try:
