@@ -3,10 +3,8 @@
 
 For each fleet size, interleaved and repeated, the same remote work on every host (the fleetbench
 script of `sweeps/noop.yaml`: put script + params, run it, get results.jsonl):
-  fleetbench, cold  `python -m orchestrator.cli run sweeps/noop.yaml` (worker already synced: the steady
-               state): a command that pays its own imports, as the first of a session does
-  fleetbench, warm  the same through the warm controller (imports done once by a resident server that
-               forks): every later command, since a cold `fleetbench` command starts one by default
+  fleetbench   `python -m orchestrator.cli run sweeps/noop.yaml` (worker already synced: the steady
+               state): every command pays its own imports; there is no resident process
   paramiko     benchmarks/bare_paramiko.py: ThreadPool, one SSHClient per host, sftp put/put, exec, sftp get
   ansible      ansible-playbook: copy params, `script` the bench script, `fetch` results; forks = hosts
 Reported per tool: median wall time, the slowest host-side worker (from the script's own exit line),
@@ -23,7 +21,7 @@ pydantic, the worker's one dependency for a no-op sweep). Root's ~/.bashrc here 
 On one machine the hosts' workers take CPU from the controller, and more than their share suggests:
 each SSH session is its own scheduling group (setsid + the kernel's autogroup), as heavy as the whole
 controller process, so at 64 busy hosts the controller gets ~1/65 of the CPU. On a machine with cores
-to spare, `--controller-cpus 0,1 --host-cpus 2-15` pins every tool (and the warm server) to two cores
+to spare, `--controller-cpus 0,1 --host-cpus 2-15` pins every tool to two cores
 and every host to the others: a 2-core controller next to a fleet with CPUs of its own.
 
 Needs /usr/sbin/sshd (or FLEETBENCH_SSHD) and, for the Ansible column, ansible-core.
@@ -86,11 +84,9 @@ def timed(cmd, **kw) -> tuple[float, int, subprocess.CompletedProcess]:
     return time.perf_counter() - t0, loopback_rx_bytes() - rx0, proc
 
 
-def run_fleetbench(inv: Path, runs: Path, warm: bool = False):
-    # orchestrator.warm is what the installed `fleetbench` command runs: through the warm server when
-    # one is up (FLEETBENCH_WARM unset), else in-process. orchestrator.cli is always cold.
-    entry = "orchestrator.warm" if warm else "orchestrator.cli"
-    wall, nbytes, proc = timed([sys.executable, "-m", entry, "run", "sweeps/noop.yaml", "-i", str(inv),
+def run_fleetbench(inv: Path, runs: Path):
+    # orchestrator.cli is what the installed `fleetbench` command runs.
+    wall, nbytes, proc = timed([sys.executable, "-m", "orchestrator.cli", "run", "sweeps/noop.yaml", "-i", str(inv),
                                 "--runs-dir", str(runs), "--format", "json"], cwd=ROOT)
     if proc.returncode != 0:
         raise RuntimeError(f"fleetbench failed: {proc.stderr[-2000:]}")
@@ -235,17 +231,10 @@ def main() -> int:
     subprocess.run([sys.executable, "-m", "compileall", "-q", "orchestrator", "worker"], cwd=ROOT, check=True)
     fleet = start_fleet(work / "fleet", max(sizes), user=user, cpus=args.host_cpus)
     rows = []
-    # The warm controller of the "fleetbench, warm" rows (here started explicitly, so that it is up before
-    # the first timed command), private to this run.
-    (work / "xdg").mkdir(mode=0o700)
-    os.environ["XDG_RUNTIME_DIR"] = str(work / "xdg")
-    subprocess.run([sys.executable, "-m", "orchestrator.cli", "warm", "start"], cwd=ROOT, check=True,
-                   preexec_fn=on_controller_cpus)  # the server's forks inherit its CPUs
     try:
         for n in sizes:
             inv, runs, spec, playbook, first_wall, first_bytes = prepare(fleet, n, work, args.ansible, host_python)
-            tools = {"fleetbench, cold": lambda: run_fleetbench(inv, runs),
-                     "fleetbench, warm": lambda: run_fleetbench(inv, runs, warm=True),
+            tools = {"fleetbench": lambda: run_fleetbench(inv, runs),
                      "paramiko": lambda: run_paramiko(spec)}
             if playbook:
                 tools["ansible"] = lambda: run_ansible(playbook, n)
@@ -264,7 +253,6 @@ def main() -> int:
                          "slowest_worker_s": None, "overhead_s": None, "bytes_per_host": first_bytes / n, "reps": 1})
             print(json.dumps(rows[-len(results) - 1:]), flush=True)
     finally:
-        subprocess.run([sys.executable, "-m", "orchestrator.cli", "warm", "stop"], cwd=ROOT)
         fleet.stop()
     header = (f"fan-out, {os.cpu_count()} cores, reps {args.reps} (medians); hosts log in as {user} and run {host_python}"
               f"{f'; tools on CPUs {fmt_cpus(args.controller_cpus)}' if args.controller_cpus else ''}"

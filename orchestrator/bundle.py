@@ -14,15 +14,20 @@ from pathlib import Path
 
 import worker
 
+from .atomicfile import write_atomic
+from .formats import MANIFEST_VERSION
+
 
 @dataclass(frozen=True)
 class WorkerBundle:
     data: bytes
     sha256: str
     files: int
+    # The run format this worker was shipped with: the params it reads (a stored run keeps its worker).
+    params_format: int = MANIFEST_VERSION
 
     def write(self, path: Path) -> Path:
-        path.write_bytes(self.data)
+        write_atomic(path, self.data)
         return path
 
 

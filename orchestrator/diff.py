@@ -5,6 +5,10 @@ bootstrap of the two cases' raw samples (the ratio of medians), and the verdict 
   SLOWER     the whole interval is above 1 + t        FASTER   the whole interval is below 1 - t
   SAME       the whole interval lies within 1 ± t     AMBIGUOUS  anything else (too noisy to say)
 A Mann-Whitney U p-value is reported beside it. Only a confirmed SLOWER makes `diff` exit 1.
+
+Cases match by case id: what is measured (worker/schema.py IDENTITY_FIELDS), never how it was timed.
+Timing options that differ between the sides are listed as settings, beside the host facts that
+differ, before any number. Two sides that share no case compared nothing: that is an input error.
 """
 from __future__ import annotations
 
@@ -69,7 +73,7 @@ class CaseDiff:
     ci_low: Optional[float]
     ci_high: Optional[float]
     p_value: Optional[float]
-    verdict: str  # FASTER SLOWER SAME AMBIGUOUS, or MISSING / NOT-OK
+    verdict: str  # FASTER SLOWER SAME AMBIGUOUS; ONLY-A / ONLY-B (on one side only); NOT-OK
     note: str = ""
 
     def as_dict(self) -> dict:
@@ -82,11 +86,22 @@ class Comparison:
     b: str
     threshold: float
     facts: list[FactDiff] = field(default_factory=list)
+    settings: list[FactDiff] = field(default_factory=list)  # timing options that differ between the sides
     cases: list[CaseDiff] = field(default_factory=list)
 
     @property
     def regressions(self) -> list[CaseDiff]:
         return [c for c in self.cases if c.verdict == "SLOWER"]
+
+    def counts(self) -> dict[str, int]:
+        """Cases per verdict, in the order verdicts are read: changes first, one-sided rows last."""
+        order = ("SLOWER", "FASTER", "AMBIGUOUS", "SAME", "NOT-OK", "ONLY-A", "ONLY-B")
+        found = {v: sum(c.verdict == v for c in self.cases) for v in order}
+        return {v: n for v, n in found.items() if n}
+
+
+class NothingCompared(InputError):
+    """The two sides share no case: a comparison of nothing never passes."""
 
 
 def _facts_of(side: Side) -> dict[str, str]:
@@ -134,7 +149,7 @@ def compare_records(key: str, ra: Optional[CaseRecord], rb: Optional[CaseRecord]
     b_us = rb.timing.median_us if rb and rb.timing else None
     if ra is None or rb is None:
         return CaseDiff(**base, a_us=a_us, b_us=b_us, ratio=None, ci_low=None, ci_high=None, p_value=None,
-                        verdict="MISSING", note="only in " + ("B" if ra is None else "A"))
+                        verdict="ONLY-B" if ra is None else "ONLY-A", note="only in " + ("B" if ra is None else "A"))
     if ra.status != "ok" or rb.status != "ok" or not ra.timing or not rb.timing:
         return CaseDiff(**base, a_us=a_us, b_us=b_us, ratio=None, ci_low=None, ci_high=None, p_value=None,
                         verdict="NOT-OK", note=f"A {ra.status}, B {rb.status}")
@@ -160,9 +175,29 @@ def compare_sides(a: Side, b: Side, threshold: float) -> Comparison:
         return out
 
     ia, ib = index(a), index(b)
+    if not set(ia) & set(ib):
+        raise NothingCompared(f"{a.label} and {b.label} share no case ({len(ia)} and {len(ib)} cases with a "
+                              "result): nothing to compare")
     keys = list(dict.fromkeys([*ia, *ib]))
     cases = [compare_records(k, ia.get(k), ib.get(k), threshold) for k in keys]
-    return Comparison(a=a.label, b=b.label, threshold=threshold, facts=fact_differences(a, b), cases=cases)
+    return Comparison(a=a.label, b=b.label, threshold=threshold, facts=fact_differences(a, b),
+                      settings=setting_differences(a, b), cases=cases)
+
+
+def _settings_of(side: Side) -> dict[str, str]:
+    """`timing.<option>` -> value(s) over a side's results (joined where its cases differ)."""
+    values: dict[str, set] = {}
+    for s in side.slots:
+        for _, rec in s.records.values():
+            for option, value in rec.case.timing.model_dump().items():
+                values.setdefault(f"timing.{option}", set()).add(str(value))
+    return {f: " | ".join(sorted(v)) for f, v in values.items()}
+
+
+def setting_differences(a: Side, b: Side) -> list[FactDiff]:
+    """How the two sides were timed, where it differs: a setting, like a host fact, not another case."""
+    sa, sb = _settings_of(a), _settings_of(b)
+    return [FactDiff(f, sa.get(f, "?"), sb.get(f, "?")) for f in dict.fromkeys([*sa, *sb]) if sa.get(f) != sb.get(f)]
 
 
 # -- every host against the fleet ---------------------------------------------------------------------

@@ -14,12 +14,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
+from worker import protocol
+
 from .bundle import build_worker_bundle
-from .execute import needs_sync, run_first, sync_script
 from .inventory import Host
-from .plan import layout_for
+from .remote import check_argv, lacks_files, layout_for, run_first, sync_script
 from .render import render_script, template_environment, write_script
-from .transport import TransportError, login_relative, make_transport
+from .transport import TransportError, make_transport
 
 CHECK_RUN_ID = "hostcheck"
 SKEW_FIELDS = ("gpu_name", "compute_capability", "driver", "cuda", "torch", "flashinfer", "sgl_kernel", "python")
@@ -41,7 +42,10 @@ def check_host(host: Host, bundle_path: Path, bundle_sha: str, script_dir: Path,
                           host.name, layout)
     transport = make_transport(host, accept_new=accept_new)
     lines: list[tuple[str, str]] = []
-    argv = [host.python, login_relative(script.remote), "check"]
+    argv = check_argv(host, script)
+
+    def hello_seen() -> bool:
+        return any(s == "stdout" and protocol.decode_stdout(l)[0] == protocol.LINE_HELLO for s, l in lines)
 
     def sync() -> None:
         lines.clear()
@@ -53,8 +57,7 @@ def check_host(host: Host, bundle_path: Path, bundle_sha: str, script_dir: Path,
         result = run_first(
             lambda: transport.run(argv, env=host.env, timeout=min(host.timeout, CHECK_TIMEOUT_S),
                                   on_line=lambda s, l: lines.append((s, l))),
-            lambda r: needs_sync(r, login_relative(script.remote), [l for s, l in lines if s == "stderr"],
-                                 sum(1 for s, _ in lines if s == "stdout")),
+            lambda r: lacks_files(r, hello_seen()),
             sync)
     except TransportError as exc:
         return HostStatus(host.name, False, exc.outcome, str(exc))
@@ -66,8 +69,11 @@ def check_host(host: Host, bundle_path: Path, bundle_sha: str, script_dir: Path,
     stderr = [l for s, l in lines if s == "stderr" and l.strip()]
     if result.timed_out:
         return HostStatus(host.name, False, "timeout", f"no answer from the check within {CHECK_TIMEOUT_S:g} s")
-    if result.exit_code == 127:
+    launch = protocol.classify_exit(result.exit_code, hello_seen())
+    if launch == protocol.LAUNCH_NO_INTERPRETER:
         return HostStatus(host.name, False, "failed", f"remote interpreter not found: {host.python}")
+    if launch == protocol.LAUNCH_NOT_EXECUTABLE:
+        return HostStatus(host.name, False, "failed", f"remote interpreter not executable: {host.python}")
     if result.exit_code != 0 or not stdout:
         return HostStatus(host.name, False, "failed", (stderr[-1] if stderr else f"exit status {result.exit_code}")[:300])
     facts = json.loads(stdout[-1])

@@ -13,10 +13,11 @@ from pathlib import Path
 from typing import Optional
 
 from . import __version__
+from .atomicfile import write_atomic
 from .diff import across_hosts, compare_sides, resolve_side
 from .merge import Row, merged_rows
 from .render import template_environment
-from .store import now_iso, write_atomic
+from .store import now_iso
 
 REPORT_TEMPLATE = "report.html.j2"
 MAX_PLOTTED_CASES = 40

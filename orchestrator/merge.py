@@ -10,9 +10,9 @@ from typing import Optional
 
 from worker.schema import CaseRecord, CaseSpec, FactsRecord
 
-from .collect import parse_results
-from .store import HostOutcome, RunStore
-from .sweep import Sweep
+from .outcome import HostOutcome
+from .records import parse_results
+from .store import RunStore
 
 ROW_FIELDS = ("run_id", "host", "gpu", "slot", "gpu_name", "label", "backend", "m", "n", "k", "status",
               "reason", "median_us", "p10_us", "p90_us", "rel_ci", "n_samples", "method", "l2", "tflops",
@@ -67,22 +67,27 @@ class SlotData:
 
 
 def load_slots(store: RunStore) -> list[SlotData]:
-    """Every job of the run with its best records across attempts."""
+    """Every job of the run with its best records across attempts; what it planned comes from the
+    manifest's stored cases."""
     manifest = store.manifest()
-    cases_by_id = {c.case_id: c for c in Sweep.model_validate(manifest["sweep"]).cases()}
+    cases_by_id = store.planned_cases()
     slots = []
     for job in manifest.get("jobs", []):
         slot = job["slot"]
         attempts = store.attempts(slot)
-        planned: list[CaseSpec] = [cases_by_id[cid] for cid in job["case_ids"] if cid in cases_by_id]
+        planned: list[CaseSpec] = [cases_by_id[cid] for cid in job["case_ids"]]
         records: dict[str, tuple[int, CaseRecord]] = {}
         facts = None
-        problems: list[str] = []
+        problems: list[str] = [n for n in manifest.get("format_notes", []) if n.startswith(f"job {slot}:")]
         for attempt in attempts:
             parsed = parse_results(store.attempt_dir(slot, attempt) / "results.jsonl")
             facts = parsed.facts or facts
             problems.extend(f"attempt {attempt}: {p}" for p in parsed.problems)
             for rec in parsed.cases:
+                if rec.case_id not in cases_by_id:
+                    problems.append(f"attempt {attempt}: a record of a case this run did not plan "
+                                    f"({rec.case.backend} {rec.case.m}x{rec.case.n}x{rec.case.k})")
+                    continue
                 previous = records.get(rec.case_id)
                 # Latest good wins; a later failure does not hide an earlier good result.
                 if previous is None or rec.status == "ok" or previous[1].status != "ok":

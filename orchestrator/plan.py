@@ -1,5 +1,4 @@
-"""Pure planning: hosts x sweep -> jobs (one worker process per host and GPU slot), and where each
-job's files live on its host. No I/O here."""
+"""Pure planning: hosts x sweep -> jobs (one worker process per host and GPU slot). No I/O here."""
 from __future__ import annotations
 
 import datetime as _dt
@@ -38,16 +37,32 @@ class Job:
 
 
 @dataclass(frozen=True)
+class WorkerSettings:
+    """How each host's worker runs its cases, whatever they are (stored in the manifest)."""
+
+    max_restarts: int = 2  # fresh worker processes after a crash, per job
+    device: str = "auto"  # auto | cuda | cpu
+    lock_timeout_s: float = 600.0  # how long a job waits for its GPU while another sweep holds it
+
+
+@dataclass(frozen=True)
 class Plan:
+    """What a run does: the jobs with their cases, as data. A stored run is planned again from its
+    manifest alone (launch.plan_rerun), never from today's reading of its sweep."""
+
     run_id: str
-    sweep: Sweep
+    sweep_name: str
     hosts: tuple[Host, ...]
     jobs: tuple[Job, ...]
+    worker: WorkerSettings = WorkerSettings()
     per_gpu: PerGpu = "all"
-    lock_timeout_s: float = 600.0  # how long a job waits for its GPU while another sweep holds it
 
     def jobs_of(self, host: Host) -> list[Job]:
         return [j for j in self.jobs if j.host.name == host.name]
+
+    def cases(self) -> dict[str, CaseSpec]:
+        """Every planned case once, by id, in plan order."""
+        return {c.case_id: c for j in self.jobs for c in j.cases}
 
 
 def new_run_id(sweep_name: str, now: Optional[_dt.datetime] = None) -> str:
@@ -71,47 +86,6 @@ def build_plan(hosts: list[Host], sweep: Sweep, run_id: str, per_gpu: PerGpu = "
             share = cases if per_gpu == "all" else cases[i::len(host.gpus)]
             if share:
                 jobs.append(Job(host=host, gpu=gpu, cases=share))
-    return Plan(run_id=run_id, sweep=sweep, hosts=tuple(hosts), jobs=tuple(jobs), per_gpu=per_gpu,
-                lock_timeout_s=lock_timeout_s)
-
-
-@dataclass(frozen=True)
-class RemoteLayout:
-    """Where things live under a host's workdir (paths may start with `~/`)."""
-
-    workdir: str
-    run_id: str
-    worker_sha: str
-
-    @property
-    def worker_archive(self) -> str:
-        return f"{self.workdir}/worker/{self.worker_sha[:16]}.tar.gz"
-
-    @property
-    def worker_dir(self) -> str:
-        return f"{self.workdir}/worker/{self.worker_sha[:16]}"
-
-    @property
-    def run_dir(self) -> str:
-        return f"{self.workdir}/runs/{self.run_id}"
-
-    def script(self, script_sha: str) -> str:
-        # Content-addressed: an unchanged script is already there and the next run uploads nothing.
-        return f"{self.workdir}/scripts/bench-{script_sha[:16]}.py"
-
-    def attempt_dir(self, slot: str, attempt: int) -> str:
-        # Flat under the run folder: creating it is one SFTP round trip.
-        return f"{self.run_dir}/{slot}.attempt-{attempt}"
-
-    def params(self, slot: str, attempt: int) -> str:
-        return f"{self.attempt_dir(slot, attempt)}/params.json"
-
-    def results(self, slot: str, attempt: int) -> str:
-        return f"{self.attempt_dir(slot, attempt)}/results.jsonl"
-
-    def pidfile(self, slot: str, attempt: int) -> str:
-        return f"{self.attempt_dir(slot, attempt)}/pid"
-
-
-def layout_for(host: Host, run_id: str, worker_sha: str) -> RemoteLayout:
-    return RemoteLayout(workdir=host.workdir.rstrip("/") or "/", run_id=run_id, worker_sha=worker_sha)
+    worker = WorkerSettings(max_restarts=sweep.max_restarts, device=sweep.device, lock_timeout_s=lock_timeout_s)
+    return Plan(run_id=run_id, sweep_name=sweep.name, hosts=tuple(hosts), jobs=tuple(jobs), worker=worker,
+                per_gpu=per_gpu)

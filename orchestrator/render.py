@@ -1,24 +1,24 @@
-"""Render each host's bench script from Jinja into runs/<id>/scripts/<host>.py, and each job's params.
+"""Render each host's bench script (the launcher) from Jinja into runs/<id>/scripts/<host>.py.
 
-Templates only wire paths (StrictUndefined: a missing variable is an error, never an empty string);
-parameters travel as JSON data beside the script. The script is compile()d here before anything is
+Templates only wire paths and the protocol's constants (StrictUndefined: a missing variable is an
+error, never an empty string); parameters travel as JSON data (remote.write_params). The script is compile()d here before anything is
 uploaded, and its sha256 is recorded: the bytes uploaded are the bytes stored.
 """
 from __future__ import annotations
 
 import hashlib
 import importlib.resources
-from dataclasses import dataclass
 from pathlib import Path
 
 import jinja2
 
-from worker.protocol import EXIT_NEEDS_SYNC
-from worker.schema import WorkerParams
+from worker.protocol import EXIT_NEEDS_SYNC, HELLO_PREFIX
 
+from .atomicfile import write_atomic
 from .bundle import WorkerBundle
 from .errors import FleetbenchError
-from .plan import Job, Plan, RemoteLayout, layout_for
+from .plan import Plan
+from .remote import RemoteLayout, RenderedScript, layout_for
 # The script runs with the login directory as cwd, so `~/x` is simply `x` in its paths and arguments.
 from .transport import login_relative
 
@@ -44,23 +44,10 @@ def template_environment() -> jinja2.Environment:
     )
 
 
-@dataclass(frozen=True)
-class RenderedScript:
-    host: str
-    path: Path
-    sha256: str
-    layout: RemoteLayout
-
-    @property
-    def remote(self) -> str:
-        """Where the host keeps this script (content-addressed, so unchanged scripts are not re-sent)."""
-        return self.layout.script(self.sha256)
-
-
 def write_script(path: Path, source: str, host: str, layout: RemoteLayout) -> RenderedScript:
     """Write one host's rendered script; its sha256 is of the bytes written (no read-back)."""
     data = source.encode("utf-8")
-    _write_atomic(path, data)
+    write_atomic(path, data)
     return RenderedScript(host=host, path=path, sha256=hashlib.sha256(data).hexdigest(), layout=layout)
 
 
@@ -69,7 +56,7 @@ def render_script(env: jinja2.Environment, layout: RemoteLayout, bundle_sha: str
     try:
         source = env.get_template(SCRIPT_TEMPLATE).render(
             worker_archive=login_relative(layout.worker_archive), worker_dir=login_relative(layout.worker_dir),
-            worker_sha256=bundle_sha, exit_needs_sync=EXIT_NEEDS_SYNC,
+            worker_sha256=bundle_sha, exit_needs_sync=EXIT_NEEDS_SYNC, hello_prefix=HELLO_PREFIX,
         )
     except jinja2.TemplateError as exc:
         line = getattr(exc, "lineno", None)
@@ -93,33 +80,3 @@ def render_plan(plan: Plan, scripts_dir: Path, bundle: WorkerBundle) -> dict[str
             sources[layout] = render_script(env, layout, bundle.sha256)
         rendered[host.name] = write_script(scripts_dir / f"{host.name}.py", sources[layout], host.name, layout)
     return rendered
-
-
-def job_params(plan: Plan, job: Job, cases=None) -> WorkerParams:
-    return WorkerParams(run_id=plan.run_id, host=job.host.name, gpu=job.gpu,
-                        cases=list(job.cases if cases is None else cases),
-                        max_restarts=plan.sweep.max_restarts, device=plan.sweep.device,
-                        lock_timeout_s=plan.lock_timeout_s)
-
-
-def write_params(path: Path, params: WorkerParams) -> bytes:
-    """Write params JSON (compact: these bytes travel to the host on the command's stdin); returns them."""
-    data = params.model_dump_json().encode("utf-8")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    _write_atomic(path, data)
-    return data
-
-
-def job_argv(job: Job, script: RenderedScript, attempt: int) -> list[str]:
-    """The command a job runs on its host, as an argv list; its params arrive on stdin."""
-    layout = script.layout
-    return [job.host.python, login_relative(script.remote), "supervise",
-            "--pidfile", login_relative(layout.pidfile(job.slot, attempt)),
-            "--params", login_relative(layout.params(job.slot, attempt)), "--params-stdin",
-            "--results", login_relative(layout.results(job.slot, attempt))]
-
-
-def _write_atomic(path: Path, data: bytes) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_bytes(data)
-    tmp.replace(path)

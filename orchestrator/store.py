@@ -1,6 +1,7 @@
 """The run store: runs/<id>/ holds everything a run produced, written atomically.
 
-    runs/<id>/manifest.json                         sweep, hosts (no secrets), script hashes, jobs
+    runs/<id>/manifest.json                         what was planned, as data: every case, the jobs,
+                                                    hosts (no secrets), script hashes (formats.py)
     runs/<id>/scripts/<host>.py                     the exact bytes uploaded
     runs/<id>/hosts/<slot>/attempt-<n>/params.json  the cases this attempt ran (data, not code)
                                       /log.txt      the host's output, line by line as it came
@@ -11,59 +12,26 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
-import os
 from pathlib import Path
-from typing import Literal, Optional
+from typing import Optional
 
-from pydantic import BaseModel
+from worker.schema import CaseSpec
 
+from .atomicfile import write_json
 from .errors import InputError
-
-MANIFEST_VERSION = 1
-Outcome = Literal["ok", "partial", "failed", "timeout", "unreachable", "auth-failed", "interrupted"]
-OUTCOMES: tuple[str, ...] = ("ok", "partial", "failed", "timeout", "unreachable", "auth-failed", "interrupted")
-
-
-class HostOutcome(BaseModel):
-    """How one job (host, GPU slot) ended in one attempt."""
-
-    slot: str
-    host: str
-    gpu: Optional[int] = None
-    attempt: int
-    outcome: Outcome
-    error: str = ""
-    cases_total: int
-    cases_done: int = 0
-    statuses: dict[str, int] = {}
-    problems: list[str] = []
-    started_at: str = ""
-    duration_s: float = 0.0
-    bytes_uploaded: int = 0
+from .formats import MANIFEST_VERSION, upgrade_manifest
+from .outcome import HostOutcome
 
 
 def now_iso() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
 
 
-def write_atomic(path: Path, data: bytes) -> None:
-    """Write then rename: a reader (or a crash) sees the old file or the new one, never half."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-
-
-def write_json(path: Path, obj) -> None:
-    write_atomic(path, (json.dumps(obj, indent=1, ensure_ascii=False, sort_keys=False) + "\n").encode("utf-8"))
-
-
 class RunStore:
     def __init__(self, run_dir: Path):
         self.dir = Path(run_dir)
+        self._manifest: Optional[dict] = None
+        self._cases: Optional[dict[str, CaseSpec]] = None
 
     @property
     def run_id(self) -> str:
@@ -84,20 +52,36 @@ class RunStore:
         return cls(run_dir)
 
     def manifest(self) -> dict:
-        try:
-            data = json.loads(self.manifest_path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            raise InputError(f"{self.dir}: not a fleetbench run (no manifest.json)") from None
-        except ValueError as exc:
-            raise InputError(f"{self.manifest_path}: unreadable manifest: {exc}") from None
-        version = data.get("manifest_version")
-        if version != MANIFEST_VERSION:
-            raise InputError(f"{self.manifest_path}: manifest version {version!r} is not {MANIFEST_VERSION}: "
-                             "this run was written by another fleetbench version")
-        return data
+        """The manifest as the current format (older formats upgraded on read; formats.py), read once."""
+        if self._manifest is None:
+            try:
+                data = json.loads(self.manifest_path.read_text(encoding="utf-8"))
+            except FileNotFoundError:
+                raise InputError(f"{self.dir}: not a fleetbench run (no manifest.json)") from None
+            except (ValueError, OSError) as exc:
+                raise InputError(f"{self.manifest_path}: unreadable manifest: {exc}") from None
+            self._manifest = upgrade_manifest(data, str(self.manifest_path))
+        return self._manifest
 
     def write_manifest(self, manifest: dict) -> None:
+        self._manifest = None
         write_json(self.manifest_path, {"manifest_version": MANIFEST_VERSION, **manifest})
+
+    def planned_cases(self) -> dict[str, CaseSpec]:
+        """Every case the run planned, by case id, as stored (never re-expanded from the sweep)."""
+        if self._cases is None:
+            manifest = self.manifest()
+            try:
+                cases = {cid: CaseSpec.model_validate(spec) for cid, spec in manifest["cases"].items()}
+            except ValueError as exc:
+                raise InputError(f"{self.manifest_path}: damaged manifest: a stored case is invalid: {exc}") from None
+            for job in manifest.get("jobs", []):
+                unknown = [cid for cid in job["case_ids"] if cid not in cases]
+                if unknown:
+                    raise InputError(f"{self.manifest_path}: damaged manifest: job {job['slot']} names cases "
+                                     f"that are not stored ({', '.join(unknown[:3])})")
+            self._cases = cases
+        return self._cases
 
     def attempt_dir(self, slot: str, attempt: int) -> Path:
         return self.dir / "hosts" / slot / f"attempt-{attempt}"

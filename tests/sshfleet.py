@@ -209,3 +209,13 @@ def start_fleet(root: Path, count: int, user: Optional[str] = None,
     for h in fleet.hosts:
         h.start()
     return fleet
+
+
+def wait_until(predicate, timeout: float, interval: float = 0.05) -> bool:
+    """Poll with a deadline instead of sleeping for readiness."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(interval)
+    return predicate()

@@ -35,7 +35,8 @@ def make_run(runs_dir: Path, run_id: str, hosts: dict[str, float], *, seed: int,
     sw = sweep()
     cases = sw.cases()
     store = RunStore.create(runs_dir, run_id)
-    store.write_manifest({"run_id": run_id, "sweep": sw.model_dump(mode="json"), "hosts": [], "dry_run": False,
+    store.write_manifest({"run_id": run_id, "sweep_name": sw.name, "sweep": sw.model_dump(mode="json"), "hosts": [],
+                          "dry_run": False, "cases": {c.case_id: c.model_dump(mode="json") for c in cases},
                           "jobs": [{"slot": h, "host": h, "gpu": None, "case_ids": [c.case_id for c in cases]} for h in hosts]})
     for host, factor in hosts.items():
         lines = [FactsRecord(hostname=host, python="3.12", platform="linux", worker_version="0.1.0", device="cuda",
@@ -63,7 +64,7 @@ def make_run(runs_dir: Path, run_id: str, hosts: dict[str, float], *, seed: int,
 
 
 def test_schema_version_of_synthetic_records_is_current():
-    assert SCHEMA_VERSION == 1
+    assert SCHEMA_VERSION == 2
 
 
 def test_identical_distributions_flag_nothing(tmp_path):
@@ -187,8 +188,10 @@ def test_html_report_renders_with_plots_in_headless_chromium(tmp_path, capsys):
 def test_hostile_labels_are_escaped_in_the_html(tmp_path):
     store = make_run(tmp_path, "x", {"h": 1.0}, seed=10)
     manifest = store.manifest()
-    manifest["sweep"]["shapes"][0]["label"] = "<script>alert(1)</script>"
-    manifest.pop("manifest_version")
+    for case in manifest["cases"].values():
+        case["label"] = "<script>alert(1)</script>"
+    for key in ("manifest_version", "written_as", "format_notes"):
+        manifest.pop(key, None)
     store.write_manifest(manifest)
     results = store.attempt_dir("h", 1) / "results.jsonl"
     results.write_text(results.read_text().replace('"label":"syn"', '"label":"<script>alert(1)</script>"'))

@@ -9,13 +9,15 @@ import pytest
 
 from orchestrator.bundle import build_worker_bundle
 from orchestrator.cli import main
-from orchestrator.collect import parse_results
 from orchestrator.errors import InputError
 from orchestrator.inventory import load_inventory, select_hosts
-from orchestrator.plan import build_plan, layout_for
+from orchestrator.plan import build_plan
+from orchestrator.records import parse_results
+from orchestrator.remote import layout_for
 from orchestrator.render import render_script, template_environment
 from orchestrator.sweep import Sweep, load_sweep
 from orchestrator.transport import login_relative, shell_command
+from worker import protocol
 
 REPO = Path(__file__).resolve().parent.parent
 GOLDEN = Path(__file__).parent / "golden"
@@ -128,7 +130,7 @@ def test_worker_bundle_is_deterministic():
 
 
 def test_bad_result_lines_are_problems_not_crashes(tmp_path):
-    good = '{"kind":"case","schema_version":1}'
+    good = '{"kind":"case","schema_version":2}'
     path = write(tmp_path / "results.jsonl", "\n".join([
         "not json", '{"x": 1}', '{"kind":"facts","schema_version":99}', good, '{"kind":"facts","schema_version":1,'
     ]))
@@ -136,7 +138,7 @@ def test_bad_result_lines_are_problems_not_crashes(tmp_path):
     assert parsed.cases == [] and len(parsed.problems) == 5
     assert "not JSON" in parsed.problems[0]
     assert "no schema_version" in parsed.problems[1]
-    assert "newer than this controller reads (1): upgrade fleetbench" in parsed.problems[2]
+    assert "newer than this fleetbench reads (2): upgrade fleetbench" in parsed.problems[2]
     assert "invalid record" in parsed.problems[3]
     assert "truncated" in parsed.problems[4]
 
@@ -201,22 +203,23 @@ def test_bad_arguments_exit_2(tmp_path, capsys, monkeypatch, argv, message):
     assert code == 2 and message in err and "Traceback" not in err
 
 
-def test_needs_sync_only_for_a_missing_script_or_worker():
-    from orchestrator.execute import needs_sync
+def test_the_host_lacks_files_only_by_the_protocol_exit_statuses():
+    from orchestrator.remote import lacks_files
     from orchestrator.transport import CommandResult
 
-    script = "w/scripts/bench-0123456789abcdef.py"
-    missing = [f"/venv/bin/python: can't open file '/home/u/{script}': [Errno 2] No such file or directory"]
-    assert needs_sync(CommandResult(2), script, missing, 0)
-    assert not needs_sync(CommandResult(2), script, missing, 3)  # it ran: an argparse error, not a missing file
-    assert not needs_sync(CommandResult(2), script, ["usage: ... error: unrecognized arguments"], 0)
-    assert not needs_sync(CommandResult(1), script, missing, 0)
-    assert needs_sync(CommandResult(5), script, ["fleetbench: worker 0123456789abcdef is not on this host"], 0)
-    assert not needs_sync(CommandResult(5), script, ["something else exited 5"], 0)
+    # Python could not open the content-addressed script: status 2 before the launcher's hello.
+    assert lacks_files(CommandResult(2), hello_seen=False)
+    # After the hello the launcher runs: a 2 is not ours (the worker's usage errors are EXIT_USAGE).
+    assert not lacks_files(CommandResult(2), hello_seen=True)
+    assert lacks_files(CommandResult(protocol.EXIT_NEEDS_SYNC), hello_seen=True)  # the launcher lacks its worker
+    assert not lacks_files(CommandResult(protocol.EXIT_NEEDS_SYNC), hello_seen=False)  # not the launcher's 5
+    assert not lacks_files(CommandResult(1), hello_seen=False)
+    assert not lacks_files(CommandResult(-1, timed_out=True), hello_seen=False)
+    assert not lacks_files(None, hello_seen=False)
 
 
 def test_run_first_syncs_and_runs_again_only_when_the_host_lacks_something():
-    from orchestrator.execute import run_first
+    from orchestrator.remote import run_first
     from orchestrator.transport import CommandResult
 
     def scenario(results, lacks):

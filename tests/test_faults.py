@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 import yaml
 from conftest import REPO, write_sweep
+from sshfleet import wait_until
 
 from orchestrator.cli import main
-from orchestrator.collect import parse_results
+from orchestrator.records import parse_results
 from orchestrator.store import resolve_run
-from orchestrator.transport import wait_until
 
 
 def slow_sweep(path: Path, shapes: int = 8, budget: float = 0.4) -> Path:

@@ -154,7 +154,7 @@ def test_keys_held_by_ssh_agent_work(fleet, tmp_path, capsys, monkeypatch):
     sock = tmp_path / "agent.sock"
     agent = subprocess.Popen(["ssh-agent", "-D", "-a", str(sock)], stdout=subprocess.DEVNULL)
     try:
-        from orchestrator.transport import wait_until
+        from sshfleet import wait_until
 
         assert wait_until(sock.exists, 10)
         env = dict(os.environ, SSH_AUTH_SOCK=str(sock))

@@ -6,7 +6,8 @@ import os
 import paramiko
 import pytest
 
-from orchestrator.transport import TransportError, _KnownHosts, _load_known_hosts
+from orchestrator.transport import TransportError
+from orchestrator.transport.hostkeys import KnownHosts, load_known_hosts
 
 
 @pytest.fixture(scope="module")
@@ -30,7 +31,7 @@ def test_lookups_match_paramiko(tmp_path, keys):
         + line("[127.0.0.1]:2201", b)  # a second key of the same type: the first one counts
     )
     theirs = paramiko.HostKeys(str(path))
-    ours = _KnownHosts(str(path))
+    ours = KnownHosts(str(path))
     for name in ("[127.0.0.1]:2201", "gpu1", "gpu1.example", "[10.0.0.7]:2222", "gpu2", "127.0.0.1"):
         expected = {t: k.asbytes() for t, k in (theirs.lookup(name) or {}).items()}
         assert {t: k.asbytes() for t, k in ours.keys_for(name).items()} == expected, name
@@ -42,7 +43,7 @@ def test_client_gets_only_its_own_host(tmp_path, keys):
     path = tmp_path / "known_hosts"
     path.write_text(line("[127.0.0.1]:2201", a) + line("[127.0.0.1]:2202", b))
     client = paramiko.SSHClient()
-    _load_known_hosts(client, str(path), "[127.0.0.1]:2202")
+    load_known_hosts(client, str(path), "[127.0.0.1]:2202")
     got = client.get_host_keys()
     assert got.lookup("[127.0.0.1]:2201") is None
     assert got.lookup("[127.0.0.1]:2202")["ecdsa-sha2-nistp256"].asbytes() == b.asbytes()
@@ -52,25 +53,25 @@ def test_parsed_once_and_again_after_a_change(tmp_path, keys):
     a, b, _ = keys
     path = tmp_path / "known_hosts"
     path.write_text(line("[127.0.0.1]:2201", a))
-    first = _KnownHosts.of(str(path))
-    assert _KnownHosts.of(str(path)) is first  # unchanged: the same parse
+    first = KnownHosts.of(str(path))
+    assert KnownHosts.of(str(path)) is first  # unchanged: the same parse
     with open(path, "a") as f:  # what accept-new does when it records a key
         f.write(line("[127.0.0.1]:2202", b))
-    again = _KnownHosts.of(str(path))
+    again = KnownHosts.of(str(path))
     assert again is not first and again.keys_for("[127.0.0.1]:2202")
 
 
 def test_missing_and_unreadable_files(tmp_path):
     client = paramiko.SSHClient()
-    _load_known_hosts(client, str(tmp_path / "nope"), "[127.0.0.1]:2201")  # no file: nothing is known
+    load_known_hosts(client, str(tmp_path / "nope"), "[127.0.0.1]:2201")  # no file: nothing is known
     assert len(client.get_host_keys()) == 0
     bad = tmp_path / "bad_known_hosts"
     bad.write_text("gpu1 ssh-ed25519 not*base64\n")
     with pytest.raises(TransportError, match="cannot read known_hosts file"):
-        _load_known_hosts(client, str(bad), "gpu1")
+        load_known_hosts(client, str(bad), "gpu1")
     if os.geteuid() != 0:  # root reads anything
         locked = tmp_path / "locked"
         locked.write_text("")
         locked.chmod(0)
         with pytest.raises(TransportError, match="cannot read known_hosts file"):
-            _load_known_hosts(client, str(locked), "gpu1")
+            load_known_hosts(client, str(locked), "gpu1")

@@ -3,8 +3,6 @@ from __future__ import annotations
 
 import io
 
-from rich.console import Console
-
 from orchestrator.execute import JobEvent
 from orchestrator.live import LiveView
 
@@ -19,7 +17,7 @@ def events():
 
 def test_plain_output_prints_each_state_once():
     out = io.StringIO()
-    with LiveView(Console(file=out, width=200), ["a", "b"], "t") as view:
+    with LiveView(out, ["a", "b"], "t") as view:
         for ev in events():
             view.update(ev)
     assert out.getvalue().splitlines() == [
@@ -29,8 +27,7 @@ def test_plain_output_prints_each_state_once():
 
 def test_terminal_table_shows_the_final_states():
     out = io.StringIO()
-    console = Console(file=out, width=120, force_terminal=True, color_system=None)
-    with LiveView(console, ["a", "b"], "fleetbench t") as view:
+    with LiveView(out, ["a", "b"], "fleetbench t", terminal=True) as view:
         for ev in events():
             view.update(ev)
     final = out.getvalue().rsplit("fleetbench t", 1)[-1]  # the last frame drawn

@@ -7,12 +7,12 @@ import sys
 import pytest
 import torch
 
-from orchestrator.collect import parse_line
+from orchestrator.records import parse_line
 from worker import runner as runner_mod
 from worker.backends import CATALOG, support_problem
 from worker.health import assess, decode_reasons
 from worker.metrics import gemm_metrics
-from worker.schema import CaseSpec, Stats, TimingOptions
+from worker.schema import IDENTITY_FIELDS, CaseSpec, Stats, TimingOptions
 from worker.timing import median_ci, quantile, summarize
 from worker.verify import THRESHOLDS, verdict
 
@@ -154,12 +154,17 @@ def test_health_taints_on_clock_drop_or_new_throttling():
     assert hot.tainted and "sw_thermal" in hot.taint_reason
 
 
-def test_case_id_is_stable_and_ignores_the_label():
+def test_case_id_is_what_is_measured_never_how_it_is_timed():
     a = CaseSpec(backend="torch-bf16", m=16, n=64, k=128, label="x")
-    b = CaseSpec(backend="torch-bf16", m=16, n=64, k=128, label="completely different")
-    c = CaseSpec(backend="torch-bf16", m=16, n=64, k=128, timing=TimingOptions(l2="hot"))
-    assert a.case_id == b.case_id != c.case_id
+    timed_otherwise = CaseSpec(backend="torch-bf16", m=16, n=64, k=128, label="x",
+                               timing=TimingOptions(l2="hot", budget_s=0.35, min_samples=50, mode="events"))
+    assert a.case_id == timed_otherwise.case_id
+    for change in ({"label": "y"}, {"backend": "torch-fp8"}, {"m": 32}, {"n": 32}, {"k": 64},
+                   {"out_dtype": "float16"}, {"seed": 1}):
+        assert a.model_copy(update=change).case_id != a.case_id, change
     assert a.case_id == CaseSpec.model_validate_json(a.model_dump_json()).case_id
+    # A new timing option (a field the schema gains later) cannot change any id: ids hash identity only.
+    assert set(IDENTITY_FIELDS).isdisjoint(TimingOptions.model_fields)
 
 
 def test_records_round_trip_through_the_controller_parser():

@@ -23,7 +23,12 @@ def main(argv: list[str] | None = None) -> int:
     facts = sub.add_parser("facts")
     facts.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     sub.add_parser("check")
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # argparse's 2 would read as "python cannot open the script" (protocol.py)
+        from .protocol import EXIT_USAGE
+
+        return EXIT_USAGE if exc.code == 2 else int(exc.code or 0)
 
     if args.command == "run":
         from .runner import load_params, run_params

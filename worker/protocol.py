@@ -1,26 +1,127 @@
-"""What the worker says while it runs, stdlib only: progress and record lines on stdout, records on disk.
+"""The one contract between a host and the controller: what crosses, and what each part means. Stdlib only.
 
+What crosses from a host to the controller is an exit status and two streams of lines:
+  stdout  the launcher's hello (first line, before anything can fail), progress events, result
+          records, and anything else (a library's own prints) as log;
+  stderr  log.
 Every record is appended to results.jsonl (fsynced: the host's file is the durable copy) and then
 echoed on stdout, so the controller usually has all results when the command ends and fetches the
-file only when the stream was cut short. The supervisor and the controller need these and nothing
-heavier: importing pydantic (or torch) just to print a line costs ~0.1 s of CPU per process, and a
-fleet pays it per host.
+file only when the stream was cut short.
+
+The worker, the rendered launcher (whose template is given these constants by the controller) and the
+controller all take markers, exit statuses and line decoding from here; the controller matches no
+message text of Python, of the shell or of the launcher. The supervisor and the controller import
+nothing heavier than this: pydantic or torch just to print a line would cost every host a start-up.
 """
 from __future__ import annotations
 
+import codecs
 import datetime as _dt
 import json
 import os
 import sys
 from pathlib import Path
+from typing import Callable
 
-PROGRESS_PREFIX = "@@fleetbench-progress "
-RECORD_PREFIX = "@@fleetbench-record "
-# The rendered launcher's exit status when this host lacks its worker version (the controller then
-# uploads it and runs again). Distinct from the supervisor's 3 and 4 and from argparse's 2.
-EXIT_NEEDS_SYNC = 5
+MARKER = "@@fleetbench"
+HELLO_PREFIX = MARKER + "-launcher "
+PROGRESS_PREFIX = MARKER + "-progress "
+RECORD_PREFIX = MARKER + "-record "
+
+# Exit statuses of the launcher and the worker.
+EXIT_OK = 0
+EXIT_USAGE = 64  # the worker's command line was malformed (argparse's own 2 is remapped to this)
+EXIT_INCOMPLETE = 3  # some cases have no record after all restarts
+EXIT_GPU_BUSY = 4  # another sweep held this GPU for longer than the lock timeout
+EXIT_NEEDS_SYNC = 5  # this host lacks the worker version: upload it, then run again
+# Statuses given before any of our code runs: by the remote shell for the interpreter, and by CPython
+# when it cannot open the script it was given. The last one counts only when no hello came: after
+# the hello, the launcher is running and a 2 is not ours (our own usage errors are EXIT_USAGE).
+EXIT_SHELL_NOT_EXECUTABLE = 126
+EXIT_SHELL_NOT_FOUND = 127
+EXIT_PYTHON_CANNOT_OPEN = 2
+
+# What an exit status says about a command the controller launched (see `classify_exit`).
+LAUNCH_OK = "ok"
+LAUNCH_NEEDS_SYNC = "needs-sync"
+LAUNCH_NO_INTERPRETER = "interpreter-not-found"
+LAUNCH_NOT_EXECUTABLE = "interpreter-not-executable"
+LAUNCH_GPU_BUSY = "gpu-busy"
+LAUNCH_INCOMPLETE = "incomplete"
+LAUNCH_OTHER = "other"
 
 
+def classify_exit(exit_code: int, hello_seen: bool) -> str:
+    """One of the LAUNCH_* names for a command's exit status (-1: the connection died first: other)."""
+    if exit_code == EXIT_OK:
+        return LAUNCH_OK
+    if not hello_seen:
+        if exit_code == EXIT_PYTHON_CANNOT_OPEN:
+            return LAUNCH_NEEDS_SYNC  # the content-addressed script is not on this host yet
+        if exit_code == EXIT_SHELL_NOT_FOUND:
+            return LAUNCH_NO_INTERPRETER
+        if exit_code == EXIT_SHELL_NOT_EXECUTABLE:
+            return LAUNCH_NOT_EXECUTABLE
+        return LAUNCH_OTHER
+    return {EXIT_NEEDS_SYNC: LAUNCH_NEEDS_SYNC, EXIT_GPU_BUSY: LAUNCH_GPU_BUSY,
+            EXIT_INCOMPLETE: LAUNCH_INCOMPLETE}.get(exit_code, LAUNCH_OTHER)
+
+
+# -- decoding what arrives --------------------------------------------------------------------------
+class LineDecoder:
+    """Bytes as they arrive (chunks that start and end anywhere, even inside a UTF-8 sequence) -> whole
+    lines handed to `on_line(stream, line)`; a partial last line waits for the next chunk or close()."""
+
+    def __init__(self, stream: str, on_line: Callable[[str, str], None]):
+        self._stream = stream
+        self._on_line = on_line
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self._buf = ""
+
+    def feed(self, data: bytes) -> None:
+        # One split per chunk: splitting off one line at a time would copy the rest of a large chunk
+        # once per line.
+        lines = (self._buf + self._decoder.decode(data)).split("\n")
+        self._buf = lines.pop()
+        for line in lines:
+            self._on_line(self._stream, line.rstrip("\r"))
+
+    def close(self) -> None:
+        rest = self._buf + self._decoder.decode(b"", final=True)
+        self._buf = ""
+        if rest:
+            self._on_line(self._stream, rest.rstrip("\r"))
+
+
+LINE_LOG, LINE_HELLO, LINE_PROGRESS, LINE_RECORD = "log", "hello", "progress", "record"
+
+
+def decode_stdout(line: str) -> tuple[str, object]:
+    """(kind, payload) of one stdout line: (record, JSON text), (progress, event dict), (hello, worker
+    version) or (log, the line). Markers are searched, not only matched at the start: a library may
+    leave half a line on stdout before ours."""
+    at = line.find(MARKER)
+    if at < 0:
+        return LINE_LOG, line
+    rest = line[at:]
+    if rest.startswith(RECORD_PREFIX):
+        return LINE_RECORD, rest[len(RECORD_PREFIX):]
+    if rest.startswith(PROGRESS_PREFIX):
+        try:
+            event = json.loads(rest[len(PROGRESS_PREFIX):])
+        except ValueError:
+            return LINE_LOG, line
+        return (LINE_PROGRESS, event) if isinstance(event, dict) else (LINE_LOG, line)
+    if rest.startswith(HELLO_PREFIX):
+        return LINE_HELLO, rest[len(HELLO_PREFIX):].strip()
+    return LINE_LOG, line
+
+
+def is_protocol_line(line: str) -> bool:
+    return line.lstrip().startswith(MARKER)
+
+
+# -- writing it (worker side) -----------------------------------------------------------------------
 def emit_progress(**event) -> None:
     """One machine-readable line on stdout; the controller turns these into its live view."""
     sys.stdout.write(PROGRESS_PREFIX + json.dumps(event, separators=(",", ":")) + "\n")

@@ -2,8 +2,14 @@
 
 This module is shared by both sides, so it imports nothing heavier than pydantic.
 
-Schema history (bump SCHEMA_VERSION on any change a reader must know about):
-  1  first version: `facts` and `case` records.
+Schema history (bump SCHEMA_VERSION on any change a reader must know about; the controller keeps a
+loader for every older version in orchestrator/formats.py, and a worker of any version may write a
+run's records: reruns use the worker the run started with):
+  1  first version: `facts` and `case` records. The case id hashed the whole CaseSpec but the label,
+     timing options included, so a run with other timing settings matched nothing.
+  2  CaseSpec.workload ("gemm"). The case id is the identity of what is measured (IDENTITY_FIELDS:
+     workload, backend, shape, dtypes, seed, label) and never how it is timed; timing options stay in
+     each record's `case.timing`, and diff shows them as settings that differ.
 """
 from __future__ import annotations
 
@@ -13,7 +19,7 @@ from typing import Annotated, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 Status = Literal["ok", "unsupported", "unavailable", "failed", "crashed"]
 STATUSES: tuple[str, ...] = ("ok", "unsupported", "unavailable", "failed", "crashed")
@@ -24,7 +30,8 @@ class _Strict(BaseModel):
 
 
 class TimingOptions(_Strict):
-    """How a case is timed. Part of the case id: a change here is a different measurement."""
+    """How a case is timed. Recorded with each case, never part of its id: runs with other timing
+    settings still match case by case, and diff says which settings differ."""
 
     mode: Literal["graph", "events"] = "graph"
     l2: Literal["hot", "cold"] = "cold"
@@ -39,6 +46,7 @@ class TimingOptions(_Strict):
 class CaseSpec(_Strict):
     """One kernel on one shape: what the controller plans and the worker runs."""
 
+    workload: Literal["gemm"] = "gemm"
     backend: str
     m: int = Field(gt=0)
     n: int = Field(gt=0)
@@ -53,11 +61,18 @@ class CaseSpec(_Strict):
         return case_id_of(self)
 
 
+# What a case measures. Its id hashes these and nothing else: how it is timed is not what it is.
+IDENTITY_FIELDS = ("workload", "backend", "m", "n", "k", "out_dtype", "seed", "label")
+
+
 def case_id_of(case: CaseSpec) -> str:
-    """Stable hash of what is measured: backend, shape, dtypes, seed and timing (not the label)."""
-    key = case.model_dump(exclude={"label"})
-    blob = json.dumps(key, sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+    """Stable hash of the case's identity (IDENTITY_FIELDS)."""
+    return identity_hash({f: getattr(case, f) for f in IDENTITY_FIELDS})
+
+
+def identity_hash(identity: dict) -> str:
+    blob = json.dumps(identity, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(blob.encode("utf-8")).hexdigest()[:16]
 
 
 class Stats(_Strict):

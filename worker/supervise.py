@@ -12,8 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-EXIT_INCOMPLETE = 3  # some cases have no record after all restarts
-EXIT_GPU_BUSY = 4  # another sweep held this GPU for longer than the lock timeout
+from .protocol import EXIT_GPU_BUSY, EXIT_INCOMPLETE
 
 
 def _describe_exit(code: int) -> str:

@@ -6,13 +6,16 @@ to the worker's command line (`supervise` for a sweep, `check` for a host check)
 arrives as data: the JSON file named by --params, which with --params-stdin this script first writes
 from its standard input (one SSH exec carries it, no upload). This file only wires paths.
 """
+import sys
 import time
 
 STARTED = time.time()  # first thing: the host-side cost is measured from here
+# Second thing: say that the launcher runs, so the controller can tell our exit statuses from Python's.
+sys.stdout.write("@@fleetbench-launcher " + "abababababababababababababababababababababababababababababababab" + "\n")
+sys.stdout.flush()
 
 import os  # noqa: E402
 import shutil  # noqa: E402
-import sys  # noqa: E402
 import tarfile  # noqa: E402
 import tempfile  # noqa: E402
 

@@ -1,194 +1,23 @@
-"""How the controller reaches a host: one interface, an SSH (fabric) and a local implementation.
+"""The SSH connector: one fabric Connection per host, reused for every step (connect once, SFTP once).
 
-Remote commands are argv lists everywhere; `shell_command` is the one function that joins them (with
-shlex) for a remote shell. Remote paths that start with `~/` are made relative to the login directory,
-where both an SSH exec and SFTP start, so no shell ever has to expand `~`.
+fabric builds the connection (ssh_config, ProxyJump); commands run on a paramiko channel with one
+select loop. Host keys are verified through .hostkeys.
 """
 from __future__ import annotations
 
 import errno
 import os
-import shlex
-import shutil
 import socket
-import subprocess
 import threading
 import time
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Mapping, Optional, Protocol, Sequence
+from typing import Callable, Optional
 
-from .inventory import Host
+from worker.protocol import LineDecoder
 
-LineSink = Callable[[str, str], None]  # (stream name "stdout"/"stderr", line without newline)
-
-
-class TransportError(Exception):
-    """A host-level failure, classified: outcome is one of unreachable, auth-failed, timeout, failed."""
-
-    def __init__(self, outcome: str, message: str):
-        super().__init__(message)
-        self.outcome = outcome
-
-
-@dataclass(frozen=True)
-class CommandResult:
-    exit_code: int  # -1 when the connection died before an exit status arrived
-    timed_out: bool = False
-
-
-def shell_command(argv: Sequence[str], env: Optional[Mapping[str, str]] = None) -> str:
-    """The one place an argv becomes a shell string: every word quoted, env through `env K=V`."""
-    words = list(argv)
-    if env:
-        words = ["env", *[f"{k}={v}" for k, v in sorted(env.items())], *words]
-    return " ".join(shlex.quote(str(w)) for w in words)
-
-
-def login_relative(path: str) -> str:
-    """`~/x` -> `x` (relative to the login directory); `~` -> `.`; anything else unchanged."""
-    if path == "~":
-        return "."
-    if path.startswith("~/"):
-        return path[2:] or "."
-    return path
-
-
-class Transport(Protocol):
-    host: Host
-
-    def connect(self) -> None: ...
-    def path(self, p: str) -> str: ...
-    def exists(self, path: str) -> bool: ...
-    def makedirs(self, path: str) -> None: ...
-    def put(self, local: Path, remote: str, *, atomic: bool = False) -> int: ...
-    def get(self, remote: str, local: Path) -> bool: ...
-    def read_text(self, remote: str) -> Optional[str]: ...
-    def run(self, argv: Sequence[str], *, env: Mapping[str, str], timeout: Optional[float],
-            on_line: LineSink, stdin: Optional[bytes] = None) -> CommandResult: ...
-    def describe(self, argv: Sequence[str], env: Mapping[str, str]) -> str: ...
-    def close(self) -> None: ...
-
-
-class _LineSplitter:
-    """Hands complete lines to a callback; a channel's reads are chunks of up to 64 KiB that start and
-    end anywhere, so a partial last line waits for the next chunk."""
-
-    def __init__(self, stream: str, on_line: LineSink):
-        self._stream = stream
-        self._on_line = on_line
-        self._buf = ""
-
-    def write(self, data: str) -> int:
-        # One split per chunk: splitting off one line at a time would copy the rest of a 64 KiB chunk
-        # once per line (result records with their raw samples are a few KiB each).
-        lines = (self._buf + data).split("\n")
-        self._buf = lines.pop()
-        for line in lines:
-            self._on_line(self._stream, line.rstrip("\r"))
-        return len(data)
-
-    def close(self) -> None:
-        if self._buf:
-            self._on_line(self._stream, self._buf)
-            self._buf = ""
-
-
-class LocalTransport:
-    """Runs on this machine with subprocess: the embedded `local` host, no SSH involved."""
-
-    def __init__(self, host: Host):
-        self.host = host
-
-    def connect(self) -> None:
-        pass
-
-    def path(self, p: str) -> str:
-        return os.path.expanduser(p)
-
-    def exists(self, path: str) -> bool:
-        return os.path.exists(self.path(path))
-
-    def makedirs(self, path: str) -> None:
-        os.makedirs(self.path(path), exist_ok=True)
-
-    def put(self, local: Path, remote: str, *, atomic: bool = False) -> int:
-        target = self.path(remote)
-        tmp = f"{target}.part-{os.getpid()}-{threading.get_ident()}"
-        shutil.copyfile(local, tmp)
-        os.replace(tmp, target)
-        return os.path.getsize(target)
-
-    def get(self, remote: str, local: Path) -> bool:
-        src = self.path(remote)
-        if not os.path.exists(src):
-            return False
-        shutil.copyfile(src, local)
-        return True
-
-    def read_text(self, remote: str) -> Optional[str]:
-        try:
-            return Path(self.path(remote)).read_text(encoding="utf-8")
-        except FileNotFoundError:
-            return None
-
-    def run(self, argv, *, env, timeout, on_line, stdin=None) -> CommandResult:
-        argv = [self.path(a) if a.startswith("~") else a for a in argv]
-        try:
-            # cwd is the home folder, as for an SSH exec, so login-relative paths mean the same here.
-            proc = subprocess.Popen(argv, env={**os.environ, **env}, cwd=os.path.expanduser("~"), stdout=subprocess.PIPE,
-                                    stderr=subprocess.PIPE, stdin=subprocess.DEVNULL if stdin is None else subprocess.PIPE,
-                                    start_new_session=True, text=True, errors="replace")
-        except FileNotFoundError:
-            raise TransportError("failed", f"interpreter not found: {argv[0]}") from None
-        except PermissionError:
-            raise TransportError("failed", f"interpreter not executable: {argv[0]}") from None
-        readers = [threading.Thread(target=_pump, args=(stream, name, on_line), daemon=True)
-                   for stream, name in ((proc.stdout, "stdout"), (proc.stderr, "stderr"))]
-        for r in readers:
-            r.start()
-        if stdin is not None:
-            try:
-                proc.stdin.buffer.write(stdin)
-                proc.stdin.close()
-            except OSError:  # the command exited without reading it: its exit status says why
-                pass
-        try:
-            code = proc.wait(timeout=timeout)
-            timed_out = False
-        except subprocess.TimeoutExpired:
-            _kill_group(proc)
-            code, timed_out = proc.wait(), True
-        except BaseException:
-            _kill_group(proc)
-            proc.wait()
-            raise
-        for r in readers:
-            r.join(timeout=5)
-        return CommandResult(exit_code=code, timed_out=timed_out)
-
-    def describe(self, argv, env) -> str:
-        return shell_command(argv, env)
-
-    def close(self) -> None:
-        pass
-
-
-def _pump(stream, name: str, on_line: LineSink) -> None:
-    for line in stream:
-        on_line(name, line.rstrip("\n"))
-
-
-def _kill_group(proc: subprocess.Popen) -> None:
-    try:
-        os.killpg(proc.pid, 15)
-        try:
-            proc.wait(timeout=3)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, 9)
-    except ProcessLookupError:
-        pass
-
+from ..inventory import Host
+from .base import CommandResult, LineSink, TransportError, login_relative, shell_command
+from .hostkeys import AcceptNewPolicy, host_key_name, load_known_hosts
 
 class FabricTransport:
     """SSH through one fabric Connection per host, reused for every step (connect once, SFTP once).
@@ -226,13 +55,13 @@ class FabricTransport:
         conn = Connection(h.hostname, config=config, **{k: v for k, v in kwargs.items() if v is not None})
         client = conn.client
         # fabric installs a policy that accepts any unknown key; replace it before anything connects.
-        client.set_missing_host_key_policy(_AcceptNewPolicy(known_hosts) if self.accept_new else paramiko.RejectPolicy())
+        client.set_missing_host_key_policy(AcceptNewPolicy(known_hosts) if self.accept_new else paramiko.RejectPolicy())
         target = f"{conn.host}:{conn.port}"
-        _load_known_hosts(client, known_hosts, _host_key_name(target))
+        load_known_hosts(client, known_hosts, host_key_name(target))
         # A gateway may also come from ProxyJump in ssh_config: verify its key the same way.
         if isinstance(conn.gateway, Connection):
             conn.gateway.client.set_missing_host_key_policy(paramiko.RejectPolicy())
-            _load_known_hosts(conn.gateway.client, known_hosts, _host_key_name(f"{conn.gateway.host}:{conn.gateway.port}"))
+            load_known_hosts(conn.gateway.client, known_hosts, host_key_name(f"{conn.gateway.host}:{conn.gateway.port}"))
         try:
             if not conn.gateway:
                 conn.connect_kwargs["sock"] = _nodelay_socket(conn.host, conn.port, ct)
@@ -358,18 +187,16 @@ class FabricTransport:
 
 def _pump_channel(chan, deadline: Optional[float], on_line: LineSink) -> CommandResult:
     """Read stdout and stderr until EOF (or the deadline), then the exit status."""
-    import codecs
     import select
 
-    out, err = _LineSplitter("stdout", on_line), _LineSplitter("stderr", on_line)
-    decoders = [codecs.getincrementaldecoder("utf-8")(errors="replace") for _ in range(2)]
+    out, err = LineDecoder("stdout", on_line), LineDecoder("stderr", on_line)
     timed_out = False
     try:
         while True:
             while chan.recv_ready():
-                out.write(decoders[0].decode(chan.recv(65536)))
+                out.feed(chan.recv(65536))
             while chan.recv_stderr_ready():
-                err.write(decoders[1].decode(chan.recv_stderr(65536)))
+                err.feed(chan.recv_stderr(65536))
             if chan.eof_received or chan.closed:
                 if not chan.recv_ready() and not chan.recv_stderr_ready():
                     break
@@ -437,89 +264,6 @@ def _nodelay_socket(host: str, port: int, timeout: float) -> socket.socket:
     return sock
 
 
-def _load_known_hosts(client, path: str, name: str) -> None:
-    """Give the client what known_hosts says about `name` (its known_hosts spelling), and nothing else."""
-    try:
-        known = _KnownHosts.of(path)
-    except Exception as exc:
-        raise TransportError("auth-failed", f"cannot read known_hosts file {path}: {exc}") from None
-    if known is not None:
-        for keytype, key in known.keys_for(name).items():
-            client.get_host_keys().add(name, keytype, key)
-
-
-class _KnownHosts:
-    """A known_hosts file, parsed once per process (and again when it changes), looked up by name.
-
-    paramiko's SSHClient parses the whole file in every client, and its parser checks each line against
-    all those before it: 64 connections to a 64-line file took 6 ms of CPU each here (half of a
-    connection's cost), and a long ~/.ssh/known_hosts costs far more. Lookups match paramiko's: exact
-    names and hashed (|1|) names, and where a name has several keys of one type, the first one counts.
-    """
-
-    _cache: dict[str, tuple[tuple[int, int], "_KnownHosts"]] = {}
-
-    def __init__(self, path: str):
-        from paramiko import SSHException
-        from paramiko.hostkeys import HostKeyEntry
-
-        self.plain: dict[str, list] = {}  # name -> [(line number, key)]
-        self.hashed: list = []  # [(line number, |1|salt|hash, key)]
-        with open(path) as f:
-            for lineno, line in enumerate(f, 1):
-                line = line.strip()
-                if not line or line.startswith("#"):
-                    continue
-                try:
-                    entry = HostKeyEntry.from_line(line, lineno)
-                except SSHException:
-                    continue  # a key type paramiko cannot use, as paramiko's own loader does
-                for h in entry.hostnames if entry is not None else ():
-                    if h.startswith("|1|"):
-                        self.hashed.append((lineno, h, entry.key))
-                    else:
-                        self.plain.setdefault(h, []).append((lineno, entry.key))
-
-    @classmethod
-    def of(cls, path: str) -> Optional["_KnownHosts"]:
-        try:
-            st = os.stat(path)
-        except FileNotFoundError:
-            return None
-        stamp = (st.st_mtime_ns, st.st_size)
-        with _KNOWN_HOSTS_LOCK:  # one thread parses; the others wait for it and share the result
-            cached = cls._cache.get(path)
-            if cached is None or cached[0] != stamp:
-                cached = cls._cache[path] = (stamp, cls(path))
-            return cached[1]
-
-    def keys_for(self, name: str) -> dict:
-        from paramiko import HostKeys
-        from paramiko.util import constant_time_bytes_eq
-
-        found = list(self.plain.get(name, ()))
-        found += [(lineno, key) for lineno, h, key in self.hashed
-                  if constant_time_bytes_eq(HostKeys.hash_host(name, h), h)]
-        keys: dict = {}
-        for _, key in sorted(found, key=lambda t: t[0]):
-            keys.setdefault(key.get_name(), key)
-        return keys
-
-
-class _AcceptNewPolicy:
-    """OpenSSH's StrictHostKeyChecking=accept-new: record an unknown key, never replace a known one."""
-
-    def __init__(self, known_hosts: str):
-        self.known_hosts = known_hosts
-
-    def missing_host_key(self, client, hostname, key) -> None:
-        client.get_host_keys().add(hostname, key.get_name(), key)
-        os.makedirs(os.path.dirname(os.path.abspath(self.known_hosts)), exist_ok=True)
-        with _KNOWN_HOSTS_LOCK, open(self.known_hosts, "a", encoding="utf-8") as f:
-            f.write(f"{hostname} {key.get_name()} {key.get_base64()}\n")
-
-
-_KNOWN_HOSTS_LOCK = threading.Lock()
 _FABRIC_CONFIGS: dict = {}
 _FABRIC_CONFIGS_LOCK = threading.Lock()
 
@@ -537,17 +281,11 @@ def _fabric_config(ssh_config: Optional[str]):
         return config
 
 
-def _host_key_name(target: str) -> str:
-    """known_hosts spelling of a resolved `host:port`."""
-    hostname, port = target.rsplit(":", 1)
-    return hostname if port == "22" else f"[{hostname}]:{port}"
-
-
 def classify_connect_error(exc: BaseException, host: Host, target: str, known_hosts: str) -> TransportError:
     """Map socket / paramiko exceptions to an outcome and a sentence that says what to do."""
     import paramiko
 
-    name = _host_key_name(target)
+    name = host_key_name(target)
     hostname, port = target.rsplit(":", 1)
     if isinstance(exc, socket.gaierror):
         return TransportError("unreachable", f"cannot resolve host name {host.hostname!r}")
@@ -579,15 +317,3 @@ def classify_connect_error(exc: BaseException, host: Host, target: str, known_ho
     return TransportError("unreachable", f"SSH to {target} failed: {type(exc).__name__}: {text}")
 
 
-def make_transport(host: Host, *, accept_new: bool = False) -> Transport:
-    return LocalTransport(host) if host.transport == "local" else FabricTransport(host, accept_new=accept_new)
-
-
-def wait_until(predicate: Callable[[], bool], timeout: float, interval: float = 0.05) -> bool:
-    """Poll with a deadline (used by tests and shutdown paths instead of sleeps)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(interval)
-    return predicate()

@@ -1,4 +1,5 @@
-"""Parse a host's results.jsonl against the versioned schema. A bad line is a recorded problem, never a crash."""
+"""Parse a host's results.jsonl, of any format version, into current records. A bad line is a recorded
+problem, never a crash."""
 from __future__ import annotations
 
 import json
@@ -8,7 +9,9 @@ from typing import Optional
 
 from pydantic import TypeAdapter, ValidationError
 
-from worker.schema import SCHEMA_VERSION, CaseRecord, FactsRecord, Record
+from worker.schema import CaseRecord, FactsRecord, Record
+
+from .formats import upgrade_record
 
 _RECORD = TypeAdapter(Record)
 
@@ -28,15 +31,7 @@ def parse_line(text: str) -> FactsRecord | CaseRecord:
         raise ValueError(f"not JSON ({exc.msg})") from None
     if not isinstance(obj, dict) or "schema_version" not in obj:
         raise ValueError("not a fleetbench record (no schema_version)")
-    version = obj["schema_version"]
-    if not isinstance(version, int):
-        raise ValueError(f"schema_version {version!r} is not an integer")
-    if version > SCHEMA_VERSION:
-        raise ValueError(f"schema_version {version} is newer than this controller reads ({SCHEMA_VERSION}): "
-                         "upgrade fleetbench on the controller")
-    if version < SCHEMA_VERSION:
-        raise ValueError(f"schema_version {version} is older than this controller reads ({SCHEMA_VERSION}): "
-                         "rerun the host with the current worker")
+    obj = upgrade_record(obj)
     try:
         return _RECORD.validate_python(obj)
     except ValidationError as exc:

@@ -1,0 +1,182 @@
+"""Every on-disk format fleetbench has written, and how today's code reads each one.
+
+A run folder is a record for years: readers never interpret it with today's sweep expansion or today's
+case ids. Each older version has one upgrade step to the next, applied in order when a file is read, so
+the rest of the controller only ever sees the current version. A version newer than this reader is
+refused with a message that says what to do.
+
+Manifest history (MANIFEST_VERSION, runs/<id>/manifest.json):
+  1  fleetbench 0.1.0: the sweep spec and per job the case ids; readers re-expanded the stored sweep
+     with their own code to learn what the ids meant (so a later change to expansion or to the case id
+     silently emptied the tables of older runs).
+  2  the planned cases are stored as data (`cases`: case id -> CaseSpec), with the worker settings
+     (`worker`) and the sweep's name; the sweep spec stays as a record of what was asked for.
+Record history (results.jsonl): see SCHEMA_VERSION in worker/schema.py; upgraded here by `upgrade_record`.
+"""
+from __future__ import annotations
+
+import fnmatch
+import hashlib
+import json
+import math
+from typing import Callable
+
+from worker.schema import IDENTITY_FIELDS, SCHEMA_VERSION, identity_hash
+
+from .errors import InputError
+
+MANIFEST_VERSION = 2
+# A CaseSpec's fields before format 2, with the defaults fleetbench 0.1.0 filled in.
+_CASE_DEFAULTS = {"workload": "gemm", "label": "", "out_dtype": "bfloat16", "seed": 0}
+
+
+def check_version(version, current: int, what: str) -> int:
+    """The version of a stored file, if this reader can read it; raises ValueError saying what to do."""
+    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+        raise ValueError(f"{what} version {version!r} is not a positive integer")
+    if version > current:
+        raise ValueError(f"{what} version {version} is newer than this fleetbench reads ({current}): "
+                         "upgrade fleetbench on this controller")
+    return version
+
+
+def case_identity(case: dict) -> str:
+    """The case id of a stored CaseSpec (as a dict) under the current rules."""
+    return identity_hash({f: case.get(f, _CASE_DEFAULTS.get(f)) for f in IDENTITY_FIELDS})
+
+
+# -- records ------------------------------------------------------------------------------------------
+def _record_1_to_2(obj: dict) -> dict:
+    obj = dict(obj, schema_version=2)
+    if obj.get("kind") == "case" and isinstance(obj.get("case"), dict):
+        case = dict(obj["case"])
+        case.setdefault("workload", "gemm")
+        obj["case"] = case
+        obj["case_id"] = case_identity(case)
+    return obj
+
+
+_RECORD_UPGRADES: dict[int, Callable[[dict], dict]] = {1: _record_1_to_2}
+
+
+def upgrade_record(obj: dict) -> dict:
+    """A parsed results.jsonl line of any version, as the current version. Raises ValueError."""
+    version = check_version(obj.get("schema_version"), SCHEMA_VERSION, "record schema")
+    while version < SCHEMA_VERSION:
+        obj = _RECORD_UPGRADES[version](obj)
+        version += 1
+    return obj
+
+
+# -- manifests ----------------------------------------------------------------------------------------
+# Format 1 readers expanded the stored sweep with fleetbench 0.1.0's code; that code is frozen here so
+# a format-1 run means forever what it meant when it was written.
+_V1_CATALOG = ("torch-bf16", "torch-fp8", "torch-nvfp4", "noop", "reference-nvfp4", "flashinfer-fp4-cutlass",
+               "flashinfer-fp4-cudnn", "flashinfer-fp4-trtllm", "flashinfer-fp4-auto", "flashinfer-fp4-b12x",
+               "flashinfer-fp4-cute-dsl", "flashinfer-fp8-cublas", "sgl-fp4-cutlass", "sgl-fp8")
+_V1_DEEPSEEK_M = [1, 16, 64, 256, 1024, 4096, 16384]
+_V1_PRESETS = {
+    "glm5-tp8": [("GLM-5 TP8 MoE expert", [16, 32, 64, 128, 256, 512, 1024], 2048, 6144),
+                 ("GLM-5 TP8 attention proj", [16, 32, 64, 128, 256], 768, 6144)],
+    "deepseek-r1-tp8": [(f"DeepSeek-R1 TP8 ({n}, {k})", _V1_DEEPSEEK_M, n, k)
+                        for n, k in ((512, 7168), (7168, 256), (7168, 2304), (4608, 7168))],
+    "deepseek-r1-tp4": [(f"DeepSeek-R1 TP4 ({n}, {k})", _V1_DEEPSEEK_M, n, k)
+                        for n, k in ((1024, 7168), (7168, 512), (7168, 4608), (9216, 7168))],
+}
+
+
+def _as_list(v) -> list:
+    return list(v) if isinstance(v, list) else [v]
+
+
+def _v1_shapes(entry: dict) -> list[tuple[str, int, int, int]]:
+    label = entry.get("label") or ""
+    if entry.get("preset") is not None:
+        return [(label or plabel, m, n, k) for plabel, ms, n, k in _V1_PRESETS[entry["preset"]] for m in ms]
+    out = []
+    for n in _as_list(entry["n"]):
+        for k in _as_list(entry["k"]):
+            moe = entry.get("moe")
+            if moe is not None:
+                for batch in _as_list(moe["batch"]):
+                    m = math.ceil(batch * moe["top_k"] / moe["experts"])
+                    out.append((f"{label} (batch {batch}, top-{moe['top_k']}/{moe['experts']})".strip(), m, n, k))
+            else:
+                out.extend((label, m, n, k) for m in _as_list(entry["m"]))
+    return out
+
+
+def _v1_cases(sweep: dict) -> dict[str, dict]:
+    """Format-1 case id -> CaseSpec dict (format 1's fields), as fleetbench 0.1.0 expanded the sweep."""
+    backends: list[str] = []
+    for pattern in sweep["backends"]:
+        globbed = any(c in pattern for c in "*?[")
+        for name in (fnmatch.filter(_V1_CATALOG, pattern) if globbed else [pattern]):
+            if name not in backends:
+                backends.append(name)
+    cases: dict[str, dict] = {}
+    for entry in sweep["shapes"]:
+        for label, m, n, k in _v1_shapes(entry):
+            for backend in backends:
+                case = {"backend": backend, "m": m, "n": n, "k": k, "label": label,
+                        "out_dtype": sweep.get("out_dtype", "bfloat16"), "seed": sweep.get("seed", 0),
+                        "timing": sweep["timing"]}
+                v1_key = json.dumps({f: v for f, v in case.items() if f != "label"}, sort_keys=True,
+                                    separators=(",", ":"))
+                v1_id = hashlib.sha256(v1_key.encode()).hexdigest()[:16]
+                cases.setdefault(v1_id, case)
+    return cases
+
+
+def _manifest_1_to_2(data: dict) -> dict:
+    sweep = data["sweep"]
+    v1 = _v1_cases(sweep)
+    cases: dict[str, dict] = {}
+    jobs, notes = [], []
+    for job in data.get("jobs", []):
+        ids = []
+        for old_id in job["case_ids"]:
+            case = v1.get(old_id)
+            if case is None:
+                notes.append(f"job {job['slot']}: case {old_id} of format 1 is not in its stored sweep")
+                continue
+            case = {**case, "workload": "gemm"}
+            new_id = case_identity(case)
+            cases.setdefault(new_id, case)
+            ids.append(new_id)
+        jobs.append({**job, "case_ids": ids})
+    return {**data, "manifest_version": 2, "sweep_name": sweep["name"], "cases": cases, "jobs": jobs,
+            "worker": {"max_restarts": sweep.get("max_restarts", 2), "device": sweep.get("device", "auto"),
+                       "lock_timeout_s": data.get("lock_timeout_s", 600.0)},
+            "format_notes": data.get("format_notes", []) + notes}
+
+
+_MANIFEST_UPGRADES: dict[int, Callable[[dict], dict]] = {1: _manifest_1_to_2}
+
+
+def upgrade_manifest(data: dict, where: str) -> dict:
+    """A manifest of any version, as the current version. Raises InputError naming `where`."""
+    if not isinstance(data, dict):
+        raise InputError(f"{where}: not a fleetbench manifest (not a JSON object)")
+    try:
+        version = check_version(data.get("manifest_version"), MANIFEST_VERSION, "manifest")
+        data = dict(data, written_as=data.get("written_as", version))
+        while version < MANIFEST_VERSION:
+            data = _MANIFEST_UPGRADES[version](data)
+            version += 1
+    except ValueError as exc:
+        raise InputError(f"{where}: {exc}") from None
+    except (KeyError, TypeError) as exc:
+        raise InputError(f"{where}: damaged manifest (format {data.get('manifest_version')!r}): "
+                         f"missing or malformed {exc}") from None
+    return data
+
+
+# -- what a run's own worker reads ----------------------------------------------------------------------
+def params_for_worker(params: dict, manifest_version: int) -> dict:
+    """Worker params in the form the worker of a run written as `manifest_version` reads: a rerun uses
+    the worker the run started with, which rejects fields it does not know."""
+    if manifest_version >= 2:
+        return params
+    cases = [{f: v for f, v in c.items() if f != "workload"} for c in params["cases"]]
+    return {**params, "schema_version": 1, "cases": cases}

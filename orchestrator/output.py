@@ -1,0 +1,98 @@
+"""The one writer of what commands print: a Document as a table, JSON, CSV or Markdown. Pure: data in,
+text out. rich is imported only when a table is drawn."""
+from __future__ import annotations
+
+import csv
+import io
+import json
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+FORMATS = ("table", "json", "csv", "md")
+
+
+@dataclass
+class Section:
+    """One titled grid of display cells. `styles` maps a column index to {cell text: rich style}."""
+
+    headers: list[str]
+    rows: list[list[str]]
+    title: str = ""
+    right: tuple[str, ...] = ()  # headers whose column is right-aligned
+    styles: dict[int, dict[str, str]] = field(default_factory=dict)
+    caption: str = ""
+
+
+@dataclass
+class Document:
+    """What one command prints. `data` is the JSON form; `records` the CSV rows (one dict per row);
+    `sections` and `notes` the human forms (table and Markdown)."""
+
+    sections: list[Section]
+    data: Any = None
+    records: Optional[list[dict]] = None
+    notes: list[str] = field(default_factory=list)
+    headline: str = ""  # Markdown's first line (a table shows it as a section title instead)
+
+
+def write(doc: Document, fmt: str, width: int = 200) -> str:
+    if fmt == "json":
+        return json.dumps(doc.data, indent=1, ensure_ascii=False) + "\n"
+    if fmt == "csv":
+        return _csv(doc.records or [])
+    if fmt == "md":
+        return _markdown(doc)
+    if fmt == "table":
+        return _table(doc, width)
+    raise ValueError(f"unknown output format {fmt!r} (known: {', '.join(FORMATS)})")
+
+
+def _csv(records: list[dict]) -> str:
+    buf = io.StringIO()
+    fields = list(dict.fromkeys(k for r in records for k in r)) or ["empty"]
+    writer = csv.DictWriter(buf, fieldnames=fields, lineterminator="\n")
+    writer.writeheader()
+    for r in records:
+        writer.writerow({k: ("" if v is None else v) for k, v in r.items()})
+    return buf.getvalue()
+
+
+def _md_cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def _markdown(doc: Document) -> str:
+    out = [f"**{doc.headline}**", ""] if doc.headline else []
+    for s in doc.sections:
+        if s.title:
+            out += [s.title + ":", ""]
+        out += ["| " + " | ".join(s.headers) + " |", "|" + "---|" * len(s.headers)]
+        out += ["| " + " | ".join(_md_cell(c) for c in row) + " |" for row in s.rows]
+        if s.caption:
+            out += ["", s.caption]
+        out.append("")
+    out += [f"- {n}" for n in doc.notes]
+    return "\n".join(out).rstrip("\n") + "\n"
+
+
+def _table(doc: Document, width: int) -> str:
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table
+
+    console = Console(width=width, record=True, file=io.StringIO(), force_terminal=False)
+    for s in doc.sections:
+        table = Table(title=s.title or None, header_style="bold", caption=s.caption or None)
+        for h in s.headers:
+            table.add_column(h, justify="right" if h in s.right else "left", overflow="fold")
+        for row in s.rows:
+            cells = [escape(c) for c in row]
+            for col, styles in s.styles.items():
+                style = styles.get(row[col])
+                if style:
+                    cells[col] = f"[{style}]{cells[col]}[/]"
+            table.add_row(*cells)
+        console.print(table)
+    for n in doc.notes:
+        console.print(n, markup=False, highlight=False, soft_wrap=True)
+    return console.export_text()

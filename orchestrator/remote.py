@@ -1,0 +1,185 @@
+"""What the controller does on a host, whatever the command: where files live there, the argv and the
+params of a job, uploading what the host lacks, and stopping what runs there. Used by sweeps (execute)
+and by `hosts --check` alike; the transport underneath is the only thing that talks to the host.
+
+Remote paths may start with `~/`; in argv they are made relative to the login directory, where an SSH
+exec (and the local connector) starts, so no shell ever expands `~`.
+"""
+from __future__ import annotations
+
+import json
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Optional
+
+from worker import protocol
+from worker.schema import WorkerParams
+
+from .atomicfile import write_atomic
+from .formats import MANIFEST_VERSION, params_for_worker
+from .inventory import Host
+from .plan import Job, Plan
+from .transport import CommandResult, Transport, login_relative
+
+STOP_GRACE_S = 3.0
+CLEANUP_LIMIT_S = 8.0  # per cleanup step on a host that may no longer answer
+
+
+@dataclass(frozen=True)
+class RemoteLayout:
+    """Where things live under a host's workdir (paths may start with `~/`)."""
+
+    workdir: str
+    run_id: str
+    worker_sha: str
+
+    @property
+    def worker_archive(self) -> str:
+        return f"{self.workdir}/worker/{self.worker_sha[:16]}.tar.gz"
+
+    @property
+    def worker_dir(self) -> str:
+        return f"{self.workdir}/worker/{self.worker_sha[:16]}"
+
+    @property
+    def run_dir(self) -> str:
+        return f"{self.workdir}/runs/{self.run_id}"
+
+    def script(self, script_sha: str) -> str:
+        # Content-addressed: an unchanged script is already there and the next run uploads nothing.
+        return f"{self.workdir}/scripts/bench-{script_sha[:16]}.py"
+
+    def attempt_dir(self, slot: str, attempt: int) -> str:
+        # Flat under the run folder: creating it is one SFTP round trip.
+        return f"{self.run_dir}/{slot}.attempt-{attempt}"
+
+    def params(self, slot: str, attempt: int) -> str:
+        return f"{self.attempt_dir(slot, attempt)}/params.json"
+
+    def results(self, slot: str, attempt: int) -> str:
+        return f"{self.attempt_dir(slot, attempt)}/results.jsonl"
+
+    def pidfile(self, slot: str, attempt: int) -> str:
+        return f"{self.attempt_dir(slot, attempt)}/pid"
+
+
+def layout_for(host: Host, run_id: str, worker_sha: str) -> RemoteLayout:
+    return RemoteLayout(workdir=host.workdir.rstrip("/") or "/", run_id=run_id, worker_sha=worker_sha)
+
+
+@dataclass(frozen=True)
+class RenderedScript:
+    """A host's launcher: the local file (the exact bytes uploaded), its hash, and its host layout."""
+
+    host: str
+    path: Path
+    sha256: str
+    layout: RemoteLayout
+
+    @property
+    def remote(self) -> str:
+        """Where the host keeps this script (content-addressed, so unchanged scripts are not re-sent)."""
+        return self.layout.script(self.sha256)
+
+
+# -- the commands ------------------------------------------------------------------------------------
+def job_argv(job: Job, script: RenderedScript, attempt: int) -> list[str]:
+    """The command a job runs on its host, as an argv list; its params arrive on stdin."""
+    layout = script.layout
+    return [job.host.python, login_relative(script.remote), "supervise",
+            "--pidfile", login_relative(layout.pidfile(job.slot, attempt)),
+            "--params", login_relative(layout.params(job.slot, attempt)), "--params-stdin",
+            "--results", login_relative(layout.results(job.slot, attempt))]
+
+
+def check_argv(host: Host, script: RenderedScript) -> list[str]:
+    """The readiness probe of `hosts --check`: facts and readiness as one JSON line on stdout."""
+    return [host.python, login_relative(script.remote), "check"]
+
+
+def job_params(plan: Plan, job: Job, cases=None) -> WorkerParams:
+    return WorkerParams(run_id=plan.run_id, host=job.host.name, gpu=job.gpu,
+                        cases=list(job.cases if cases is None else cases),
+                        max_restarts=plan.worker.max_restarts, device=plan.worker.device,
+                        lock_timeout_s=plan.worker.lock_timeout_s)
+
+
+def write_params(path: Path, params: WorkerParams, worker_format: int = MANIFEST_VERSION) -> bytes:
+    """Write params JSON in the form the run's worker reads (a rerun of an older run uses its own older
+    worker: formats.params_for_worker), compact, for these bytes travel on the command's stdin.
+    Returns the bytes."""
+    obj = params_for_worker(params.model_dump(mode="json"), worker_format)
+    data = json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    write_atomic(path, data)
+    return data
+
+
+# -- upload only what is missing ----------------------------------------------------------------------
+def sync_script(transport: Transport, bundle_path: Path, script: RenderedScript) -> int:
+    """Upload the worker and the script, each only if the host lacks it. Returns bytes sent."""
+    layout = script.layout
+    sent = 0
+    if not transport.exists(f"{layout.worker_dir}/.complete") and not transport.exists(layout.worker_archive):
+        transport.makedirs(layout.worker_archive.rsplit("/", 1)[0])
+        sent += transport.put(bundle_path, layout.worker_archive, atomic=True)
+    if not transport.exists(script.remote):
+        transport.makedirs(script.remote.rsplit("/", 1)[0])
+        sent += transport.put(script.path, script.remote, atomic=True)
+    return sent
+
+
+def lacks_files(result: Optional[CommandResult], hello_seen: bool) -> bool:
+    """Did the command fail only because the host lacks the script or its worker version?"""
+    return (result is not None and not result.timed_out
+            and protocol.classify_exit(result.exit_code, hello_seen) == protocol.LAUNCH_NEEDS_SYNC)
+
+
+def run_first(launch: Callable[[], Optional[CommandResult]], lacks: Callable[[CommandResult], bool],
+              sync: Callable[[], None]) -> Optional[CommandResult]:
+    """Run optimistically; only when the host says it lacks the script or the worker (`lacks`, usually
+    lacks_files), upload them (`sync`) and run once more. The steady state is one exec, no SFTP."""
+    result = launch()
+    if result is not None and lacks(result):
+        sync()
+        result = launch()
+    return result
+
+
+# -- stopping ----------------------------------------------------------------------------------------
+def stop_remote(transport: Transport, pidfile: str) -> bool:
+    """TERM, then KILL, the process group recorded in `pidfile`. Returns whether a group was found."""
+    text = bounded(lambda: transport.read_text(pidfile), CLEANUP_LIMIT_S)
+    if not text or not text.strip().isdigit():
+        return False
+    group = f"-{int(text.strip())}"
+    quiet = lambda stream, line: None  # noqa: E731
+    for signal_name in ("TERM", "KILL"):
+        kill = ["kill", f"-{signal_name}", "--", group]
+        bounded(lambda argv=kill: transport.run(argv, env={}, timeout=10, on_line=quiet), CLEANUP_LIMIT_S)
+        alive = bounded(lambda: transport.run(["kill", "-0", "--", group], env={}, timeout=10, on_line=quiet),
+                        CLEANUP_LIMIT_S)
+        if not isinstance(alive, CommandResult) or alive.exit_code != 0:
+            return True
+        time.sleep(STOP_GRACE_S)
+    return True
+
+
+def bounded(fn, seconds: float):
+    """Run fn in a thread and give up after `seconds` (an SFTP call to a frozen host never returns).
+    Returns fn's value, or None when it raised or did not finish in time."""
+    box: list = []
+
+    def target():
+        try:
+            box.append(fn())
+        except Exception as exc:  # cleanup is best effort: report None
+            box.append(exc)
+
+    t = threading.Thread(target=target, daemon=True)
+    t.start()
+    t.join(seconds)
+    if not box or isinstance(box[0], Exception):
+        return None
+    return box[0]

@@ -1,0 +1,65 @@
+"""The seam between the controller and a host: one interface, implemented per connector.
+
+Remote commands are argv lists everywhere; `shell_command` is the one function that joins them (with
+shlex) for a remote shell. Remote paths that start with `~/` are made relative to the login directory,
+where both an SSH exec and SFTP start, so no shell ever has to expand `~`.
+"""
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Mapping, Optional, Protocol, Sequence
+
+from ..inventory import Host
+
+LineSink = Callable[[str, str], None]  # (stream name "stdout"/"stderr", line without newline)
+
+
+class TransportError(Exception):
+    """A host-level failure, classified: outcome is one of unreachable, auth-failed, timeout, failed."""
+
+    def __init__(self, outcome: str, message: str):
+        super().__init__(message)
+        self.outcome = outcome
+
+
+@dataclass(frozen=True)
+class CommandResult:
+    exit_code: int  # -1 when the connection died before an exit status arrived
+    timed_out: bool = False
+
+
+def shell_command(argv: Sequence[str], env: Optional[Mapping[str, str]] = None) -> str:
+    """The one place an argv becomes a shell string: every word quoted, env through `env K=V`."""
+    words = list(argv)
+    if env:
+        words = ["env", *[f"{k}={v}" for k, v in sorted(env.items())], *words]
+    return " ".join(shlex.quote(str(w)) for w in words)
+
+
+def login_relative(path: str) -> str:
+    """`~/x` -> `x` (relative to the login directory); `~` -> `.`; anything else unchanged."""
+    if path == "~":
+        return "."
+    if path.startswith("~/"):
+        return path[2:] or "."
+    return path
+
+
+class Transport(Protocol):
+    host: Host
+
+    def connect(self) -> None: ...
+    def path(self, p: str) -> str: ...
+    def exists(self, path: str) -> bool: ...
+    def makedirs(self, path: str) -> None: ...
+    def put(self, local: Path, remote: str, *, atomic: bool = False) -> int: ...
+    def get(self, remote: str, local: Path) -> bool: ...
+    def read_text(self, remote: str) -> Optional[str]: ...
+    def run(self, argv: Sequence[str], *, env: Mapping[str, str], timeout: Optional[float],
+            on_line: LineSink, stdin: Optional[bytes] = None) -> CommandResult: ...
+    def describe(self, argv: Sequence[str], env: Mapping[str, str]) -> str: ...
+    def close(self) -> None: ...
+
+

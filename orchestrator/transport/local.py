@@ -1,0 +1,119 @@
+"""The local connector: the embedded `local` host runs on this machine through subprocess, no SSH."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import threading
+from pathlib import Path
+from typing import Optional
+
+from worker.protocol import LineDecoder
+
+from ..inventory import Host
+from .base import CommandResult, LineSink, TransportError, shell_command
+
+class LocalTransport:
+    """Runs on this machine with subprocess: the embedded `local` host, no SSH involved."""
+
+    def __init__(self, host: Host):
+        self.host = host
+
+    def connect(self) -> None:
+        pass
+
+    def path(self, p: str) -> str:
+        return os.path.expanduser(p)
+
+    def exists(self, path: str) -> bool:
+        return os.path.exists(self.path(path))
+
+    def makedirs(self, path: str) -> None:
+        os.makedirs(self.path(path), exist_ok=True)
+
+    def put(self, local: Path, remote: str, *, atomic: bool = False) -> int:
+        target = self.path(remote)
+        tmp = f"{target}.part-{os.getpid()}-{threading.get_ident()}"
+        shutil.copyfile(local, tmp)
+        os.replace(tmp, target)
+        return os.path.getsize(target)
+
+    def get(self, remote: str, local: Path) -> bool:
+        src = self.path(remote)
+        if not os.path.exists(src):
+            return False
+        shutil.copyfile(src, local)
+        return True
+
+    def read_text(self, remote: str) -> Optional[str]:
+        try:
+            return Path(self.path(remote)).read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return None
+
+    def run(self, argv, *, env, timeout, on_line, stdin=None) -> CommandResult:
+        argv = [self.path(a) if a.startswith("~") else a for a in argv]
+        try:
+            # cwd is the home folder, as for an SSH exec, so login-relative paths mean the same here.
+            proc = subprocess.Popen(argv, env={**os.environ, **env}, cwd=os.path.expanduser("~"), stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, stdin=subprocess.DEVNULL if stdin is None else subprocess.PIPE,
+                                    start_new_session=True)
+        except FileNotFoundError:
+            raise TransportError("failed", f"interpreter not found: {argv[0]}") from None
+        except PermissionError:
+            raise TransportError("failed", f"interpreter not executable: {argv[0]}") from None
+        readers = [threading.Thread(target=_pump, args=(stream, name, on_line), daemon=True)
+                   for stream, name in ((proc.stdout, "stdout"), (proc.stderr, "stderr"))]
+        for r in readers:
+            r.start()
+        if stdin is not None:
+            try:
+                proc.stdin.write(stdin)
+                proc.stdin.close()
+            except OSError:  # the command exited without reading it: its exit status says why
+                pass
+        try:
+            code = proc.wait(timeout=timeout)
+            timed_out = False
+        except subprocess.TimeoutExpired:
+            _kill_group(proc)
+            code, timed_out = proc.wait(), True
+        except BaseException:
+            _kill_group(proc)
+            proc.wait()
+            raise
+        for r in readers:
+            r.join(timeout=5)
+        return CommandResult(exit_code=code, timed_out=timed_out)
+
+    def describe(self, argv, env) -> str:
+        return shell_command(argv, env)
+
+    def close(self) -> None:
+        pass
+
+
+def _pump(stream, name: str, on_line: LineSink) -> None:
+    """Decode a pipe into lines exactly as the SSH connector decodes a channel (worker.protocol)."""
+    decoder = LineDecoder(name, on_line)
+    try:
+        while True:
+            chunk = os.read(stream.fileno(), 65536)
+            if not chunk:
+                break
+            decoder.feed(chunk)
+    finally:
+        decoder.close()
+        stream.close()
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, 15)
+        try:
+            proc.wait(timeout=3)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, 9)
+    except ProcessLookupError:
+        pass
+

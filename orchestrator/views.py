@@ -1,0 +1,170 @@
+"""What each command shows, as output.Documents: a run's rows, the pivot, a comparison, the fleet view,
+the inventory and the stored runs. Pure: data in, documents out; output.write prints them."""
+from __future__ import annotations
+
+from typing import Optional
+
+from .merge import Row
+from .output import Document, Section
+
+_STATUS_STYLE = {"ok": "green", "unsupported": "dim", "unavailable": "yellow", "failed": "bold red",
+                 "crashed": "bold red", "missing": "red"}
+_VERDICT_STYLE = {"SLOWER": "bold red", "FASTER": "green", "AMBIGUOUS": "yellow"}
+
+
+def _num(v: Optional[float], fmt: str) -> str:
+    return "" if v is None else format(v, fmt)
+
+
+def _note(row: Row) -> str:
+    parts = []
+    if row.reason:
+        parts.append(row.reason)
+    if row.tainted:
+        parts.append("TAINTED: GPU throttled during timing")
+    if row.rel_ci is not None and row.rel_ci > 0.05:
+        parts.append(f"noisy (CI ±{row.rel_ci:.0%})")
+    return "; ".join(parts)
+
+
+ROW_HEADERS = ["host", "label", "backend", "M", "N", "K", "status", "median µs", "TFLOPS", "rel_err", "check", "note"]
+
+
+def rows_document(rows: list[Row], title: str = "") -> Document:
+    cells = [[r.slot, r.label, r.backend, str(r.m), str(r.n), str(r.k), r.status, _num(r.median_us, ".2f"),
+              _num(r.tflops, ".1f"), _num(r.rel_err, ".2e"), r.verdict or "", _note(r)] for r in rows]
+    section = Section(ROW_HEADERS, cells, title=title, right=("M", "N", "K", "median µs", "TFLOPS", "rel_err"),
+                      styles={6: _STATUS_STYLE})
+    data = [r.as_dict() for r in rows]
+    return Document([section], data=data, records=data)
+
+
+# -- pivot: backends side by side ---------------------------------------------------------------------
+_SHORT = {"unsupported": "unsupp.", "unavailable": "n/a", "failed": "FAILED", "crashed": "CRASHED",
+          "missing": "missing"}
+
+
+def _pivot_cell(row: Optional[Row], speedup: Optional[float]) -> str:
+    if row is None:
+        return ""
+    if row.status != "ok":
+        return _SHORT.get(row.status, row.status) + "*"
+    text = f"{row.median_us:.2f} µs {row.tflops:.0f} TF"
+    if row.verdict == "fail":
+        text += " WRONG"
+    if speedup is not None:
+        text += f" ×{speedup:.2f}"
+    return text
+
+
+def pivot_document(rows: list[Row], baseline: Optional[str] = None) -> Document:
+    """Per shape, each backend's median latency and TFLOPS (and speedup over `baseline`) side by side;
+    a cell that did not run is marked `*` and explained under the table."""
+    from .errors import InputError
+    from .merge import pivot_by_backend
+
+    backends, pivot = pivot_by_backend(rows)
+    if baseline is not None and baseline not in backends:
+        raise InputError(f"--baseline {baseline!r} is not in this run (backends: {', '.join(backends)})")
+    records = []
+    for p in pivot:
+        rec = {"slot": p.slot, "label": p.label, "m": p.m, "n": p.n, "k": p.k}
+        for b in backends:
+            cell = p.cells.get(b)
+            rec[f"{b}.status"] = cell.status if cell else ""
+            rec[f"{b}.median_us"] = cell.median_us if cell else None
+            rec[f"{b}.tflops"] = cell.tflops if cell else None
+            if baseline:
+                rec[f"{b}.speedup_vs_{baseline}"] = p.speedup(b, baseline)
+        records.append(rec)
+    body = [[p.slot, p.label, str(p.m), str(p.n), str(p.k),
+             *[_pivot_cell(p.cells.get(b), p.speedup(b, baseline) if baseline else None) for b in backends]]
+            for p in pivot]
+    notes = sorted({f"{r.backend}: {_SHORT.get(r.status, r.status)}* = {r.reason}" for r in rows
+                    if r.status != "ok" and r.reason})
+    legend = ("cells: median latency, TFLOPS" + (f", speedup over {baseline} (×>1: faster)" if baseline else "")
+              + "; WRONG = failed the correctness check")
+    section = Section(["host", "label", "M", "N", "K", *backends], body, caption=legend)
+    return Document([section], data=records, records=records, notes=notes)
+
+
+# -- diff and fleet outliers --------------------------------------------------------------------------
+def comparison_summary(cmp) -> str:
+    """The closing count: every verdict, rows on one side only included."""
+    names = {"ONLY-A": "only in A", "ONLY-B": "only in B"}
+    return (f"A = {cmp.a}, B = {cmp.b}, threshold ±{cmp.threshold:.1%}: "
+            + ", ".join(f"{n} {names.get(v, v)}" for v, n in cmp.counts().items()))
+
+
+def comparison_document(cmp) -> Document:
+    f = lambda v, p: "" if v is None else format(v, p)  # noqa: E731
+    summary = comparison_summary(cmp)
+    case_rows = [[c.key if "/" in c.key else "", c.label, c.backend, str(c.m), str(c.n), str(c.k), f(c.a_us, ".2f"),
+                  f(c.b_us, ".2f"), f(c.ratio, ".3f"),
+                  "" if c.ci_low is None else f"{c.ci_low:.3f}–{c.ci_high:.3f}", f(c.p_value, ".2g"), c.verdict, c.note]
+                 for c in cmp.cases]
+    sections = []
+    if cmp.facts:
+        sections.append(Section(["fact", "A", "B"], [[d.field, d.a, d.b] for d in cmp.facts],
+                                title="host facts that differ (numbers below may differ because of these)"))
+    if cmp.settings:
+        sections.append(Section(["setting", "A", "B"], [[d.field, d.a, d.b] for d in cmp.settings],
+                                title="settings that differ (cases match across them)"))
+    sections.append(Section(["host/case", "label", "backend", "M", "N", "K", "A µs", "B µs", "B/A", "95% CI", "p",
+                             "verdict", "note"], case_rows, title=summary, styles={11: _VERDICT_STYLE}))
+    data = {"a": cmp.a, "b": cmp.b, "threshold": cmp.threshold, "summary": cmp.counts(),
+            "facts": [vars(x) for x in cmp.facts], "settings": [vars(x) for x in cmp.settings],
+            "cases": [c.as_dict() for c in cmp.cases]}
+    return Document(sections, data=data, records=[c.as_dict() for c in cmp.cases], headline=summary)
+
+
+def fleet_document(report) -> Document:
+    host_rows = [[slot, str(h["cases"]), str(h["flagged"]), f"{h['score']:.0%}", "OUTLIER" if h["outlier"] else ""]
+                 for slot, h in report.hosts.items()]
+    dev_rows = [[d.slot, d.backend, str(d.m), str(d.n), str(d.k), f"{d.median_us:.2f}", f"{d.fleet_median_us:.2f}",
+                 f"{d.median_us / d.fleet_median_us:.3f}", f"{d.robust_z:+.1f}"] for d in report.deviations]
+    sections = [Section(["host", "cases", "flagged", "score", ""], host_rows,
+                        title=f"hosts vs the fleet median (flag: |robust z| > 3.5 and off by > {report.threshold:.0%})")]
+    if dev_rows:
+        sections.append(Section(["host", "backend", "M", "N", "K", "µs", "fleet µs", "ratio", "robust z"], dev_rows,
+                                title="cases that make them so"))
+    records = [{"slot": d.slot, "backend": d.backend, "m": d.m, "n": d.n, "k": d.k, "median_us": d.median_us,
+                "fleet_median_us": d.fleet_median_us, "robust_z": d.robust_z} for d in report.deviations]
+    data = {"threshold": report.threshold, "hosts": report.hosts, "deviations": [d.as_dict() for d in report.deviations]}
+    return Document(sections, data=data, records=records)
+
+
+# -- inventory and stored runs --------------------------------------------------------------------------
+def inventory_document(hosts) -> Document:
+    rows = [[h.name, h.transport, h.address, h.python, h.workdir, ",".join(map(str, h.gpus)) if h.gpus else "",
+             ",".join(h.labels)] for h in hosts]
+    data = [h.public_view() for h in hosts]
+    return Document([Section(["host", "transport", "address", "python", "workdir", "gpus", "labels"], rows)],
+                    data=data, records=[{**d, "env": ",".join(d["env"])} for d in data])
+
+
+CHECK_COLUMNS = ("host", "ready", "python", "venv", "worker", "torch", "flashinfer", "sgl-kernel", "GPU", "CC",
+                 "driver", "CUDA", "free disk GB", "GPU procs", "problem")
+
+
+def host_check_document(statuses, skew: list[str]) -> Document:
+    rows = []
+    for s in statuses:
+        f = s.facts
+        rows.append([s.name, "yes" if s.ready else f"no ({s.state})", f.get("python") or "",
+                     {True: "yes", False: "no"}.get(f.get("in_venv"), ""),
+                     f"{f.get('worker_version', '')} {str(f.get('worker_sha256', ''))[:12]}".strip(),
+                     f.get("torch") or "-", f.get("flashinfer") or "-", f.get("sgl_kernel") or "-",
+                     f.get("gpu_name") or f.get("device") or "", f.get("compute_capability") or "",
+                     f.get("driver") or "", f.get("cuda") or "", str(f.get("free_disk_gb", "")),
+                     "" if f.get("gpu_processes") is None else str(f["gpu_processes"]), s.problem])
+    styles = {1: {r[1]: ("green" if r[1] == "yes" else "red") for r in rows}}
+    data = [vars(s) for s in statuses]
+    records = [{"host": s.name, "ready": s.ready, "state": s.state, "problem": s.problem,
+                **{k: v for k, v in s.facts.items() if not isinstance(v, (dict, list))}} for s in statuses]
+    return Document([Section(list(CHECK_COLUMNS), rows, styles=styles)], data=data, records=records)
+
+
+def runs_document(entries: list[dict]) -> Document:
+    rows = [[e["run_id"], e["sweep"], str(e["hosts"]), str(e["cases"]), e["summary"]] for e in entries]
+    return Document([Section(["run", "sweep", "hosts", "cases", "outcomes"], rows)], data=entries, records=entries)
