@@ -2,4 +2,4 @@
 
 It never imports torch."""
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"

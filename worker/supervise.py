@@ -76,7 +76,7 @@ def _supervise_cases(params_path: Path, results_path: Path, n_cases: int) -> int
     env["PATH"] = os.pathsep.join(filter(None, [venv_bin, os.environ.get("PATH")]))
     cmd = [sys.executable, "-m", "worker", "run", "--params", str(params_path), "--results", str(results_path)]
     restarts = 0
-    params = None  # the validated params: loaded only after a child failed (pydantic costs ~0.1 s)
+    params = None  # the validated params: loaded only after a child failed (importing pydantic is costly)
     while True:
         inflight.unlink(missing_ok=True)
         child = subprocess.Popen(cmd, env=env)

@@ -1,0 +1,159 @@
+"""Stored runs are records for years: runs written by older fleetbench versions (tests/fixtures) show,
+diff and rerun with today's code; cases match by what they measure, never by how they were timed; a
+comparison of nothing never passes; a format newer than the reader is refused with one clear line."""
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+from orchestrator.cli import main
+from orchestrator.diff import compare_sides, resolve_side
+from orchestrator.formats import MANIFEST_VERSION, upgrade_manifest, upgrade_record
+from orchestrator.inventory import load_inventory
+from orchestrator.launch import plan_rerun
+from orchestrator.merge import merged_rows
+from orchestrator.records import parse_results
+from orchestrator.store import RunStore
+from worker.schema import SCHEMA_VERSION
+
+FIXTURES = Path(__file__).parent / "fixtures"
+V1 = FIXTURES / "runs-v1"
+V1_DONE, V1_OTHER_BUDGET, V1_FAILED = (V1 / n for n in ("20261203-081621-smoke-a967", "20261203-081628-smoke-0d4a",
+                                                         "20261203-081637-smoke-18d7"))
+V2_DONE = FIXTURES / "runs-v2" / "20261203-082541-smoke-2f18"
+STORED_RUNS = [V1_DONE, V1_OTHER_BUDGET, V1_FAILED, V2_DONE]
+
+
+def copy_run(run: Path, runs_dir: Path) -> Path:
+    """Fixtures are never written to: tests that change a run work on a copy."""
+    return Path(shutil.copytree(run, runs_dir / run.name))
+
+
+@pytest.mark.parametrize("run", STORED_RUNS, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_every_stored_run_shows_all_its_planned_cases(run, capsys):
+    code = main(["show", str(run), "--format", "json"])
+    rows = json.loads(capsys.readouterr().out)
+    assert len(rows) == 10 and len({r["case_id"] for r in rows}) == 10
+    if run == V1_FAILED:
+        assert code == 1 and {r["status"] for r in rows} == {"missing"}
+        assert all("interpreter not found" in r["reason"] for r in rows)
+    else:
+        assert code == 0
+        assert [r["status"] for r in rows].count("ok") == 4 and [r["status"] for r in rows].count("unsupported") == 6
+        assert all(r["median_us"] > 0 for r in rows if r["status"] == "ok")
+
+
+def test_format_1_runs_mean_today_what_they_meant_when_written():
+    store = RunStore(V1_DONE)
+    manifest = store.manifest()
+    assert manifest["manifest_version"] == MANIFEST_VERSION and manifest["written_as"] == 1
+    assert manifest["format_notes"] == []
+    planned = store.planned_cases()
+    assert [(c.backend, c.m) for c in planned.values()][:3] == [("torch-bf16", 16), ("reference-nvfp4", 16),
+                                                                 ("torch-fp8", 16)]
+    # Its records (format 1 ids hashed timing) are upgraded to the ids of what they measure.
+    parsed = parse_results(V1_DONE / "hosts" / "local" / "attempt-1" / "results.jsonl")
+    assert parsed.problems == [] and {r.case_id for r in parsed.cases} == set(planned)
+    assert all(r.case.timing.budget_s == 0.2 for r in parsed.cases)  # how it was timed is kept, per case
+
+
+def test_a_format_1_run_and_a_format_2_run_of_one_sweep_match_case_by_case(capsys):
+    assert main(["diff", str(V1_DONE), str(V2_DONE), "--format", "json"]) in (0, 1)
+    report = json.loads(capsys.readouterr().out)
+    assert len(report["cases"]) == 10
+    assert not {"ONLY-A", "ONLY-B"} & set(report["summary"])
+    assert report["settings"] == []  # both were timed with the same options
+
+
+def test_other_timing_settings_keep_every_case_matched_and_are_shown_as_a_setting(capsys):
+    assert main(["diff", str(V1_DONE), str(V1_OTHER_BUDGET)]) in (0, 1)
+    out = capsys.readouterr().out
+    assert "settings that differ" in out and "timing.budget_s" in out and "0.35" in out
+    cmp = compare_sides(resolve_side(V1, str(V1_DONE)), resolve_side(V1, str(V1_OTHER_BUDGET)), 0.03)
+    assert [(s.field, s.a, s.b) for s in cmp.settings] == [("timing.budget_s", "0.2", "0.35")]
+    assert len(cmp.cases) == 10 and all(c.verdict not in ("ONLY-A", "ONLY-B") for c in cmp.cases)
+
+
+def test_two_runs_that_share_no_case_exit_2_with_one_line(tmp_path, capsys):
+    other = copy_run(V2_DONE, tmp_path)
+    manifest = json.loads((other / "manifest.json").read_text())
+    results = other / "hosts" / "local" / "attempt-1" / "results.jsonl"
+    text = results.read_text()
+    for cid in manifest["cases"]:  # the same measurements under other identities: nothing in common
+        text = text.replace(cid, "z" + cid[1:])
+    manifest["cases"] = {"z" + cid[1:]: case for cid, case in manifest["cases"].items()}
+    manifest["jobs"][0]["case_ids"] = ["z" + cid[1:] for cid in manifest["jobs"][0]["case_ids"]]
+    (other / "manifest.json").write_text(json.dumps(manifest))
+    results.write_text(text)
+    assert main(["diff", str(V1_DONE), str(other)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and "share no case" in lines[0]
+
+
+def test_rows_on_one_side_only_are_listed_and_counted(tmp_path, capsys):
+    fewer = copy_run(V2_DONE, tmp_path)
+    results = fewer / "hosts" / "local" / "attempt-1" / "results.jsonl"
+    lines = results.read_text().splitlines()
+    results.write_text("\n".join(lines[:-2]) + "\n")  # the last two cases have no result in B
+    main(["diff", str(V1_DONE), str(fewer), "--format", "json"])
+    captured = capsys.readouterr()
+    report = json.loads(captured.out)
+    assert report["summary"]["ONLY-A"] == 2
+    assert sum(c["verdict"] == "ONLY-A" for c in report["cases"]) == 2
+    assert "2 only in A" in captured.err  # the summary line names them too
+    main(["diff", str(V1_DONE), str(fewer)])
+    assert "2 only in A" in capsys.readouterr().out
+
+
+def test_a_newer_format_is_refused_with_what_to_do(tmp_path, capsys):
+    future = copy_run(V2_DONE, tmp_path)
+    manifest = json.loads((future / "manifest.json").read_text())
+    (future / "manifest.json").write_text(json.dumps({**manifest, "manifest_version": MANIFEST_VERSION + 1}))
+    assert main(["show", str(future)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "newer than this fleetbench reads" in err[0] and "upgrade fleetbench" in err[0]
+    with pytest.raises(ValueError, match="newer than this fleetbench reads"):
+        upgrade_record({"kind": "facts", "schema_version": SCHEMA_VERSION + 1})
+
+
+def test_a_damaged_manifest_is_one_line_not_a_traceback(tmp_path, capsys):
+    broken = copy_run(V1_DONE, tmp_path)
+    manifest = json.loads((broken / "manifest.json").read_text())
+    del manifest["sweep"]
+    (broken / "manifest.json").write_text(json.dumps(manifest))
+    assert main(["show", str(broken)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "damaged manifest" in err and "Traceback" not in err
+
+
+def test_upgrade_is_pure_and_idempotent_on_current_manifests():
+    current = json.loads((V2_DONE / "manifest.json").read_text())
+    once = upgrade_manifest(current, "x")
+    assert upgrade_manifest(once, "x")["cases"] == once["cases"] == current["cases"]
+
+
+def test_a_format_1_run_reruns_with_its_own_worker_and_merges(tmp_path, monkeypatch, capsys):
+    """The failed format-1 run is completed today: its stored worker (0.1.0) reads params in its own
+    format, writes format-1 records, and today's reader merges them under format-2 ids."""
+    monkeypatch.setenv("HOME", str(tmp_path))  # the local host's workdir (~/.fleetbench) under the test's folder
+    run = copy_run(V1_FAILED, tmp_path / "runs")
+    inventory = tmp_path / "hosts.yaml"
+    inventory.write_text(f"hosts: [{{name: nopython, transport: local, python: {json.dumps(sys.executable)}}}]\n")
+    plan, _, bundle, tasks = plan_rerun(RunStore(run), load_inventory(inventory), failed=True, hosts_selector=None,
+                                        resume=False)
+    assert bundle.params_format == 1 and len(tasks) == 1 and len(tasks[0].cases) == 10
+    code = main(["rerun", str(run), "--failed", "-i", str(inventory), "--format", "json"])
+    rows = json.loads(capsys.readouterr().out)
+    assert code == 0, rows
+    assert [r["status"] for r in rows].count("ok") == 4 and {r["attempt"] for r in rows} == {2}
+    params = json.loads((run / "hosts" / "nopython" / "attempt-2" / "params.json").read_text())
+    assert params["schema_version"] == 1 and all("workload" not in c for c in params["cases"])
+    written = (run / "hosts" / "nopython" / "attempt-2" / "results.jsonl").read_text()
+    assert '"schema_version":1' in written  # the run's own worker wrote its own format
+    assert {r.case_id for r in merged_rows(RunStore(run))} == set(RunStore(run).planned_cases())

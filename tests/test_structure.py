@@ -1,0 +1,209 @@
+"""The shape of the code, checked: no import cycle among the project's modules; each command imports
+only what it uses; no process of fleetbench outlives a command; the host contract lives in
+worker/protocol.py and the controller matches no message text; the outcome judgement as a table."""
+from __future__ import annotations
+
+import ast
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from orchestrator.outcome import AttemptEnd, judge
+from worker import protocol
+
+REPO = Path(__file__).resolve().parent.parent
+PACKAGES = ("orchestrator", "worker")
+FIXTURE_RUN = REPO / "tests" / "fixtures" / "runs-v2" / "20261203-082541-smoke-2f18"
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(REPO).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _imports(path: Path, module: str) -> set[str]:
+    """Project modules that `module` imports anywhere in its file (module level or inside functions)."""
+    package = module if path.name == "__init__.py" else module.rsplit(".", 1)[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
+                target = f"{base}.{node.module}" if node.module else base
+            else:
+                target = node.module or ""
+            found.add(target)
+            found.update(f"{target}.{a.name}" for a in node.names)  # `from . import x` may name a module
+    return {m for m in found if m.split(".")[0] in PACKAGES}
+
+
+def test_no_import_cycle_among_the_projects_modules():
+    files = {_module_name(p): p for pkg in PACKAGES for p in (REPO / pkg).rglob("*.py")}
+    graph = {m: {i for i in _imports(p, m) if i in files and i != m} for m, p in files.items()}
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(m: str) -> None:
+        state[m] = 1
+        stack.append(m)
+        for n in sorted(graph[m]):
+            if state.get(n) == 1:
+                cycle = stack[stack.index(n):] + [n]
+                # A package importing its own submodule (to re-export) is not a cycle between modules.
+                if not (len(cycle) == 3 and cycle[1].startswith(cycle[0] + ".")):
+                    pytest.fail("import cycle: " + " -> ".join(cycle))
+            elif n not in state:
+                visit(n)
+        stack.pop()
+        state[m] = 2
+
+    for m in sorted(graph):
+        if m not in state:
+            visit(m)
+
+
+def _modules_after(argv: list[str], tmp_path: Path) -> tuple[int, set[str]]:
+    code = ("import json, sys\nfrom orchestrator.cli import main\n"
+            f"rc = main({argv!r})\n"
+            "print(json.dumps([rc, sorted({m.split('.')[0] for m in sys.modules})]), file=sys.stderr)")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True,
+                          env=dict(os.environ, PYTHONPATH=str(REPO)))
+    rc, modules = json.loads(proc.stderr.strip().splitlines()[-1])
+    return rc, set(modules)
+
+
+SSH_STACK = {"paramiko", "fabric", "invoke"}
+
+
+@pytest.mark.parametrize("argv, rich_allowed", [
+    (["show", str(FIXTURE_RUN), "--format", "json"], False),
+    (["show", str(FIXTURE_RUN), "--format", "csv"], False),
+    (["show", str(FIXTURE_RUN)], True),
+    (["runs", "--runs-dir", str(FIXTURE_RUN.parent), "--format", "json"], False),
+    (["diff", str(FIXTURE_RUN), str(FIXTURE_RUN), "--format", "json"], False),
+    (["diff", str(FIXTURE_RUN), str(FIXTURE_RUN)], True),
+    (["hosts", "-i", str(REPO / "hosts.yaml"), "--format", "json"], False),
+])
+def test_commands_that_read_stored_runs_never_import_the_ssh_stack(argv, rich_allowed, tmp_path):
+    rc, modules = _modules_after(argv, tmp_path)
+    assert rc == 0
+    assert not modules & SSH_STACK, f"{argv[0]} imported {sorted(modules & SSH_STACK)}"
+    assert rich_allowed or "rich" not in modules, f"{argv} imported rich without drawing a table"
+    assert "torch" not in modules
+
+
+def _processes_mentioning(text: str) -> list[str]:
+    found = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if text in cmdline:
+            found.append(f"{pid}: {cmdline[:200]}")
+    return found
+
+
+def test_no_process_of_fleetbench_remains_after_a_command_returns(tmp_path):
+    """A sweep on the local host, then a read-only command: when each returns, nothing of ours runs."""
+    home = tmp_path / "home"
+    home.mkdir()
+    (tmp_path / "hosts.yaml").write_text("hosts: [{name: local, transport: local, python: %s}]\n"
+                                         % json.dumps(sys.executable))
+    env = dict(os.environ, PYTHONPATH=str(REPO), HOME=str(home))
+    for argv in (["run", str(REPO / "sweeps" / "noop.yaml"), "--runs-dir", "runs"], ["runs", "--runs-dir", "runs"],
+                 ["show", "latest", "--runs-dir", "runs"]):
+        proc = subprocess.run([sys.executable, "-m", "orchestrator.cli", *argv], cwd=tmp_path, env=env,
+                              capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0, proc.stderr
+        assert _processes_mentioning(str(tmp_path)) == [], argv
+
+
+def test_the_controller_matches_no_message_text_of_python_or_the_launcher():
+    texts = ("can't open file", "is not on this host", '"@@fleetbench', "'@@fleetbench", "No such file or directory")
+    for path in (REPO / "orchestrator").rglob("*.py"):
+        source = path.read_text(encoding="utf-8")
+        for text in texts:
+            assert text not in source, f"{path.relative_to(REPO)} matches {text!r}: use worker/protocol.py"
+
+
+def test_the_launcher_takes_its_constants_from_the_protocol():
+    template = (REPO / "templates" / "bench_script.py.j2").read_text()
+    assert "hello_prefix" in template and "exit_needs_sync" in template
+    assert "@@fleetbench" not in template and "= 5" not in template
+
+
+# -- the outcome judgement, as a table ------------------------------------------------------------------
+JUDGEMENTS = [
+    # (what was observed, outcome, words the error must hold)
+    (AttemptEnd(total=4, done=4), "ok", ""),
+    (AttemptEnd(total=4, done=4, exit_code=3), "ok", ""),  # every case has a record: the host did its work
+    (AttemptEnd(total=4, done=2, cancelled=True), "interrupted", "interrupted; 2 of 4"),
+    (AttemptEnd(total=4, done=4, cancelled=True), "ok", ""),
+    (AttemptEnd(total=4, done=0, started=False, stderr_tail="OSError: boom"), "failed", "OSError: boom"),
+    (AttemptEnd(total=4, done=1, started=False), "partial", "could not be started"),
+    (AttemptEnd(total=4, done=1, timed_out=True, exit_code=-1, timeout_s=30), "timeout", "30 s limit; 3 of 4"),
+    (AttemptEnd(total=4, done=0, exit_code=-1), "unreachable", "connection lost"),
+    (AttemptEnd(total=4, done=3, exit_code=-1), "partial", "connection lost during the run; 1 of 4"),
+    (AttemptEnd(total=4, done=0, exit_code=127, hello_seen=False, python="/v/bin/python"), "failed",
+     "remote interpreter not found: /v/bin/python"),
+    (AttemptEnd(total=4, done=0, exit_code=126, hello_seen=False, python="/v/bin/python"), "failed",
+     "not executable: /v/bin/python"),
+    (AttemptEnd(total=4, done=0, exit_code=127, hello_seen=True, stderr_tail="x"), "failed", "x; 4 of 4"),
+    (AttemptEnd(total=4, done=0, exit_code=protocol.EXIT_GPU_BUSY, stderr_tail="GPU 0 is locked by run r1"),
+     "failed", "GPU 0 is locked by run r1"),
+    (AttemptEnd(total=4, done=0, exit_code=1, fetched=None), "failed", "results could not be fetched"),
+    (AttemptEnd(total=4, done=2, exit_code=protocol.EXIT_INCOMPLETE, stderr_tail="giving up"), "partial",
+     "giving up; 2 of 4"),
+    (AttemptEnd(total=4, done=0, exit_code=1), "failed", "exit status 1; 4 of 4"),
+]
+
+
+@pytest.mark.parametrize("end, outcome, words", JUDGEMENTS)
+def test_judge(end, outcome, words):
+    got, error = judge(end)
+    assert got == outcome and words in error and (error == "") == (outcome == "ok")
+
+
+# -- the protocol ---------------------------------------------------------------------------------------
+def test_stdout_lines_decode_into_their_kinds():
+    assert protocol.decode_stdout(protocol.RECORD_PREFIX + '{"a":1}') == ("record", '{"a":1}')
+    assert protocol.decode_stdout("half a line" + protocol.RECORD_PREFIX + "{}") == ("record", "{}")
+    assert protocol.decode_stdout(protocol.PROGRESS_PREFIX + '{"done":1}') == ("progress", {"done": 1})
+    assert protocol.decode_stdout(protocol.PROGRESS_PREFIX + "not json") == ("log", protocol.PROGRESS_PREFIX + "not json")
+    assert protocol.decode_stdout(protocol.HELLO_PREFIX + "abc") == ("hello", "abc")
+    assert protocol.decode_stdout("Building gemm module") == ("log", "Building gemm module")
+
+
+def test_line_decoder_joins_chunks_split_anywhere_even_inside_a_character():
+    lines = []
+    decoder = protocol.LineDecoder("stdout", lambda stream, line: lines.append((stream, line)))
+    data = "µs first\r\nsecond line\nthird".encode()
+    for i in range(len(data)):  # one byte at a time: every split point, inside the 2-byte µ too
+        decoder.feed(data[i:i + 1])
+    decoder.close()
+    assert lines == [("stdout", "µs first"), ("stdout", "second line"), ("stdout", "third")]
+
+
+@pytest.mark.parametrize("code, hello, meaning", [
+    (0, True, protocol.LAUNCH_OK), (2, False, protocol.LAUNCH_NEEDS_SYNC), (2, True, protocol.LAUNCH_OTHER),
+    (5, True, protocol.LAUNCH_NEEDS_SYNC), (5, False, protocol.LAUNCH_OTHER), (127, False, protocol.LAUNCH_NO_INTERPRETER),
+    (126, False, protocol.LAUNCH_NOT_EXECUTABLE), (4, True, protocol.LAUNCH_GPU_BUSY), (3, True, protocol.LAUNCH_INCOMPLETE),
+    (-1, False, protocol.LAUNCH_OTHER),
+])
+def test_exit_statuses_mean_one_thing(code, hello, meaning):
+    assert protocol.classify_exit(code, hello) == meaning
+
+
+def test_a_worker_usage_error_does_not_read_as_a_missing_script():
+    from worker.__main__ import main as worker_main
+
+    assert worker_main(["no-such-command"]) == protocol.EXIT_USAGE != protocol.EXIT_PYTHON_CANNOT_OPEN
