@@ -15,6 +15,18 @@ FLEET_SIZE = 4
 
 
 @pytest.fixture(scope="session")
+def stored_runs(tmp_path_factory) -> Path:
+    """tests/fixtures/runs-v*.tar.gz unpacked: run folders written by earlier fleetbench versions."""
+    import tarfile
+
+    root = tmp_path_factory.mktemp("stored-runs")
+    for archive in sorted((REPO / "tests" / "fixtures").glob("runs-v*.tar.gz")):
+        with tarfile.open(archive) as tar:
+            tar.extractall(root, filter="data")
+    return root
+
+
+@pytest.fixture(scope="session")
 def ssh_fleet(tmp_path_factory) -> SshFleet:
     """Four real OpenSSH servers on loopback. In CI a missing sshd is a failure, not a skip."""
     if not sshd_available():

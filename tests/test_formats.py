@@ -7,6 +7,7 @@ import json
 import shutil
 import sys
 from pathlib import Path
+from typing import Callable
 
 import pytest
 
@@ -20,12 +21,15 @@ from orchestrator.records import parse_results
 from orchestrator.store import RunStore
 from worker.schema import SCHEMA_VERSION
 
-FIXTURES = Path(__file__).parent / "fixtures"
-V1 = FIXTURES / "runs-v1"
-V1_DONE, V1_OTHER_BUDGET, V1_FAILED = (V1 / n for n in ("20261203-081621-smoke-a967", "20261203-081628-smoke-0d4a",
-                                                         "20261203-081637-smoke-18d7"))
-V2_DONE = FIXTURES / "runs-v2" / "20261203-082541-smoke-2f18"
-STORED_RUNS = [V1_DONE, V1_OTHER_BUDGET, V1_FAILED, V2_DONE]
+V1_DONE, V1_OTHER_BUDGET, V1_FAILED = ("runs-v1/20261203-081621-smoke-a967", "runs-v1/20261203-081628-smoke-0d4a",
+                                       "runs-v1/20261203-081637-smoke-18d7")
+V2_DONE = "runs-v2/20261203-082541-smoke-2f18"
+
+
+@pytest.fixture
+def runs(stored_runs) -> Callable[[str], Path]:
+    """The stored run folder named like V1_DONE (read only: tests that change a run use copy_run)."""
+    return lambda name: stored_runs / name
 
 
 def copy_run(run: Path, runs_dir: Path) -> Path:
@@ -33,9 +37,9 @@ def copy_run(run: Path, runs_dir: Path) -> Path:
     return Path(shutil.copytree(run, runs_dir / run.name))
 
 
-@pytest.mark.parametrize("run", STORED_RUNS, ids=lambda p: f"{p.parent.name}/{p.name}")
-def test_every_stored_run_shows_all_its_planned_cases(run, capsys):
-    code = main(["show", str(run), "--format", "json"])
+@pytest.mark.parametrize("run", [V1_DONE, V1_OTHER_BUDGET, V1_FAILED, V2_DONE])
+def test_every_stored_run_shows_all_its_planned_cases(run, runs, capsys):
+    code = main(["show", str(runs(run)), "--format", "json"])
     rows = json.loads(capsys.readouterr().out)
     assert len(rows) == 10 and len({r["case_id"] for r in rows}) == 10
     if run == V1_FAILED:
@@ -47,8 +51,8 @@ def test_every_stored_run_shows_all_its_planned_cases(run, capsys):
         assert all(r["median_us"] > 0 for r in rows if r["status"] == "ok")
 
 
-def test_format_1_runs_mean_today_what_they_meant_when_written():
-    store = RunStore(V1_DONE)
+def test_format_1_runs_mean_today_what_they_meant_when_written(runs):
+    store = RunStore(runs(V1_DONE))
     manifest = store.manifest()
     assert manifest["manifest_version"] == MANIFEST_VERSION and manifest["written_as"] == 1
     assert manifest["format_notes"] == []
@@ -56,30 +60,31 @@ def test_format_1_runs_mean_today_what_they_meant_when_written():
     assert [(c.backend, c.m) for c in planned.values()][:3] == [("torch-bf16", 16), ("reference-nvfp4", 16),
                                                                  ("torch-fp8", 16)]
     # Its records (format 1 ids hashed timing) are upgraded to the ids of what they measure.
-    parsed = parse_results(V1_DONE / "hosts" / "local" / "attempt-1" / "results.jsonl")
+    parsed = parse_results(runs(V1_DONE) / "hosts" / "local" / "attempt-1" / "results.jsonl")
     assert parsed.problems == [] and {r.case_id for r in parsed.cases} == set(planned)
     assert all(r.case.timing.budget_s == 0.2 for r in parsed.cases)  # how it was timed is kept, per case
 
 
-def test_a_format_1_run_and_a_format_2_run_of_one_sweep_match_case_by_case(capsys):
-    assert main(["diff", str(V1_DONE), str(V2_DONE), "--format", "json"]) in (0, 1)
+def test_a_format_1_run_and_a_format_2_run_of_one_sweep_match_case_by_case(runs, capsys):
+    assert main(["diff", str(runs(V1_DONE)), str(runs(V2_DONE)), "--format", "json"]) in (0, 1)
     report = json.loads(capsys.readouterr().out)
     assert len(report["cases"]) == 10
     assert not {"ONLY-A", "ONLY-B"} & set(report["summary"])
     assert report["settings"] == []  # both were timed with the same options
 
 
-def test_other_timing_settings_keep_every_case_matched_and_are_shown_as_a_setting(capsys):
-    assert main(["diff", str(V1_DONE), str(V1_OTHER_BUDGET)]) in (0, 1)
+def test_other_timing_settings_keep_every_case_matched_and_are_shown_as_a_setting(runs, capsys):
+    assert main(["diff", str(runs(V1_DONE)), str(runs(V1_OTHER_BUDGET))]) in (0, 1)
     out = capsys.readouterr().out
     assert "settings that differ" in out and "timing.budget_s" in out and "0.35" in out
-    cmp = compare_sides(resolve_side(V1, str(V1_DONE)), resolve_side(V1, str(V1_OTHER_BUDGET)), 0.03)
+    folder = runs(V1_DONE).parent
+    cmp = compare_sides(resolve_side(folder, str(runs(V1_DONE))), resolve_side(folder, str(runs(V1_OTHER_BUDGET))), 0.03)
     assert [(s.field, s.a, s.b) for s in cmp.settings] == [("timing.budget_s", "0.2", "0.35")]
     assert len(cmp.cases) == 10 and all(c.verdict not in ("ONLY-A", "ONLY-B") for c in cmp.cases)
 
 
-def test_two_runs_that_share_no_case_exit_2_with_one_line(tmp_path, capsys):
-    other = copy_run(V2_DONE, tmp_path)
+def test_two_runs_that_share_no_case_exit_2_with_one_line(runs, tmp_path, capsys):
+    other = copy_run(runs(V2_DONE), tmp_path)
     manifest = json.loads((other / "manifest.json").read_text())
     results = other / "hosts" / "local" / "attempt-1" / "results.jsonl"
     text = results.read_text()
@@ -89,30 +94,30 @@ def test_two_runs_that_share_no_case_exit_2_with_one_line(tmp_path, capsys):
     manifest["jobs"][0]["case_ids"] = ["z" + cid[1:] for cid in manifest["jobs"][0]["case_ids"]]
     (other / "manifest.json").write_text(json.dumps(manifest))
     results.write_text(text)
-    assert main(["diff", str(V1_DONE), str(other)]) == 2
+    assert main(["diff", str(runs(V1_DONE)), str(other)]) == 2
     captured = capsys.readouterr()
     assert captured.out == ""
     lines = captured.err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and "share no case" in lines[0]
 
 
-def test_rows_on_one_side_only_are_listed_and_counted(tmp_path, capsys):
-    fewer = copy_run(V2_DONE, tmp_path)
+def test_rows_on_one_side_only_are_listed_and_counted(runs, tmp_path, capsys):
+    fewer = copy_run(runs(V2_DONE), tmp_path)
     results = fewer / "hosts" / "local" / "attempt-1" / "results.jsonl"
     lines = results.read_text().splitlines()
     results.write_text("\n".join(lines[:-2]) + "\n")  # the last two cases have no result in B
-    main(["diff", str(V1_DONE), str(fewer), "--format", "json"])
+    main(["diff", str(runs(V1_DONE)), str(fewer), "--format", "json"])
     captured = capsys.readouterr()
     report = json.loads(captured.out)
     assert report["summary"]["ONLY-A"] == 2
     assert sum(c["verdict"] == "ONLY-A" for c in report["cases"]) == 2
     assert "2 only in A" in captured.err  # the summary line names them too
-    main(["diff", str(V1_DONE), str(fewer)])
+    main(["diff", str(runs(V1_DONE)), str(fewer)])
     assert "2 only in A" in capsys.readouterr().out
 
 
-def test_a_newer_format_is_refused_with_what_to_do(tmp_path, capsys):
-    future = copy_run(V2_DONE, tmp_path)
+def test_a_newer_format_is_refused_with_what_to_do(runs, tmp_path, capsys):
+    future = copy_run(runs(V2_DONE), tmp_path)
     manifest = json.loads((future / "manifest.json").read_text())
     (future / "manifest.json").write_text(json.dumps({**manifest, "manifest_version": MANIFEST_VERSION + 1}))
     assert main(["show", str(future)]) == 2
@@ -122,8 +127,8 @@ def test_a_newer_format_is_refused_with_what_to_do(tmp_path, capsys):
         upgrade_record({"kind": "facts", "schema_version": SCHEMA_VERSION + 1})
 
 
-def test_a_damaged_manifest_is_one_line_not_a_traceback(tmp_path, capsys):
-    broken = copy_run(V1_DONE, tmp_path)
+def test_a_damaged_manifest_is_one_line_not_a_traceback(runs, tmp_path, capsys):
+    broken = copy_run(runs(V1_DONE), tmp_path)
     manifest = json.loads((broken / "manifest.json").read_text())
     del manifest["sweep"]
     (broken / "manifest.json").write_text(json.dumps(manifest))
@@ -132,17 +137,17 @@ def test_a_damaged_manifest_is_one_line_not_a_traceback(tmp_path, capsys):
     assert err.count("\n") == 1 and "damaged manifest" in err and "Traceback" not in err
 
 
-def test_upgrade_is_pure_and_idempotent_on_current_manifests():
-    current = json.loads((V2_DONE / "manifest.json").read_text())
+def test_upgrade_is_pure_and_idempotent_on_current_manifests(runs):
+    current = json.loads((runs(V2_DONE) / "manifest.json").read_text())
     once = upgrade_manifest(current, "x")
     assert upgrade_manifest(once, "x")["cases"] == once["cases"] == current["cases"]
 
 
-def test_a_format_1_run_reruns_with_its_own_worker_and_merges(tmp_path, monkeypatch, capsys):
+def test_a_format_1_run_reruns_with_its_own_worker_and_merges(runs, tmp_path, monkeypatch, capsys):
     """The failed format-1 run is completed today: its stored worker (0.1.0) reads params in its own
     format, writes format-1 records, and today's reader merges them under format-2 ids."""
     monkeypatch.setenv("HOME", str(tmp_path))  # the local host's workdir (~/.fleetbench) under the test's folder
-    run = copy_run(V1_FAILED, tmp_path / "runs")
+    run = copy_run(runs(V1_FAILED), tmp_path / "runs")
     inventory = tmp_path / "hosts.yaml"
     inventory.write_text(f"hosts: [{{name: nopython, transport: local, python: {json.dumps(sys.executable)}}}]\n")
     plan, _, bundle, tasks = plan_rerun(RunStore(run), load_inventory(inventory), failed=True, hosts_selector=None,

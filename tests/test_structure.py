@@ -17,7 +17,7 @@ from worker import protocol
 
 REPO = Path(__file__).resolve().parent.parent
 PACKAGES = ("orchestrator", "worker")
-FIXTURE_RUN = REPO / "tests" / "fixtures" / "runs-v2" / "20261203-082541-smoke-2f18"
+FIXTURE_RUN = "runs-v2/20261203-082541-smoke-2f18"  # in tests/fixtures/runs-v2.tar.gz
 
 
 def _module_name(path: Path) -> str:
@@ -82,16 +82,16 @@ SSH_STACK = {"paramiko", "fabric", "invoke"}
 
 
 @pytest.mark.parametrize("argv, rich_allowed", [
-    (["show", str(FIXTURE_RUN), "--format", "json"], False),
-    (["show", str(FIXTURE_RUN), "--format", "csv"], False),
-    (["show", str(FIXTURE_RUN)], True),
-    (["runs", "--runs-dir", str(FIXTURE_RUN.parent), "--format", "json"], False),
-    (["diff", str(FIXTURE_RUN), str(FIXTURE_RUN), "--format", "json"], False),
-    (["diff", str(FIXTURE_RUN), str(FIXTURE_RUN)], True),
+    (["show", FIXTURE_RUN, "--format", "json"], False),
+    (["show", FIXTURE_RUN, "--format", "csv"], False),
+    (["show", FIXTURE_RUN], True),
+    (["runs", "--runs-dir", "runs-v2", "--format", "json"], False),
+    (["diff", FIXTURE_RUN, FIXTURE_RUN, "--format", "json"], False),
+    (["diff", FIXTURE_RUN, FIXTURE_RUN], True),
     (["hosts", "-i", str(REPO / "hosts.yaml"), "--format", "json"], False),
 ])
-def test_commands_that_read_stored_runs_never_import_the_ssh_stack(argv, rich_allowed, tmp_path):
-    rc, modules = _modules_after(argv, tmp_path)
+def test_commands_that_read_stored_runs_never_import_the_ssh_stack(argv, rich_allowed, stored_runs):
+    rc, modules = _modules_after(argv, stored_runs)
     assert rc == 0
     assert not modules & SSH_STACK, f"{argv[0]} imported {sorted(modules & SSH_STACK)}"
     assert rich_allowed or "rich" not in modules, f"{argv} imported rich without drawing a table"
