@@ -127,20 +127,30 @@ def cmd_run(args, io: Streams) -> int:
 
 
 def _print_run(store, outcomes, fmt: str, io: Streams) -> int:
-    from .merge import merged_rows
+    from .merge import load_slots, merged_rows
     from .output import write
     from .views import rows_document
 
-    rows = merged_rows(store)
+    slots = load_slots(store)
+    rows = merged_rows(store, slots)
     io.write(write(rows_document(rows, title=f"run {store.run_id}"), fmt, io.width()))
     failed = False
+    reported = set()
     for o in outcomes:
         if o.outcome != "ok":
             failed = True
             io.problem(f"{o.slot}: {o.outcome}: {o.error}")
         for problem in o.problems:
             failed = True
+            reported.add((o.slot, f"attempt {o.attempt}: {problem}"))
             io.problem(f"{o.slot}: bad result line: {problem}")
+    for slot in slots:  # what reading the stored run found beyond its outcomes (e.g. a record it never planned)
+        latest = f"attempt {slot.outcome.attempt}: " if slot.outcome else None
+        for problem in slot.problems:
+            superseded = problem.startswith("attempt ") and not (latest and problem.startswith(latest))
+            if (slot.slot, problem) not in reported and not superseded:
+                failed = True
+                io.problem(f"{slot.slot}: {problem}")
     bad = [r for r in rows if r.status in BAD_CASE_STATUSES]
     if bad:
         failed = True
@@ -266,6 +276,8 @@ def cmd_hosts(args, io: Streams) -> int:
     for s in statuses:
         if not s.ready:
             io.problem(f"{s.name}: not ready ({s.state}): {s.problem}")
+        for note in s.notes:
+            io.problem(f"{s.name}: {note}")
     for line in skew:
         io.problem(line)
     failed = any(not s.ready for s in statuses) or (args.strict and skew)
@@ -280,6 +292,8 @@ def args_provision(p):
     p.add_argument("--profile", default="gpu", choices=["minimal", "worker", "gpu"],
                    help="minimal: pydantic only (plumbing); worker: + torch; gpu: + FlashInfer, sgl-kernel, NVML")
     p.add_argument("--base-python", default="python3", help="interpreter that creates missing venvs on the hosts")
+    p.add_argument("--dry-run", action="store_true",
+                   help="resolve the pinned profile on each host (pip --dry-run) and report it: nothing is installed")
     _opt_accept_new(p)
 
 
@@ -289,7 +303,7 @@ def cmd_provision(args, io: Streams) -> int:
 
     hosts = select_hosts(load_inventory(Path(args.inventory)), args.hosts)
     results = provision_hosts(hosts, profile=args.profile, wheelhouse=args.wheelhouse, base_python=args.base_python,
-                              accept_new=args.accept_new)
+                              accept_new=args.accept_new, dry_run=args.dry_run)
     for r in results:
         line = f"{r.name}: {'ok' if r.ok else 'FAILED'}: {'; '.join(r.actions)}" + (f"; {r.problem}" if r.problem else "")
         if r.ok:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Optional
 
 from worker import protocol
+from worker.backends import unknown_flashinfer_backends
 
 from .bundle import build_worker_bundle
 from .inventory import Host
@@ -34,6 +35,7 @@ class HostStatus:
     state: str  # ok | unreachable | auth-failed | timeout | failed
     problem: str = ""
     facts: dict = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)  # worth knowing, not a reason to call the host unready
 
 
 def check_host(host: Host, bundle_path: Path, bundle_sha: str, script_dir: Path, accept_new: bool) -> HostStatus:
@@ -81,7 +83,12 @@ def check_host(host: Host, bundle_path: Path, bundle_sha: str, script_dir: Path,
     problems = list(facts.get("problems", []))
     if facts.get("gpu_processes"):
         problems.append(f"{facts['gpu_processes']} other processes on the GPU")
-    return HostStatus(host.name, not problems, "ok", "; ".join(problems), facts)
+    notes = []
+    unknown = unknown_flashinfer_backends(facts.get("flashinfer_mm_fp4_backends"))
+    if unknown:
+        notes.append(f"FlashInfer {facts.get('flashinfer')} offers mm_fp4 backends fleetbench does not know: "
+                     f"{', '.join(unknown)} (available but unknown: no sweep can name them yet)")
+    return HostStatus(host.name, not problems, "ok", "; ".join(problems), facts, notes)
 
 
 def check_hosts(hosts: list[Host], *, accept_new: bool = False, parallel: int = 64) -> list[HostStatus]:

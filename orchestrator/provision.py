@@ -1,10 +1,13 @@
 """`fleetbench provision`: give each host the venv its `python` points at, with the worker's
 dependencies at the versions pinned in requirements/host-constraints.txt. Idempotent: an existing
 venv is kept and pip installs only what is missing. With a wheelhouse, wheels are uploaded (those
-not there yet) and pip installs from them alone, for hosts without internet.
+not there yet) and pip installs from them alone, for hosts without internet. With `dry_run`, nothing
+is created or installed: pip only resolves the profile against the pins on the host (`--dry-run
+--report`), which proves the pinned set installs together there.
 """
 from __future__ import annotations
 
+import json
 import posixpath
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -41,8 +44,29 @@ def venv_dir_of(python: str) -> str:
     return posixpath.dirname(bindir)
 
 
+def pinned_versions(constraints: Path = CONSTRAINTS) -> dict[str, str]:
+    """name -> version of every `name==version` line of the constraints file (names lowercased)."""
+    pins = {}
+    for line in constraints.read_text(encoding="utf-8").splitlines():
+        line = line.split("#", 1)[0].strip()
+        if "==" in line:
+            name, version = line.split("==", 1)
+            pins[name.strip().lower().replace("_", "-")] = version.strip()
+    return pins
+
+
+def resolution_problems(report: dict, profile: str, constraints: Path = CONSTRAINTS) -> tuple[list[str], list[str]]:
+    """(what pip would install as name==version, problems): a package of the profile that did not
+    resolve to its pin is a problem."""
+    chosen = {i["metadata"]["name"].lower().replace("_", "-"): i["metadata"]["version"] for i in report.get("install", [])}
+    pins = pinned_versions(constraints)
+    problems = [f"{name} resolved to {chosen.get(name, 'nothing')}, pinned {pins[name]}"
+                for name in PROFILES[profile] if name in pins and chosen.get(name) != pins[name]]
+    return sorted(f"{n}=={v}" for n, v in chosen.items()), problems
+
+
 def provision_host(host: Host, *, profile: str, wheelhouse: Optional[Path], base_python: str,
-                   accept_new: bool, constraints: Path = CONSTRAINTS) -> ProvisionResult:
+                   accept_new: bool, constraints: Path = CONSTRAINTS, dry_run: bool = False) -> ProvisionResult:
     result = ProvisionResult(host.name, False)
     transport = make_transport(host, accept_new=accept_new)
     lines: list[str] = []
@@ -54,7 +78,11 @@ def provision_host(host: Host, *, profile: str, wheelhouse: Optional[Path], base
     try:
         venv = venv_dir_of(host.python)
         transport.connect()
-        if not transport.exists(host.python):
+        python = host.python
+        if dry_run and not transport.exists(host.python):
+            python = base_python
+            result.actions.append(f"no venv yet: resolving with {base_python}")
+        elif not transport.exists(host.python):
             if run([base_python, "-m", "venv", venv], 300) != 0:
                 result.problem = f"creating the venv {venv} failed: {(lines or ['?'])[-1]}"
                 return result
@@ -64,8 +92,11 @@ def provision_host(host: Host, *, profile: str, wheelhouse: Optional[Path], base
         remote_dir = f"{host.workdir}/provision"
         transport.makedirs(remote_dir)
         transport.put(constraints, f"{remote_dir}/constraints.txt")
-        pip = [host.python, "-m", "pip", "install", "--disable-pip-version-check", "-q",
+        pip = [python, "-m", "pip", "install", "--disable-pip-version-check", "-q",
                "-c", transport.path(f"{remote_dir}/constraints.txt")]
+        report_path = f"{remote_dir}/resolution.json"
+        if dry_run:
+            pip += ["--dry-run", "--ignore-installed", "--report", transport.path(report_path)]
         if wheelhouse is not None:
             remote_wh = f"{host.workdir}/wheelhouse"
             transport.makedirs(remote_wh)
@@ -76,7 +107,16 @@ def provision_host(host: Host, *, profile: str, wheelhouse: Optional[Path], base
             result.actions.append(f"uploaded {sent / 2**20:.1f} MiB of wheels")
             pip += ["--no-index", "--find-links", transport.path(remote_wh)]
         if run([*pip, *PROFILES[profile]], PIP_TIMEOUT_S) != 0:
-            result.problem = "pip install failed: " + (lines[-1] if lines else "no output")[:300]
+            what = "pip could not resolve the pinned set" if dry_run else "pip install failed"
+            result.problem = f"{what}: " + (lines[-1] if lines else "no output")[:300]
+            return result
+        if dry_run:
+            chosen, problems = resolution_problems(json.loads(transport.read_text(report_path) or "{}"), profile,
+                                                   constraints)
+            result.actions.append(f"profile {profile} resolves (nothing installed): {len(chosen)} packages, "
+                                  + ", ".join(c for c in chosen if c.split("==")[0] in PROFILES[profile]))
+            result.problem = "; ".join(problems)
+            result.ok = not problems
             return result
         result.actions.append(f"installed profile {profile} ({', '.join(PROFILES[profile])})")
         result.ok = True
@@ -90,11 +130,12 @@ def provision_host(host: Host, *, profile: str, wheelhouse: Optional[Path], base
 
 
 def provision_hosts(hosts: list[Host], *, profile: str = "gpu", wheelhouse: Optional[Path] = None,
-                    base_python: str = "python3", accept_new: bool = False, parallel: int = 64) -> list[ProvisionResult]:
+                    base_python: str = "python3", accept_new: bool = False, parallel: int = 64,
+                    dry_run: bool = False) -> list[ProvisionResult]:
     if profile not in PROFILES:
         raise InputError(f"--profile {profile!r}: one of {', '.join(PROFILES)}")
     if wheelhouse is not None and not wheelhouse.is_dir():
         raise InputError(f"--wheelhouse {wheelhouse}: not a folder")
     with ThreadPoolExecutor(max_workers=max(1, min(parallel, len(hosts)))) as pool:
-        return list(pool.map(lambda h: provision_host(h, profile=profile, wheelhouse=wheelhouse,
-                                                      base_python=base_python, accept_new=accept_new), hosts))
+        return list(pool.map(lambda h: provision_host(h, profile=profile, wheelhouse=wheelhouse, base_python=base_python,
+                                                      accept_new=accept_new, dry_run=dry_run), hosts))

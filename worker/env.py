@@ -136,11 +136,14 @@ def readiness() -> dict:
         if package_version(dist) is None:
             problems.append(f"{dist} is not installed")
     usage = shutil.disk_usage(os.getcwd())
+    from .backends import flashinfer_mm_fp4_backends
+
     return {
         **facts,
         "executable": sys.executable,
         "in_venv": sys.prefix != sys.base_prefix,
         "free_disk_gb": round(usage.free / 2**30, 1),
         "gpu_processes": _gpu_processes(),
+        "flashinfer_mm_fp4_backends": flashinfer_mm_fp4_backends() if facts.get("flashinfer") else None,
         "problems": problems,
     }

@@ -12,10 +12,13 @@ from dataclasses import dataclass
 from typing import Optional
 
 CC = tuple[int, int]
-# FlashInfer's decorators (0.7.2): cutlass/cudnn run on these; trtllm only on datacenter Blackwell.
-_FI_CUTLASS_CC = frozenset({(10, 0), (10, 3), (10, 7), (11, 0), (12, 0), (12, 1)})
-_FI_TRTLLM_CC = frozenset({(10, 0), (10, 3), (10, 7)})
+# FlashInfer's @supported_compute_capability decorators of mm_fp4's backends (0.7.2.post1,
+# flashinfer/gemm/gemm_base.py and experimental/cake_nvfp4_per_token/support.py).
+_FI_CUTLASS_CC = frozenset({(10, 0), (10, 3), (10, 7), (11, 0), (12, 0), (12, 1)})  # cutlass, cudnn
+_FI_TRTLLM_CC = frozenset({(10, 0), (10, 3), (10, 7)})  # trtllm, cutedsl_low_latency
 _FI_B12X_CC = frozenset({(12, 0), (12, 1)})
+_FI_CUTE_DSL_CC = frozenset({(10, 0), (10, 3), (10, 7), (12, 0), (12, 1)})
+_FI_CAKE_CC = frozenset({(10, 0), (10, 3)})
 # sgl-kernel 0.3.21 sends CC 12.0 to SM120 kernels and everything else to SM100 kernels.
 _SGL_FP4_CC = frozenset({(10, 0), (10, 3), (12, 0)})
 FP4_MIN_CC: CC = (10, 0)  # below this FP4 quantizers write garbage without an error: never call them
@@ -32,6 +35,7 @@ class BackendSpec:
     only_cc: Optional[frozenset] = None
     k_multiple: int = 1
     n_multiple: int = 1
+    max_m: Optional[int] = None  # a low-latency kernel that serves small M only
     description: str = ""
 
 
@@ -60,7 +64,15 @@ CATALOG: dict[str, BackendSpec] = dict([
     _spec("flashinfer-fp4-b12x", "flashinfer_gemm", "fp4", "flashinfer", option="b12x",
           min_cc=FP4_MIN_CC, only_cc=_FI_B12X_CC, k_multiple=32, description="flashinfer.mm_fp4 b12x"),
     _spec("flashinfer-fp4-cute-dsl", "flashinfer_gemm", "fp4", "flashinfer", option="cute-dsl",
-          min_cc=FP4_MIN_CC, k_multiple=32, description="flashinfer.mm_fp4 cute-dsl"),
+          min_cc=FP4_MIN_CC, only_cc=_FI_CUTE_DSL_CC, k_multiple=32, description="flashinfer.mm_fp4 cute-dsl"),
+    # M <= 8 and K % 64 == 0 (its requirement check, for NVFP4); a and the transposed b as the others.
+    _spec("flashinfer-fp4-cutedsl-low-latency", "flashinfer_gemm", "fp4", "flashinfer", option="cutedsl_low_latency",
+          min_cc=FP4_MIN_CC, only_cc=_FI_TRTLLM_CC, k_multiple=64, max_m=8,
+          description="flashinfer.mm_fp4 cutedsl_low_latency (decode: M <= 8)"),
+    # Experimental in FlashInfer: per-token alpha only, N % 8 == 0, K % 256 == 0, bf16/fp16 out.
+    _spec("flashinfer-fp4-cake", "flashinfer_gemm", "fp4", "flashinfer", option="cake",
+          min_cc=FP4_MIN_CC, only_cc=_FI_CAKE_CC, k_multiple=256, n_multiple=8,
+          description="flashinfer.mm_fp4 cake (experimental, per-token alpha)"),
     _spec("flashinfer-fp8-cublas", "flashinfer_gemm", "fp8", "flashinfer", option="cublas",
           min_cc=(8, 9), k_multiple=16, n_multiple=16, description="flashinfer.bmm_fp8 cublas"),
     _spec("sgl-fp4-cutlass", "sgl_gemm", "fp4", "sgl_kernel", min_cc=FP4_MIN_CC, only_cc=_SGL_FP4_CC,
@@ -90,6 +102,8 @@ def support_problem(spec: BackendSpec, m: int, n: int, k: int, cc: Optional[CC])
         return f"needs K % {spec.k_multiple} == 0 (K={k})"
     if n % spec.n_multiple:
         return f"needs N % {spec.n_multiple} == 0 (N={n})"
+    if spec.max_m is not None and m > spec.max_m:
+        return f"serves M <= {spec.max_m} only (M={m})"
     return None
 
 
@@ -102,3 +116,26 @@ def availability_problem(spec: BackendSpec) -> Optional[str]:
     except Exception as exc:  # a broken install (ABI mismatch, missing CUDA lib) is "unavailable"
         return f"import {spec.import_name} failed: {type(exc).__name__}: {exc}".strip()[:500]
     return None
+
+
+def flashinfer_mm_fp4_backends() -> Optional[list[str]]:
+    """The `backend` values the installed FlashInfer's mm_fp4 declares (its Literal annotation), or None
+    when FlashInfer cannot be imported or does not say."""
+    try:
+        import inspect
+        import typing
+
+        import flashinfer
+
+        annotation = inspect.signature(flashinfer.mm_fp4).parameters["backend"].annotation
+    except Exception:
+        return None
+    if typing.get_origin(annotation) is typing.Literal:
+        return [str(v) for v in typing.get_args(annotation)]
+    return None
+
+
+def unknown_flashinfer_backends(offered: Optional[list[str]]) -> list[str]:
+    """Backends the installed FlashInfer offers that no catalog entry runs: available, but unknown here."""
+    known = {spec.option for spec in CATALOG.values() if spec.module == "flashinfer_gemm" and spec.family == "fp4"}
+    return [b for b in offered or [] if b not in known]

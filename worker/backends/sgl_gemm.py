@@ -4,6 +4,8 @@
 - `cutlass_scaled_fp4_mm(a, b, sf_a, sf_b, alpha, out_dtype)` with b the (N, K/2) row-major weight,
   NOT transposed; K % 32 == 0 and N % 32 == 0 (declared in the catalog);
 - `fp8_scaled_mm(a [M, K] row-major, b [K, N] column-major, scales_a (M,), scales_b (N,), out_dtype)`.
+Every argument goes by keyword (a reordered parameter cannot take another's value); the names are
+checked against a signature record of the sgl-kernel wheel (tests/contracts/, tests/test_fp4_contracts.py).
 """
 from __future__ import annotations
 
@@ -30,7 +32,7 @@ def prepare(spec: BackendSpec, sets: Sets, out_dtype: torch.dtype) -> Callable[[
 
         def run_fp8(i: int) -> torch.Tensor:
             a8, b8t, sa, sb = quant[i]
-            return sgl_kernel.fp8_scaled_mm(a8, b8t, sa, sb, out_dtype)
+            return sgl_kernel.fp8_scaled_mm(mat_a=a8, mat_b=b8t, scales_a=sa, scales_b=sb, out_dtype=out_dtype)
 
         return run_fp8
 
@@ -38,12 +40,13 @@ def prepare(spec: BackendSpec, sets: Sets, out_dtype: torch.dtype) -> Callable[[
     for a, b in sets:
         gs_a = nvfp4.global_scale_for(a).reshape(1)
         gs_b = nvfp4.global_scale_for(b).reshape(1)
-        a4, a_sf = sgl_kernel.scaled_fp4_quant(a, gs_a)
-        b4, b_sf = sgl_kernel.scaled_fp4_quant(b, gs_b)
+        a4, a_sf = sgl_kernel.scaled_fp4_quant(input=a, input_global_scale=gs_a)
+        b4, b_sf = sgl_kernel.scaled_fp4_quant(input=b, input_global_scale=gs_b)
         ops.append((a4, b4, a_sf, b_sf, (1.0 / (gs_a * gs_b)).to(torch.float32)))
 
     def run_fp4(i: int) -> torch.Tensor:
         a4, b4, a_sf, b_sf, alpha = ops[i]
-        return sgl_kernel.cutlass_scaled_fp4_mm(a4, b4, a_sf, b_sf, alpha, out_dtype)
+        return sgl_kernel.cutlass_scaled_fp4_mm(a=a4, b=b4, block_scale_a=a_sf, block_scale_b=b_sf, alpha=alpha,
+                                                out_dtype=out_dtype)
 
     return run_fp4
