@@ -83,12 +83,16 @@ def check_host(host: Host, bundle_path: Path, bundle_sha: str, script_dir: Path,
     problems = list(facts.get("problems", []))
     if facts.get("gpu_processes"):
         problems.append(f"{facts['gpu_processes']} other processes on the GPU")
-    notes = []
+    return HostStatus(host.name, not problems, "ok", "; ".join(problems), facts, readiness_notes(facts))
+
+
+def readiness_notes(facts: dict) -> list[str]:
+    """What a host's check reports that does not make it unready."""
     unknown = unknown_flashinfer_backends(facts.get("flashinfer_mm_fp4_backends"))
-    if unknown:
-        notes.append(f"FlashInfer {facts.get('flashinfer')} offers mm_fp4 backends fleetbench does not know: "
-                     f"{', '.join(unknown)} (available but unknown: no sweep can name them yet)")
-    return HostStatus(host.name, not problems, "ok", "; ".join(problems), facts, notes)
+    if not unknown:
+        return []
+    return [f"FlashInfer {facts.get('flashinfer')} offers mm_fp4 backends fleetbench does not know: "
+            f"{', '.join(unknown)} (available but unknown: no sweep can name them yet)"]
 
 
 def check_hosts(hosts: list[Host], *, accept_new: bool = False, parallel: int = 64) -> list[HostStatus]:

@@ -405,3 +405,30 @@ def test_the_pinned_gpu_profile_resolves_together(tmp_path, monkeypatch, capsys)
     pins = pinned_versions()
     for name in ("torch", "flashinfer-python", "sgl-kernel"):
         assert f"{name}=={pins[name]}" in line
+
+
+def test_backends_the_installed_flashinfer_offers_beyond_the_catalog_are_reported():
+    from orchestrator.hostcheck import readiness_notes
+
+    offered = flashinfer_mm_fp4_backends()
+    assert readiness_notes({"flashinfer": FI_VERSION, "flashinfer_mm_fp4_backends": offered}) == []
+    notes = readiness_notes({"flashinfer": "9.9", "flashinfer_mm_fp4_backends": [*offered, "warp-drive"]})
+    assert notes == ["FlashInfer 9.9 offers mm_fp4 backends fleetbench does not know: warp-drive "
+                     "(available but unknown: no sweep can name them yet)"]
+
+
+@pytest.mark.parametrize("name, m, n, k, cc, problem", [
+    ("flashinfer-fp4-cutedsl-low-latency", 16, 2048, 6144, (10, 0), "serves M <= 8 only (M=16)"),
+    ("flashinfer-fp4-cutedsl-low-latency", 8, 2048, 6144, (12, 0), "supports compute capability 10.0, 10.3, 10.7"),
+    ("flashinfer-fp4-cutedsl-low-latency", 8, 2048, 6144, (10, 0), None),
+    ("flashinfer-fp4-cake", 16, 2048, 6144, (10, 3), None),
+    ("flashinfer-fp4-cake", 16, 2048, 6000, (10, 0), "needs K % 256 == 0"),
+    ("flashinfer-fp4-cake", 16, 2048, 6144, (12, 0), "supports compute capability 10.0, 10.3 only"),
+    ("flashinfer-fp4-cute-dsl", 16, 2048, 6144, (11, 0), "supports compute capability"),
+    ("flashinfer-fp4-cake", 16, 2048, 6144, (9, 0), "needs compute capability >= 10.0, host has 9.0"),
+])
+def test_capability_rules_of_the_newer_flashinfer_backends(name, m, n, k, cc, problem):
+    from worker.backends import support_problem
+
+    got = support_problem(CATALOG[name], m, n, k, cc)
+    assert (got is None) if problem is None else (problem in (got or "")), got
