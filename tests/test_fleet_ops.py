@@ -19,11 +19,18 @@ def run_cli(capsys, *argv):
 
 
 def test_hosts_check_reports_every_host_and_flags_version_skew(fleet, tmp_path, capsys):
-    # One host sees an extra package: a FlashInfer "installed" only there (a dist-info on its PYTHONPATH).
+    # One host sees another FlashInfer version: a dist-info on its PYTHONPATH, found before the venv's own
+    # (the venv has the pinned one when `make test` installed it, else none).
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        installed = version("flashinfer-python")
+    except PackageNotFoundError:
+        installed = None
     extra = tmp_path / "extra-site"
-    dist = extra / "flashinfer_python-0.7.2.dist-info"
+    dist = extra / "flashinfer_python-0.6.99.dist-info"
     dist.mkdir(parents=True)
-    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: flashinfer-python\nVersion: 0.7.2\n")
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: flashinfer-python\nVersion: 0.6.99\n")
     inv = fleet.inventory(tmp_path / "hosts.yaml", names=["ssh0", "ssh1", "ssh2"], local=True)
     doc = yaml.safe_load(inv.read_text())
     doc["hosts"][2]["env"] = {"PYTHONPATH": str(extra)}
@@ -34,8 +41,8 @@ def test_hosts_check_reports_every_host_and_flags_version_skew(fleet, tmp_path, 
     assert set(statuses) == {"ssh0", "ssh1", "ssh2", "local"}
     assert all(s["ready"] for s in statuses.values()), err
     assert statuses["ssh0"]["facts"]["torch"] and statuses["ssh0"]["facts"]["free_disk_gb"] > 0
-    assert statuses["ssh2"]["facts"]["flashinfer"] == "0.7.2" and statuses["ssh0"]["facts"]["flashinfer"] is None
-    assert "version skew in flashinfer: None on ssh0, ssh1, local; 0.7.2 on ssh2" in err
+    assert statuses["ssh2"]["facts"]["flashinfer"] == "0.6.99" and statuses["ssh0"]["facts"]["flashinfer"] == installed
+    assert f"version skew in flashinfer: {installed} on ssh0, ssh1, local; 0.6.99 on ssh2" in err
     assert code == 0
     assert run_cli(capsys, "hosts", "--check", "--strict", "-i", inv)[0] == 1
 
