@@ -59,8 +59,8 @@ def _positive_int(text: str) -> int:
 
 
 # -- options several commands share, declared once ------------------------------------------------------
-def _opt_inventory(p):
-    p.add_argument("-i", "--inventory", default=DEFAULT_INVENTORY, help=f"hosts file (default: {DEFAULT_INVENTORY})")
+def _opt_inventory(p, help_text=f"hosts file (default: {DEFAULT_INVENTORY})", default=DEFAULT_INVENTORY):
+    p.add_argument("-i", "--inventory", default=default, help=help_text)
 
 
 def _opt_runs_dir(p):
@@ -157,7 +157,7 @@ def _print_run(store, outcomes, fmt: str, io: Streams) -> int:
         io.problem(f"{len(bad)} of {len(rows)} cases failed, crashed or are missing")
     io.problem(f"run {store.run_id} stored in {store.dir}")
     if failed:
-        io.problem(f"complete it with: fleetbench rerun {store.run_id} --failed")
+        io.problem(f"complete it with: fleetbench rerun {store.dir.resolve()} --failed")
     return EXIT_FAILED if failed else EXIT_OK
 
 
@@ -316,8 +316,9 @@ def cmd_provision(args, io: Streams) -> int:
 # -- rerun ---------------------------------------------------------------------------------------------
 def args_rerun(p):
     p.add_argument("run", help="run id, run folder or `latest`")
-    for opt in (_opt_inventory, _opt_runs_dir):
-        opt(p)
+    _opt_inventory(p, "hosts file (default: the one the run was started with; its hosts must be the run's)",
+                   default=None)
+    _opt_runs_dir(p)
     p.add_argument("--failed", action="store_true", help="the hosts whose latest attempt did not end ok")
     p.add_argument("--hosts", help="these hosts (names, globs, label:NAME)")
     p.add_argument("--resume", action="store_true", help="only the cases that have no result yet")
@@ -325,6 +326,15 @@ def args_rerun(p):
     _opt_accept_new(p)
     p.add_argument("--lock-timeout", type=float, help="seconds to wait for a busy GPU (default: the run's)")
     _opt_format(p)
+
+
+def _run_inventory(store) -> str:
+    """The inventory file a run was started with; InputError when it is gone."""
+    stored = store.manifest().get("inventory_path")
+    if not stored or not Path(stored).is_file():
+        raise InputError(f"run {store.run_id} was started with inventory {stored or '(not recorded)'}, which is not "
+                         "there any more: name one with -i (it must hold the run's hosts)")
+    return stored
 
 
 def cmd_rerun(args, io: Streams) -> int:
@@ -336,7 +346,7 @@ def cmd_rerun(args, io: Streams) -> int:
     if not args.failed and not args.hosts and not args.resume:
         raise InputError("rerun: say what to run again: --failed, --hosts SEL and/or --resume")
     store = resolve_run(Path(args.runs_dir), args.run)
-    inventory = load_inventory(Path(args.inventory))
+    inventory = load_inventory(Path(args.inventory or _run_inventory(store)))
     # The view gains a row per host as its first event arrives: which hosts rerun is decided in rerun().
     with LiveView(io.err, [], f"fleetbench rerun {store.run_id}") as view:
         result = rerun(store, inventory, failed=args.failed, hosts_selector=args.hosts, resume=args.resume,

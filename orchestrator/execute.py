@@ -25,7 +25,7 @@ from worker.schema import CaseSpec
 from .bundle import WorkerBundle
 from .inventory import Host
 from .outcome import AttemptEnd, HostOutcome, explain_stderr, judge
-from .plan import Job, Plan
+from .plan import Job, Plan, wall_clock_limit
 from .records import parse_results
 from .remote import (CLEANUP_LIMIT_S, RemoteLayout, RenderedScript, bounded, job_argv, job_params, lacks_files,
                      run_first, stop_remote, sync_script, write_params)
@@ -140,7 +140,11 @@ class _HostPipeline:
         self.execution = execution
         self.factory = factory
         self.started = time.monotonic()
-        self.deadline = self.started + host.timeout
+        # No wall-clock limit set for the host: one derived from its own cases (plan.wall_clock_limit).
+        self.timeout_s = host.timeout or wall_clock_limit([c for t in tasks for c in t.cases],
+                                                           plan.worker.lock_timeout_s)
+        self.stall_timeout_s = host.stall_timeout or plan.stall_timeout
+        self.deadline = self.started + self.timeout_s
         self.bytes_uploaded = 0
         self._sync_lock = threading.Lock()  # slots of one host share one upload
         self._synced = False
@@ -202,7 +206,8 @@ class _HostPipeline:
                 if remaining <= 0 or self.execution.cancel.is_set():
                     return CommandResult(exit_code=-1, timed_out=remaining <= 0)
                 self.bytes_uploaded += len(params)
-                return transport.run(argv, env=job.env, timeout=remaining, on_line=on_line, stdin=params)
+                return transport.run(argv, env=job.env, timeout=remaining, on_line=on_line, stdin=params,
+                                     stall_timeout=self.stall_timeout_s)
 
             def resync() -> None:
                 log.write(f"{time.strftime('%H:%M:%S')} controller: the host lacks this script or worker "
@@ -236,7 +241,7 @@ class _HostPipeline:
             fetched_path = local / "results.fetched"
 
             def collect() -> bool:
-                if result is not None and result.timed_out:
+                if result is not None and (result.timed_out or result.stalled):
                     stop_remote(transport, pidfile)
                 return transport.get(results_remote, fetched_path)
 
@@ -251,9 +256,10 @@ class _HostPipeline:
         statuses = collections.Counter(r.status for r in parsed.cases if r.case_id in wanted)
         end = AttemptEnd(total=len(task.cases), done=len(done_ids), cancelled=self.execution.cancel.is_set(),
                          started=result is not None, timed_out=bool(result and result.timed_out),
+                         stalled=bool(result and result.stalled), stall_timeout_s=self.stall_timeout_s,
                          exit_code=result.exit_code if result else -1, hello_seen=progress["hello"],
                          fetched=fetched, stderr_tail=explain_stderr(stderr_tail), python=self.host.python,
-                         timeout_s=self.host.timeout)
+                         timeout_s=self.timeout_s)
         outcome, error = judge(end)
         return self._finish(task, outcome, error, started_at, done=len(done_ids), statuses=dict(statuses),
                             problems=parsed.problems)
@@ -262,6 +268,8 @@ class _HostPipeline:
         if event.get("event") == "lock-wait":
             self.emit(JobEvent(task.job.slot, "waiting for GPU lock", done=progress["done"], total=len(task.cases),
                                current=f"held by run {event.get('holder')}"))
+            return
+        if event.get("event") == "heartbeat":  # alive: the transport saw the bytes; nothing to show
             return
         progress["done"] = int(event.get("done", progress["done"]))
         if event.get("event") == "start":

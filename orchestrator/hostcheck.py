@@ -57,7 +57,7 @@ def check_host(host: Host, bundle_path: Path, bundle_sha: str, script_dir: Path,
         transport.connect()
         # As a sweep does: run first, upload only what the launcher says is missing, then run again.
         result = run_first(
-            lambda: transport.run(argv, env=host.env, timeout=min(host.timeout, CHECK_TIMEOUT_S),
+            lambda: transport.run(argv, env=host.env, timeout=min(host.timeout or CHECK_TIMEOUT_S, CHECK_TIMEOUT_S),
                                   on_line=lambda s, l: lines.append((s, l))),
             lambda r: lacks_files(r, hello_seen()),
             sync)

@@ -37,7 +37,8 @@ class HostFields(BaseModel):
     labels: Optional[list[str]] = None
     transport: Optional[Literal["ssh", "local"]] = None
     connect_timeout: Optional[float] = Field(default=None, gt=0)
-    timeout: Optional[float] = Field(default=None, gt=0)  # per-host wall-clock limit, seconds
+    timeout: Optional[float] = Field(default=None, gt=0)  # per-host wall-clock limit, s (default: from the sweep)
+    stall_timeout: Optional[float] = Field(default=None, ge=15)  # silent this long (s): stalled (default: the sweep's)
     known_hosts: Optional[str] = None
     proxy_jump: Optional[str] = None  # [user@]host[:port] of a jump host (like ssh -J)
     ssh_config: Optional[str] = None  # an OpenSSH client config file (default: ~/.ssh/config)
@@ -87,7 +88,8 @@ class Host(BaseModel):
     gpus: Optional[tuple[int, ...]]
     labels: tuple[str, ...]
     connect_timeout: float
-    timeout: float
+    timeout: Optional[float]  # None: derived from the sweep's size (plan.wall_clock_limit)
+    stall_timeout: Optional[float]  # None: the sweep's
     known_hosts: Optional[str]
     proxy_jump: Optional[str]
     ssh_config: Optional[str]
@@ -197,7 +199,8 @@ def _resolve(path: Path, entry: HostEntry, defaults: HostFields) -> Host:
         gpus=tuple(gpus) if gpus is not None else None,
         labels=tuple(sorted(set(defaults.labels or []) | set(entry.labels or []))),
         connect_timeout=_pick(entry, defaults, "connect_timeout") or 10.0,
-        timeout=_pick(entry, defaults, "timeout") or 3600.0,
+        timeout=_pick(entry, defaults, "timeout"),
+        stall_timeout=_pick(entry, defaults, "stall_timeout"),
         known_hosts=known_hosts,
         proxy_jump=_pick(entry, defaults, "proxy_jump"),
         ssh_config=ssh_config,

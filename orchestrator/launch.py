@@ -53,6 +53,7 @@ def _manifest(plan: Plan, sweep: Sweep, scripts: dict[str, RenderedScript], bund
         "inventory_path": os.path.abspath(inventory.path),
         "hosts": [h.public_view() for h in plan.hosts],
         "per_gpu": plan.per_gpu,
+        "stall_timeout": plan.stall_timeout,
         "worker": {"max_restarts": plan.worker.max_restarts, "device": plan.worker.device,
                    "lock_timeout_s": plan.worker.lock_timeout_s},
         "worker_sha256": bundle.sha256,
@@ -144,6 +145,21 @@ def _stored_script(store: RunStore, manifest: dict, host: Host, bundle: WorkerBu
     return RenderedScript(host=host.name, path=path, sha256=stored["sha256"], layout=layout)
 
 
+_HOST_IDENTITY = ("transport", "hostname", "port", "user")
+
+
+def _same_host(store: RunStore, manifest: dict, host: Host, inventory_path: str) -> None:
+    """A rerun completes a run on its own hosts: refuse an inventory whose host of that name is another machine."""
+    stored = next((h for h in manifest.get("hosts", []) if h.get("name") == host.name), None)
+    if stored is None:
+        return
+    current = host.public_view()
+    for field in _HOST_IDENTITY:
+        if field in stored and stored[field] != current.get(field):
+            raise InputError(f"host '{host.name}' in {inventory_path} is not the host run {store.run_id} ran on: "
+                             f"{field} {current.get(field)!r}, the run's {stored[field]!r} (start a new run)")
+
+
 def plan_rerun(store: RunStore, inventory: Inventory, *, failed: bool, hosts_selector: Optional[str],
                resume: bool, lock_timeout_s: Optional[float] = None
                ) -> tuple[Plan, dict[str, RenderedScript], WorkerBundle, list[JobTask]]:
@@ -184,6 +200,7 @@ def plan_rerun(store: RunStore, inventory: Inventory, *, failed: bool, hosts_sel
         host = by_name.get(job_info["host"])
         if host is None:
             raise InputError(f"host '{job_info['host']}' of run {store.run_id} is not in {inventory.path}")
+        _same_host(store, manifest, host, inventory.path)
         if host.name not in scripts:
             scripts[host.name] = _stored_script(store, manifest, host, bundle)
             hosts.append(host)
@@ -194,7 +211,7 @@ def plan_rerun(store: RunStore, inventory: Inventory, *, failed: bool, hosts_sel
     worker = WorkerSettings(max_restarts=stored["max_restarts"], device=stored["device"],
                             lock_timeout_s=stored["lock_timeout_s"] if lock_timeout_s is None else lock_timeout_s)
     plan = Plan(run_id=store.run_id, sweep_name=manifest["sweep_name"], hosts=tuple(hosts), jobs=tuple(jobs),
-                worker=worker, per_gpu=manifest.get("per_gpu", "all"))
+                worker=worker, per_gpu=manifest.get("per_gpu", "all"), stall_timeout=manifest.get("stall_timeout", 60.0))
     return plan, scripts, bundle, tasks
 
 

@@ -11,7 +11,7 @@ from typing import IO, Optional
 from .execute import JobEvent
 from .outcome import OUTCOMES
 
-_STYLE = {"ok": "green", "partial": "yellow", "failed": "red", "timeout": "red", "unreachable": "red",
+_STYLE = {"ok": "green", "partial": "yellow", "failed": "red", "timeout": "red", "stalled": "red", "unreachable": "red",
           "auth-failed": "red", "interrupted": "yellow"}
 
 

@@ -12,8 +12,9 @@ from pydantic import BaseModel
 
 from worker import protocol
 
-Outcome = Literal["ok", "partial", "failed", "timeout", "unreachable", "auth-failed", "interrupted"]
-OUTCOMES: tuple[str, ...] = ("ok", "partial", "failed", "timeout", "unreachable", "auth-failed", "interrupted")
+Outcome = Literal["ok", "partial", "failed", "timeout", "stalled", "unreachable", "auth-failed", "interrupted"]
+OUTCOMES: tuple[str, ...] = ("ok", "partial", "failed", "timeout", "stalled", "unreachable", "auth-failed",
+                             "interrupted")
 # Outcomes the connection step itself can end in (transport.TransportError.outcome); a subset of OUTCOMES.
 CONNECT_OUTCOMES: tuple[str, ...] = ("unreachable", "auth-failed", "timeout", "failed")
 
@@ -45,12 +46,14 @@ class AttemptEnd:
     cancelled: bool = False  # Ctrl-C reached this host
     started: bool = True  # the command could be launched at all
     timed_out: bool = False  # the host's wall-clock limit ran out
+    stalled: bool = False  # the host sent nothing, not even a heartbeat, for its stall timeout
     exit_code: int = 0  # -1: the connection died before an exit status arrived
     hello_seen: bool = True  # the launcher said it runs (protocol.HELLO_PREFIX)
     fetched: Optional[bool] = True  # None: fetching the host's results file got no answer
     stderr_tail: str = ""  # the line of stderr most likely to explain a failure
     python: str = "python3"  # the host's interpreter, for messages
     timeout_s: float = 0.0  # the host's wall-clock limit, for messages
+    stall_timeout_s: float = 0.0  # the host's stall timeout, for messages
 
 
 def judge(end: AttemptEnd) -> tuple[str, str]:
@@ -61,6 +64,9 @@ def judge(end: AttemptEnd) -> tuple[str, str]:
         return ("ok", "") if end.done == end.total else ("interrupted", f"interrupted; {missing}")
     if not end.started:
         return ("partial" if end.done else "failed"), tail or "the run could not be started"
+    if end.stalled:
+        return "stalled", (f"no sign of life for {end.stall_timeout_s:g} s, not even a heartbeat (host frozen, or "
+                           f"the network cut?); {missing}")
     if end.timed_out:
         return "timeout", f"did not finish within the host's {end.timeout_s:g} s limit; {missing}"
     if end.done == end.total:
@@ -75,6 +81,8 @@ def judge(end: AttemptEnd) -> tuple[str, str]:
             return "failed", f"remote interpreter not executable: {end.python}"
         if launch == protocol.LAUNCH_GPU_BUSY:
             return "failed", tail or "the GPU was locked by another sweep"
+        if launch == protocol.LAUNCH_CANNOT_START:
+            return "failed", tail or "the worker cannot start on this host"
         if end.fetched is None:
             return "failed", f"results could not be fetched; {tail or 'host stopped answering'}"
     reason = tail or f"exit status {end.exit_code}"

@@ -56,6 +56,7 @@ class Plan:
     jobs: tuple[Job, ...]
     worker: WorkerSettings = WorkerSettings()
     per_gpu: PerGpu = "all"
+    stall_timeout: float = 60.0  # seconds of silence after which a host is stalled (a host may set its own)
 
     def jobs_of(self, host: Host) -> list[Job]:
         return [j for j in self.jobs if j.host.name == host.name]
@@ -88,4 +89,16 @@ def build_plan(hosts: list[Host], sweep: Sweep, run_id: str, per_gpu: PerGpu = "
                 jobs.append(Job(host=host, gpu=gpu, cases=share))
     worker = WorkerSettings(max_restarts=sweep.max_restarts, device=sweep.device, lock_timeout_s=lock_timeout_s)
     return Plan(run_id=run_id, sweep_name=sweep.name, hosts=tuple(hosts), jobs=tuple(jobs), worker=worker,
-                per_gpu=per_gpu)
+                per_gpu=per_gpu, stall_timeout=sweep.stall_timeout)
+
+
+# The wall-clock limit of a host that sets none: generous, for it is the last resort. A frozen or dead
+# host is caught by the stall timeout within a minute; this catches a worker that beats but never ends.
+START_ALLOWANCE_S = 600.0  # interpreter, torch and CUDA start-up, a first JIT build
+PER_CASE_S = 30.0  # inputs, the correctness check, warm-up and a graph capture
+
+
+def wall_clock_limit(cases, lock_timeout_s: float = 0.0) -> float:
+    """Seconds a host may take for `cases` when its inventory sets no `timeout`: the start-up allowance,
+    the GPU lock wait, and per case its timing budget (in every round) plus a fixed allowance."""
+    return START_ALLOWANCE_S + lock_timeout_s + sum(PER_CASE_S + 3 * c.timing.budget_s for c in cases)

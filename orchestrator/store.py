@@ -47,8 +47,15 @@ class RunStore:
 
     @classmethod
     def create(cls, runs_dir: Path, run_id: str) -> "RunStore":
+        """A new, empty run folder; InputError when runs_dir cannot hold one."""
         run_dir = Path(runs_dir) / run_id
-        run_dir.mkdir(parents=True, exist_ok=False)
+        try:
+            run_dir.mkdir(parents=True, exist_ok=False)
+        except FileExistsError:
+            raise InputError(f"{run_dir}: a run with this id exists already") from None
+        except (NotADirectoryError, PermissionError, OSError) as exc:
+            raise InputError(f"--runs-dir {runs_dir}: cannot create a run folder there "
+                             f"({exc.strerror or type(exc).__name__})") from None
         return cls(run_dir)
 
     def manifest(self) -> dict:

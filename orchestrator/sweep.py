@@ -126,6 +126,8 @@ class Sweep(BaseModel):
     seed: int = 0
     device: Literal["auto", "cuda", "cpu"] = "auto"
     max_restarts: int = Field(default=2, ge=0, le=20)
+    # A host that sends nothing (no output, no heartbeat) for this long is stalled: its run ends there.
+    stall_timeout: float = Field(default=60.0, ge=15.0)
 
     def backend_names(self) -> list[str]:
         """Backends in spec order, globs expanded against the catalog."""

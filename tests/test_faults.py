@@ -122,6 +122,63 @@ def test_frozen_host_times_out_at_its_limit_while_others_finish_then_rerun_recov
     assert len(first) + len(second) == 10
 
 
+def test_a_host_frozen_at_the_start_ends_stalled_within_two_minutes_and_the_printed_hint_completes_it(
+        fleet, tmp_path, capsys, monkeypatch):
+    """No `timeout` anywhere: the default stall timeout ends a frozen host, the others finish, and the
+    rerun hint the tool prints works as printed from another folder, with the run's own inventory."""
+    runs = tmp_path / "runs"
+    inv = fleet.inventory(tmp_path / "hosts.yaml")
+    doc = yaml.safe_load(inv.read_text())
+    del doc["defaults"]["timeout"]
+    inv.write_text(yaml.safe_dump(doc))
+    sweep = slow_sweep(tmp_path / "s.yaml", shapes=6, budget=0.3)
+    t0 = time.monotonic()
+    proc = start_cli("run", sweep, "-i", inv, "--runs-dir", runs)
+    frozen = fleet.host("ssh2")
+    try:
+        assert wait_until(lambda: any(runs.glob("*/hosts/ssh2/attempt-1/log.txt"))
+                          and '"event":"start"' in next(runs.glob("*/hosts/ssh2/attempt-1/log.txt")).read_text(), 60)
+        frozen.freeze()
+        _, err = proc.communicate(timeout=150)
+        elapsed = time.monotonic() - t0
+    finally:
+        frozen.thaw()
+    assert proc.returncode == 1, err
+    assert elapsed < 120, f"{elapsed:.0f} s"
+    assert "ssh2: stalled: no sign of life for 60 s" in err
+    store = resolve_run(runs, "latest")
+    assert {s: store.outcome(s, 1).outcome for s in ("ssh0", "ssh1", "ssh3")} == dict.fromkeys(("ssh0", "ssh1", "ssh3"), "ok")
+    hint = next(line for line in err.splitlines() if line.startswith("complete it with: "))
+    argv = hint.removeprefix("complete it with: ").split()
+    assert argv[:2] == ["fleetbench", "rerun"] and "-i" not in argv
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)  # no hosts.yaml, no runs/ here
+    code, out, err = run_cli(capsys, *argv[1:], "--format", "json")
+    assert code == 0, err
+    rows = json.loads(out)
+    assert len(rows) == 24 and {r["status"] for r in rows} == {"ok"}
+    code, _, err = run_cli(capsys, "rerun", "latest", "--failed", "--runs-dir", runs)
+    assert code == 2 and "nothing to rerun" in err  # `latest` from elsewhere: the same run, now complete
+
+
+def test_rerun_refuses_an_inventory_whose_host_is_another_machine(fleet, tmp_path, capsys):
+    runs = tmp_path / "runs"
+    inv = fleet.inventory(tmp_path / "hosts.yaml", names=["ssh0"])
+    doc = yaml.safe_load(inv.read_text())
+    doc["hosts"][0]["python"] = "/nonexistent/bin/python"
+    inv.write_text(yaml.safe_dump(doc))
+    assert run_cli(capsys, "run", write_sweep(tmp_path / "s.yaml"), "-i", inv, "--runs-dir", runs)[0] == 1
+    other = tmp_path / "other.yaml"
+    doc["hosts"][0]["port"] = fleet.host("ssh1").port
+    other.write_text(yaml.safe_dump(doc))
+    code, _, err = run_cli(capsys, "rerun", "latest", "--failed", "-i", other, "--runs-dir", runs)
+    assert code == 2 and "host 'ssh0' in" in err and "is not the host run" in err and "port" in err
+    inv.unlink()
+    code, _, err = run_cli(capsys, "rerun", "latest", "--failed", "--runs-dir", runs)
+    assert code == 2 and f"was started with inventory {inv}, which is not there any more" in err
+
+
 def test_killed_host_loses_no_result_line(fleet, tmp_path, capsys):
     runs = tmp_path / "runs"
     inv = fleet.inventory(tmp_path / "hosts.yaml", names=["ssh2", "ssh3"])

@@ -31,9 +31,17 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_USAGE if exc.code == 2 else int(exc.code or 0)
 
     if args.command == "run":
-        from .runner import load_params, run_params
+        try:
+            from .runner import load_params, run_params
 
-        return run_params(load_params(args.params), args.results)
+            params = load_params(args.params)
+        except ImportError as exc:  # pydantic missing: nothing can run, and retrying cannot help
+            from .protocol import EXIT_CANNOT_START
+
+            print(f"fleetbench: the worker cannot start with {sys.executable}: {type(exc).__name__}: {exc} "
+                  "(install the worker's dependencies there, e.g. `fleetbench provision`)", file=sys.stderr, flush=True)
+            return EXIT_CANNOT_START
+        return run_params(params, args.results)
     if args.command == "supervise":
         from .supervise import supervise
 

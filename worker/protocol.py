@@ -16,10 +16,12 @@ nothing heavier than this: pydantic or torch just to print a line would cost eve
 from __future__ import annotations
 
 import codecs
+import contextlib
 import datetime as _dt
 import json
 import os
 import sys
+import threading
 from pathlib import Path
 from typing import Callable
 
@@ -27,6 +29,9 @@ MARKER = "@@fleetbench"
 HELLO_PREFIX = MARKER + "-launcher "
 PROGRESS_PREFIX = MARKER + "-progress "
 RECORD_PREFIX = MARKER + "-record "
+# While it works, a host says so at least this often (a "heartbeat" progress event): the controller
+# calls a host silent for its stall timeout (default 60 s) stalled, and never one that keeps beating.
+HEARTBEAT_S = 5.0
 
 # Exit statuses of the launcher and the worker.
 EXIT_OK = 0
@@ -34,6 +39,7 @@ EXIT_USAGE = 64  # the worker's command line was malformed (argparse's own 2 is 
 EXIT_INCOMPLETE = 3  # some cases have no record after all restarts
 EXIT_GPU_BUSY = 4  # another sweep held this GPU for longer than the lock timeout
 EXIT_NEEDS_SYNC = 5  # this host lacks the worker version: upload it, then run again
+EXIT_CANNOT_START = 6  # the worker cannot run here at all (a module it needs is missing): never retried
 # Statuses given before any of our code runs: by the remote shell for the interpreter, and by CPython
 # when it cannot open the script it was given. The last one counts only when no hello came: after
 # the hello, the launcher is running and a 2 is not ours (our own usage errors are EXIT_USAGE).
@@ -48,6 +54,7 @@ LAUNCH_NO_INTERPRETER = "interpreter-not-found"
 LAUNCH_NOT_EXECUTABLE = "interpreter-not-executable"
 LAUNCH_GPU_BUSY = "gpu-busy"
 LAUNCH_INCOMPLETE = "incomplete"
+LAUNCH_CANNOT_START = "cannot-start"
 LAUNCH_OTHER = "other"
 
 
@@ -63,8 +70,8 @@ def classify_exit(exit_code: int, hello_seen: bool) -> str:
         if exit_code == EXIT_SHELL_NOT_EXECUTABLE:
             return LAUNCH_NOT_EXECUTABLE
         return LAUNCH_OTHER
-    return {EXIT_NEEDS_SYNC: LAUNCH_NEEDS_SYNC, EXIT_GPU_BUSY: LAUNCH_GPU_BUSY,
-            EXIT_INCOMPLETE: LAUNCH_INCOMPLETE}.get(exit_code, LAUNCH_OTHER)
+    return {EXIT_NEEDS_SYNC: LAUNCH_NEEDS_SYNC, EXIT_GPU_BUSY: LAUNCH_GPU_BUSY, EXIT_INCOMPLETE: LAUNCH_INCOMPLETE,
+            EXIT_CANNOT_START: LAUNCH_CANNOT_START}.get(exit_code, LAUNCH_OTHER)
 
 
 # -- decoding what arrives --------------------------------------------------------------------------
@@ -122,10 +129,40 @@ def is_protocol_line(line: str) -> bool:
 
 
 # -- writing it (worker side) -----------------------------------------------------------------------
+# One line at a time on stdout within a process: a record can be larger than a pipe writes atomically,
+# and the heartbeat thread must not land in the middle of one. (One process writes at a time: the
+# supervisor stays quiet while its child runs.)
+_STDOUT_LOCK = threading.Lock()
+
+
+def _write_line(line: str) -> None:
+    with _STDOUT_LOCK:
+        sys.stdout.write(line)
+        sys.stdout.flush()
+
+
 def emit_progress(**event) -> None:
     """One machine-readable line on stdout; the controller turns these into its live view."""
-    sys.stdout.write(PROGRESS_PREFIX + json.dumps(event, separators=(",", ":")) + "\n")
-    sys.stdout.flush()
+    _write_line(PROGRESS_PREFIX + json.dumps(event, separators=(",", ":")) + "\n")
+
+
+@contextlib.contextmanager
+def heartbeat(interval_s: float = HEARTBEAT_S, **fields):
+    """A daemon thread that emits a heartbeat event every `interval_s` while the block runs (a long case
+    or a JIT build included: they release the GIL while they wait on the GPU or on the compiler)."""
+    stop = threading.Event()
+
+    def beat() -> None:
+        while not stop.wait(interval_s):
+            emit_progress(event="heartbeat", **fields)
+
+    thread = threading.Thread(target=beat, name="fleetbench-heartbeat", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join(interval_s)
 
 
 def append_line(path: Path, line: str) -> None:
@@ -136,8 +173,7 @@ def append_line(path: Path, line: str) -> None:
         f.write(line + "\n")
         f.flush()
         os.fsync(f.fileno())
-    sys.stdout.write(RECORD_PREFIX + line + "\n")
-    sys.stdout.flush()
+    _write_line(RECORD_PREFIX + line + "\n")
 
 
 def done_case_ids(path: Path) -> set[str]:

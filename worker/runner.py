@@ -9,13 +9,14 @@ from __future__ import annotations
 import importlib
 import math
 import os
+import sys
 import time
 import traceback
 from pathlib import Path
 from typing import Optional
 
 from .backends import CATALOG, availability_problem, support_problem
-from .protocol import append_line, done_case_ids, emit_progress, has_facts, now_iso
+from .protocol import EXIT_CANNOT_START, append_line, done_case_ids, emit_progress, has_facts, heartbeat, now_iso
 from .schema import CaseRecord, CaseSpec, FactsRecord, WorkerParams
 
 # Fault injection for reliability tests: "<action>:<backend>:<m>[,...]" with action one of
@@ -132,16 +133,30 @@ class CaseRunner:
 
 
 def run_params(params: WorkerParams, results: Path) -> int:
-    """Run every case without a record yet. Returns 0 (failures are records, not exit codes)."""
+    """Run every case without a record yet, beating all the while (protocol.heartbeat: torch's import and
+    the CUDA start-up included). Returns 0 (failures are records, not exit codes), or EXIT_CANNOT_START
+    when this host's Python lacks what any case needs."""
     from .env import collect_facts
 
-    runner = CaseRunner(params.device)
-    if not has_facts(results):
-        append_record(results, collect_facts(runner.device))
-    done = done_case_ids(results)
-    todo = [c for c in params.cases if c.case_id not in done]
-    total = len(params.cases)
-    inflight = results.with_name(results.name + ".inflight")
+    with heartbeat():
+        try:
+            runner = CaseRunner(params.device)
+        except ImportError as exc:  # the host's Python lacks what every case needs: retrying cannot help
+            print(f"fleetbench: the worker cannot start with {sys.executable}: {type(exc).__name__}: {exc} "
+                  "(install the worker's dependencies there, e.g. `fleetbench provision`)", file=sys.stderr, flush=True)
+            return EXIT_CANNOT_START
+        if not has_facts(results):
+            append_record(results, collect_facts(runner.device))
+        done = done_case_ids(results)
+        todo = [c for c in params.cases if c.case_id not in done]
+        inflight = results.with_name(results.name + ".inflight")
+        _run_cases(runner, todo, done, len(params.cases), results, inflight)
+        inflight.unlink(missing_ok=True)
+    return 0
+
+
+def _run_cases(runner: "CaseRunner", todo: list[CaseSpec], done: set[str], total: int, results: Path,
+               inflight: Path) -> None:
     for case in todo:
         emit_progress(event="start", done=len(done), total=total, case_id=case.case_id,
                       backend=case.backend, m=case.m, n=case.n, k=case.k)
@@ -152,8 +167,6 @@ def run_params(params: WorkerParams, results: Path) -> int:
         done.add(case.case_id)
         emit_progress(event="end", done=len(done), total=total, case_id=case.case_id, status=rec.status,
                       reason=rec.reason[:200], median_us=rec.timing.median_us if rec.timing else None)
-    inflight.unlink(missing_ok=True)
-    return 0
 
 
 def _inject_fault(case: CaseSpec, results: Path) -> None:

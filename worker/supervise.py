@@ -12,7 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from .protocol import EXIT_GPU_BUSY, EXIT_INCOMPLETE
+from .protocol import EXIT_CANNOT_START, EXIT_GPU_BUSY, EXIT_INCOMPLETE
 
 
 def _describe_exit(code: int) -> str:
@@ -50,18 +50,26 @@ def _lock_settings(params_path: Path) -> dict:
 
 
 def _supervise_locked(params_path: Path, results_path: Path) -> int:
+    import contextlib
+
     from .gpulock import GpuLockTimeout, gpu_lock
-    from .protocol import emit_progress
+    from .protocol import emit_progress, heartbeat
 
     settings = _lock_settings(params_path)
     ids = [] if settings["device"] == "cpu" else None  # None: find this process's GPU (none on a CPU host)
+    held = contextlib.ExitStack()
     try:
-        with gpu_lock(settings["run_id"], settings["host"], settings["lock_timeout_s"], ids=ids,
-                      on_wait=lambda holder: emit_progress(event="lock-wait", holder=holder.get("run_id", "?"))):
-            return _supervise_cases(params_path, results_path, settings["cases"])
+        # The supervisor beats only while it waits for the GPU: once a child runs, the child beats (one
+        # writer on stdout at a time).
+        with heartbeat(state="lock-wait"):
+            held.enter_context(gpu_lock(
+                settings["run_id"], settings["host"], settings["lock_timeout_s"], ids=ids,
+                on_wait=lambda holder: emit_progress(event="lock-wait", holder=holder.get("run_id", "?"))))
     except GpuLockTimeout as exc:
         print(f"fleetbench: {exc}", file=sys.stderr, flush=True)
         return EXIT_GPU_BUSY
+    with held:
+        return _supervise_cases(params_path, results_path, settings["cases"])
 
 
 def _supervise_cases(params_path: Path, results_path: Path, n_cases: int) -> int:
@@ -89,6 +97,8 @@ def _supervise_cases(params_path: Path, results_path: Path, n_cases: int) -> int
         done = done_case_ids(results_path)  # read once per child: the file can be large after long runs
         if code == 0 and len(done) >= n_cases:
             return 0
+        if code == EXIT_CANNOT_START:  # it said why on stderr; a fresh child would fail the same way
+            return EXIT_CANNOT_START
         from .runner import append_record, crashed_record, find_case, load_params
 
         params = params or load_params(params_path)

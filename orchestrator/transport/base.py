@@ -27,7 +27,8 @@ class TransportError(Exception):
 @dataclass(frozen=True)
 class CommandResult:
     exit_code: int  # -1 when the connection died before an exit status arrived
-    timed_out: bool = False
+    timed_out: bool = False  # the wall-clock limit (timeout) ran out
+    stalled: bool = False  # nothing arrived for stall_timeout seconds
 
 
 def shell_command(argv: Sequence[str], env: Optional[Mapping[str, str]] = None) -> str:
@@ -58,7 +59,10 @@ class Transport(Protocol):
     def get(self, remote: str, local: Path) -> bool: ...
     def read_text(self, remote: str) -> Optional[str]: ...
     def run(self, argv: Sequence[str], *, env: Mapping[str, str], timeout: Optional[float],
-            on_line: LineSink, stdin: Optional[bytes] = None) -> CommandResult: ...
+            on_line: LineSink, stdin: Optional[bytes] = None,
+            stall_timeout: Optional[float] = None) -> CommandResult:
+        """Run argv, streaming its lines to on_line. Ends early, the command stopped, when `timeout`
+        runs out (timed_out) or when nothing at all arrives for `stall_timeout` seconds (stalled)."""
     def describe(self, argv: Sequence[str], env: Mapping[str, str]) -> str: ...
     def close(self) -> None: ...
 

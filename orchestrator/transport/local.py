@@ -5,6 +5,7 @@ import os
 import shutil
 import subprocess
 import threading
+import time
 from pathlib import Path
 from typing import Optional
 
@@ -51,7 +52,7 @@ class LocalTransport:
         except FileNotFoundError:
             return None
 
-    def run(self, argv, *, env, timeout, on_line, stdin=None) -> CommandResult:
+    def run(self, argv, *, env, timeout, on_line, stdin=None, stall_timeout=None) -> CommandResult:
         argv = [self.path(a) if a.startswith("~") else a for a in argv]
         try:
             # cwd is the home folder, as for an SSH exec, so login-relative paths mean the same here.
@@ -62,7 +63,8 @@ class LocalTransport:
             raise TransportError("failed", f"interpreter not found: {argv[0]}") from None
         except PermissionError:
             raise TransportError("failed", f"interpreter not executable: {argv[0]}") from None
-        readers = [threading.Thread(target=_pump, args=(stream, name, on_line), daemon=True)
+        last_heard = [time.monotonic()]
+        readers = [threading.Thread(target=_pump, args=(stream, name, on_line, last_heard), daemon=True)
                    for stream, name in ((proc.stdout, "stdout"), (proc.stderr, "stderr"))]
         for r in readers:
             r.start()
@@ -72,19 +74,30 @@ class LocalTransport:
                 proc.stdin.close()
             except OSError:  # the command exited without reading it: its exit status says why
                 pass
+        deadline = None if timeout is None else time.monotonic() + timeout
+        timed_out = stalled = False
         try:
-            code = proc.wait(timeout=timeout)
-            timed_out = False
-        except subprocess.TimeoutExpired:
-            _kill_group(proc)
-            code, timed_out = proc.wait(), True
+            while True:
+                try:
+                    code = proc.wait(timeout=1.0)
+                    break
+                except subprocess.TimeoutExpired:
+                    now = time.monotonic()
+                    timed_out = deadline is not None and now >= deadline
+                    stalled = stall_timeout is not None and now - last_heard[0] > stall_timeout
+                    if timed_out or stalled:
+                        _kill_group(proc)
+                        code = proc.wait()
+                        break
         except BaseException:
             _kill_group(proc)
             proc.wait()
             raise
         for r in readers:
             r.join(timeout=5)
-        return CommandResult(exit_code=code, timed_out=timed_out)
+        if timed_out or stalled:
+            return CommandResult(exit_code=-1, timed_out=timed_out, stalled=stalled and not timed_out)
+        return CommandResult(exit_code=code)
 
     def describe(self, argv, env) -> str:
         return shell_command(argv, env)
@@ -93,7 +106,7 @@ class LocalTransport:
         pass
 
 
-def _pump(stream, name: str, on_line: LineSink) -> None:
+def _pump(stream, name: str, on_line: LineSink, last_heard: list) -> None:
     """Decode a pipe into lines exactly as the SSH connector decodes a channel (worker.protocol)."""
     decoder = LineDecoder(name, on_line)
     try:
@@ -101,6 +114,7 @@ def _pump(stream, name: str, on_line: LineSink) -> None:
             chunk = os.read(stream.fileno(), 65536)
             if not chunk:
                 break
+            last_heard[0] = time.monotonic()
             decoder.feed(chunk)
     finally:
         decoder.close()

@@ -19,6 +19,8 @@ from ..inventory import Host
 from .base import CommandResult, LineSink, TransportError, login_relative, shell_command
 from .hostkeys import AcceptNewPolicy, host_key_name, load_known_hosts
 
+KEEPALIVE_S = 15
+
 class FabricTransport:
     """SSH through one fabric Connection per host, reused for every step (connect once, SFTP once).
 
@@ -73,11 +75,21 @@ class FabricTransport:
             # generic "No existing session": classify the cause.
             cause = getattr(client.get_transport(), "saved_exception", None) or exc
             raise classify_connect_error(cause, h, target, known_hosts) from None
+        # Keepalives make a dead peer (host down, network cut) an error on the connection instead of a
+        # silent one; a frozen peer is caught by the stall timeout of the command that waits on it.
+        client.get_transport().set_keepalive(KEEPALIVE_S)
         self._conn = conn
 
     def _sftp_client(self):
         if self._sftp is None:
-            self._sftp = self._conn.sftp()
+            import paramiko
+
+            try:
+                self._sftp = self._conn.sftp()
+            except paramiko.SSHException as exc:  # the server closed the channel: no sftp subsystem
+                raise TransportError("failed", f"{self.host.address}: the SSH server refused an SFTP session ({exc}): "
+                                     "fleetbench uploads its files over SFTP; enable it in sshd_config "
+                                     "(Subsystem sftp internal-sftp)") from None
             # Without a timeout an SFTP request to a frozen host waits forever.
             self._sftp.get_channel().settimeout(max(30.0, 3 * self.host.connect_timeout))
         return self._sftp
@@ -149,7 +161,7 @@ class FabricTransport:
         return _unless_missing(read, None)
 
     # -- commands ---------------------------------------------------------------------------------
-    def run(self, argv, *, env, timeout, on_line, stdin=None) -> CommandResult:
+    def run(self, argv, *, env, timeout, on_line, stdin=None, stall_timeout=None) -> CommandResult:
         """Exec on a channel of the open connection, streaming lines as they come. One thread and a
         select() per command (fabric's runner adds three threads and a polling loop per command,
         which a fan-out pays once per host). The exit code is -1 when the connection died first."""
@@ -170,7 +182,7 @@ class FabricTransport:
                 except (OSError, EOFError, paramiko.SSHException):
                     pass  # the command ended without reading it (e.g. it asks for a worker upload first)
             chan.shutdown_write()
-            return _pump_channel(chan, deadline, on_line)
+            return _pump_channel(chan, deadline, on_line, stall_timeout)
         finally:
             chan.close()
 
@@ -185,23 +197,31 @@ class FabricTransport:
             pass
 
 
-def _pump_channel(chan, deadline: Optional[float], on_line: LineSink) -> CommandResult:
-    """Read stdout and stderr until EOF (or the deadline), then the exit status."""
+def _pump_channel(chan, deadline: Optional[float], on_line: LineSink, stall_timeout: Optional[float]) -> CommandResult:
+    """Read stdout and stderr until EOF (or the deadline, or `stall_timeout` seconds without a byte),
+    then the exit status."""
     import select
 
     out, err = LineDecoder("stdout", on_line), LineDecoder("stderr", on_line)
-    timed_out = False
+    timed_out = stalled = False
+    last_heard = time.monotonic()
     try:
         while True:
             while chan.recv_ready():
                 out.feed(chan.recv(65536))
+                last_heard = time.monotonic()
             while chan.recv_stderr_ready():
                 err.feed(chan.recv_stderr(65536))
+                last_heard = time.monotonic()
             if chan.eof_received or chan.closed:
                 if not chan.recv_ready() and not chan.recv_stderr_ready():
                     break
                 continue
-            wait = 1.0 if deadline is None else deadline - time.monotonic()
+            now = time.monotonic()
+            if stall_timeout is not None and now - last_heard > stall_timeout:
+                stalled = True
+                break
+            wait = 1.0 if deadline is None else deadline - now
             if wait <= 0:
                 timed_out = True
                 break
@@ -210,8 +230,8 @@ def _pump_channel(chan, deadline: Optional[float], on_line: LineSink) -> Command
     finally:
         out.close()
         err.close()
-    if timed_out:
-        return CommandResult(exit_code=-1, timed_out=True)
+    if timed_out or stalled:
+        return CommandResult(exit_code=-1, timed_out=timed_out, stalled=stalled)
     # OpenSSH may send the exit status just after EOF; a closed channel sets the event without one.
     chan.status_event.wait(10)
     return CommandResult(exit_code=chan.exit_status if chan.status_event.is_set() else -1)
