@@ -175,6 +175,10 @@ BAD_INPUTS = [
     ("sweep not a mapping", GOOD_HOSTS, "- a\n- b\n", "expected a mapping"),
     ("bad env name", "hosts: [{name: local, transport: local, env: {'A-B': x}}]\n", GOOD_SWEEP,
      "invalid environment variable name"),
+    ("stall timeout too short for heartbeats", GOOD_HOSTS, GOOD_SWEEP + "stall_timeout: 5\n",
+     "field 'stall_timeout': Input should be greater than or equal to 15"),
+    ("host stall timeout too short", "hosts: [{name: local, transport: local, stall_timeout: 2}]\n", GOOD_SWEEP,
+     "field 'stall_timeout'"),
 ]
 
 
@@ -196,13 +200,25 @@ def test_bad_input_exits_2_with_one_clear_line(tmp_path, capsys, what, hosts, sw
     (["show", "nope"], "no run 'nope'"),
     (["show", "latest"], "no runs in"),
     (["rerun", "latest"], "say what to run again"),
+    (["run", "s.yaml", "--runs-dir", "/proc/forbidden"], "--runs-dir /proc/forbidden: cannot create a run folder there"),
+    (["run", "s.yaml", "--runs-dir", "a-file"], "--runs-dir a-file: cannot create a run folder there (Not a directory)"),
+    (["run", "s.yaml", "--parallel", "0"], "argument --parallel: 0 is not at least 1"),
+    (["run", "s.yaml", "--parallel", "-3"], "argument --parallel: -3 is not at least 1"),
+    (["rerun", "latest", "--failed", "--parallel", "x"], "argument --parallel: 'x' is not a whole number"),
 ])
 def test_bad_arguments_exit_2(tmp_path, capsys, monkeypatch, argv, message):
     monkeypatch.chdir(tmp_path)
     write(tmp_path / "hosts.yaml", GOOD_HOSTS)
-    code = main(argv)
+    write(tmp_path / "s.yaml", GOOD_SWEEP)
+    write(tmp_path / "a-file", "not a folder")
+    try:
+        code = main(argv)
+    except SystemExit as exc:  # argparse's own usage errors
+        code = exc.code
     err = capsys.readouterr().err
     assert code == 2 and message in err and "Traceback" not in err
+    problems = [line for line in err.splitlines() if line.startswith(("error: ", "fleetbench "))]
+    assert len(problems) == 1, err
 
 
 def test_the_host_lacks_files_only_by_the_protocol_exit_statuses():
@@ -258,3 +274,21 @@ hosts:
     assert sorted(calls) == ["/data/fb", "~/fb"]
     assert scripts["a"].sha256 == scripts["b"].sha256 != scripts["c"].sha256
     assert scripts["a"].remote == scripts["b"].remote and scripts["a"].path != scripts["b"].path
+
+
+def test_a_host_python_without_torch_fails_once_with_the_cause_and_is_not_restarted(tmp_path, capsys, monkeypatch):
+    """The worker cannot start there: one outcome line that names the missing module, no restarts."""
+    fake = tmp_path / "no-torch" / "torch"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text("raise ModuleNotFoundError(\"No module named 'torch'\", name='torch')\n")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    inv = write(tmp_path / "hosts.yaml", "hosts: [{name: bare, transport: local, python: %s, env: {PYTHONPATH: %s}}]\n"
+                % (sys.executable, fake.parent))
+    sweep = write(tmp_path / "s.yaml", GOOD_SWEEP)
+    code = main(["run", str(sweep), "-i", str(inv), "--runs-dir", str(tmp_path / "runs")])
+    err = capsys.readouterr().err
+    assert code == 1
+    line = next(line for line in err.splitlines() if line.startswith("bare: failed: "))
+    assert line.startswith("bare: failed: fleetbench: the worker cannot start with") and "No module named 'torch'" in line
+    log = next((tmp_path / "runs").glob("*/hosts/bare/attempt-1/log.txt")).read_text()
+    assert "restart" not in log and "giving up" not in log and log.count("cannot start") == 1

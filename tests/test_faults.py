@@ -179,6 +179,22 @@ def test_rerun_refuses_an_inventory_whose_host_is_another_machine(fleet, tmp_pat
     assert code == 2 and f"was started with inventory {inv}, which is not there any more" in err
 
 
+def test_a_host_without_an_sftp_subsystem_is_one_clear_line(fleet, tmp_path, capsys):
+    host = fleet.host("ssh3")
+    original = host.config.read_text()
+    host.config.write_text("".join(line for line in original.splitlines(keepends=True) if "Subsystem" not in line))
+    host.restart()
+    try:
+        inv = fleet.inventory(tmp_path / "hosts.yaml", names=["ssh3"], workdir=str(tmp_path / "fresh-workdir"))
+        code, _, err = run_cli(capsys, "run", write_sweep(tmp_path / "s.yaml"), "-i", inv, "--runs-dir", tmp_path / "r")
+    finally:
+        host.config.write_text(original)
+        host.restart()
+    assert code == 1
+    line = next(line for line in err.splitlines() if line.startswith("ssh3: failed: "))
+    assert "refused an SFTP session" in line and "Subsystem sftp" in line and "Traceback" not in err
+
+
 def test_killed_host_loses_no_result_line(fleet, tmp_path, capsys):
     runs = tmp_path / "runs"
     inv = fleet.inventory(tmp_path / "hosts.yaml", names=["ssh2", "ssh3"])
