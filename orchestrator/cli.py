@@ -328,6 +328,44 @@ def args_rerun(p):
     _opt_format(p)
 
 
+# -- prune ---------------------------------------------------------------------------------------------
+def args_prune(p):
+    p.add_argument("--keep", type=_positive_int, help="keep the newest N runs, prune the older ones")
+    p.add_argument("--older-than", metavar="DATE", help="prune runs created before DATE (2026-11-30[T12:00])")
+    _opt_runs_dir(p)
+    _opt_inventory(p, "hosts file (default: each run's own)", default=None)
+    p.add_argument("--local-only", action="store_true", help="remove the run folders here only, not on the hosts")
+    p.add_argument("--dry-run", action="store_true", help="say what would go; remove nothing")
+    _opt_accept_new(p)
+
+
+def cmd_prune(args, io: Streams) -> int:
+    from .inventory import load_inventory
+    from .prune import parse_date, prune_runs
+
+    older_than = parse_date(args.older_than) if args.older_than else None
+    loaded: dict[str, object] = {}
+
+    def inventory_of(store):
+        path = args.inventory or _run_inventory(store)
+        if path not in loaded:
+            loaded[path] = load_inventory(Path(path))
+        return loaded[path]
+
+    results = prune_runs(Path(args.runs_dir), inventory_of, keep=args.keep, older_than=older_than,
+                         dry_run=args.dry_run, local_only=args.local_only, accept_new=args.accept_new)
+    verb = "would prune" if args.dry_run else "pruned"
+    for r in results:
+        hosts = f" (and on {', '.join(r.hosts_cleaned)})" if r.hosts_cleaned else ""
+        if r.removed:
+            io.write(f"{verb} {r.run_id}{hosts}\n")
+        for problem in r.problems:
+            io.problem(f"{r.run_id}: {problem}")
+    if not results:
+        io.problem("nothing to prune")
+    return EXIT_FAILED if any(r.problems for r in results) else EXIT_OK
+
+
 def _run_inventory(store) -> str:
     """The inventory file a run was started with; InputError when it is gone."""
     stored = store.manifest().get("inventory_path")
@@ -431,6 +469,7 @@ COMMANDS: dict[str, tuple[str, Callable, Callable]] = {
     "diff": ("compare two runs or hosts with statistics, or hosts against the fleet", args_diff, cmd_diff),
     "report": ("write one self-contained HTML report with plots", args_report, cmd_report),
     "hosts": ("list the inventory; with --check, contact every host and say if it is ready", args_hosts, cmd_hosts),
+    "prune": ("remove old runs here and on their hosts (never one in progress)", args_prune, cmd_prune),
     "provision": ("create each host's venv and install the worker's pinned dependencies", args_provision,
                   cmd_provision),
 }
@@ -440,6 +479,8 @@ _EPILOGS = {
             "(for CI gates); exit 2 when the two sides share no case.",
     "hosts": "exit 1 when --check finds a host that is not ready (or version skew with --strict)",
     "provision": "versions: requirements/host-constraints.txt. Idempotent. Exit 1 when a host failed.",
+    "prune": "A run's folders on its hosts go first; the local folder goes only when they are gone (or with "
+             "--local-only). Exit 1 when a run had to be kept (unreachable host, run in progress).",
 }
 
 

@@ -100,6 +100,14 @@ class Host(BaseModel):
         data["env"] = sorted(self.env)
         return data
 
+    def differs_from(self, stored: dict) -> Optional[str]:
+        """How this host is another machine than `stored` (a public_view kept with a run), or None."""
+        current = self.public_view()
+        for field in ("transport", "hostname", "port", "user"):
+            if field in stored and stored[field] != current.get(field):
+                return f"{field} {current.get(field)!r}, the run's {stored[field]!r}"
+        return None
+
     @property
     def address(self) -> str:
         if self.transport == "local":

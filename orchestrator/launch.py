@@ -84,8 +84,9 @@ def start_run(plan: Plan, sweep: Sweep, inventory: Inventory, runs_dir: Path, *,
     """Store `plan` as a new run and execute it on its hosts."""
     store, scripts, bundle = prepare_run(plan, sweep, inventory, runs_dir, sweep_path=sweep_path)
     tasks = [JobTask(job=j, attempt=1, cases=j.cases) for j in plan.jobs]
-    outcomes = run_tasks(plan, store, scripts, bundle, tasks, parallel=parallel, accept_new=accept_new,
-                         on_event=on_event, execution=execution)
+    with store.hold():  # `prune` leaves a run alone while this holds it
+        outcomes = run_tasks(plan, store, scripts, bundle, tasks, parallel=parallel, accept_new=accept_new,
+                             on_event=on_event, execution=execution)
     return RunResult(store=store, plan=plan, outcomes=outcomes)
 
 
@@ -145,19 +146,13 @@ def _stored_script(store: RunStore, manifest: dict, host: Host, bundle: WorkerBu
     return RenderedScript(host=host.name, path=path, sha256=stored["sha256"], layout=layout)
 
 
-_HOST_IDENTITY = ("transport", "hostname", "port", "user")
-
-
 def _same_host(store: RunStore, manifest: dict, host: Host, inventory_path: str) -> None:
     """A rerun completes a run on its own hosts: refuse an inventory whose host of that name is another machine."""
     stored = next((h for h in manifest.get("hosts", []) if h.get("name") == host.name), None)
-    if stored is None:
-        return
-    current = host.public_view()
-    for field in _HOST_IDENTITY:
-        if field in stored and stored[field] != current.get(field):
-            raise InputError(f"host '{host.name}' in {inventory_path} is not the host run {store.run_id} ran on: "
-                             f"{field} {current.get(field)!r}, the run's {stored[field]!r} (start a new run)")
+    difference = host.differs_from(stored) if stored else None
+    if difference:
+        raise InputError(f"host '{host.name}' in {inventory_path} is not the host run {store.run_id} ran on: "
+                         f"{difference} (start a new run)")
 
 
 def plan_rerun(store: RunStore, inventory: Inventory, *, failed: bool, hosts_selector: Optional[str],
@@ -218,6 +213,15 @@ def plan_rerun(store: RunStore, inventory: Inventory, *, failed: bool, hosts_sel
 def rerun(store: RunStore, inventory: Inventory, *, failed: bool, hosts_selector: Optional[str], resume: bool,
           parallel: int = 64, accept_new: bool = False, on_event: Optional[EventSink] = None,
           execution: Optional[Execution] = None, lock_timeout_s: Optional[float] = None) -> RunResult:
+    with store.hold():  # `prune` leaves a run alone while this holds it
+        return _rerun(store, inventory, failed=failed, hosts_selector=hosts_selector, resume=resume,
+                      parallel=parallel, accept_new=accept_new, on_event=on_event, execution=execution,
+                      lock_timeout_s=lock_timeout_s)
+
+
+def _rerun(store: RunStore, inventory: Inventory, *, failed: bool, hosts_selector: Optional[str], resume: bool,
+           parallel: int, accept_new: bool, on_event: Optional[EventSink], execution: Optional[Execution],
+           lock_timeout_s: Optional[float]) -> RunResult:
     plan, scripts, _, _ = plan_rerun(store, inventory, failed=failed, hosts_selector=hosts_selector,
                                      resume=resume, lock_timeout_s=lock_timeout_s)
     recover_attempts(plan, store, scripts, accept_new=accept_new)

@@ -10,8 +10,11 @@
 """
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
+import fcntl
 import json
+import os
 from pathlib import Path
 from typing import Optional
 
@@ -89,6 +92,21 @@ class RunStore:
                                      f"that are not stored ({', '.join(unknown[:3])})")
             self._cases = cases
         return self._cases
+
+    @contextlib.contextmanager
+    def hold(self, wait: bool = True):
+        """Hold the run while a command executes it (an flock on <run>/.lock, released when the holder
+        ends, however it ends). Yields True; with wait=False, False when another process holds it."""
+        fd = os.open(self.dir / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+            except BlockingIOError:
+                yield False
+                return
+            yield True
+        finally:
+            os.close(fd)
 
     def attempt_dir(self, slot: str, attempt: int) -> Path:
         return self.dir / "hosts" / slot / f"attempt-{attempt}"

@@ -14,6 +14,23 @@ REPO = Path(__file__).resolve().parent.parent
 FLEET_SIZE = 4
 
 
+@pytest.fixture(scope="session", autouse=True)
+def private_home_and_locks(tmp_path_factory):
+    """Tests write only under their own temporary folders: HOME (where the `local` host's default
+    workdir ~/.fleetbench lies) and the GPU lock folder are the session's, never the machine's (local
+    hosts inherit this environment; the sshd fleet's inventories name their own lock folder)."""
+    values = {"HOME": str(tmp_path_factory.mktemp("home")),
+              "FLEETBENCH_LOCK_DIR": str(tmp_path_factory.mktemp("gpu-locks"))}
+    previous = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    yield values
+    for key, value in previous.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+
+
 @pytest.fixture(scope="session")
 def stored_runs(tmp_path_factory) -> Path:
     """tests/fixtures/runs-v*.tar.gz unpacked: run folders written by earlier fleetbench versions."""

@@ -152,9 +152,10 @@ class SshFleet:
             entries.append(entry)
         if local:
             entries.append({"name": "local", "transport": "local", "workdir": str(self.root / "local-work")})
+        # GPU lock files under the fleet's own folder, not the machine's /tmp (hosts' env adds to this).
         doc = {"defaults": {"user": self.user, "identity_file": str(self.client_key), "python": sys.executable,
                             "known_hosts": str(known_hosts or self.known_hosts), "connect_timeout": 5,
-                            "timeout": 300},
+                            "timeout": 300, "env": {"FLEETBENCH_LOCK_DIR": str(self.root / "gpu-locks")}},
                "hosts": entries}
         path.write_text(yaml.safe_dump(doc, sort_keys=False))
         return path

@@ -161,7 +161,7 @@ def test_render_writes_scripts_and_prints_exact_remote_commands(fleet, tmp_path,
     assert code == 0, err
     store = resolve_run(tmp_path / "runs", "latest")
     assert "WORKER_ARCHIVE" in out and str(store.scripts_dir / "ssh0.py") in out
-    assert "env 'TOKEN=***' " in out and "s3cr3t" not in out  # values may be secrets: printed masked
+    assert "'TOKEN=***' " in out and "s3cr3t" not in out  # values may be secrets: printed masked
     manifest = (store.dir / "manifest.json").read_text()
     assert "s3cr3t" not in manifest  # environment values may be secrets: only names are stored
     assert not (fleet.host("ssh0").workdir / "runs" / store.run_id).exists()  # nothing was uploaded

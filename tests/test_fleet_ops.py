@@ -182,3 +182,35 @@ def test_keys_held_by_ssh_agent_work(fleet, tmp_path, capsys, monkeypatch):
     finally:
         agent.terminate()
         agent.wait()
+
+
+def test_prune_removes_old_runs_here_and_on_their_hosts_but_never_one_in_progress(fleet, tmp_path, capsys):
+    from orchestrator.store import RunStore, list_run_dirs
+
+    runs = tmp_path / "runs"
+    inv = fleet.inventory(tmp_path / "hosts.yaml", names=["ssh0", "ssh1"])
+    sweep = write_sweep(tmp_path / "s.yaml", backends=("noop",))
+    for _ in range(4):
+        assert run_cli(capsys, "run", sweep, "-i", inv, "--runs-dir", runs)[0] == 0
+    ids = [p.name for p in list_run_dirs(runs)]
+    remote = {name: fleet.host(name).workdir / "runs" for name in ("ssh0", "ssh1")}
+    assert all((remote[h] / i).is_dir() for h in remote for i in ids)
+
+    code, out, _ = run_cli(capsys, "prune", "--keep", "3", "--runs-dir", runs, "--dry-run")
+    assert code == 0 and out.strip() == f"would prune {ids[0]} (and on ssh0, ssh1)"
+    assert (runs / ids[0]).is_dir()  # a dry run removes nothing
+
+    with RunStore(runs / ids[1]).hold():  # a command is running it
+        code, out, err = run_cli(capsys, "prune", "--keep", "2", "--runs-dir", runs)
+    assert code == 1 and f"{ids[1]}: in progress" in err
+    assert out.strip() == f"pruned {ids[0]} (and on ssh0, ssh1)"
+    assert not (runs / ids[0]).exists() and not any((remote[h] / ids[0]).exists() for h in remote)
+    assert (runs / ids[1]).is_dir() and all((remote[h] / ids[1]).is_dir() for h in remote)
+
+    fleet.host("ssh1").kill()  # a host that cannot be reached keeps the run here, so a later prune finds it
+    code, _, err = run_cli(capsys, "prune", "--keep", "2", "--runs-dir", runs)
+    assert code == 1 and f"{ids[1]}: host 'ssh1': connection refused" in err and (runs / ids[1]).is_dir()
+    code, out, _ = run_cli(capsys, "prune", "--keep", "2", "--runs-dir", runs, "--local-only")
+    assert code == 0 and out.strip() == f"pruned {ids[1]}"
+    assert [p.name for p in list_run_dirs(runs)] == ids[2:]
+    assert run_cli(capsys, "prune", "--runs-dir", runs)[0] == 2  # which runs? say it

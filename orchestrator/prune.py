@@ -1,0 +1,121 @@
+"""`fleetbench prune`: remove old runs, here and on their hosts, never one that a command is running.
+
+Which runs: all but the newest `keep`, and/or those created before a date. A run's folders on its hosts
+(<workdir>/runs/<id>, results and logs of every attempt) are removed first; the local run folder goes
+only when every host of the run was cleaned (or with `local_only`), so nothing is left that a later
+prune could no longer find. A run in progress holds its lock (store.RunStore.hold) and is skipped.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import shutil
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Callable, Optional
+
+from .errors import InputError
+from .inventory import Inventory
+from .remote import CLEANUP_LIMIT_S, bounded, layout_for
+from .store import RunStore, list_run_dirs
+from .transport import TransportError, make_transport
+
+
+@dataclass
+class PruneResult:
+    run_id: str
+    removed: bool  # the local run folder is gone (or would be, in a dry run)
+    hosts_cleaned: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+
+
+def parse_date(text: str) -> _dt.datetime:
+    """`2026-11-30` or an ISO date-time; InputError otherwise."""
+    try:
+        when = _dt.datetime.fromisoformat(text)
+    except ValueError:
+        raise InputError(f"--older-than {text!r}: give a date like 2026-11-30 (or 2026-11-30T12:00)") from None
+    return when if when.tzinfo else when.replace(tzinfo=_dt.timezone.utc)
+
+
+def select_runs(stores: list[RunStore], keep: Optional[int], older_than: Optional[_dt.datetime]) -> list[RunStore]:
+    """The runs to prune, oldest first: beyond the newest `keep`, and (when given) created before the date."""
+    if keep is None and older_than is None:
+        raise InputError("prune: say which runs go: --keep N (the newest N stay) and/or --older-than DATE")
+    chosen = stores[: max(0, len(stores) - keep)] if keep is not None else list(stores)
+    if older_than is not None:
+        chosen = [s for s in chosen if _created(s) is not None and _created(s) < older_than]
+    return chosen
+
+
+def _created(store: RunStore) -> Optional[_dt.datetime]:
+    try:
+        return parse_date(store.manifest()["created_at"])
+    except Exception:
+        return None
+
+
+def prune_runs(runs_dir, inventory_of: Callable[[RunStore], Inventory], *, keep: Optional[int],
+               older_than: Optional[_dt.datetime], dry_run: bool = False, local_only: bool = False,
+               accept_new: bool = False) -> list[PruneResult]:
+    """Prune the selected runs; `inventory_of(run)` gives the hosts to clean (raises InputError when
+    it cannot: that run is then kept, with the reason)."""
+    stores = [RunStore(p) for p in list_run_dirs(runs_dir)]
+    results = []
+    for store in select_runs(stores, keep, older_than):
+        result = PruneResult(store.run_id, removed=False)
+        results.append(result)
+        with store.hold(wait=False) as held:
+            if not held:
+                result.problems.append("in progress (a command holds it): kept")
+                continue
+            if not local_only:
+                try:
+                    _clean_hosts(store, inventory_of(store), result, dry_run, accept_new)
+                except InputError as exc:
+                    result.problems.append(f"{exc}: kept (or --local-only)")
+            if result.problems and not local_only:
+                continue
+            result.removed = True
+            if not dry_run:
+                shutil.rmtree(store.dir)
+    return results
+
+
+def _clean_hosts(store: RunStore, inventory: Inventory, result: PruneResult, dry_run: bool, accept_new: bool) -> None:
+    manifest = store.manifest()
+    by_name = {h.name: h for h in inventory.hosts}
+    hosts = []
+    for stored in manifest.get("hosts", []):
+        host = by_name.get(stored["name"])
+        difference = host.differs_from(stored) if host is not None else None
+        if host is None:
+            result.problems.append(f"host '{stored['name']}' is not in the inventory: kept (or --local-only)")
+        elif difference:
+            result.problems.append(f"host '{host.name}' of the inventory is another machine ({difference}): kept")
+        else:
+            hosts.append(host)
+
+    def clean(host) -> Optional[str]:
+        remote_run = layout_for(host, store.run_id, manifest.get("worker_sha256", "")).run_dir
+        if dry_run:
+            return None
+        transport = make_transport(host, accept_new=accept_new)
+        try:
+            transport.connect()
+            quiet = lambda stream, line: None  # noqa: E731
+            done = bounded(lambda: transport.run(["rm", "-rf", "--", transport.path(remote_run)], env={}, timeout=60,
+                                                 on_line=quiet), 60 + CLEANUP_LIMIT_S)
+            if done is None or done.exit_code != 0:
+                return f"host '{host.name}': could not remove {remote_run}: kept"
+            return None
+        except TransportError as exc:
+            return f"host '{host.name}': {exc}: kept"
+        finally:
+            transport.close()
+
+    with ThreadPoolExecutor(max_workers=max(1, min(16, len(hosts)))) as pool:
+        for host, problem in zip(hosts, pool.map(clean, hosts)):
+            if problem:
+                result.problems.append(problem)
+            else:
+                result.hosts_cleaned.append(host.name)
