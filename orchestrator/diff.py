@@ -1,10 +1,18 @@
 """Compare measurements with statistics: run vs run (or host vs host), and every host vs the fleet.
 
-Ratios are B/A of per-call latency (> 1: B is slower). Each ratio's 95% confidence interval comes from a
-bootstrap of the two cases' raw samples (the ratio of medians), and the verdict against a threshold t:
+Ratios are B/A of per-call latency (> 1: B is slower). A case is timed in independent rounds spread over
+its run (worker/runner.py); the ratio's 95% confidence interval is a Welch t interval on the rounds'
+log medians, so it knows how much a case moves from one run to the next, not only the noise between
+consecutive samples of one run. (Records of format < 3 have one round: their interval is a bootstrap
+of the raw samples, and the note says it knows only the noise within a run.) The verdict against a
+threshold t:
   SLOWER     the whole interval is above 1 + t        FASTER   the whole interval is below 1 - t
   SAME       the whole interval lies within 1 ± t     AMBIGUOUS  anything else (too noisy to say)
-A Mann-Whitney U p-value is reported beside it. Only a confirmed SLOWER makes `diff` exit 1.
+  UNSTABLE   SLOWER or FASTER, but the environment moved as much as the effect between the two sides
+             (the GPU's SM clock, throttling, the host's CPU load or steal time): is it the kernel, or
+             the machine? Not a regression until a stable re-run says so.
+A p-value (Welch's t on the round log medians, or Mann-Whitney U on samples) is reported beside it.
+Only a confirmed SLOWER makes `diff` exit 1.
 
 Cases match by case id: what is measured (worker/schema.py IDENTITY_FIELDS), never how it was timed.
 Timing options that differ between the sides are listed as settings, beside the host facts that
@@ -73,7 +81,7 @@ class CaseDiff:
     ci_low: Optional[float]
     ci_high: Optional[float]
     p_value: Optional[float]
-    verdict: str  # FASTER SLOWER SAME AMBIGUOUS; ONLY-A / ONLY-B (on one side only); NOT-OK
+    verdict: str  # FASTER SLOWER SAME AMBIGUOUS UNSTABLE; ONLY-A / ONLY-B (on one side only); NOT-OK
     note: str = ""
 
     def as_dict(self) -> dict:
@@ -95,7 +103,7 @@ class Comparison:
 
     def counts(self) -> dict[str, int]:
         """Cases per verdict, in the order verdicts are read: changes first, one-sided rows last."""
-        order = ("SLOWER", "FASTER", "AMBIGUOUS", "SAME", "NOT-OK", "ONLY-A", "ONLY-B")
+        order = ("SLOWER", "FASTER", "UNSTABLE", "AMBIGUOUS", "SAME", "NOT-OK", "ONLY-A", "ONLY-B")
         found = {v: sum(c.verdict == v for c in self.cases) for v in order}
         return {v: n for v, n in found.items() if n}
 
@@ -132,6 +140,53 @@ def ratio_ci(a: list[float], b: list[float], seed: int = 0) -> tuple[float, floa
     return point, float(res.confidence_interval.low), float(res.confidence_interval.high)
 
 
+def rounds_ratio_ci(a: list[float], b: list[float]) -> tuple[float, float, float, float]:
+    """(ratio B/A, 95% CI low, high, p-value) from per-round medians of both sides (>= 2 each): Welch's
+    t on log medians, so the ratio is that of geometric means of the rounds."""
+    la, lb = np.log(np.asarray(a, dtype=float)), np.log(np.asarray(b, dtype=float))
+    diff = float(lb.mean() - la.mean())
+    va, vb = la.var(ddof=1) / len(la), lb.var(ddof=1) / len(lb)
+    se = float(np.sqrt(va + vb))
+    if se == 0:
+        return float(np.exp(diff)), float(np.exp(diff)), float(np.exp(diff)), (1.0 if diff == 0 else 0.0)
+    df = (va + vb) ** 2 / (va ** 2 / (len(la) - 1) + vb ** 2 / (len(lb) - 1))
+    half = float(stats.t.ppf(0.975, df)) * se
+    p = float(stats.ttest_ind(lb, la, equal_var=False).pvalue)
+    return float(np.exp(diff)), float(np.exp(diff - half)), float(np.exp(diff + half)), p
+
+
+# How far the environment may move before a verdict is UNSTABLE (see environment_moved).
+CLOCK_SHARE_OF_EFFECT = 0.5  # an SM clock change this share of the effect (in log terms) explains it
+BUSY_LOAD_PER_CORE = 0.75  # a host this loaded (1-minute load average per CPU) is busy ...
+LOAD_DIFFERENCE = 0.25  # ... and a difference this large between the sides moves CPU timings
+STEAL_PCT = 2.0  # CPU time stolen by the hypervisor during a round
+
+
+def environment_moved(ra: CaseRecord, rb: CaseRecord, ratio: float) -> Optional[str]:
+    """Why the two sides' environments differ as much as the effect between them, or None."""
+    rounds_a, rounds_b = ra.timing.rounds, rb.timing.rounds
+    effect = abs(float(np.log(ratio)))
+
+    def median_of(rounds, field):
+        values = [getattr(r, field) for r in rounds if getattr(r, field) is not None]
+        return float(np.median(values)) if values else None
+
+    ca, cb = median_of(rounds_a, "sm_clock_mhz"), median_of(rounds_b, "sm_clock_mhz")
+    if ca and cb and abs(float(np.log(cb / ca))) >= CLOCK_SHARE_OF_EFFECT * effect:
+        return f"SM clock A {ca:.0f} MHz, B {cb:.0f} MHz"
+    throttled = sorted({t for r in [*rounds_a, *rounds_b] for t in r.throttle_reasons})
+    if throttled:
+        return "GPU throttled (" + ", ".join(throttled) + ")"
+    la = max((r.load_per_core for r in rounds_a if r.load_per_core is not None), default=None)
+    lb = max((r.load_per_core for r in rounds_b if r.load_per_core is not None), default=None)
+    if la is not None and lb is not None and max(la, lb) >= BUSY_LOAD_PER_CORE and abs(la - lb) >= LOAD_DIFFERENCE:
+        return f"CPU load per core A {la:.2f}, B {lb:.2f}"
+    steal = max((r.steal_pct for r in [*rounds_a, *rounds_b] if r.steal_pct is not None), default=0.0)
+    if steal >= STEAL_PCT:
+        return f"CPU steal {steal:.1f}%"
+    return None
+
+
 def classify(low: float, high: float, threshold: float) -> str:
     if low > 1 + threshold:
         return "SLOWER"
@@ -153,11 +208,24 @@ def compare_records(key: str, ra: Optional[CaseRecord], rb: Optional[CaseRecord]
     if ra.status != "ok" or rb.status != "ok" or not ra.timing or not rb.timing:
         return CaseDiff(**base, a_us=a_us, b_us=b_us, ratio=None, ci_low=None, ci_high=None, p_value=None,
                         verdict="NOT-OK", note=f"A {ra.status}, B {rb.status}")
-    ratio, low, high = ratio_ci(ra.timing.samples_us, rb.timing.samples_us)
-    p = float(stats.mannwhitneyu(ra.timing.samples_us, rb.timing.samples_us, alternative="two-sided").pvalue)
-    note = "timing methods differ" if (ra.timing.method, ra.timing.l2) != (rb.timing.method, rb.timing.l2) else ""
+    notes = []
+    ma, mb = [r.median_us for r in ra.timing.rounds], [r.median_us for r in rb.timing.rounds]
+    if len(ma) >= 2 and len(mb) >= 2:
+        ratio, low, high, p = rounds_ratio_ci(ma, mb)
+    else:
+        ratio, low, high = ratio_ci(ra.timing.samples_us, rb.timing.samples_us)
+        p = float(stats.mannwhitneyu(ra.timing.samples_us, rb.timing.samples_us, alternative="two-sided").pvalue)
+        notes.append("one round: the interval knows only the noise within a run")
+    if (ra.timing.method, ra.timing.l2) != (rb.timing.method, rb.timing.l2):
+        notes.append("timing methods differ")
+    verdict = classify(low, high, threshold)
+    if verdict in ("SLOWER", "FASTER"):
+        moved = environment_moved(ra, rb, ratio)
+        if moved:
+            verdict = "UNSTABLE"
+            notes.insert(0, f"{moved}: as much as the effect")
     return CaseDiff(**base, a_us=a_us, b_us=b_us, ratio=ratio, ci_low=low, ci_high=high, p_value=p,
-                    verdict=classify(low, high, threshold), note=note)
+                    verdict=verdict, note="; ".join(notes))
 
 
 def compare_sides(a: Side, b: Side, threshold: float) -> Comparison:

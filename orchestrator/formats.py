@@ -11,6 +11,8 @@ Manifest history (MANIFEST_VERSION, runs/<id>/manifest.json):
      silently emptied the tables of older runs).
   2  the planned cases are stored as data (`cases`: case id -> CaseSpec), with the worker settings
      (`worker`) and the sweep's name; the sweep spec stays as a record of what was asked for.
+  3  the cases' timing options have `rounds` and the run's worker writes records of format 3; the
+     manifest's shape is that of format 2 (`stall_timeout` may be stored).
 Record history (results.jsonl): see SCHEMA_VERSION in worker/schema.py; upgraded here by `upgrade_record`.
 """
 from __future__ import annotations
@@ -25,7 +27,7 @@ from worker.schema import IDENTITY_FIELDS, SCHEMA_VERSION, identity_hash
 
 from .errors import InputError
 
-MANIFEST_VERSION = 2
+MANIFEST_VERSION = 3
 # A CaseSpec's fields before format 2, with the defaults fleetbench 0.1.0 filled in.
 _CASE_DEFAULTS = {"workload": "gemm", "label": "", "out_dtype": "bfloat16", "seed": 0}
 
@@ -56,7 +58,11 @@ def _record_1_to_2(obj: dict) -> dict:
     return obj
 
 
-_RECORD_UPGRADES: dict[int, Callable[[dict], dict]] = {1: _record_1_to_2}
+def _record_2_to_3(obj: dict) -> dict:
+    return dict(obj, schema_version=3)  # format 3 only adds fields with defaults (rounds)
+
+
+_RECORD_UPGRADES: dict[int, Callable[[dict], dict]] = {1: _record_1_to_2, 2: _record_2_to_3}
 
 
 def upgrade_record(obj: dict) -> dict:
@@ -151,7 +157,11 @@ def _manifest_1_to_2(data: dict) -> dict:
             "format_notes": data.get("format_notes", []) + notes}
 
 
-_MANIFEST_UPGRADES: dict[int, Callable[[dict], dict]] = {1: _manifest_1_to_2}
+def _manifest_2_to_3(data: dict) -> dict:
+    return dict(data, manifest_version=3)  # the same shape; what differs is the worker it keeps
+
+
+_MANIFEST_UPGRADES: dict[int, Callable[[dict], dict]] = {1: _manifest_1_to_2, 2: _manifest_2_to_3}
 
 
 def upgrade_manifest(data: dict, where: str) -> dict:
@@ -176,7 +186,12 @@ def upgrade_manifest(data: dict, where: str) -> dict:
 def params_for_worker(params: dict, manifest_version: int) -> dict:
     """Worker params in the form the worker of a run written as `manifest_version` reads: a rerun uses
     the worker the run started with, which rejects fields it does not know."""
-    if manifest_version >= 2:
+    if manifest_version >= MANIFEST_VERSION:
         return params
-    cases = [{f: v for f, v in c.items() if f != "workload"} for c in params["cases"]]
-    return {**params, "schema_version": 1, "cases": cases}
+    cases = []
+    for case in params["cases"]:
+        case = dict(case, timing={k: v for k, v in case["timing"].items() if k != "rounds"})  # before format 3
+        if manifest_version < 2:
+            case.pop("workload", None)
+        cases.append(case)
+    return {**params, "schema_version": manifest_version, "cases": cases}

@@ -9,7 +9,7 @@ from .output import Document, Section
 
 _STATUS_STYLE = {"ok": "green", "unsupported": "dim", "unavailable": "yellow", "failed": "bold red",
                  "crashed": "bold red", "missing": "red"}
-_VERDICT_STYLE = {"SLOWER": "bold red", "FASTER": "green", "AMBIGUOUS": "yellow"}
+_VERDICT_STYLE = {"SLOWER": "bold red", "FASTER": "green", "AMBIGUOUS": "yellow", "UNSTABLE": "yellow"}
 
 
 def _num(v: Optional[float], fmt: str) -> str:

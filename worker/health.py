@@ -67,6 +67,36 @@ class NvmlProbe:
         )
 
 
+def cpu_counters() -> tuple[Optional[float], Optional[int], Optional[int]]:
+    """(1-minute load average per CPU, stolen jiffies, all jiffies) of this host; None where unknown."""
+    import os
+
+    try:
+        load = os.getloadavg()[0] / (os.cpu_count() or 1)
+    except OSError:
+        load = None
+    try:
+        with open("/proc/stat") as f:
+            fields = [int(x) for x in f.readline().split()[1:]]
+        return load, (fields[7] if len(fields) > 7 else 0), sum(fields)
+    except (OSError, ValueError):
+        return load, None, None
+
+
+def round_environment(before_cpu, after_cpu, before: Optional[HealthSnapshot],
+                      after: Optional[HealthSnapshot]) -> dict:
+    """RoundStats' environment fields from readings taken around one round."""
+    env: dict = {"load_per_core": None if after_cpu[0] is None else round(after_cpu[0], 3)}
+    if None not in (before_cpu[1], before_cpu[2], after_cpu[1], after_cpu[2]) and after_cpu[2] > before_cpu[2]:
+        env["steal_pct"] = round(100.0 * (after_cpu[1] - before_cpu[1]) / (after_cpu[2] - before_cpu[2]), 3)
+    if after is not None:
+        env["sm_clock_mhz"] = after.sm_clock_mhz
+        env["temperature_c"] = after.temperature_c
+        seen = set(after.throttle_reasons) | set(before.throttle_reasons if before else [])
+        env["throttle_reasons"] = sorted(seen & _BAD_REASONS)
+    return env
+
+
 def decode_reasons(bits: int) -> list[str]:
     return [name for bit, name in _REASON_BITS.items() if bits & bit]
 

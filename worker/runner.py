@@ -1,8 +1,13 @@
-"""Run cases one by one: support check, seeded inputs, correctness verdict, timing, one JSON line each.
+"""Run cases: support check, seeded inputs, correctness verdict, timing in rounds, one JSON line each.
 
-A case that raises is recorded as failed (with the traceback tail) and the loop goes on. Each record is
-appended, flushed and fsynced as its case ends, so a dying host loses at most the case in flight; the
-id of that case is kept in `<results>.inflight` for the supervisor to name it.
+Each case is timed in `timing.rounds` independent rounds, spread over the sweep: round 1 of every case,
+then round 2 of every case, and so on; every round prepares its inputs and warms up again, so a case's
+rounds see what separate runs would see (clock and cache states, the neighbours it runs between) and
+their spread is honest about run-to-run variation. The first round also checks the result against the
+oracle; a wrong result is never timed. A case that raises is recorded as failed (with the traceback
+tail) and the loop goes on. Each record is appended, flushed and fsynced as its last round ends, so a
+dying host loses at most the rounds of unfinished cases; the id of the case in flight is kept in
+`<results>.inflight` for the supervisor to name it.
 """
 from __future__ import annotations
 
@@ -21,7 +26,8 @@ from .schema import CaseRecord, CaseSpec, FactsRecord, WorkerParams
 
 # Fault injection for reliability tests: "<action>:<backend>:<m>[,...]" with action one of
 # segv (the process dies by SIGSEGV), exit (dies with status 1), hang (stops answering),
-# garbage (a corrupt line lands in results.jsonl and on the stream). Unset in normal use.
+# garbage (a corrupt line lands in results.jsonl and on the stream), slower (the backend does 10% more
+# work: _with_fault). Unset in normal use.
 FAULT_ENV = "FLEETBENCH_FAULT"
 # Cold-L2 rotation: input sets totalling at least this many L2 sizes, within these bounds.
 COLD_L2_FACTOR = 3
@@ -46,6 +52,7 @@ class CaseRunner:
             self.probe = NvmlProbe.for_current_device()
 
     def run(self, case: CaseSpec) -> CaseRecord:
+        """The case's first round: the full record, timed once (unless it is not ok)."""
         started_at, t0 = now_iso(), time.perf_counter()
 
         def record(status: str, reason: str = "", **fields) -> CaseRecord:
@@ -69,22 +76,75 @@ class CaseRunner:
             tb = traceback.format_exc()
             return record("failed", f"{type(exc).__name__}: {exc}"[:500], traceback=tb[-4000:])
 
+    def _prepare(self, case: CaseSpec, spec):
+        """(fn, input sets, how many) for one round: inputs made from the case's seed, the backend prepared."""
+        import torch
+
+        n_sets = self._input_sets(case, spec.family)
+        sets = [self._inputs(case, s, self.device.device) for s in range(n_sets)]
+        module = importlib.import_module(f"worker.backends.{spec.module}")
+        fn = _with_fault(case, module.prepare(spec, sets, getattr(torch, case.out_dtype)))
+        return fn, sets, n_sets
+
+    def _time(self, case: CaseSpec, fn, n_sets: int):
+        """One round's timing: (Stats with its RoundStats, Health or None)."""
+        from .health import assess, cpu_counters, round_environment
+        from .schema import RoundStats
+        from .timing import time_cpu, time_cuda
+
+        cpu_before = cpu_counters()
+        before = self.probe.snapshot() if self.probe else None
+        if self.device.device == "cuda":
+            stats = time_cuda(fn, n_sets, case.timing)
+        else:
+            stats = time_cpu(fn, n_sets, case.timing)
+        after = self.probe.snapshot() if self.probe else None
+        health = assess(before, after) if before is not None and after is not None else None
+        env = round_environment(cpu_before, cpu_counters(), before, after)
+        one = RoundStats(median_us=stats.median_us, n=stats.n, rel_ci=stats.rel_ci, **env)
+        return stats.model_copy(update={"rounds": [one]}), health
+
+    def again(self, case: CaseSpec) -> tuple:
+        """A later round of a case whose first round was ok: (Stats, Health or None, seconds taken)."""
+        t0 = time.perf_counter()
+        spec = CATALOG[case.backend]
+        fn, sets, n_sets = self._prepare(case, spec)
+        stats, health = self._time(case, fn, n_sets)
+        del fn, sets
+        return stats, health, time.perf_counter() - t0
+
+    def finish(self, first: CaseRecord, later: list) -> CaseRecord:
+        """The case's record over all its rounds: first round's record, rounds combined."""
+        import torch
+
+        from .metrics import gemm_metrics
+        from .schema import Health
+        from .timing import combine_rounds
+
+        case, spec = first.case, CATALOG[first.case.backend]
+        stats = combine_rounds([first.timing, *(s for s, _, _ in later)])
+        healths = [h for h in [first.health, *(h for _, h, _ in later)] if h is not None]
+        health = first.health
+        if healths and any(h.tainted for h in healths):
+            tainted = [h for h in healths if h.tainted]
+            health = Health(before=healths[0].before, after=healths[-1].after, tainted=True,
+                            taint_reason="; ".join(dict.fromkeys(h.taint_reason for h in tainted)))
+        metrics = gemm_metrics(case.m, case.n, case.k, spec.family, stats.median_us, self.device.name or None,
+                               out_bytes=torch.empty((), dtype=getattr(torch, case.out_dtype)).element_size())
+        return first.model_copy(update={"timing": stats, "health": health, "metrics": metrics,
+                                        "duration_s": round(first.duration_s + sum(t for _, _, t in later), 4)})
+
     def _measure(self, case: CaseSpec, spec, record) -> CaseRecord:
         import torch
 
         from . import nvfp4
         from .backends.fp8 import dequantized_product
-        from .health import assess
         from .metrics import gemm_metrics
-        from .timing import time_cpu, time_cuda
         from .verify import REFERENCE_SELF, THRESHOLDS, verdict
 
         dev = self.device.device
         out_dtype = getattr(torch, case.out_dtype)
-        n_sets = self._input_sets(case, spec.family)
-        sets = [self._inputs(case, s, dev) for s in range(n_sets)]
-        module = importlib.import_module(f"worker.backends.{spec.module}")
-        fn = module.prepare(spec, sets, out_dtype)
+        fn, sets, n_sets = self._prepare(case, spec)
 
         a, b = sets[0]
         out = fn(0)
@@ -102,14 +162,7 @@ class CaseRunner:
             # A wrong answer is not timed: a fast wrong kernel is not a result.
             return record("failed", f"wrong result: {check.detail}", correctness=check)
 
-        health = None
-        if dev == "cuda":
-            before = self.probe.snapshot() if self.probe else None
-            stats = time_cuda(fn, n_sets, case.timing)
-            if self.probe and before is not None:
-                health = assess(before, self.probe.snapshot())
-        else:
-            stats = time_cpu(fn, n_sets, case.timing)
+        stats, health = self._time(case, fn, n_sets)
         metrics = gemm_metrics(case.m, case.n, case.k, spec.family, stats.median_us,
                                self.device.name or None, out_bytes=torch.empty((), dtype=out_dtype).element_size())
         del fn, sets
@@ -157,16 +210,42 @@ def run_params(params: WorkerParams, results: Path) -> int:
 
 def _run_cases(runner: "CaseRunner", todo: list[CaseSpec], done: set[str], total: int, results: Path,
                inflight: Path) -> None:
-    for case in todo:
-        emit_progress(event="start", done=len(done), total=total, case_id=case.case_id,
-                      backend=case.backend, m=case.m, n=case.n, k=case.k)
-        inflight.write_text(case.case_id, encoding="utf-8")
-        _inject_fault(case, results)
-        rec = runner.run(case)
+    """Round 1 of every case, then round 2 of those still timing, and so on (module docstring)."""
+    pending: dict[str, tuple[CaseRecord, list]] = {}  # case id -> (first round's record, later rounds)
+
+    def end(rec: CaseRecord) -> None:
         append_record(results, rec)
-        done.add(case.case_id)
-        emit_progress(event="end", done=len(done), total=total, case_id=case.case_id, status=rec.status,
+        done.add(rec.case_id)
+        pending.pop(rec.case_id, None)
+        emit_progress(event="end", done=len(done), total=total, case_id=rec.case_id, status=rec.status,
                       reason=rec.reason[:200], median_us=rec.timing.median_us if rec.timing else None)
+
+    for r in range(max((c.timing.rounds for c in todo), default=1)):
+        for case in todo:
+            if case.case_id in done or (r > 0 and case.case_id not in pending) or r >= case.timing.rounds:
+                continue
+            emit_progress(event="start", done=len(done), total=total, case_id=case.case_id, backend=case.backend,
+                          m=case.m, n=case.n, k=case.k, round=r + 1, rounds=case.timing.rounds)
+            inflight.write_text(case.case_id, encoding="utf-8")
+            if r == 0:
+                _inject_fault(case, results)
+                rec = runner.run(case)
+                if rec.status != "ok" or rec.timing is None or case.timing.rounds == 1:
+                    end(rec)
+                else:
+                    pending[case.case_id] = (rec, [])
+                continue
+            first, later = pending[case.case_id]
+            try:
+                later.append(runner.again(case))
+            except Exception as exc:
+                end(first.model_copy(update={"status": "failed", "timing": None, "metrics": None,
+                                             "reason": f"round {r + 1} of {case.timing.rounds}: "
+                                                       f"{type(exc).__name__}: {exc}"[:500],
+                                             "traceback": traceback.format_exc()[-4000:]}))
+                continue
+            if len(later) + 1 == case.timing.rounds:
+                end(runner.finish(first, later))
 
 
 def _inject_fault(case: CaseSpec, results: Path) -> None:
@@ -189,6 +268,26 @@ def _inject_fault(case: CaseSpec, results: Path) -> None:
                 time.sleep(3600)
         elif action == "garbage":
             append_line(results, '{"kind": "case", "schema_version": 1, "oops"')
+
+
+def _with_fault(case: CaseSpec, fn):
+    """`slower:<backend>[:m]` in FLEETBENCH_FAULT: every tenth call of that backend runs twice, i.e. it
+    does 10% more work, as a real regression would (for checking that diff flags one)."""
+    spec = os.environ.get(FAULT_ENV) or ""
+    for item in spec.split(","):
+        action, _, target = item.partition(":")
+        backend, _, m = target.partition(":")
+        if action == "slower" and backend == case.backend and (not m or int(m) == case.m):
+            calls = [0]
+
+            def slower(i: int):
+                calls[0] += 1
+                if calls[0] % 10 == 0:
+                    fn(i)
+                return fn(i)
+
+            return slower
+    return fn
 
 
 def load_params(path: Path) -> WorkerParams:

@@ -10,6 +10,10 @@ run's records: reruns use the worker the run started with):
   2  CaseSpec.workload ("gemm"). The case id is the identity of what is measured (IDENTITY_FIELDS:
      workload, backend, shape, dtypes, seed, label) and never how it is timed; timing options stay in
      each record's `case.timing`, and diff shows them as settings that differ.
+  3  TimingOptions.rounds; Stats.rounds: each case is timed in independent rounds spread over the sweep
+     (every round prepares and warms again), with per round its median and the environment it ran in
+     (GPU clock, temperature, throttling; CPU load and steal). diff builds its interval from the
+     variation between rounds. A record of an older version has no rounds.
 """
 from __future__ import annotations
 
@@ -19,7 +23,7 @@ from typing import Annotated, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 Status = Literal["ok", "unsupported", "unavailable", "failed", "crashed"]
 STATUSES: tuple[str, ...] = ("ok", "unsupported", "unavailable", "failed", "crashed")
@@ -41,6 +45,9 @@ class TimingOptions(_Strict):
     target_rel_ci: float = Field(default=0.01, gt=0, lt=1)
     budget_s: float = Field(default=0.5, gt=0)
     calls_per_sample: int = Field(default=0, ge=0)  # 0: chosen so one sample lasts ~1 ms
+    # Independent timings of each case, spread over the sweep: a case's number is the median of its
+    # rounds, and how much rounds differ is what a comparison between runs is judged against.
+    rounds: int = Field(default=3, ge=1, le=50)
 
 
 class CaseSpec(_Strict):
@@ -75,8 +82,23 @@ def identity_hash(identity: dict) -> str:
     return hashlib.sha256(blob.encode("utf-8")).hexdigest()[:16]
 
 
+class RoundStats(_Strict):
+    """One round of a case: its median, and the environment it was timed in (None: not known here)."""
+
+    median_us: float
+    n: int
+    rel_ci: float
+    sm_clock_mhz: Optional[int] = None
+    temperature_c: Optional[int] = None
+    throttle_reasons: list[str] = Field(default_factory=list)  # slowdown reasons seen during the round
+    load_per_core: Optional[float] = None  # the host's 1-minute load average / its CPUs, at the round's end
+    steal_pct: Optional[float] = None  # CPU time stolen by the hypervisor during the round, in percent
+
+
 class Stats(_Strict):
-    """Per-call latency statistics in microseconds, and the raw samples they come from."""
+    """Per-call latency statistics in microseconds, and the raw samples they come from. With several
+    rounds: median_us is the median of the rounds' medians, rel_ci the between-round half-width, and
+    the samples are those of every round."""
 
     method: str  # e.g. "cuda-graph", "cuda-events", "cpu-wallclock"
     median_us: float
@@ -89,6 +111,7 @@ class Stats(_Strict):
     calls_per_sample: int
     l2: Literal["hot", "cold"]
     samples_us: list[float]
+    rounds: list[RoundStats] = Field(default_factory=list)  # empty in records of format < 3
 
 
 class Correctness(_Strict):

@@ -45,6 +45,36 @@ def summarize(samples_us: list[float], *, method: str, calls_per_sample: int, l2
     )
 
 
+# Two-sided 95% Student t quantiles by degrees of freedom (beyond the table, the normal's 1.96).
+T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228,
+       12: 2.179, 15: 2.131, 20: 2.086, 30: 2.042, 50: 2.009}
+
+
+def t95(df: float) -> float:
+    """The two-sided 95% t quantile for `df` degrees of freedom (the next smaller tabulated df: conservative)."""
+    if df < 1:
+        return math.inf
+    return T95[max(d for d in T95 if d <= df)] if df <= 50 else 1.96
+
+
+def combine_rounds(rounds: list[Stats]) -> Stats:
+    """One case's rounds as one Stats: the median of the round medians; the CI from how the rounds
+    differ (t interval of their log medians: each round prepared and warmed on its own, so their spread
+    is what the next run will see too); the samples and round details of every round."""
+    if len(rounds) == 1:
+        return rounds[0]
+    medians = [r.median_us for r in rounds]
+    logs = [math.log(m) for m in medians]
+    half = t95(len(logs) - 1) * statistics.stdev(logs) / math.sqrt(len(logs))
+    samples = [s for r in rounds for s in r.samples_us]
+    ordered = sorted(samples)
+    first = rounds[0]
+    return Stats(method=first.method, median_us=statistics.median(medians), p10_us=quantile(ordered, 0.10),
+                 p90_us=quantile(ordered, 0.90), mean_us=statistics.fmean(ordered), stdev_us=statistics.stdev(ordered),
+                 n=len(ordered), rel_ci=math.expm1(half), calls_per_sample=first.calls_per_sample, l2=first.l2,
+                 samples_us=samples, rounds=[x for r in rounds for x in r.rounds])
+
+
 def quantile(ordered: list[float], q: float) -> float:
     """Linear-interpolated quantile of sorted data."""
     if len(ordered) == 1:
