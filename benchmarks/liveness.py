@@ -36,7 +36,8 @@ from sshfleet import start_fleet, wait_until  # noqa: E402
 def sweep_file(path: Path) -> Path:
     doc = {"name": "liveness", "backends": ["torch-bf16"],
            "shapes": [{"m": [16 * (i + 1) for i in range(8)], "n": 64, "k": 128, "label": "live"}],
-           "timing": {"budget_s": 0.3, "warmup_ms": 1, "min_samples": 3, "max_samples": 100000, "target_rel_ci": 1e-9}}
+           "timing": {"budget_s": 0.3, "warmup_ms": 1, "min_samples": 3, "max_samples": 100000, "target_rel_ci": 1e-9,
+                      "rounds": 1}}
     path.write_text(yaml.safe_dump(doc))
     return path
 

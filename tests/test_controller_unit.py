@@ -132,7 +132,7 @@ def test_worker_bundle_is_deterministic():
 
 
 def test_bad_result_lines_are_problems_not_crashes(tmp_path):
-    good = '{"kind":"case","schema_version":2}'
+    good = '{"kind":"case","schema_version":3}'
     path = write(tmp_path / "results.jsonl", "\n".join([
         "not json", '{"x": 1}', '{"kind":"facts","schema_version":99}', good, '{"kind":"facts","schema_version":1,'
     ]))
@@ -140,7 +140,7 @@ def test_bad_result_lines_are_problems_not_crashes(tmp_path):
     assert parsed.cases == [] and len(parsed.problems) == 5
     assert "not JSON" in parsed.problems[0]
     assert "no schema_version" in parsed.problems[1]
-    assert "newer than this fleetbench reads (2): upgrade fleetbench" in parsed.problems[2]
+    assert "newer than this fleetbench reads (3): upgrade fleetbench" in parsed.problems[2]
     assert "invalid record" in parsed.problems[3]
     assert "truncated" in parsed.problems[4]
 

@@ -22,11 +22,12 @@ from orchestrator.store import resolve_run
 
 
 def slow_sweep(path: Path, shapes: int = 8, budget: float = 0.4) -> Path:
-    """CPU cases that each take about `budget` seconds (the CI target is unreachable on purpose)."""
+    """CPU cases that each take about `budget` seconds (the CI target is unreachable on purpose), in one
+    round: a case's record then lands as soon as it is timed."""
     doc = {"name": "slow", "backends": ["torch-bf16"],
            "shapes": [{"m": [16 * (i + 1) for i in range(shapes)], "n": 64, "k": 128, "label": "slow"}],
            "timing": {"budget_s": budget, "warmup_ms": 1, "min_samples": 3, "max_samples": 100000,
-                      "target_rel_ci": 1e-9}}
+                      "target_rel_ci": 1e-9, "rounds": 1}}
     path.write_text(yaml.safe_dump(doc))
     return path
 
@@ -304,7 +305,7 @@ def test_corrupted_results_line_is_reported_and_the_rest_kept(fleet, tmp_path, c
     sweep = write_sweep(tmp_path / "s.yaml", backends=("torch-bf16",), ms=(16, 32))
     code, out, err = run_cli(capsys, "run", sweep, "-i", inv, "--runs-dir", tmp_path / "r", "--format", "json")
     assert code == 1
-    assert "ssh2: bad result line: results.jsonl line 3: not JSON" in err
+    assert "ssh2: bad result line: results.jsonl line 2: not JSON" in err  # written in round 1 of M=32
     assert {r["status"] for r in json.loads(out)} == {"ok"}
 
 
