@@ -26,7 +26,8 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def cli(*args, env=None) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "orchestrator.cli", *map(str, args)], cwd=ROOT, capture_output=True,
-                          text=True, env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})})
+                          text=True, env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [
+                              str(ROOT), os.environ.get("PYTHONPATH")])), **(env or {})})
 
 
 def run(sweep: Path, inventory: Path, runs: Path, env=None) -> Path:

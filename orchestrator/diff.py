@@ -9,8 +9,9 @@ threshold t:
   SLOWER     the whole interval is above 1 + t        FASTER   the whole interval is below 1 - t
   SAME       the whole interval lies within 1 ± t     AMBIGUOUS  anything else (too noisy to say)
   UNSTABLE   SLOWER or FASTER, but the environment moved as much as the effect between the two sides
-             (the GPU's SM clock, throttling, the host's CPU load or steal time): is it the kernel, or
-             the machine? Not a regression until a stable re-run says so.
+             (the GPU's SM clock, throttling; for CPU-timed cases the CPU's own speed on a fixed loop,
+             its load or steal time): is it the kernel, or the machine? Not a regression until a
+             stable re-run says so.
 A p-value (Welch's t on the round log medians, or Mann-Whitney U on samples) is reported beside it.
 Only a confirmed SLOWER makes `diff` exit 1.
 
@@ -156,7 +157,7 @@ def rounds_ratio_ci(a: list[float], b: list[float]) -> tuple[float, float, float
 
 
 # How far the environment may move before a verdict is UNSTABLE (see environment_moved).
-CLOCK_SHARE_OF_EFFECT = 0.5  # an SM clock change this share of the effect (in log terms) explains it
+CLOCK_SHARE_OF_EFFECT = 0.5  # a clock (or CPU speed) change this share of the effect (in log terms) explains it
 BUSY_LOAD_PER_CORE = 0.75  # a host this loaded (1-minute load average per CPU) is busy ...
 LOAD_DIFFERENCE = 0.25  # ... and a difference this large between the sides moves CPU timings
 STEAL_PCT = 2.0  # CPU time stolen by the hypervisor during a round
@@ -177,6 +178,10 @@ def environment_moved(ra: CaseRecord, rb: CaseRecord, ratio: float) -> Optional[
     throttled = sorted({t for r in [*rounds_a, *rounds_b] for t in r.throttle_reasons})
     if throttled:
         return "GPU throttled (" + ", ".join(throttled) + ")"
+    if ra.timing.method == "cpu-wallclock":  # a GPU timed by graph replay does not wait on the host's CPU
+        ha, hb = median_of(rounds_a, "host_ref_us"), median_of(rounds_b, "host_ref_us")
+        if ha and hb and abs(float(np.log(hb / ha))) >= CLOCK_SHARE_OF_EFFECT * effect:
+            return f"the host's reference loop A {ha:.0f} µs, B {hb:.0f} µs"
     la = max((r.load_per_core for r in rounds_a if r.load_per_core is not None), default=None)
     lb = max((r.load_per_core for r in rounds_b if r.load_per_core is not None), default=None)
     if la is not None and lb is not None and max(la, lb) >= BUSY_LOAD_PER_CORE and abs(la - lb) >= LOAD_DIFFERENCE:

@@ -83,10 +83,27 @@ def cpu_counters() -> tuple[Optional[float], Optional[int], Optional[int]]:
         return load, None, None
 
 
+def host_reference_us() -> float:
+    """How fast this host's CPU runs right now: a fixed pure-Python loop, best of 10, in microseconds.
+    A shared or throttled CPU changes it between runs (and within one) without any load or steal
+    showing; a CPU-timed case moves with it."""
+    import time
+
+    best = float("inf")
+    for _ in range(10):
+        t = time.perf_counter()
+        x = 0
+        for i in range(5000):
+            x += i * i
+        best = min(best, time.perf_counter() - t)
+    return best * 1e6
+
+
 def round_environment(before_cpu, after_cpu, before: Optional[HealthSnapshot],
-                      after: Optional[HealthSnapshot]) -> dict:
+                      after: Optional[HealthSnapshot], host_ref_us: Optional[float] = None) -> dict:
     """RoundStats' environment fields from readings taken around one round."""
-    env: dict = {"load_per_core": None if after_cpu[0] is None else round(after_cpu[0], 3)}
+    env: dict = {"load_per_core": None if after_cpu[0] is None else round(after_cpu[0], 3),
+                 "host_ref_us": None if host_ref_us is None else round(host_ref_us, 2)}
     if None not in (before_cpu[1], before_cpu[2], after_cpu[1], after_cpu[2]) and after_cpu[2] > before_cpu[2]:
         env["steal_pct"] = round(100.0 * (after_cpu[1] - before_cpu[1]) / (after_cpu[2] - before_cpu[2]), 3)
     if after is not None:

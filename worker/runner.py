@@ -88,10 +88,11 @@ class CaseRunner:
 
     def _time(self, case: CaseSpec, fn, n_sets: int):
         """One round's timing: (Stats with its RoundStats, Health or None)."""
-        from .health import assess, cpu_counters, round_environment
+        from .health import assess, cpu_counters, host_reference_us, round_environment
         from .schema import RoundStats
         from .timing import time_cpu, time_cuda
 
+        ref_before = host_reference_us()
         cpu_before = cpu_counters()
         before = self.probe.snapshot() if self.probe else None
         if self.device.device == "cuda":
@@ -100,7 +101,7 @@ class CaseRunner:
             stats = time_cpu(fn, n_sets, case.timing)
         after = self.probe.snapshot() if self.probe else None
         health = assess(before, after) if before is not None and after is not None else None
-        env = round_environment(cpu_before, cpu_counters(), before, after)
+        env = round_environment(cpu_before, cpu_counters(), before, after, (ref_before + host_reference_us()) / 2)
         one = RoundStats(median_us=stats.median_us, n=stats.n, rel_ci=stats.rel_ci, **env)
         return stats.model_copy(update={"rounds": [one]}), health
 

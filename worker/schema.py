@@ -93,6 +93,7 @@ class RoundStats(_Strict):
     throttle_reasons: list[str] = Field(default_factory=list)  # slowdown reasons seen during the round
     load_per_core: Optional[float] = None  # the host's 1-minute load average / its CPUs, at the round's end
     steal_pct: Optional[float] = None  # CPU time stolen by the hypervisor during the round, in percent
+    host_ref_us: Optional[float] = None  # a fixed pure-Python loop, best of 10, around the round: the CPU's speed
 
 
 class Stats(_Strict):
