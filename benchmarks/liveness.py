@@ -3,7 +3,7 @@
 sweep on every host, no wall-clock `timeout` anywhere (the defaults: stall timeout 60 s, the limit
 derived from the sweep), and per repetition one host
   frozen  SIGSTOP on its sshd and every session process, right after its first case starts, or
-  killed  SIGKILL on its sshd and every session process, likewise.
+  killed  SIGKILL on its sshd and every session process, once two of its cases have ended.
 Measured: seconds from the fault to the host's outcome.json, to the command's return, the healthy hosts'
 outcomes, and the result lines lost (lines in the host's own results.jsonl, after thaw or restart, that
 no attempt of the run holds once `rerun --failed --resume` has run).
@@ -30,6 +30,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT))
 
+from bench_output import publish  # noqa: E402
 from sshfleet import start_fleet, wait_until  # noqa: E402
 
 
@@ -57,8 +58,10 @@ def one(fleet, work: Path, fault: str, victim: str) -> dict:
                              str(inv), "--runs-dir", str(runs)], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, text=True)
     host = fleet.host(victim)
-    started = lambda: any('"event":"start"' in p.read_text() for p in runs.glob(f"*/hosts/{victim}/attempt-1/log.txt"))  # noqa: E731
-    assert wait_until(started, 60), "the victim never started"
+    # Frozen right after its first case starts; killed once two cases have ended (lines to lose).
+    mark, count = ('"event":"start"', 1) if fault == "frozen" else ('"event":"end"', 2)
+    ready = lambda: any(p.read_text().count(mark) >= count for p in runs.glob(f"*/hosts/{victim}/attempt-1/log.txt"))  # noqa: E731
+    assert wait_until(ready, 60), "the victim never got there"
     t_fault = time.time()
     host.freeze() if fault == "frozen" else host.kill()
     _, err = proc.communicate(timeout=600)
@@ -101,11 +104,7 @@ def main() -> int:
     for fault in ("frozen", "killed"):
         xs = [r["to_outcome_s"] for r in rows if r["fault"] == fault]
         lines.append(f"\n{fault}: fault → outcome median {statistics.median(xs):.1f} s over {len(xs)}")
-    text = "\n".join(lines) + "\n"
-    print(text)
-    if args.out:
-        args.out.write_text(text)
-    return 0
+    return publish(lines, args.out)
 
 
 if __name__ == "__main__":

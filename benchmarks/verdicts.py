@@ -22,6 +22,9 @@ from collections import Counter
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from bench_output import publish  # noqa: E402
 
 
 def cli(*args, env=None) -> subprocess.CompletedProcess:
@@ -88,11 +91,7 @@ def main() -> int:
         lines.append(f"| {x['backend']} | {x['m']} | {x['n']} | {x['k']} | {x['a_us']:.2f} | {x['b_us']:.2f} | "
                      f"{x['ratio']:.3f} | {x['verdict']} | {y.get('b_us') or 0:.2f} | {y.get('ratio') or 0:.3f} | {ci} | "
                      f"{y.get('verdict', '')} | {y.get('note', '')} |")
-    text = "\n".join(lines) + "\n"
-    print(text)
-    if args.out:
-        args.out.write_text(text)
-    return 0
+    return publish(lines, args.out)
 
 
 if __name__ == "__main__":
