@@ -9,7 +9,8 @@ threshold t:
   SLOWER     the whole interval is above 1 + t        FASTER   the whole interval is below 1 - t
   SAME       the whole interval lies within 1 ± t     AMBIGUOUS  anything else (too noisy to say)
   UNSTABLE   SLOWER or FASTER, but the environment moved as much as the effect between the two sides
-             (the GPU's SM clock, throttling; for CPU-timed cases the CPU's own speed on a fixed loop,
+             (the GPU's SM clock, throttling, other processes on it; for CPU-timed cases the CPU's own
+             speed on a fixed loop,
              its load or steal time): is it the kernel, or the machine? Not a regression until a
              stable re-run says so.
 A p-value (Welch's t on the round log medians, or Mann-Whitney U on samples) is reported beside it.
@@ -178,6 +179,9 @@ def environment_moved(ra: CaseRecord, rb: CaseRecord, ratio: float) -> Optional[
     throttled = sorted({t for r in [*rounds_a, *rounds_b] for t in r.throttle_reasons})
     if throttled:
         return "GPU throttled (" + ", ".join(throttled) + ")"
+    shared = max((r.gpu_processes or 0 for r in [*rounds_a, *rounds_b]), default=0)
+    if shared:
+        return f"{shared} other processes on the GPU"
     if ra.timing.method == "cpu-wallclock":  # a GPU timed by graph replay does not wait on the host's CPU
         ha, hb = median_of(rounds_a, "host_ref_us"), median_of(rounds_b, "host_ref_us")
         if ha and hb and abs(float(np.log(hb / ha))) >= CLOCK_SHARE_OF_EFFECT * effect:

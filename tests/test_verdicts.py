@@ -13,15 +13,16 @@ CASE = CaseSpec(backend="torch-bf16", m=1024, n=2048, k=6144, label="syn")
 THRESHOLD = 0.03
 
 
-def record(medians: list[float], *, clock=None, load=None, steal=None, throttle=(), samples_per_round=40,
-           within=0.002) -> CaseRecord:
+def record(medians: list[float], *, clock=None, load=None, steal=None, throttle=(), gpu_processes=None,
+           samples_per_round=40, within=0.002) -> CaseRecord:
     """A case timed in len(medians) rounds; each round's samples sit tightly (±within) around its median."""
     rounds = []
     for med in medians:
         xs = [med * (1 + within * ((i % 9) - 4) / 4) for i in range(samples_per_round)]
         stats = summarize(xs, method="cuda-graph", calls_per_sample=100, l2="cold")
         one = RoundStats(median_us=stats.median_us, n=stats.n, rel_ci=stats.rel_ci, sm_clock_mhz=clock,
-                         load_per_core=load, steal_pct=steal, throttle_reasons=list(throttle))
+                         load_per_core=load, steal_pct=steal, throttle_reasons=list(throttle),
+                         gpu_processes=gpu_processes)
         rounds.append(stats.model_copy(update={"rounds": [one]}))
     return CaseRecord(case_id=CASE.case_id, case=CASE, status="ok", timing=combine_rounds(rounds),
                       started_at="t", duration_s=1.0)
@@ -42,6 +43,8 @@ VERDICTS = [
     (record(STEADY, load=0.2), record([x * 1.10 for x in STEADY], load=1.4), "UNSTABLE", "CPU load per core A 0.20, B 1.40"),
     (record(STEADY, load=0.2), record([x * 1.10 for x in STEADY], load=0.3), "SLOWER", ""),
     (record(STEADY, steal=0.0), record([x * 0.9 for x in STEADY], steal=6.5), "UNSTABLE", "CPU steal 6.5%"),
+    (record(STEADY, gpu_processes=0), record([x * 1.1 for x in STEADY], gpu_processes=2), "UNSTABLE",
+     "2 other processes on the GPU"),
 ]
 
 

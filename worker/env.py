@@ -105,7 +105,7 @@ def collect_facts(device: DeviceInfo) -> FactsRecord:
     return FactsRecord(notes=notes, **facts)
 
 
-def _gpu_processes() -> Optional[int]:
+def gpu_processes() -> Optional[int]:
     """Compute processes on the visible GPUs other than ours (None when NVML cannot tell)."""
     try:
         import pynvml
@@ -143,7 +143,7 @@ def readiness() -> dict:
         "executable": sys.executable,
         "in_venv": sys.prefix != sys.base_prefix,
         "free_disk_gb": round(usage.free / 2**30, 1),
-        "gpu_processes": _gpu_processes(),
+        "gpu_processes": gpu_processes(),
         "flashinfer_mm_fp4_backends": flashinfer_mm_fp4_backends() if facts.get("flashinfer") else None,
         "problems": problems,
     }

@@ -102,6 +102,10 @@ class CaseRunner:
         after = self.probe.snapshot() if self.probe else None
         health = assess(before, after) if before is not None and after is not None else None
         env = round_environment(cpu_before, cpu_counters(), before, after, (ref_before + host_reference_us()) / 2)
+        if self.probe is not None:
+            from .env import gpu_processes
+
+            env["gpu_processes"] = gpu_processes()
         one = RoundStats(median_us=stats.median_us, n=stats.n, rel_ci=stats.rel_ci, **env)
         return stats.model_copy(update={"rounds": [one]}), health
 

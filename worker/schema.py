@@ -91,6 +91,7 @@ class RoundStats(_Strict):
     sm_clock_mhz: Optional[int] = None
     temperature_c: Optional[int] = None
     throttle_reasons: list[str] = Field(default_factory=list)  # slowdown reasons seen during the round
+    gpu_processes: Optional[int] = None  # other processes computing on the GPU at the round's end
     load_per_core: Optional[float] = None  # the host's 1-minute load average / its CPUs, at the round's end
     steal_pct: Optional[float] = None  # CPU time stolen by the hypervisor during the round, in percent
     host_ref_us: Optional[float] = None  # a fixed pure-Python loop, best of 10, around the round: the CPU's speed
