@@ -292,3 +292,17 @@ def test_a_host_python_without_torch_fails_once_with_the_cause_and_is_not_restar
     assert line.startswith("bare: failed: fleetbench: the worker cannot start with") and "No module named 'torch'" in line
     log = next((tmp_path / "runs").glob("*/hosts/bare/attempt-1/log.txt")).read_text()
     assert "restart" not in log and "giving up" not in log and log.count("cannot start") == 1
+
+
+def test_a_host_that_beats_is_never_stalled_however_long_a_case_takes(tmp_path, capsys, monkeypatch):
+    """A case that takes longer than the stall timeout (a long JIT build, say: here a case that hangs)
+    keeps its host alive through heartbeats; only the host's wall-clock limit ends it."""
+    monkeypatch.setenv("FLEETBENCH_FAULT", "hang:torch-bf16:16")
+    inv = write(tmp_path / "hosts.yaml", "hosts: [{name: busy, transport: local, timeout: 24}]\n")
+    sweep = write(tmp_path / "s.yaml", GOOD_SWEEP + "stall_timeout: 15\n")
+    code = main(["run", str(sweep), "-i", str(inv), "--runs-dir", str(tmp_path / "runs")])
+    err = capsys.readouterr().err
+    assert code == 1
+    assert "busy: timeout: did not finish within the host's 24 s limit" in err and "stalled" not in err
+    log = next((tmp_path / "runs").glob("*/hosts/busy/attempt-1/log.txt")).read_text()
+    assert log.count('"event":"heartbeat"') >= 3  # every 5 s while the case hung
