@@ -5,9 +5,10 @@ on its stdin, streaming each output line into log.txt and the live view and each
 results.jsonl -> validate -> outcome.json. In the steady state that exec is the only remote round
 trip after the handshake: the script and the worker are content-addressed on the host. When the host
 lacks either (the exit status says so: worker.protocol.classify_exit) they are uploaded once and the
-command runs again. The host's results.jsonl is fetched only when the stream
-was cut short. A per-host wall-clock deadline covers all of it. Stopping (Ctrl-C or a deadline) kills
-the remote process group through the pid file the script wrote, then fetches whatever results exist.
+command runs again. The host's results.jsonl is fetched only when the stream was cut short. A host
+silent for its stall timeout, and a per-host wall-clock deadline over all of it, end the attempt.
+Stopping (Ctrl-C, a stall or a deadline) kills the remote process group through the pid file the
+script wrote, then fetches whatever results exist.
 """
 from __future__ import annotations
 

@@ -230,7 +230,7 @@ def test_the_host_lacks_files_only_by_the_protocol_exit_statuses():
     # After the hello the launcher runs: a 2 is not ours (the worker's usage errors are EXIT_USAGE).
     assert not lacks_files(CommandResult(2), hello_seen=True)
     assert lacks_files(CommandResult(protocol.EXIT_NEEDS_SYNC), hello_seen=True)  # the launcher lacks its worker
-    assert not lacks_files(CommandResult(protocol.EXIT_NEEDS_SYNC), hello_seen=False)  # not the launcher's 5
+    assert lacks_files(CommandResult(protocol.EXIT_NEEDS_SYNC), hello_seen=False)  # a format-1 launcher: no hello
     assert not lacks_files(CommandResult(1), hello_seen=False)
     assert not lacks_files(CommandResult(-1, timed_out=True), hello_seen=False)
     assert not lacks_files(None, hello_seen=False)

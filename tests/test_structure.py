@@ -195,7 +195,7 @@ def test_line_decoder_joins_chunks_split_anywhere_even_inside_a_character():
 
 @pytest.mark.parametrize("code, hello, meaning", [
     (0, True, protocol.LAUNCH_OK), (2, False, protocol.LAUNCH_NEEDS_SYNC), (2, True, protocol.LAUNCH_OTHER),
-    (5, True, protocol.LAUNCH_NEEDS_SYNC), (5, False, protocol.LAUNCH_OTHER), (127, False, protocol.LAUNCH_NO_INTERPRETER),
+    (5, True, protocol.LAUNCH_NEEDS_SYNC), (5, False, protocol.LAUNCH_NEEDS_SYNC), (127, False, protocol.LAUNCH_NO_INTERPRETER),
     (126, False, protocol.LAUNCH_NOT_EXECUTABLE), (4, True, protocol.LAUNCH_GPU_BUSY), (3, True, protocol.LAUNCH_INCOMPLETE),
     (-1, False, protocol.LAUNCH_OTHER),
 ])

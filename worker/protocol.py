@@ -62,6 +62,8 @@ def classify_exit(exit_code: int, hello_seen: bool) -> str:
     """One of the LAUNCH_* names for a command's exit status (-1: the connection died first: other)."""
     if exit_code == EXIT_OK:
         return LAUNCH_OK
+    if exit_code == EXIT_NEEDS_SYNC:  # hello or not: launchers of run format 1 printed none
+        return LAUNCH_NEEDS_SYNC
     if not hello_seen:
         if exit_code == EXIT_PYTHON_CANNOT_OPEN:
             return LAUNCH_NEEDS_SYNC  # the content-addressed script is not on this host yet
