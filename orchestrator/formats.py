@@ -58,8 +58,18 @@ def _record_1_to_2(obj: dict) -> dict:
     return obj
 
 
+def _timed_once(case: dict) -> dict:
+    """Before format 3 every case was timed in one round: say so, rather than let today's default speak."""
+    if isinstance(case.get("timing"), dict) and "rounds" not in case["timing"]:
+        return dict(case, timing=dict(case["timing"], rounds=1))
+    return case
+
+
 def _record_2_to_3(obj: dict) -> dict:
-    return dict(obj, schema_version=3)  # format 3 only adds fields with defaults (rounds)
+    obj = dict(obj, schema_version=3)
+    if obj.get("kind") == "case" and isinstance(obj.get("case"), dict):
+        obj["case"] = _timed_once(obj["case"])
+    return obj
 
 
 _RECORD_UPGRADES: dict[int, Callable[[dict], dict]] = {1: _record_1_to_2, 2: _record_2_to_3}
@@ -158,7 +168,8 @@ def _manifest_1_to_2(data: dict) -> dict:
 
 
 def _manifest_2_to_3(data: dict) -> dict:
-    return dict(data, manifest_version=3)  # the same shape; what differs is the worker it keeps
+    # The same shape; what differs is the worker it keeps, and that its cases were timed once.
+    return dict(data, manifest_version=3, cases={cid: _timed_once(case) for cid, case in data["cases"].items()})
 
 
 _MANIFEST_UPGRADES: dict[int, Callable[[dict], dict]] = {1: _manifest_1_to_2, 2: _manifest_2_to_3}

@@ -24,6 +24,7 @@ from worker.schema import SCHEMA_VERSION
 V1_DONE, V1_OTHER_BUDGET, V1_FAILED = ("runs-v1/20261203-081621-smoke-a967", "runs-v1/20261203-081628-smoke-0d4a",
                                        "runs-v1/20261203-081637-smoke-18d7")
 V2_DONE = "runs-v2/20261203-082541-smoke-2f18"
+V3_DONE = "runs-v3/20261203-092705-smoke-0441"
 
 
 @pytest.fixture
@@ -37,7 +38,7 @@ def copy_run(run: Path, runs_dir: Path) -> Path:
     return Path(shutil.copytree(run, runs_dir / run.name))
 
 
-@pytest.mark.parametrize("run", [V1_DONE, V1_OTHER_BUDGET, V1_FAILED, V2_DONE])
+@pytest.mark.parametrize("run", [V1_DONE, V1_OTHER_BUDGET, V1_FAILED, V2_DONE, V3_DONE])
 def test_every_stored_run_shows_all_its_planned_cases(run, runs, capsys):
     code = main(["show", str(runs(run)), "--format", "json"])
     rows = json.loads(capsys.readouterr().out)
@@ -138,7 +139,7 @@ def test_a_damaged_manifest_is_one_line_not_a_traceback(runs, tmp_path, capsys):
 
 
 def test_upgrade_is_pure_and_idempotent_on_current_manifests(runs):
-    current = json.loads((runs(V2_DONE) / "manifest.json").read_text())
+    current = json.loads((runs(V3_DONE) / "manifest.json").read_text())
     once = upgrade_manifest(current, "x")
     assert upgrade_manifest(once, "x")["cases"] == once["cases"] == current["cases"]
 
@@ -162,3 +163,18 @@ def test_a_format_1_run_reruns_with_its_own_worker_and_merges(runs, tmp_path, mo
     written = (run / "hosts" / "nopython" / "attempt-2" / "results.jsonl").read_text()
     assert '"schema_version":1' in written  # the run's own worker wrote its own format
     assert {r.case_id for r in merged_rows(RunStore(run))} == set(RunStore(run).planned_cases())
+
+
+def test_runs_timed_in_rounds_diff_against_runs_timed_once_case_by_case(runs, capsys):
+    assert main(["diff", str(runs(V1_DONE)), str(runs(V3_DONE)), "--format", "json"]) in (0, 1)
+    report = json.loads(capsys.readouterr().out)
+    assert len(report["cases"]) == 10 and not {"ONLY-A", "ONLY-B"} & set(report["summary"])
+    # Runs before format 3 were timed once per case, and say so; the interval knows it has one round.
+    assert {(s["field"], s["a"], s["b"]) for s in report["settings"]} == {("timing.rounds", "1", "3")}
+    timed = [c for c in report["cases"] if c["ratio"] is not None]
+    assert timed and all("one round" in c["note"] for c in timed)
+    assert main(["diff", str(runs(V3_DONE)), str(runs(V3_DONE)), "--format", "json"]) == 0
+    same = json.loads(capsys.readouterr().out)
+    timed = [c for c in same["cases"] if c["ratio"] is not None]
+    assert all(c["ratio"] == pytest.approx(1.0) and c["verdict"] in ("SAME", "AMBIGUOUS") for c in timed)
+    assert all("one round" not in c["note"] for c in same["cases"])
