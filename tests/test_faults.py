@@ -150,17 +150,16 @@ def test_a_host_frozen_at_the_start_ends_stalled_within_two_minutes_and_the_prin
     store = resolve_run(runs, "latest")
     assert {s: store.outcome(s, 1).outcome for s in ("ssh0", "ssh1", "ssh3")} == dict.fromkeys(("ssh0", "ssh1", "ssh3"), "ok")
     hint = next(line for line in err.splitlines() if line.startswith("complete it with: "))
-    argv = hint.removeprefix("complete it with: ").split()
-    assert argv[:2] == ["fleetbench", "rerun"] and "-i" not in argv
+    assert hint.removeprefix("complete it with: ").split() == ["fleetbench", "rerun", str(store.dir.resolve()), "--failed"]
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
-    monkeypatch.chdir(elsewhere)  # no hosts.yaml, no runs/ here
-    code, out, err = run_cli(capsys, *argv[1:], "--format", "json")
+    monkeypatch.chdir(elsewhere)  # no hosts.yaml, no runs/ here; no -i: the run's own inventory
+    code, out, err = run_cli(capsys, "rerun", "latest", "--failed", "--runs-dir", runs, "--format", "json")
     assert code == 0, err
     rows = json.loads(out)
     assert len(rows) == 24 and {r["status"] for r in rows} == {"ok"}
-    code, _, err = run_cli(capsys, "rerun", "latest", "--failed", "--runs-dir", runs)
-    assert code == 2 and "nothing to rerun" in err  # `latest` from elsewhere: the same run, now complete
+    code, _, err = run_cli(capsys, *hint.removeprefix("complete it with: ").split()[1:])  # the hint, as printed
+    assert code == 2 and "nothing to rerun" in err  # it names the same run, now complete
 
 
 def test_rerun_refuses_an_inventory_whose_host_is_another_machine(fleet, tmp_path, capsys):
