@@ -59,8 +59,23 @@ def _positive_int(text: str) -> int:
 
 
 # -- options several commands share, declared once ------------------------------------------------------
-def _opt_inventory(p, help_text=f"hosts file (default: {DEFAULT_INVENTORY})", default=DEFAULT_INVENTORY):
-    p.add_argument("-i", "--inventory", default=default, help=help_text)
+INVENTORY_ENV = "FLEETBENCH_INVENTORY"
+
+
+def _opt_inventory(p, help_text=f"hosts file (default: ${INVENTORY_ENV}, else ./{DEFAULT_INVENTORY})"):
+    p.add_argument("-i", "--inventory", help=help_text)
+
+
+def inventory_path(given: Optional[str]) -> Path:
+    """-i, else $FLEETBENCH_INVENTORY, else ./hosts.yaml; InputError naming all three when none is there."""
+    if given:
+        return Path(given)
+    if os.environ.get(INVENTORY_ENV):
+        return Path(os.environ[INVENTORY_ENV])
+    if Path(DEFAULT_INVENTORY).is_file():
+        return Path(DEFAULT_INVENTORY)
+    raise InputError(f"no inventory: give -i FILE, set {INVENTORY_ENV}, or create ./{DEFAULT_INVENTORY} "
+                     "(`fleetbench init` writes one with the local host)")
 
 
 def _opt_runs_dir(p):
@@ -107,7 +122,7 @@ def _load(args):
     from .inventory import load_inventory, select_hosts
     from .sweep import load_sweep
 
-    inventory = load_inventory(Path(args.inventory))
+    inventory = load_inventory(inventory_path(args.inventory))
     sweep = load_sweep(Path(args.sweep))
     hosts = select_hosts(inventory, args.hosts)
     return inventory, sweep, hosts
@@ -261,7 +276,7 @@ def cmd_hosts(args, io: Streams) -> int:
     from .inventory import load_inventory, select_hosts
     from .output import write
 
-    hosts = select_hosts(load_inventory(Path(args.inventory)), args.hosts)
+    hosts = select_hosts(load_inventory(inventory_path(args.inventory)), args.hosts)
     if not args.check:
         from .views import inventory_document
 
@@ -301,7 +316,7 @@ def cmd_provision(args, io: Streams) -> int:
     from .inventory import load_inventory, select_hosts
     from .provision import provision_hosts
 
-    hosts = select_hosts(load_inventory(Path(args.inventory)), args.hosts)
+    hosts = select_hosts(load_inventory(inventory_path(args.inventory)), args.hosts)
     results = provision_hosts(hosts, profile=args.profile, wheelhouse=args.wheelhouse, base_python=args.base_python,
                               accept_new=args.accept_new, dry_run=args.dry_run)
     for r in results:
@@ -316,8 +331,7 @@ def cmd_provision(args, io: Streams) -> int:
 # -- rerun ---------------------------------------------------------------------------------------------
 def args_rerun(p):
     p.add_argument("run", help="run id, run folder or `latest`")
-    _opt_inventory(p, "hosts file (default: the one the run was started with; its hosts must be the run's)",
-                   default=None)
+    _opt_inventory(p, "hosts file (default: the one the run was started with; its hosts must be the run's)")
     _opt_runs_dir(p)
     p.add_argument("--failed", action="store_true", help="the hosts whose latest attempt did not end ok")
     p.add_argument("--hosts", help="these hosts (names, globs, label:NAME)")
@@ -333,7 +347,7 @@ def args_prune(p):
     p.add_argument("--keep", type=_positive_int, help="keep the newest N runs, prune the older ones")
     p.add_argument("--older-than", metavar="DATE", help="prune runs created before DATE (2026-11-30[T12:00])")
     _opt_runs_dir(p)
-    _opt_inventory(p, "hosts file (default: each run's own)", default=None)
+    _opt_inventory(p, "hosts file (default: each run's own)")
     p.add_argument("--local-only", action="store_true", help="remove the run folders here only, not on the hosts")
     p.add_argument("--dry-run", action="store_true", help="say what would go; remove nothing")
     _opt_accept_new(p)
@@ -459,8 +473,25 @@ def cmd_report(args, io: Streams) -> int:
     return EXIT_OK
 
 
+# -- init ----------------------------------------------------------------------------------------------
+def args_init(p):
+    p.add_argument("folder", nargs="?", default=".", help="where to write them (default: here)")
+
+
+def cmd_init(args, io: Streams) -> int:
+    from .starter import write_starter
+
+    for w in write_starter(Path(args.folder)):
+        io.write(f"{'wrote' if w.created else 'kept (exists)'} {w.path}\n")
+    io.write(f"next: cd {args.folder} && fleetbench run sweeps/smoke.yaml   (the `local` host; edit hosts.yaml "
+             "for a fleet)\n")
+    return EXIT_OK
+
+
 # name -> (help, declare arguments, run)
 COMMANDS: dict[str, tuple[str, Callable, Callable]] = {
+    "init": ("write a starter hosts.yaml (the local host, a commented fleet) and the shipped sweeps", args_init,
+             cmd_init),
     "run": ("run a sweep on the selected hosts and print the merged table", args_run, cmd_run),
     "render": ("dry run: render the scripts and print them with the remote commands", args_render, cmd_render),
     "show": ("print a stored run's merged results", args_show, cmd_show),

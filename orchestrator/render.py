@@ -7,7 +7,6 @@ uploaded, and its sha256 is recorded: the bytes uploaded are the bytes stored.
 from __future__ import annotations
 
 import hashlib
-import importlib.resources
 from pathlib import Path
 
 import jinja2
@@ -19,18 +18,11 @@ from .bundle import WorkerBundle
 from .errors import FleetbenchError
 from .plan import Plan
 from .remote import RemoteLayout, RenderedScript, layout_for
+from .resources import templates_dir
 # The script runs with the login directory as cwd, so `~/x` is simply `x` in its paths and arguments.
 from .transport import login_relative
 
 SCRIPT_TEMPLATE = "bench_script.py.j2"
-
-
-def templates_dir() -> Path:
-    """Installed: the package `orchestrator.templates`; in a source checkout: ./templates."""
-    try:
-        return Path(str(importlib.resources.files("orchestrator.templates")))
-    except ModuleNotFoundError:
-        return Path(__file__).resolve().parent.parent / "templates"
 
 
 def template_environment() -> jinja2.Environment:

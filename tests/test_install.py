@@ -1,0 +1,80 @@
+"""A new user's first steps outside the checkout: the wheel carries every package and the starter files,
+`fleetbench init` writes a working folder, and the inventory is found by -i, $FLEETBENCH_INVENTORY or
+./hosts.yaml, in that order."""
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from orchestrator.cli import main
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def test_the_wheel_holds_every_package_and_the_starter_files(tmp_path):
+    source = tmp_path / "src"
+    for name in ("orchestrator", "worker", "templates", "sweeps"):
+        shutil.copytree(REPO / name, source / name, ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(REPO / name, source / name)
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", str(source),
+                    "-w", str(tmp_path / "dist")], check=True, capture_output=True)
+    names = set(zipfile.ZipFile(next((tmp_path / "dist").glob("*.whl"))).namelist())
+    for package in ("orchestrator", "orchestrator/transport", "worker", "worker/backends"):
+        expected = {f"{package}/{p.name}" for p in (REPO / package).glob("*.py")}
+        assert expected <= names, f"the wheel lacks {sorted(expected - names)}"
+    assert "orchestrator/templates/hosts.yaml" in names and "orchestrator/templates/bench_script.py.j2" in names
+    assert {f"orchestrator/sweeps/{p.name}" for p in (REPO / "sweeps").glob("*.yaml")} <= names
+
+
+def test_the_shipped_inventory_is_the_checkouts():
+    assert (REPO / "templates" / "hosts.yaml").read_text() == (REPO / "hosts.yaml").read_text()
+
+
+def test_init_in_an_empty_folder_then_the_smoke_sweep_runs(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert main(["init"]) == 0
+    out = capsys.readouterr().out
+    assert "wrote hosts.yaml" in out and "wrote sweeps/smoke.yaml" in out
+    assert main(["run", "sweeps/smoke.yaml", "--format", "json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert len(rows) == 10 and {r["status"] for r in rows} == {"ok", "unsupported"}
+    (tmp_path / "hosts.yaml").write_text("# mine\n" + (tmp_path / "hosts.yaml").read_text())
+    assert main(["init"]) == 0
+    assert "kept (exists) hosts.yaml" in capsys.readouterr().out
+    assert (tmp_path / "hosts.yaml").read_text().startswith("# mine")  # never overwritten
+
+
+@pytest.mark.parametrize("given, env, local, found", [
+    ("a.yaml", "b.yaml", True, "a"),
+    (None, "b.yaml", True, "b"),
+    (None, None, True, "local"),
+])
+def test_the_inventory_is_found_by_flag_then_environment_then_here(tmp_path, monkeypatch, capsys, given, env, local,
+                                                                   found):
+    monkeypatch.chdir(tmp_path)
+    for name in ("a", "b"):
+        (tmp_path / f"{name}.yaml").write_text(f"hosts: [{{name: {name}, transport: local}}]\n")
+    if local:
+        (tmp_path / "hosts.yaml").write_text("hosts: [{name: local, transport: local}]\n")
+    if env:
+        monkeypatch.setenv("FLEETBENCH_INVENTORY", env)
+    else:
+        monkeypatch.delenv("FLEETBENCH_INVENTORY", raising=False)
+    assert main(["hosts", "--format", "json", *(["-i", given] if given else [])]) == 0
+    assert [h["name"] for h in json.loads(capsys.readouterr().out)] == [found]
+
+
+def test_no_inventory_anywhere_names_all_three_places(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("FLEETBENCH_INVENTORY", raising=False)
+    assert main(["hosts"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == ("error: no inventory: give -i FILE, set FLEETBENCH_INVENTORY, or create ./hosts.yaml "
+                   "(`fleetbench init` writes one with the local host)")
