@@ -147,13 +147,19 @@ class RunStore:
 
 
 def resolve_run(runs_dir: Path, ref: str) -> RunStore:
-    """RUN = a run id under runs_dir, a path to a run folder, or `latest`. Raises InputError."""
+    """RUN = a run id under runs_dir, a path to a run folder, or `latest` (the newest run that ran:
+    a dry run of `render` is never `latest`). Raises InputError."""
     runs_dir = Path(runs_dir)
     if ref == "latest":
-        runs = list_run_dirs(runs_dir)
-        if not runs:
-            raise InputError(f"no runs in {runs_dir}")
-        return RunStore(runs[-1])
+        for run_dir in reversed(list_run_dirs(runs_dir)):
+            store = RunStore(run_dir)
+            try:
+                if store.manifest().get("dry_run"):
+                    continue
+            except InputError:
+                pass  # an unreadable run is still the latest: showing it says what is wrong with it
+            return store
+        raise InputError(f"no runs in {runs_dir}" + (" (only dry runs of `render`)" if list_run_dirs(runs_dir) else ""))
     for candidate in (Path(ref), runs_dir / ref):
         if (candidate / "manifest.json").is_file():
             return RunStore(candidate)

@@ -78,3 +78,17 @@ def test_no_inventory_anywhere_names_all_three_places(tmp_path, monkeypatch, cap
     err = capsys.readouterr().err.strip()
     assert err == ("error: no inventory: give -i FILE, set FLEETBENCH_INVENTORY, or create ./hosts.yaml "
                    "(`fleetbench init` writes one with the local host)")
+
+
+def test_a_dry_run_is_never_latest(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert main(["init"]) == 0
+    assert main(["render", "sweeps/noop.yaml", "--quiet"]) == 0
+    assert main(["show", "latest"]) == 2
+    assert "no runs in runs (only dry runs of `render`)" in capsys.readouterr().err
+    assert main(["run", "sweeps/noop.yaml", "--format", "json"]) == 0
+    ran = json.loads(capsys.readouterr().out)[0]["run_id"]
+    assert main(["render", "sweeps/noop.yaml", "--quiet"]) == 0
+    capsys.readouterr()
+    assert main(["show", "latest", "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)[0]["run_id"] == ran
