@@ -82,8 +82,8 @@ def _opt_runs_dir(p):
     p.add_argument("--runs-dir", default=DEFAULT_RUNS_DIR, help=f"where runs are stored (default: {DEFAULT_RUNS_DIR})")
 
 
-def _opt_hosts(p):
-    p.add_argument("--hosts", help="comma-separated host names, globs or label:NAME (default: all)")
+def _opt_hosts(p, help_text="comma-separated host names, globs or label:NAME; !TERM leaves those out (default: all)"):
+    p.add_argument("-l", "--limit", "--hosts", dest="hosts", metavar="SEL", help=help_text)
 
 
 def _opt_format(p, formats=FORMATS):
@@ -96,7 +96,8 @@ def _opt_accept_new(p):
 
 
 def _opt_parallel(p):
-    p.add_argument("--parallel", type=_positive_int, default=64, help="hosts contacted at once (default: 64)")
+    p.add_argument("-f", "--forks", "--parallel", dest="parallel", type=_positive_int, default=64, metavar="N",
+                   help="hosts contacted at once (default: 64)")
 
 
 def _opt_per_gpu(p):
@@ -334,7 +335,7 @@ def args_rerun(p):
     _opt_inventory(p, "hosts file (default: the one the run was started with; its hosts must be the run's)")
     _opt_runs_dir(p)
     p.add_argument("--failed", action="store_true", help="the hosts whose latest attempt did not end ok")
-    p.add_argument("--hosts", help="these hosts (names, globs, label:NAME)")
+    _opt_hosts(p, "these hosts (names, globs, label:NAME; !TERM leaves those out)")
     p.add_argument("--resume", action="store_true", help="only the cases that have no result yet")
     _opt_parallel(p)
     _opt_accept_new(p)

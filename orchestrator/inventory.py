@@ -222,24 +222,33 @@ def _relative_to(inventory_path: Path, value: str) -> str:
 
 
 def select_hosts(inventory: Inventory, selector: Optional[str]) -> list[Host]:
-    """Hosts matching a comma-separated selector of names, globs or `label:NAME` (all when None).
+    """Hosts matching a comma-separated selector of names, globs or `label:NAME` (all when None), less
+    those of `!TERM` terms (as Ansible's --limit: `rtx*,!rtx03` is every rtx host but rtx03; a selector
+    of exclusions alone starts from every host).
 
     Raises InputError when a term matches nothing, so a typo never silently runs on zero hosts.
     """
     if not selector:
         return list(inventory.hosts)
-    chosen: dict[str, Host] = {}
-    for term in (t.strip() for t in selector.split(",")):
-        if not term:
-            continue
-        if term.startswith("label:"):
-            label = term[len("label:"):]
-            matches = [h for h in inventory.hosts if label in h.labels]
-        else:
-            matches = [h for h in inventory.hosts if fnmatch.fnmatchcase(h.name, term) or term in h.labels]
-        if not matches:
-            raise InputError(f"--hosts: '{term}' matches no host in {inventory.path} "
-                             f"(hosts: {', '.join(inventory.names())})")
-        for h in matches:
-            chosen[h.name] = h
+    terms = [t.strip() for t in selector.split(",") if t.strip()]
+    included = [t for t in terms if not t.startswith("!")]
+    chosen = {h.name for h in inventory.hosts} if not included else set()
+    for term in included:
+        chosen |= {h.name for h in _matching(inventory, term)}
+    for term in (t[1:] for t in terms if t.startswith("!")):
+        chosen -= {h.name for h in _matching(inventory, term)}
+    if not chosen:
+        raise InputError(f"--hosts {selector!r} leaves no host (hosts: {', '.join(inventory.names())})")
     return [h for h in inventory.hosts if h.name in chosen]
+
+
+def _matching(inventory: Inventory, term: str) -> list[Host]:
+    if term.startswith("label:"):
+        label = term[len("label:"):]
+        matches = [h for h in inventory.hosts if label in h.labels]
+    else:
+        matches = [h for h in inventory.hosts if fnmatch.fnmatchcase(h.name, term) or term in h.labels]
+    if not matches:
+        raise InputError(f"--hosts: '{term}' matches no host in {inventory.path} "
+                         f"(hosts: {', '.join(inventory.names())})")
+    return matches

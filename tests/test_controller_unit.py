@@ -1,6 +1,7 @@
 """Controller logic without hosts: inventory, sweeps, planning, quoting, rendering, parsing, bad input."""
 from __future__ import annotations
 
+import json
 import shlex
 import sys
 from pathlib import Path
@@ -78,6 +79,13 @@ hosts:
     assert [h.name for h in select_hosts(inv, "rtx")] == ["gpu1", "gpu2", "local"]
     with pytest.raises(InputError, match="'gpu9' matches no host"):
         select_hosts(inv, "gpu9")
+    # Ansible's habits: !TERM leaves hosts out; exclusions alone start from every host.
+    assert [h.name for h in select_hosts(inv, "rtx,!gpu1")] == ["gpu2", "local"]
+    assert [h.name for h in select_hosts(inv, "!label:spare")] == ["gpu1", "local"]
+    with pytest.raises(InputError, match="'!gpu9'|'gpu9' matches no host"):
+        select_hosts(inv, "rtx,!gpu9")  # a typo in an exclusion is a typo too
+    with pytest.raises(InputError, match="leaves no host"):
+        select_hosts(inv, "gpu*,!rtx")
     assert g1.public_view()["env"] == ["A", "B"]  # values may be secrets
 
 
@@ -202,9 +210,9 @@ def test_bad_input_exits_2_with_one_clear_line(tmp_path, capsys, what, hosts, sw
     (["rerun", "latest"], "say what to run again"),
     (["run", "s.yaml", "--runs-dir", "/proc/forbidden"], "--runs-dir /proc/forbidden: cannot create a run folder there"),
     (["run", "s.yaml", "--runs-dir", "a-file"], "--runs-dir a-file: cannot create a run folder there (Not a directory)"),
-    (["run", "s.yaml", "--parallel", "0"], "argument --parallel: 0 is not at least 1"),
-    (["run", "s.yaml", "--parallel", "-3"], "argument --parallel: -3 is not at least 1"),
-    (["rerun", "latest", "--failed", "--parallel", "x"], "argument --parallel: 'x' is not a whole number"),
+    (["run", "s.yaml", "--parallel", "0"], "--parallel: 0 is not at least 1"),
+    (["run", "s.yaml", "--parallel", "-3"], "--parallel: -3 is not at least 1"),
+    (["rerun", "latest", "--failed", "--parallel", "x"], "--parallel: 'x' is not a whole number"),
 ])
 def test_bad_arguments_exit_2(tmp_path, capsys, monkeypatch, argv, message):
     monkeypatch.chdir(tmp_path)
@@ -306,3 +314,15 @@ def test_a_host_that_beats_is_never_stalled_however_long_a_case_takes(tmp_path, 
     assert "busy: timeout: did not finish within the host's 24 s limit" in err and "stalled" not in err
     log = next((tmp_path / "runs").glob("*/hosts/busy/attempt-1/log.txt")).read_text()
     assert log.count('"event":"heartbeat"') >= 3  # every 5 s while the case hung
+
+
+def test_ansible_style_limit_and_forks_are_the_same_options(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    write(tmp_path / "hosts.yaml", "hosts: [{name: a, transport: local}, {name: b, transport: local}]\n")
+    for argv in (["hosts", "-l", "!a", "--format", "json"], ["hosts", "--limit", "b", "--format", "json"],
+                 ["hosts", "--hosts", "b", "--format", "json"]):
+        assert main(argv) == 0
+        assert [h["name"] for h in json.loads(capsys.readouterr().out)] == ["b"]
+    sweep = write(tmp_path / "s.yaml", "name: s\nbackends: [noop]\nshapes: [{m: 1, n: 16, k: 16}]\ndevice: cpu\n")
+    assert main(["run", str(sweep), "-f", "1", "-l", "a", "--format", "json"]) == 0
+    assert {r["host"] for r in json.loads(capsys.readouterr().out)} == {"a"}
