@@ -48,6 +48,16 @@ class Streams:
         self.err.flush()
 
 
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"{text} is not 0 or more seconds")
+    return value
+
+
 def _positive_int(text: str) -> int:
     try:
         value = int(text)
@@ -114,7 +124,7 @@ def args_run(p):
     p.add_argument("sweep", help="sweep spec (YAML), e.g. sweeps/smoke.yaml")
     for opt in (_opt_inventory, _opt_runs_dir, _opt_hosts, _opt_per_gpu, _opt_parallel, _opt_accept_new):
         opt(p)
-    p.add_argument("--lock-timeout", type=float, default=600.0,
+    p.add_argument("--lock-timeout", type=_seconds, default=600.0,
                    help="seconds a host waits for its GPU while another sweep holds it (default: 600)")
     _opt_format(p)
 
@@ -339,7 +349,7 @@ def args_rerun(p):
     p.add_argument("--resume", action="store_true", help="only the cases that have no result yet")
     _opt_parallel(p)
     _opt_accept_new(p)
-    p.add_argument("--lock-timeout", type=float, help="seconds to wait for a busy GPU (default: the run's)")
+    p.add_argument("--lock-timeout", type=_seconds, help="seconds to wait for a busy GPU (default: the run's)")
     _opt_format(p)
 
 

@@ -213,6 +213,7 @@ def test_bad_input_exits_2_with_one_clear_line(tmp_path, capsys, what, hosts, sw
     (["run", "s.yaml", "--parallel", "0"], "--parallel: 0 is not at least 1"),
     (["run", "s.yaml", "--parallel", "-3"], "--parallel: -3 is not at least 1"),
     (["rerun", "latest", "--failed", "--parallel", "x"], "--parallel: 'x' is not a whole number"),
+    (["run", "s.yaml", "--lock-timeout", "-5"], "--lock-timeout: -5 is not 0 or more seconds"),
 ])
 def test_bad_arguments_exit_2(tmp_path, capsys, monkeypatch, argv, message):
     monkeypatch.chdir(tmp_path)
