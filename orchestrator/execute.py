@@ -270,11 +270,14 @@ class _HostPipeline:
             self.emit(JobEvent(task.job.slot, "waiting for GPU lock", done=progress["done"], total=len(task.cases),
                                current=f"held by run {event.get('holder')}"))
             return
-        if event.get("event") == "heartbeat":  # alive: the transport saw the bytes; nothing to show
+        if event.get("event") == "heartbeat":  # alive (the transport saw the bytes): the view may say so
+            self.emit(JobEvent(task.job.slot, "running", done=progress["done"], total=len(task.cases),
+                               current=progress["current"]))
             return
         progress["done"] = int(event.get("done", progress["done"]))
         if event.get("event") == "start":
-            progress["current"] = f"{event.get('backend')} {event.get('m')}x{event.get('n')}x{event.get('k')}"
+            rounds = f" (round {event['round']}/{event['rounds']})" if event.get("rounds", 1) > 1 else ""
+            progress["current"] = f"{event.get('backend')} {event.get('m')}x{event.get('n')}x{event.get('k')}{rounds}"
         else:
             progress["current"] = ""
         total = int(event.get("total", len(task.cases)))

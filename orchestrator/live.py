@@ -1,23 +1,29 @@
 """The live progress view: per host slot, state, cases done / total and the case in flight.
 
-On a terminal it is a rich Live table; elsewhere (CI logs, pipes) it prints one line per state change
-and never imports rich.
+On a terminal it is a rich Live table; elsewhere (CI logs, pipes) it prints one line per state change,
+and while a host runs, a line with its progress and the case in flight at most every PLAIN_EVERY_S
+seconds; it never imports rich there.
 """
 from __future__ import annotations
 
 import threading
-from typing import IO, Optional
+import time
+from typing import IO, Callable, Optional
 
 from .execute import JobEvent
 from .outcome import OUTCOMES
 
+PLAIN_EVERY_S = 10.0
 _STYLE = {"ok": "green", "partial": "yellow", "failed": "red", "timeout": "red", "stalled": "red", "unreachable": "red",
           "auth-failed": "red", "interrupted": "yellow"}
 
 
 class LiveView:
-    def __init__(self, stream: IO[str], slots: list[str], title: str, *, terminal: Optional[bool] = None):
+    def __init__(self, stream: IO[str], slots: list[str], title: str, *, terminal: Optional[bool] = None,
+                 clock: Callable[[], float] = time.monotonic):
         self.stream = stream
+        self.clock = clock
+        self._last_line_at: dict[str, float] = {}
         self.terminal = stream.isatty() if terminal is None else terminal
         self.title = title
         self.state: dict[str, JobEvent] = {s: JobEvent(s, "waiting") for s in slots}
@@ -44,11 +50,19 @@ class LiveView:
     def update(self, event: JobEvent) -> None:
         with self._lock:
             self.state[event.slot] = event
-            if self._live is None and self._last_printed.get(event.slot) != event.state and (
-                    event.state in OUTCOMES or event.state in ("running", "waiting for GPU lock")):
+            if self._live is not None:
+                return
+            now = self.clock()
+            changed = self._last_printed.get(event.slot) != event.state and (
+                event.state in OUTCOMES or event.state in ("running", "waiting for GPU lock"))
+            # Off a terminal a long run must not look dead: its progress, at most every PLAIN_EVERY_S.
+            due = (event.state == "running" and event.current
+                   and now - self._last_line_at.get(event.slot, now) >= PLAIN_EVERY_S)
+            if changed or due:
                 # Only printed states count: running -> syncing -> running prints "running" once.
                 self._last_printed[event.slot] = event.state
-                detail = event.message or (event.current if event.state != "running" else "")
+                self._last_line_at[event.slot] = now
+                detail = event.message or (event.current if event.state != "running" or due else "")
                 msg = f" — {detail}" if detail else ""
                 self.stream.write(f"{event.slot}: {event.state} ({event.done}/{event.total}){msg}\n")
                 self.stream.flush()

@@ -32,3 +32,19 @@ def test_terminal_table_shows_the_final_states():
             view.update(ev)
     final = out.getvalue().rsplit("fleetbench t", 1)[-1]  # the last frame drawn
     assert "ok" in final and "2/2" in final and "unreachable" in final and "connection refused" in final
+
+
+def test_off_a_terminal_a_running_host_reports_its_progress_every_few_seconds():
+    out = io.StringIO()
+    now = [0.0]
+    with LiveView(out, ["a"], "t", clock=lambda: now[0]) as view:
+        view.update(JobEvent("a", "running", total=3))
+        for i, t in enumerate((1.0, 5.0, 11.0, 12.0, 22.5)):
+            now[0] = t
+            view.update(JobEvent("a", "running", done=i // 2, total=3, current=f"torch-bf16 {16 * (i + 1)}x64x64"))
+        view.update(JobEvent("a", "ok", done=3, total=3))
+    assert out.getvalue().splitlines() == [
+        "a: running (0/3)",
+        "a: running (1/3) — torch-bf16 48x64x64",  # 11 s after the first line
+        "a: running (2/3) — torch-bf16 80x64x64",  # 22.5 s: 11.5 s after the last one
+        "a: ok (3/3)"]
