@@ -271,7 +271,8 @@ class _HostPipeline:
                                current=f"held by run {event.get('holder')}"))
             return
         if event.get("event") == "heartbeat":  # alive (the transport saw the bytes): the view may say so
-            self.emit(JobEvent(task.job.slot, "running", done=progress["done"], total=len(task.cases),
+            state = "waiting for GPU lock" if event.get("state") == "lock-wait" else "running"
+            self.emit(JobEvent(task.job.slot, state, done=progress["done"], total=len(task.cases),
                                current=progress["current"]))
             return
         progress["done"] = int(event.get("done", progress["done"]))
