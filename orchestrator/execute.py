@@ -267,8 +267,9 @@ class _HostPipeline:
 
     def _progress(self, task: JobTask, event: dict, progress: dict) -> None:
         if event.get("event") == "lock-wait":
+            progress["current"] = f"held by run {event.get('holder')}"
             self.emit(JobEvent(task.job.slot, "waiting for GPU lock", done=progress["done"], total=len(task.cases),
-                               current=f"held by run {event.get('holder')}"))
+                               current=progress["current"]))
             return
         if event.get("event") == "heartbeat":  # alive (the transport saw the bytes): the view may say so
             state = "waiting for GPU lock" if event.get("state") == "lock-wait" else "running"
