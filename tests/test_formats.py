@@ -24,7 +24,7 @@ from worker.schema import SCHEMA_VERSION
 V1_DONE, V1_OTHER_BUDGET, V1_FAILED = ("runs-v1/20261203-081621-smoke-a967", "runs-v1/20261203-081628-smoke-0d4a",
                                        "runs-v1/20261203-081637-smoke-18d7")
 V2_DONE = "runs-v2/20261203-082541-smoke-2f18"
-V3_DONE = "runs-v3/20261203-092705-smoke-0441"
+V3_DONE = "runs-v3/20261203-094347-smoke-636e"
 
 
 @pytest.fixture
