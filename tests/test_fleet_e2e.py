@@ -159,7 +159,8 @@ def test_render_writes_scripts_and_prints_exact_remote_commands(fleet, tmp_path,
     sweep = write_sweep(tmp_path / "s.yaml")
     code, out, err = run_cli(capsys, "render", sweep, "-i", inv, "--runs-dir", tmp_path / "runs")
     assert code == 0, err
-    store = resolve_run(tmp_path / "runs", "latest")
+    (run_dir,) = (tmp_path / "runs").iterdir()  # a dry run is never `latest`
+    store = resolve_run(tmp_path / "runs", run_dir.name)
     assert "WORKER_ARCHIVE" in out and str(store.scripts_dir / "ssh0.py") in out
     assert "'TOKEN=***' " in out and "s3cr3t" not in out  # values may be secrets: printed masked
     manifest = (store.dir / "manifest.json").read_text()
