@@ -195,8 +195,8 @@ def plan_rerun(store: RunStore, inventory: Inventory, *, failed: bool, hosts_sel
         host = by_name.get(job_info["host"])
         if host is None:
             raise InputError(f"host '{job_info['host']}' of run {store.run_id} is not in {inventory.path}")
-        _same_host(store, manifest, host, inventory.path)
         if host.name not in scripts:
+            _same_host(store, manifest, host, inventory.path)
             scripts[host.name] = _stored_script(store, manifest, host, bundle)
             hosts.append(host)
         job = Job(host=host, gpu=job_info.get("gpu"), cases=tuple(cases))

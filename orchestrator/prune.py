@@ -43,7 +43,8 @@ def select_runs(stores: list[RunStore], keep: Optional[int], older_than: Optiona
         raise InputError("prune: say which runs go: --keep N (the newest N stay) and/or --older-than DATE")
     chosen = stores[: max(0, len(stores) - keep)] if keep is not None else list(stores)
     if older_than is not None:
-        chosen = [s for s in chosen if _created(s) is not None and _created(s) < older_than]
+        created = {s.run_id: _created(s) for s in chosen}
+        chosen = [s for s in chosen if created[s.run_id] is not None and created[s.run_id] < older_than]
     return chosen
 
 
@@ -103,7 +104,7 @@ def _clean_hosts(store: RunStore, inventory: Inventory, result: PruneResult, dry
         try:
             transport.connect()
             quiet = lambda stream, line: None  # noqa: E731
-            done = bounded(lambda: transport.run(["rm", "-rf", "--", transport.path(remote_run)], env={}, timeout=60,
+            done = bounded(lambda: transport.run(["rm", "-rf", "--", remote_run], env={}, timeout=60,
                                                  on_line=quiet), 60 + CLEANUP_LIMIT_S)
             if done is None or done.exit_code != 0:
                 return f"host '{host.name}': could not remove {remote_run}: kept"

@@ -118,11 +118,16 @@ class CaseRunner:
         del fn, sets
         return stats, health, time.perf_counter() - t0
 
-    def finish(self, first: CaseRecord, later: list) -> CaseRecord:
-        """The case's record over all its rounds: first round's record, rounds combined."""
+    def _metrics(self, case: CaseSpec, spec, median_us: float):
         import torch
 
         from .metrics import gemm_metrics
+
+        return gemm_metrics(case.m, case.n, case.k, spec.family, median_us, self.device.name or None,
+                            out_bytes=torch.empty((), dtype=getattr(torch, case.out_dtype)).element_size())
+
+    def finish(self, first: CaseRecord, later: list) -> CaseRecord:
+        """The case's record over all its rounds: first round's record, rounds combined."""
         from .schema import Health
         from .timing import combine_rounds
 
@@ -134,9 +139,8 @@ class CaseRunner:
             tainted = [h for h in healths if h.tainted]
             health = Health(before=healths[0].before, after=healths[-1].after, tainted=True,
                             taint_reason="; ".join(dict.fromkeys(h.taint_reason for h in tainted)))
-        metrics = gemm_metrics(case.m, case.n, case.k, spec.family, stats.median_us, self.device.name or None,
-                               out_bytes=torch.empty((), dtype=getattr(torch, case.out_dtype)).element_size())
-        return first.model_copy(update={"timing": stats, "health": health, "metrics": metrics,
+        return first.model_copy(update={"timing": stats, "health": health,
+                                        "metrics": self._metrics(case, spec, stats.median_us),
                                         "duration_s": round(first.duration_s + sum(t for _, _, t in later), 4)})
 
     def _measure(self, case: CaseSpec, spec, record) -> CaseRecord:
@@ -144,11 +148,9 @@ class CaseRunner:
 
         from . import nvfp4
         from .backends.fp8 import dequantized_product
-        from .metrics import gemm_metrics
         from .verify import REFERENCE_SELF, THRESHOLDS, verdict
 
         dev = self.device.device
-        out_dtype = getattr(torch, case.out_dtype)
         fn, sets, n_sets = self._prepare(case, spec)
 
         a, b = sets[0]
@@ -168,8 +170,7 @@ class CaseRunner:
             return record("failed", f"wrong result: {check.detail}", correctness=check)
 
         stats, health = self._time(case, fn, n_sets)
-        metrics = gemm_metrics(case.m, case.n, case.k, spec.family, stats.median_us,
-                               self.device.name or None, out_bytes=torch.empty((), dtype=out_dtype).element_size())
+        metrics = self._metrics(case, spec, stats.median_us)
         del fn, sets
         return record("ok", "", timing=stats, metrics=metrics, correctness=check, health=health)
 
