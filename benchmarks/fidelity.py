@@ -1,22 +1,24 @@
-#!/usr/bin/env python3
-"""Timing fidelity on a GPU: does the worker's timing agree with an independent harness?
+"""Timing fidelity on a GPU: does the worker's timing agree with an independent reference?
 
-For every seed shape (GLM-5 TP8) and every baseline that runs on this GPU, in one process:
-  ours(hot)   the worker's CUDA-graph timing, hot L2 (what triton's do_bench_cudagraph measures)
-  triton      triton.testing.do_bench_cudagraph on the very same callable and inputs
-  ours(cold)  the worker's default: graph replay with rotating input sets (cold L2)
-  events      one CUDA event pair per call (the naive method, launch-bound for small M)
-then the whole seed sweep through the real worker CLI (`python -m worker supervise`), timed.
+For every seed shape (GLM-5 TP8) and every baseline that runs on this GPU, hot and cold L2:
+  worker      the worker's own timing (CaseRunner.run: its inputs, warm-up, probe, graph, rotation)
+  reference   a plain CUDA graph of N calls replayed between two events, written here and sharing no
+              code with the worker: its own operands, quantization and library calls; cold rotates
+              through input sets totalling > 3x L2, N whole rotations of >= 2 ms
+The pair is measured `--repeat` times in one process (worker and reference alternating which goes
+first), then the whole seed sweep runs through the real worker CLI (`python -m worker supervise`).
 
-    python benchmarks/fidelity.py --out DIR      # prints a Markdown table, writes DIR/fidelity.{md,json}
+    python benchmarks/fidelity.py --out DIR [--repeat 2]   # prints Markdown, writes DIR/fidelity.{md,json}
 
-Needs a CUDA GPU, torch and triton; FlashInfer (fp8 via cublas) is used when importable.
+Needs a CUDA GPU and torch; FlashInfer (fp8 via cuBLAS) is used when importable.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -37,52 +39,99 @@ def seed_shapes():
     return [(c.label, c.m, c.n, c.k) for c in sweep.cases()]
 
 
-def compare(shapes, backends):
+def reference_us(backend: str, m: int, n: int, k: int, cold: bool, replays: int = 30) -> float:
+    """The independent reference (module docstring): median µs per call."""
     import torch
-    import triton.testing
 
+    def fp8(x):
+        scale = x.abs().max().float().clamp(min=1e-12) / 448.0
+        return (x.float() / scale).to(torch.float8_e4m3fn), scale.reshape(1)
+
+    bytes_per_set = (m + n) * k * (2 if backend == "torch-bf16" else 1)
+    l2 = torch.cuda.get_device_properties(0).L2_cache_size
+    n_sets = math.ceil(3 * l2 / bytes_per_set) + 1 if cold else 1
+    calls = []
+    for _ in range(n_sets):
+        a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+        b = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
+        if backend == "torch-bf16":
+            calls.append(lambda a=a, b=b: torch.mm(a, b.t()))
+        elif backend == "torch-fp8":
+            (a8, sa), (b8, sb) = fp8(a), fp8(b)
+            calls.append(lambda a8=a8, b8=b8, sa=sa, sb=sb: torch._scaled_mm(a8, b8.t(), scale_a=sa, scale_b=sb,
+                                                                             out_dtype=torch.bfloat16))
+        else:
+            import flashinfer
+
+            (a8, sa), (b8, sb) = fp8(a), fp8(b)
+            a3, b3 = a8.unsqueeze(0), b8.unsqueeze(0).transpose(1, 2)
+            calls.append(lambda a3=a3, b3=b3, sa=sa, sb=sb: flashinfer.bmm_fp8(A=a3, B=b3, A_scale=sa, B_scale=sb, dtype=torch.bfloat16,
+                                                                               backend="cublas"))
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):  # warm up on the capture stream, as CUDA graph practice has it
+        for _ in range(3):
+            for c in calls:
+                c()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g, stream=stream):
+        for c in calls:
+            c()
+    g.replay()
+    start.record()
+    g.replay()
+    end.record()
+    end.synchronize()
+    per_call = start.elapsed_time(end) / len(calls)  # ms
+    rotations = max(1, math.ceil(2.0 / per_call / len(calls)))
+    del g
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, stream=stream):
+        for _ in range(rotations):
+            for c in calls:
+                c()
+    graph.replay()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(replays):
+        start.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) * 1e3 / (rotations * len(calls)))
+    return statistics.median(times)
+
+
+def compare(shapes, backends, repeat: int):
     from worker.backends import CATALOG, availability_problem
     from worker.runner import CaseRunner
     from worker.schema import CaseSpec, TimingOptions
 
     runner = CaseRunner("cuda")
     rows = []
-    for backend in backends:
-        spec = CATALOG[backend]
-        if availability_problem(spec):
-            print(f"skip {backend}: {availability_problem(spec)}", flush=True)
-            continue
-        module = __import__(f"worker.backends.{spec.module}", fromlist=["prepare"])
-        for label, m, n, k in shapes:
-            hot = CaseSpec(backend=backend, m=m, n=n, k=k, timing=TimingOptions(l2="hot", budget_s=1.0))
-            cold = CaseSpec(backend=backend, m=m, n=n, k=k, timing=TimingOptions(l2="cold", budget_s=1.0))
-            events = CaseSpec(backend=backend, m=m, n=n, k=k, timing=TimingOptions(mode="events", l2="hot", budget_s=1.0))
-            r_hot = runner.run(hot)
-            # The independent harness times the same prepared callable on the same inputs.
-            a, b = CaseRunner._inputs(hot, 0, "cuda")
-            fn = module.prepare(spec, [(a, b)], torch.bfloat16)
-            fn(0)
-            torch.cuda.synchronize()
-            # triton's default rep (20 ms of back-to-back calls per replay) and a 100 ms variant: long
-            # replays run the GPU at sustained power, which can lower its clock.
-            t_triton_ms = triton.testing.do_bench_cudagraph(lambda f=fn: f(0), return_mode="median")
-            t_triton100_ms = triton.testing.do_bench_cudagraph(lambda f=fn: f(0), rep=100, return_mode="median")
-            r_hot2 = runner.run(hot)  # again after triton: drift shows up as a gap between the two
-            r_cold = runner.run(cold)
-            r_ev = runner.run(events)
-            ours = [r.timing.median_us for r in (r_hot, r_hot2) if r.timing]
-            row = dict(backend=backend, label=label, m=m, n=n, k=k, status=r_hot.status, reason=r_hot.reason,
-                       ours_hot_us=ours[0] if ours else None, ours_hot_again_us=ours[1] if len(ours) > 1 else None,
-                       triton_us=t_triton_ms * 1e3, triton_rep100_us=t_triton100_ms * 1e3,
-                       ours_cold_us=r_cold.timing.median_us if r_cold.timing else None,
-                       events_us=r_ev.timing.median_us if r_ev.timing else None,
-                       rel_err=r_hot.correctness.rel_err if r_hot.correctness else None,
-                       verdict=r_hot.correctness.verdict if r_hot.correctness else None)
-            if ours:
-                row["ratio_vs_triton"] = (sum(ours) / len(ours)) / row["triton_us"]
-            rows.append(row)
-            print(json.dumps(row), flush=True)
-            del fn, a, b
+    for rep in range(repeat):
+        for backend in backends:
+            spec = CATALOG[backend]
+            if availability_problem(spec):
+                print(f"skip {backend}: {availability_problem(spec)}", flush=True)
+                continue
+            for label, m, n, k in shapes:
+                for l2 in ("hot", "cold"):
+                    case = CaseSpec(backend=backend, m=m, n=n, k=k, timing=TimingOptions(l2=l2, budget_s=0.5, rounds=1))
+                    worker_first = (len(rows) % 2 == 0)
+                    ref = None if worker_first else reference_us(backend, m, n, k, l2 == "cold")
+                    rec = runner.run(case)
+                    if ref is None:
+                        ref = reference_us(backend, m, n, k, l2 == "cold")
+                    ours = rec.timing.median_us if rec.timing else None
+                    row = dict(repeat=rep + 1, backend=backend, label=label, m=m, n=n, k=k, l2=l2, status=rec.status,
+                               reason=rec.reason, worker_us=ours, reference_us=ref,
+                               ratio=(ours / ref) if ours else None, worker_first=worker_first,
+                               verdict=rec.correctness.verdict if rec.correctness else None)
+                    rows.append(row)
+                    print(json.dumps(row), flush=True)
     return rows
 
 
@@ -110,23 +159,22 @@ def full_sweep(out: Path, backends):
 
 def markdown(rows, facts, wall, case_s, records) -> str:
     lines = [f"GPU: {facts.get('gpu_name')} (CC {facts.get('compute_capability')}), driver {facts.get('driver')}, "
-             f"CUDA {facts.get('cuda')}, torch {facts.get('torch')}, triton {facts.get('triton')}, "
-             f"flashinfer {facts.get('flashinfer')}", "",
-             "| backend | M | N | K | ours hot µs (before / after triton) | triton µs (rep 20) | ours/triton | triton µs (rep 100) | ours cold µs | events µs | rel_err | check |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+             f"CUDA {facts.get('cuda')}, torch {facts.get('torch')}, flashinfer {facts.get('flashinfer')}", "",
+             "| repeat | backend | M | N | K | L2 | worker µs | reference µs | worker/reference | check |",
+             "|---:|---|---:|---:|---:|---|---:|---:|---:|---|"]
     for r in rows:
         f = lambda v, p=2: "" if v is None else f"{v:.{p}f}"  # noqa: E731
-        lines.append(f"| {r['backend']} | {r['m']} | {r['n']} | {r['k']} | {f(r['ours_hot_us'])} / {f(r['ours_hot_again_us'])} | "
-                     f"{f(r['triton_us'])} | {f(r.get('ratio_vs_triton'), 3)} | {f(r['triton_rep100_us'])} | {f(r['ours_cold_us'])} | "
-                     f"{f(r['events_us'])} | {'' if r['rel_err'] is None else format(r['rel_err'], '.2e')} | {r['verdict'] or r['status']} |")
+        flag = " **" if r["ratio"] and abs(r["ratio"] - 1) > 0.05 else ""
+        lines.append(f"| {r['repeat']} | {r['backend']} | {r['m']} | {r['n']} | {r['k']} | {r['l2']} | {f(r['worker_us'])} | "
+                     f"{f(r['reference_us'])} | {f(r['ratio'], 3)}{flag} | {r['verdict'] or r['status']} |")
+    ratios = [r["ratio"] for r in rows if r["ratio"]]
+    if ratios:
+        within = sum(1 for x in ratios if abs(x - 1) <= 0.05)
+        lines += ["", f"worker/reference: {within} of {len(ratios)} within ±5%; range {min(ratios):.3f} .. {max(ratios):.3f}"]
     cases = [r for r in records if r["kind"] == "case"]
     by_status: dict = {}
     for r in cases:
         by_status.setdefault(r["status"], []).append(r)
-    ratios = [r["ratio_vs_triton"] for r in rows if r.get("ratio_vs_triton")]
-    if ratios:
-        within = sum(1 for x in ratios if abs(x - 1) <= 0.05)
-        lines += ["", f"ours/triton: {within} of {len(ratios)} within ±5%; range {min(ratios):.3f} .. {max(ratios):.3f}"]
     lines += ["", f"Seed sweep through `python -m worker supervise`: {len(cases)} cases, wall {wall:.1f} s "
               f"(process start, imports and JIT included), {case_s:.1f} s inside cases.", ""]
     for status, recs in sorted(by_status.items()):
@@ -139,14 +187,16 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", type=Path, default=Path("fidelity-out"))
     ap.add_argument("--backends", default=",".join(BASELINES))
+    ap.add_argument("--repeat", type=int, default=2)
+    ap.add_argument("--no-sweep", action="store_true", help="skip the whole-sweep run")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     from worker.env import collect_facts, detect_device
 
     facts = collect_facts(detect_device("cuda")).model_dump()
     backends = [b for b in args.backends.split(",") if b]
-    rows = compare(seed_shapes(), backends)
-    wall, case_s, records = full_sweep(args.out, backends + ["reference-nvfp4"] + FP4)
+    rows = compare(seed_shapes(), backends, args.repeat)
+    wall, case_s, records = (0.0, 0.0, []) if args.no_sweep else full_sweep(args.out, backends + ["reference-nvfp4"] + FP4)
     md = markdown(rows, facts, wall, case_s, records)
     (args.out / "fidelity.md").write_text(md)
     (args.out / "fidelity.json").write_text(json.dumps({"facts": facts, "rows": rows, "sweep_wall_s": wall,

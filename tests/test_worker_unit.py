@@ -207,3 +207,21 @@ def test_noop_cases_never_import_torch(tmp_path):
     assert out.strip().splitlines()[-1] == "False"
     records = [json.loads(line) for line in (tmp_path / "r.jsonl").read_text().splitlines()]
     assert records[0]["kind"] == "facts" and records[1]["status"] == "ok"
+
+
+def test_cuda_home_is_the_same_for_a_shell_and_an_ssh_session(tmp_path):
+    """FlashInfer's JIT build files name the toolkit's path; a shell (PATH through a symlink) and an SSH
+    session (another PATH) must give the worker the same one, or each rebuilds the other's modules."""
+    from worker.supervise import stable_build_env
+
+    real = tmp_path / "cuda-13.0"
+    (real / "bin").mkdir(parents=True)
+    nvcc = real / "bin" / "nvcc"
+    nvcc.write_text("#!/bin/sh\n")
+    nvcc.chmod(0o755)
+    (tmp_path / "cuda").symlink_to(real)
+    shell = stable_build_env({"PATH": f"{tmp_path / 'cuda' / 'bin'}:/usr/bin"})
+    other = stable_build_env({"PATH": f"/usr/bin:{real / 'bin'}"})
+    assert shell == other == {"CUDA_HOME": str(real)}
+    assert stable_build_env({"PATH": str(real / "bin"), "CUDA_HOME": "/opt/mine"}) == {}  # the caller's wins
+    assert stable_build_env({"PATH": str(real / "bin"), "CUDA_PATH": "/opt/mine"}) == {}

@@ -72,6 +72,22 @@ def _supervise_locked(params_path: Path, results_path: Path) -> int:
         return _supervise_cases(params_path, results_path, settings["cases"])
 
 
+def stable_build_env(env: dict) -> dict:
+    """CUDA_HOME for the worker when the caller set neither CUDA_HOME nor CUDA_PATH: the real path of the
+    toolkit that FlashInfer would find itself (nvcc on PATH, else /usr/local/cuda). FlashInfer writes
+    that path into each JIT module's build file, and ninja rebuilds a module (30-50 s) whenever the file
+    changes: an SSH session (minimal PATH: /usr/local/cuda) and a shell (/usr/local/cuda-13.0/bin on
+    PATH) would rebuild each other's modules. Resolved, both name the same directory. The facts record
+    it (`cuda_home`)."""
+    import shutil
+
+    if env.get("CUDA_HOME") or env.get("CUDA_PATH"):
+        return {}
+    nvcc = shutil.which("nvcc", path=env.get("PATH"))
+    home = Path(nvcc).resolve().parent.parent if nvcc else Path("/usr/local/cuda").resolve()
+    return {"CUDA_HOME": str(home)} if (home / "bin" / "nvcc").exists() else {}
+
+
 def _supervise_cases(params_path: Path, results_path: Path, n_cases: int) -> int:
     from .protocol import done_case_ids
 
@@ -82,6 +98,8 @@ def _supervise_cases(params_path: Path, results_path: Path, n_cases: int) -> int
     # be found as if the venv were activated.
     venv_bin = str(Path(sys.executable).parent)
     env["PATH"] = os.pathsep.join(filter(None, [venv_bin, os.environ.get("PATH")]))
+    added = stable_build_env(env)
+    env.update(added, FLEETBENCH_ENV_ADDED=",".join(added))  # named in the facts' notes
     cmd = [sys.executable, "-m", "worker", "run", "--params", str(params_path), "--results", str(results_path)]
     restarts = 0
     params = None  # the validated params: loaded only after a child failed (importing pydantic is costly)

@@ -6,6 +6,13 @@ launcher, not the kernel (7.7 us true vs 40 us naive at 16x2048x6144 on an H200)
 count. Cold L2 rotates through input sets whose total size is several times the L2, so no call finds
 its weights cached. Samples are collected until the median's 95% confidence interval is narrower than
 `target_rel_ci` or the budget runs out; every raw sample is kept.
+
+Every graph is captured on one stream per process, and each case's eager warm-up runs on that stream
+before its capture. Measured on an H200 (benchmarks/first_case.py, issue 21): the first graph of a
+process captured on a stream where cuBLAS never ran eagerly reads ~1 us per call low (11.0 vs 12.0 us
+at 16x2048x6144, the independent plain replay too), every later graph reads 12.0, and one eager call on
+the capture stream before the first capture makes the first read 12.0 as well. So a case's number no
+longer depends on being the first of its process.
 """
 from __future__ import annotations
 
@@ -137,25 +144,21 @@ def time_cuda(fn: Callable[[int], object], n_sets: int, opts: TimingOptions) -> 
     import torch
 
     stream = torch.cuda.current_stream()
-    # Warm-up eagerly: JIT builds, autotuners and lazy workspace allocations happen here, untimed.
-    deadline = time.perf_counter() + opts.warmup_ms / 1e3
-    calls = 0
-    while calls < 3 or time.perf_counter() < deadline:
-        fn(calls % n_sets)
-        calls += 1
-        if calls % 8 == 0:
-            torch.cuda.synchronize()
-    torch.cuda.synchronize()
-
     if opts.mode == "events":
+        _warm_up(fn, n_sets, opts, stream)
         return _time_events(fn, n_sets, opts)
+    # Warm up on the stream the graphs are captured on: a library's lazy per-stream state (cuBLAS
+    # workspaces) then exists before capture for every case alike, the first of a process included.
+    capture_stream = _capture_stream()
+    capture_stream.wait_stream(stream)
+    _warm_up(fn, n_sets, opts, capture_stream)
 
     # Size the graph from a short graph, not from eager calls: a library with heavy Python dispatch
     # (100+ us per eager call) would otherwise get a graph of a handful of calls, and the replay's own
     # launch cost (a few us) would land on every one of them.
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     probe_calls = max(PROBE_CALLS, n_sets if opts.l2 == "cold" else 1)
-    probe = _capture(fn, probe_calls, n_sets, stream)
+    probe = _capture(fn, probe_calls, n_sets, capture_stream)
     probe.replay()
     start.record(stream)
     probe.replay()
@@ -166,8 +169,10 @@ def time_cuda(fn: Callable[[int], object], n_sets: int, opts: TimingOptions) -> 
     cps = opts.calls_per_sample or max(MIN_CALLS_PER_SAMPLE,
                                        min(MAX_CALLS_PER_SAMPLE, round(TARGET_SAMPLE_S / max(per_call_s, 1e-7))))
     if opts.l2 == "cold":
-        cps = max(cps, n_sets)  # the set a replay starts with was last used a full rotation ago
-    graph = _capture(fn, cps, n_sets, stream)
+        # Whole rotations only: a replay then starts on set 0, last used a full rotation ago, and never on
+        # a set that the previous replay's last calls left in L2.
+        cps = -(-cps // n_sets) * n_sets
+    graph = _capture(fn, cps, n_sets, capture_stream)
     graph.replay()
     graph.replay()
     torch.cuda.synchronize()
@@ -184,18 +189,43 @@ def time_cuda(fn: Callable[[int], object], n_sets: int, opts: TimingOptions) -> 
     return summarize(samples, method="cuda-graph", calls_per_sample=cps, l2=opts.l2)
 
 
-def _capture(fn: Callable[[int], object], calls: int, n_sets: int, stream):
-    """A CUDA graph of `calls` back-to-back calls rotating through the input sets."""
+_CAPTURE_STREAM = None
+
+
+def _capture_stream():
+    """The one stream of this process that every graph is captured on (module docstring)."""
+    global _CAPTURE_STREAM
+    if _CAPTURE_STREAM is None:
+        import torch
+
+        _CAPTURE_STREAM = torch.cuda.Stream()
+    return _CAPTURE_STREAM
+
+
+def _warm_up(fn: Callable[[int], object], n_sets: int, opts: TimingOptions, stream) -> None:
+    """Eager calls on `stream` for `warmup_ms` (at least 3): JIT builds, autotuners and lazy workspace
+    allocations happen here, untimed."""
     import torch
 
-    side = torch.cuda.Stream()
-    side.wait_stream(stream)
-    with torch.cuda.stream(side):
-        fn(0)  # libraries that allocate on first use on a new stream do it outside the capture
-    stream.wait_stream(side)
+    deadline = time.perf_counter() + opts.warmup_ms / 1e3
+    calls = 0
+    with torch.cuda.stream(stream):
+        while calls < 3 or time.perf_counter() < deadline:
+            fn(calls % n_sets)
+            calls += 1
+            if calls % 8 == 0:
+                torch.cuda.synchronize()
+    torch.cuda.synchronize()
+
+
+def _capture(fn: Callable[[int], object], calls: int, n_sets: int, stream):
+    """A CUDA graph, captured on `stream` (already warmed up), of `calls` back-to-back calls rotating
+    through the input sets."""
+    import torch
+
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
+    with torch.cuda.graph(graph, stream=stream):
         for i in range(calls):
             fn(i % n_sets)
     torch.cuda.synchronize()

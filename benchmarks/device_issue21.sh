@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# One device call (H200) for issue 21: the first-case conditions with the fixed worker, FlashInfer's
+# JIT cache across shell and SSH (first, while the cache is empty), forward / reversed / shuffled
+# sweeps, and the fidelity table against the independent reference, twice.
+# Carry: .whl (pydantic, paramiko, fabric and their needs, for Python 3.12), .debs (OpenSSH), .carry
+# (fi.tar.xz: the flashinfer-python 0.7.2.post1 wheel's files, xz-compressed to fit a call).
+set -u
+export PYTHONUNBUFFERED=1
+python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl || exit 1
+tar -xJf .carry/fi.tar.xz -C /tmp/site || exit 1
+export PYTHONPATH=/tmp/site:$PWD
+P=/tmp/ossh; mkdir -p $P; for f in .debs/*.deb; do dpkg -x "$f" $P; done
+export LD_LIBRARY_PATH=$P/lib/x86_64-linux-gnu:$P/usr/lib/x86_64-linux-gnu
+id sshd >/dev/null 2>&1 || useradd -r -M -d /run/sshd -s /usr/sbin/nologin sshd
+mkdir -p /run/sshd "$OUT/first" "$OUT/jit" "$OUT/order" "$OUT/fid"
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; echo "PATH=$PATH"; command -v nvcc
+echo "== jit cache"; FLEETBENCH_SSHD=$P/usr/sbin/sshd FLEETBENCH_SSH_KEYGEN=$P/usr/bin/ssh-keygen \
+  timeout 240 python3 benchmarks/jit_cache.py --out "$OUT/jit" --env PYTHONPATH=/tmp/site 2>&1 | tail -12
+echo "== first case"; timeout 120 python3 benchmarks/first_case.py --procs 3 --conditions plain,ref-first | tee "$OUT/first/first.md"
+echo "== order"; timeout 240 python3 benchmarks/order.py --repeat "${ORDER_REPEAT:-1}" --out "$OUT/order" | tail -45
+echo "== fidelity"; timeout 240 python3 benchmarks/fidelity.py --repeat 2 --out "$OUT/fid" 2>&1 | grep -v '^{' | tail -90

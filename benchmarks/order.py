@@ -1,0 +1,117 @@
+#!/usr/bin/env python3
+"""Does a case's number depend on its place in the sweep (issue 21)? The same cases run by the worker
+(`python -m worker run`, a fresh process each) forward, reversed and shuffled, `--repeat` times; per case
+the median of its rounds and of its first round in every order, and the largest relative difference
+between orders.
+
+    python benchmarks/order.py [--sweep sweeps/glm5_tp8.yaml] [--backends torch-bf16,torch-fp8,...]
+                               [--repeat 1] [--out DIR]
+
+Prints a Markdown table (and writes DIR/order.md, DIR/order.json). Needs the worker's dependencies; on a
+machine without a GPU it times on the CPU.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+ORDERS = ("forward", "reversed", "shuffled")
+
+
+def cases_of(sweep_path: Path, backends: list[str]):
+    from orchestrator.sweep import load_sweep
+
+    sweep = load_sweep(sweep_path)
+    if backends:
+        sweep = sweep.model_copy(update={"backends": backends})
+    return sweep.cases()
+
+
+def run_order(cases, order: str, out: Path, seed: int) -> tuple[dict, float]:
+    """One fresh worker process over the cases in this order: case id -> record, wall seconds."""
+    from worker.schema import WorkerParams
+
+    todo = list(cases)
+    if order == "reversed":
+        todo.reverse()
+    elif order == "shuffled":
+        random.Random(seed).shuffle(todo)
+    params = out / f"params-{order}-{seed}.json"
+    results = out / f"results-{order}-{seed}.jsonl"
+    params.write_text(WorkerParams(run_id=f"order-{order}", host="bench", cases=todo).model_dump_json())
+    results.unlink(missing_ok=True)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+    t0 = time.perf_counter()
+    subprocess.run([sys.executable, "-m", "worker", "run", "--params", str(params), "--results", str(results)],
+                   check=True, env=env, stdout=subprocess.DEVNULL)
+    wall = time.perf_counter() - t0
+    records = [json.loads(line) for line in results.read_text().splitlines()]
+    return {r["case_id"]: r for r in records if r.get("kind") == "case"}, wall
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--sweep", type=Path, default=ROOT / "sweeps" / "glm5_tp8.yaml")
+    ap.add_argument("--backends", default="torch-bf16,torch-fp8,flashinfer-fp8-cublas")
+    ap.add_argument("--repeat", type=int, default=1)
+    ap.add_argument("--limit", type=float, default=0.02, help="largest tolerated difference between orders")
+    ap.add_argument("--out", type=Path, default=Path("order-out"))
+    args = ap.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    cases = cases_of(args.sweep, [b for b in args.backends.split(",") if b])
+    first_ids = {}
+    seen: dict[str, dict[str, list]] = {}  # case id -> order -> [(median, round-1 median), ...]
+    walls = {}
+    for rep in range(args.repeat):
+        for order in ORDERS:
+            recs, wall = run_order(cases, order, args.out, seed=rep + 1)
+            walls[f"{order} {rep + 1}"] = round(wall, 1)
+            first = next(iter(recs))
+            first_ids.setdefault(order, set()).add(first)
+            for cid, r in recs.items():
+                if r["status"] != "ok" or not r.get("timing"):
+                    continue
+                t = r["timing"]
+                r1 = t["rounds"][0]["median_us"] if t.get("rounds") else t["median_us"]
+                seen.setdefault(cid, {}).setdefault(order, []).append((t["median_us"], r1))
+            print(f"{order} (repeat {rep + 1}): {len(recs)} records, {wall:.1f} s", flush=True)
+    by_id = {c.case_id: c for c in cases}
+    lines = ["| backend | M | N | K | forward µs | reversed µs | shuffled µs | max diff | round 1: forward / reversed / shuffled | round-1 max diff | first in |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---|"]
+    rows, worst = [], 0.0
+    for cid, orders in seen.items():
+        c = by_id[cid]
+        med = {o: statistics.median(v[0] for v in orders[o]) for o in orders}
+        r1 = {o: statistics.median(v[1] for v in orders[o]) for o in orders}
+        spread = max(med.values()) / min(med.values()) - 1
+        spread1 = max(r1.values()) / min(r1.values()) - 1
+        worst = max(worst, spread)
+        firsts = [o for o, ids in first_ids.items() if cid in ids]
+        rows.append(dict(case_id=cid, backend=c.backend, m=c.m, n=c.n, k=c.k, medians=med, round1=r1,
+                         spread=spread, round1_spread=spread1, first_in=firsts))
+        lines.append(f"| {c.backend} | {c.m} | {c.n} | {c.k} | " + " | ".join(f"{med.get(o, float('nan')):.2f}" for o in ORDERS)
+                     + f" | {spread * 100:.2f}% | " + " / ".join(f"{r1.get(o, float('nan')):.2f}" for o in ORDERS)
+                     + f" | {spread1 * 100:.2f}% | {', '.join(firsts)} |")
+    over = [r for r in rows if r["spread"] > args.limit]
+    lines += ["", f"{len(rows)} timed cases; largest difference between orders {worst * 100:.2f}%; "
+              f"{len(over)} over {args.limit * 100:.0f}%. Wall per process (s): "
+              + ", ".join(f"{k} {v}" for k, v in walls.items())]
+    md = "\n".join(lines) + "\n"
+    (args.out / "order.md").write_text(md)
+    (args.out / "order.json").write_text(json.dumps({"rows": rows, "walls": walls}, indent=1))
+    print(md)
+    return 1 if over else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
