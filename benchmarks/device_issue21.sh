@@ -19,3 +19,7 @@ echo "== jit cache"; FLEETBENCH_SSHD=$P/usr/sbin/sshd FLEETBENCH_SSH_KEYGEN=$P/u
 echo "== first case"; timeout 120 python3 benchmarks/first_case.py --procs 3 --conditions plain,ref-first | tee "$OUT/first/first.md"
 echo "== order"; timeout 240 python3 benchmarks/order.py --repeat "${ORDER_REPEAT:-1}" --out "$OUT/order" | tail -45
 echo "== fidelity"; timeout 240 python3 benchmarks/fidelity.py --repeat 2 --out "$OUT/fid" 2>&1 | grep -v '^{' | tail -90
+echo "== user kernels (issue 16)"; mkdir -p "$OUT/byo"
+printf 'hosts:\n  - {name: h200, transport: local, python: %s, workdir: /tmp/fbw}\n' "$(command -v python3)" > /tmp/h200.yaml
+timeout 200 python3 -m orchestrator.cli run examples/byo_kernels.yaml -i /tmp/h200.yaml --runs-dir /tmp/byoruns --format md > "$OUT/byo/byo.md" 2>&1; echo "exit $?"
+cat "$OUT/byo/byo.md" | tail -30

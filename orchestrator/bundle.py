@@ -11,6 +11,7 @@ import io
 import tarfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterable
 
 import worker
 
@@ -31,15 +32,19 @@ class WorkerBundle:
         return path
 
 
-def build_worker_bundle(package_dir: Path | None = None) -> WorkerBundle:
-    """tar.gz of worker/**/*.py with fixed metadata (mtime 0, uid 0, mode 0644)."""
+def build_worker_bundle(package_dir: Path | None = None, user_kernels: Iterable[bytes] = ()) -> WorkerBundle:
+    """tar.gz of worker/**/*.py, plus each user kernel file as worker/user/k<sha256[:16]>.py (where
+    worker.userkernel finds it), with fixed metadata (mtime 0, uid 0, mode 0644)."""
     root = Path(package_dir or Path(worker.__file__).parent)
-    files = sorted(p for p in root.rglob("*.py") if "__pycache__" not in p.parts)
+    entries = [(f"worker/{p.relative_to(root).as_posix()}", p.read_bytes())
+               for p in sorted(root.rglob("*.py")) if "__pycache__" not in p.parts and p.parent.name != "user"]
+    for data in sorted(set(user_kernels)):
+        entries.append((f"worker/user/k{hashlib.sha256(data).hexdigest()[:16]}.py", data))
+    files = sorted(entries)
     raw = io.BytesIO()
     with tarfile.open(fileobj=raw, mode="w", format=tarfile.PAX_FORMAT) as tar:
-        for path in files:
-            data = path.read_bytes()
-            info = tarfile.TarInfo(name=f"worker/{path.relative_to(root).as_posix()}")
+        for name, data in files:
+            info = tarfile.TarInfo(name=name)
             info.size, info.mode, info.mtime = len(data), 0o644, 0
             info.uid = info.gid = 0
             info.uname = info.gname = ""

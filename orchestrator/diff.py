@@ -262,12 +262,15 @@ def compare_sides(a: Side, b: Side, threshold: float) -> Comparison:
 
 
 def _settings_of(side: Side) -> dict[str, str]:
-    """`timing.<option>` -> value(s) over a side's results (joined where its cases differ)."""
+    """`timing.<option>` (and a user kernel's file hash) -> value(s) over a side's results (joined where
+    its cases differ)."""
     values: dict[str, set] = {}
     for s in side.slots:
         for _, rec in s.records.values():
             for option, value in rec.case.timing.model_dump().items():
                 values.setdefault(f"timing.{option}", set()).add(str(value))
+            if rec.case.kernel_sha256:  # a user kernel: its code is a setting too
+                values.setdefault(f"kernel {rec.case.backend} sha256", set()).add(rec.case.kernel_sha256[:16])
     return {f: " | ".join(sorted(v)) for f, v in values.items()}
 
 

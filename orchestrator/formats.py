@@ -13,6 +13,8 @@ Manifest history (MANIFEST_VERSION, runs/<id>/manifest.json):
      (`worker`) and the sweep's name; the sweep spec stays as a record of what was asked for.
   3  the cases' timing options have `rounds` and the run's worker writes records of format 3; the
      manifest's shape is that of format 2 (`stall_timeout` may be stored).
+  4  cases may name a user kernel file by hash (`kernel_sha256`; the file travels in the run's worker
+     bundle); otherwise the shape of format 3.
 Record history (results.jsonl): see SCHEMA_VERSION in worker/schema.py; upgraded here by `upgrade_record`.
 """
 from __future__ import annotations
@@ -27,7 +29,7 @@ from worker.schema import IDENTITY_FIELDS, SCHEMA_VERSION, identity_hash
 
 from .errors import InputError
 
-MANIFEST_VERSION = 3
+MANIFEST_VERSION = 4
 # A CaseSpec's fields before format 2, with the defaults fleetbench 0.1.0 filled in.
 _CASE_DEFAULTS = {"workload": "gemm", "label": "", "out_dtype": "bfloat16", "seed": 0}
 
@@ -72,7 +74,12 @@ def _record_2_to_3(obj: dict) -> dict:
     return obj
 
 
-_RECORD_UPGRADES: dict[int, Callable[[dict], dict]] = {1: _record_1_to_2, 2: _record_2_to_3}
+def _same_shape(version: int) -> Callable[[dict], dict]:
+    """An upgrade step for a format whose successor only added optional fields."""
+    return lambda obj: dict(obj, schema_version=version + 1)
+
+
+_RECORD_UPGRADES: dict[int, Callable[[dict], dict]] = {1: _record_1_to_2, 2: _record_2_to_3, 3: _same_shape(3)}
 
 
 def upgrade_record(obj: dict) -> dict:
@@ -172,7 +179,8 @@ def _manifest_2_to_3(data: dict) -> dict:
     return dict(data, manifest_version=3, cases={cid: _timed_once(case) for cid, case in data["cases"].items()})
 
 
-_MANIFEST_UPGRADES: dict[int, Callable[[dict], dict]] = {1: _manifest_1_to_2, 2: _manifest_2_to_3}
+_MANIFEST_UPGRADES: dict[int, Callable[[dict], dict]] = {
+    1: _manifest_1_to_2, 2: _manifest_2_to_3, 3: lambda data: dict(data, manifest_version=4)}
 
 
 def upgrade_manifest(data: dict, where: str) -> dict:
@@ -201,7 +209,9 @@ def params_for_worker(params: dict, manifest_version: int) -> dict:
         return params
     cases = []
     for case in params["cases"]:
-        case = dict(case, timing={k: v for k, v in case["timing"].items() if k != "rounds"})  # before format 3
+        case = {f: v for f, v in case.items() if f != "kernel_sha256"}  # before format 4 (never set there)
+        if manifest_version < 3:
+            case["timing"] = {k: v for k, v in case["timing"].items() if k != "rounds"}
         if manifest_version < 2:
             case.pop("workload", None)
         cases.append(case)

@@ -59,6 +59,9 @@ def _manifest(plan: Plan, sweep: Sweep, scripts: dict[str, RenderedScript], bund
         "worker_sha256": bundle.sha256,
         "scripts": {name: {"path": f"scripts/{s.path.name}", "sha256": s.sha256} for name, s in scripts.items()},
         "cases": {cid: case.model_dump(mode="json") for cid, case in plan.cases().items()},
+        # User kernels: their files are inside worker.tar.gz (worker/user/k<sha[:16]>.py).
+        "user_kernels": {name: {"sha256": sha, "file": next(b.file for b in sweep.backends if getattr(b, "name", None) == name)}
+                         for name, (sha, _) in sweep.user_kernels().items()},
         "jobs": [{"slot": j.slot, "host": j.host.name, "gpu": j.gpu, "case_ids": [c.case_id for c in j.cases]}
                  for j in plan.jobs],
     }
@@ -71,7 +74,7 @@ def prepare_run(plan: Plan, sweep: Sweep, inventory: Inventory, runs_dir: Path, 
     if not plan.jobs:
         raise InputError("the plan is empty: no host has any case to run")
     store = RunStore.create(runs_dir, plan.run_id)
-    bundle = build_worker_bundle()
+    bundle = build_worker_bundle(user_kernels=[data for _, data in sweep.user_kernels().values()])
     scripts = render_plan(plan, store.scripts_dir, bundle)
     bundle.write(store.dir / "worker.tar.gz")
     store.write_manifest(_manifest(plan, sweep, scripts, bundle, inventory, sweep_path, dry_run))

@@ -7,10 +7,15 @@
       - {m: [16, 64], n: 2048, k: 6144, label: "MoE expert"}
       - {moe: {batch: [512, 4096], top_k: 8, experts: 256}, n: 2048, k: 6144, label: "MoE expert"}
     timing: {mode: graph, l2: cold, target_rel_ci: 0.01, budget_s: 0.5}
+
+A backend may also be the user's own file, `{name: my-gemm, file: kernels/my_gemm.py}` (the path is
+relative to the sweep file; the file's contract is in worker/userkernel.py). Its bytes are read and
+hashed here, travel inside the worker bundle, and each of its cases records the hash.
 """
 from __future__ import annotations
 
 import fnmatch
+import hashlib
 import math
 from pathlib import Path
 from typing import Literal, Optional, Union
@@ -114,12 +119,21 @@ class ShapeEntry(BaseModel):
         return out
 
 
+class UserBackend(BaseModel):
+    """A backend defined in the user's own Python file."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+    file: str = Field(min_length=1)
+
+
 class Sweep(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     name: str = Field(min_length=1, max_length=80)
     description: str = ""
-    backends: list[str] = Field(min_length=1)
+    backends: list[Union[str, UserBackend]] = Field(min_length=1)
     shapes: list[ShapeEntry] = Field(min_length=1)
     timing: TimingOptions = Field(default_factory=TimingOptions)
     out_dtype: Literal["bfloat16", "float16"] = "bfloat16"
@@ -133,20 +147,32 @@ class Sweep(BaseModel):
         """Backends in spec order, globs expanded against the catalog."""
         names: list[str] = []
         for pattern in self.backends:
-            for name in (fnmatch.filter(CATALOG, pattern) if any(c in pattern for c in "*?[") else [pattern]):
-                if name not in names:
-                    names.append(name)
+            if isinstance(pattern, UserBackend):
+                found = [pattern.name]
+            else:
+                found = fnmatch.filter(CATALOG, pattern) if any(c in pattern for c in "*?[") else [pattern]
+            names.extend(name for name in found if name not in names)
         return names
+
+    def user_kernels(self) -> dict[str, tuple[str, bytes]]:
+        """User backend name -> (sha256, the file's bytes). Paths are as load_sweep resolved them."""
+        out = {}
+        for b in self.backends:
+            if isinstance(b, UserBackend):
+                data = Path(b.file).read_bytes()
+                out[b.name] = (hashlib.sha256(data).hexdigest(), data)
+        return out
 
     def cases(self) -> list[CaseSpec]:
         """Shape-major (every backend on a shape, then the next shape), deduplicated by case id."""
         seen: set[str] = set()
         cases = []
+        kernels = {name: sha for name, (sha, _) in self.user_kernels().items()}
         for entry in self.shapes:
             for label, m, n, k in entry.shapes():
                 for backend in self.backend_names():
                     case = CaseSpec(backend=backend, m=m, n=n, k=k, label=label, out_dtype=self.out_dtype,
-                                    seed=self.seed, timing=self.timing)
+                                    seed=self.seed, timing=self.timing, kernel_sha256=kernels.get(backend))
                     if case.case_id not in seen:
                         seen.add(case.case_id)
                         cases.append(case)
@@ -160,12 +186,26 @@ def load_sweep(path: Path) -> Sweep:
         sweep = Sweep.model_validate(raw)
     except ValidationError as exc:
         raise InputError(describe_validation(Path(path), exc)) from None
-    unknown = []
+    unknown, user = [], []
     for pattern in sweep.backends:
+        if isinstance(pattern, UserBackend):
+            user.append(pattern)
+            continue
         is_glob = any(c in pattern for c in "*?[")
         if (is_glob and not fnmatch.filter(CATALOG, pattern)) or (not is_glob and pattern not in CATALOG):
             unknown.append(pattern)
     if unknown:
         raise InputError(f"{path}: field 'backends': unknown backend {', '.join(map(repr, unknown))} "
                          f"(known: {', '.join(CATALOG)})")
+    names = [b.name for b in user]
+    for b in user:
+        if b.name in CATALOG:
+            raise InputError(f"{path}: backend {b.name!r}: a built-in backend has that name; give your kernel another")
+        if names.count(b.name) > 1:
+            raise InputError(f"{path}: backend {b.name!r} is defined twice")
+        file = Path(b.file).expanduser()
+        file = file if file.is_absolute() else Path(path).resolve().parent / file
+        if not file.is_file():
+            raise InputError(f"{path}: backend {b.name!r}: kernel file {file} does not exist")
+        b.file = str(file)
     return sweep

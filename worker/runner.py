@@ -59,13 +59,21 @@ class CaseRunner:
             return CaseRecord(case_id=case.case_id, case=case, status=status, reason=reason,
                               started_at=started_at, duration_s=round(time.perf_counter() - t0, 4), **fields)
 
-        spec = CATALOG.get(case.backend)
-        if spec is None:
-            return record("failed", f"unknown backend {case.backend!r} (this worker knows: {', '.join(CATALOG)})")
+        if case.kernel_sha256:
+            from . import userkernel
+
+            loaded = userkernel.load(case.backend, case.kernel_sha256)
+            if isinstance(loaded, str):
+                return record("unavailable", loaded)
+            spec = loaded.spec
+        else:
+            spec = CATALOG.get(case.backend)
+            if spec is None:
+                return record("failed", f"unknown backend {case.backend!r} (this worker knows: {', '.join(CATALOG)})")
         problem = support_problem(spec, case.m, case.n, case.k, self.device.compute_capability)
         if problem:
             return record("unsupported", problem)
-        problem = availability_problem(spec)
+        problem = None if case.kernel_sha256 else availability_problem(spec)
         if problem:
             return record("unavailable", problem)
         if spec.name == "noop":
@@ -82,7 +90,12 @@ class CaseRunner:
 
         n_sets = self._input_sets(case, spec.family)
         sets = [self._inputs(case, s, self.device.device) for s in range(n_sets)]
-        module = importlib.import_module(f"worker.backends.{spec.module}")
+        if case.kernel_sha256:
+            from . import userkernel
+
+            module = userkernel.load(case.backend, case.kernel_sha256)
+        else:
+            module = importlib.import_module(f"worker.backends.{spec.module}")
         fn = _with_fault(case, module.prepare(spec, sets, getattr(torch, case.out_dtype)))
         return fn, sets, n_sets
 
@@ -112,7 +125,7 @@ class CaseRunner:
     def again(self, case: CaseSpec) -> tuple:
         """A later round of a case whose first round was ok: (Stats, Health or None, seconds taken)."""
         t0 = time.perf_counter()
-        spec = CATALOG[case.backend]
+        spec = _spec_of(case)
         fn, sets, n_sets = self._prepare(case, spec)
         stats, health = self._time(case, fn, n_sets)
         del fn, sets
@@ -131,7 +144,7 @@ class CaseRunner:
         from .schema import Health
         from .timing import combine_rounds
 
-        case, spec = first.case, CATALOG[first.case.backend]
+        case, spec = first.case, _spec_of(first.case)
         stats = combine_rounds([first.timing, *(s for s, _, _ in later)])
         healths = [h for h in [first.health, *(h for _, h, _ in later)] if h is not None]
         health = first.health
@@ -252,6 +265,15 @@ def _run_cases(runner: "CaseRunner", todo: list[CaseSpec], done: set[str], total
                 continue
             if len(later) + 1 == case.timing.rounds:
                 end(runner.finish(first, later))
+
+
+def _spec_of(case: CaseSpec):
+    """The backend spec of a case whose first round ran (so a user kernel is loaded)."""
+    if case.kernel_sha256:
+        from . import userkernel
+
+        return userkernel.load(case.backend, case.kernel_sha256).spec
+    return CATALOG[case.backend]
 
 
 def _inject_fault(case: CaseSpec, results: Path) -> None:

@@ -14,6 +14,9 @@ run's records: reruns use the worker the run started with):
      (every round prepares and warms again), with per round its median and the environment it ran in
      (GPU clock, temperature, throttling; CPU load and steal). diff builds its interval from the
      variation between rounds. A record of an older version has no rounds.
+  4  CaseSpec.kernel_sha256: a backend defined in the user's own Python file (a sweep's
+     `{name, file}` backend) names the sha256 of that file's bytes; it travels inside the worker
+     bundle, and diff reports a changed hash as a setting that differs. Not part of the case id.
 """
 from __future__ import annotations
 
@@ -23,7 +26,7 @@ from typing import Annotated, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 Status = Literal["ok", "unsupported", "unavailable", "failed", "crashed"]
 STATUSES: tuple[str, ...] = ("ok", "unsupported", "unavailable", "failed", "crashed")
@@ -62,6 +65,8 @@ class CaseSpec(_Strict):
     out_dtype: Literal["bfloat16", "float16"] = "bfloat16"
     seed: int = 0
     timing: TimingOptions = Field(default_factory=TimingOptions)
+    # A user-defined backend: the sha256 of its file (worker/user/k<sha[:16]>.py in the bundle).
+    kernel_sha256: Optional[str] = Field(default=None, pattern=r"^[0-9a-f]{64}$")
 
     @property
     def case_id(self) -> str:

@@ -1,0 +1,99 @@
+"""Backends defined in the user's own Python files (a sweep's `{name: ..., file: ...}` backends).
+
+The controller packs each file into the worker bundle as `worker/user/k<sha256[:16]>.py`, so it travels
+content-addressed with the worker and a rerun uses the very bytes the run started with. A case names its
+file by hash (`CaseSpec.kernel_sha256`). The file's contract:
+
+    FAMILY = "bf16"                     # operand format its result is checked as: bf16 | fp8 | fp4
+    MIN_CC = (9, 0)                     # optional; below it (or on a CPU) the case is `unsupported`
+    def prepare(a, b, out_dtype):       # a: [M, K], b: [N, K], bf16, on the case's device
+        return lambda: my_kernel(a, b)  # the callable that is timed; returns [M, N]
+
+A file that does not import, or breaks the contract, makes its backend `unavailable` with the error's
+last line; nothing else in the sweep is affected.
+"""
+from __future__ import annotations
+
+import importlib.util
+import sys
+import traceback
+from pathlib import Path
+from typing import Callable, Optional, Union
+
+from .backends import FP4_MIN_CC, BackendSpec
+
+USER_DIR = Path(__file__).resolve().parent / "user"
+FAMILIES = ("bf16", "fp8", "fp4")
+_LOADED: dict[str, Union["UserKernel", str]] = {}
+
+
+class UserKernel:
+    """A loaded user file: its backend spec (family, minimum capability) and its `prepare`."""
+
+    def __init__(self, spec: BackendSpec, prepare: Callable):
+        self.spec = spec
+        self._prepare = prepare
+
+    def prepare(self, spec: BackendSpec, sets: list, out_dtype) -> Callable[[int], object]:
+        """The built-in backends' signature: one user callable per input set, called by index."""
+        calls = [self._prepare(a, b, out_dtype) for a, b in sets]
+        bad = next((c for c in calls if not callable(c)), None)
+        if bad is not None:
+            raise TypeError(f"prepare() must return a callable, got {type(bad).__name__}")
+        return lambda i: calls[i]()
+
+
+def file_for(sha256: str) -> Path:
+    return USER_DIR / f"k{sha256[:16]}.py"
+
+
+def load(name: str, sha256: str) -> Union[UserKernel, str]:
+    """The user kernel `name` in file `sha256`, or why it cannot run (a one-line problem)."""
+    key = f"{name}:{sha256}"
+    if key not in _LOADED:
+        _LOADED[key] = _load(name, sha256)
+    return _LOADED[key]
+
+
+def _load(name: str, sha256: str) -> Union[UserKernel, str]:
+    path = file_for(sha256)
+    if not path.is_file():
+        return f"kernel file {path.name} is not in this worker bundle"
+    module_name = f"fleetbench_user_{sha256[:16]}"
+    try:
+        spec = importlib.util.spec_from_file_location(module_name, path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[module_name] = module
+        spec.loader.exec_module(module)
+    except BaseException as exc:  # a user file may raise anything at import, SystemExit included
+        sys.modules.pop(module_name, None)
+        if isinstance(exc, KeyboardInterrupt):
+            raise
+        return f"{name}: its file does not import: {_last_line(exc)}"
+    family = getattr(module, "FAMILY", None)
+    if family not in FAMILIES:
+        return f"{name}: FAMILY must be one of {', '.join(FAMILIES)} (got {family!r})"
+    prepare = getattr(module, "prepare", None)
+    if not callable(prepare):
+        return f"{name}: the file defines no prepare(a, b, out_dtype)"
+    min_cc = _min_cc(getattr(module, "MIN_CC", None))
+    if isinstance(min_cc, str):
+        return f"{name}: {min_cc}"
+    if family == "fp4":  # FP4 below 10.0 writes garbage without an error, whatever the file says
+        min_cc = max(min_cc or FP4_MIN_CC, FP4_MIN_CC)
+    spec = BackendSpec(name=name, module="", family=family, import_name="", min_cc=min_cc,
+                       description=f"user kernel {path.name}")
+    return UserKernel(spec, prepare)
+
+
+def _min_cc(value) -> Optional[tuple[int, int]] | str:
+    if value is None:
+        return None
+    if (isinstance(value, (tuple, list)) and len(value) == 2 and all(isinstance(v, int) for v in value)):
+        return (value[0], value[1])
+    return f"MIN_CC must be a (major, minor) pair of integers (got {value!r})"
+
+
+def _last_line(exc: BaseException) -> str:
+    lines = [line.strip() for line in traceback.format_exception_only(type(exc), exc) if line.strip()]
+    return lines[-1][:300] if lines else type(exc).__name__
