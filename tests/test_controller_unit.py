@@ -20,6 +20,7 @@ from orchestrator.sweep import Sweep, load_sweep
 from orchestrator.transport import login_relative, shell_command
 from worker import protocol
 from worker.backends import CATALOG
+from worker.schema import SCHEMA_VERSION
 
 REPO = Path(__file__).resolve().parent.parent
 GOLDEN = Path(__file__).parent / "golden"
@@ -148,7 +149,7 @@ def test_bad_result_lines_are_problems_not_crashes(tmp_path):
     assert parsed.cases == [] and len(parsed.problems) == 5
     assert "not JSON" in parsed.problems[0]
     assert "no schema_version" in parsed.problems[1]
-    assert "newer than this fleetbench reads (3): upgrade fleetbench" in parsed.problems[2]
+    assert f"newer than this fleetbench reads ({SCHEMA_VERSION}): upgrade fleetbench" in parsed.problems[2]
     assert "invalid record" in parsed.problems[3]
     assert "truncated" in parsed.problems[4]
 
