@@ -16,6 +16,9 @@ mkdir -p /run/sshd "$OUT/first" "$OUT/jit" "$OUT/order" "$OUT/fid"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; echo "PATH=$PATH"; command -v nvcc
 echo "== jit cache"; FLEETBENCH_SSHD=$P/usr/sbin/sshd FLEETBENCH_SSH_KEYGEN=$P/usr/bin/ssh-keygen \
   timeout 240 python3 benchmarks/jit_cache.py --out "$OUT/jit" --env PYTHONPATH=/tmp/site 2>&1 | tail -12
+# What supervise gives the worker, for the benchmarks below that start the worker without it.
+CH=$(python3 -c "import os; from worker.supervise import stable_build_env; print(stable_build_env(dict(os.environ)).get('CUDA_HOME', ''))")
+[ -n "$CH" ] && export CUDA_HOME=$CH; echo "CUDA_HOME=${CUDA_HOME:-}"
 echo "== first case"; timeout 120 python3 benchmarks/first_case.py --procs 3 --conditions plain,ref-first | tee "$OUT/first/first.md"
 echo "== order"; timeout 240 python3 benchmarks/order.py --repeat "${ORDER_REPEAT:-1}" --out "$OUT/order" | tail -45
 echo "== fidelity"; timeout 240 python3 benchmarks/fidelity.py --repeat 2 --out "$OUT/fid" 2>&1 | grep -v '^{' | tail -90
