@@ -2,7 +2,7 @@
 """Does a sweep pay FlashInfer's JIT build again when the same host is reached from a shell one time
 and through SSH the next (issue 21)? One machine, two inventory entries for it: `shell` (transport
 local: the caller's environment) and `ssh0` (a real sshd on loopback: an SSH session's environment).
-The same one-case FlashInfer sweep runs shell, ssh0, shell, ssh0; each run's wall time and the case's
+The same one-case FlashInfer sweep runs shell, shell, ssh0, ssh0, shell; each run's wall time and the case's
 own duration (its warm-up is where a JIT build lands) are printed, with the CUDA toolkit path that
 FlashInfer derives in each environment (the cause of the rebuilds before the worker pinned CUDA_HOME).
 
@@ -57,7 +57,7 @@ def main() -> int:
     lines += ["| # | host | exit | run wall s | case duration s | status | CUDA_HOME note |", "|---:|---|---:|---:|---:|---|---|"]
     runs = base / "runs"
     try:
-        for i, host in enumerate(["shell", "ssh0", "shell", "ssh0"], 1):
+        for i, host in enumerate(["shell", "shell", "ssh0", "ssh0", "shell"], 1):
             t0 = time.perf_counter()
             proc = subprocess.run([sys.executable, "-m", "orchestrator.cli", "run", str(sweep), "-i", str(inv), "-l", host,
                                    "--runs-dir", str(runs), "--format", "json"], capture_output=True, text=True, cwd=ROOT)
@@ -68,6 +68,8 @@ def main() -> int:
             facts = next((r for r in records if r.get("kind") == "facts"), {})
             row = next((r for r in records if r.get("kind") == "case"), {})
             note = "; ".join(n for n in facts.get("notes", []) if "CUDA_HOME" in n)
+            log = "".join(f.read_text(errors="replace") for f in run_dir.glob(f"hosts/{host}/**/log.txt"))
+            note += f" [log: {log.count('Building')} 'Building' lines]"
             lines.append(f"| {i} | {host} | {proc.returncode} | {wall:.1f} | {row.get('duration_s', '')} | "
                          f"{row.get('status', proc.stderr.strip()[-200:])} {row.get('reason', '')[:80]} | {note} |")
             print(lines[-1], flush=True)

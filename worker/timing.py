@@ -7,12 +7,14 @@ count. Cold L2 rotates through input sets whose total size is several times the 
 its weights cached. Samples are collected until the median's 95% confidence interval is narrower than
 `target_rel_ci` or the budget runs out; every raw sample is kept.
 
-Every graph is captured on one stream per process, and each case's eager warm-up runs on that stream
-before its capture. Measured on an H200 (benchmarks/first_case.py, issue 21): the first graph of a
-process captured on a stream where cuBLAS never ran eagerly reads ~1 us per call low (11.0 vs 12.0 us
-at 16x2048x6144, the independent plain replay too), every later graph reads 12.0, and one eager call on
-the capture stream before the first capture makes the first read 12.0 as well. So a case's number no
-longer depends on being the first of its process.
+A case's number must not depend on what ran before it in the process. Measured on an H200
+(benchmarks/first_case.py, issue 21; RESULTS.md): cuBLAS GEMM graphs replay ~1 us per call faster
+(11.0 vs 12.0 us at 16x2048x6144, an independent plain replay too) for as long as the process has run
+cuBLAS eagerly on at most one stream other than the default one; from the second such stream on, every
+graph reads 12.0, for the rest of the process. So every timing runs the case eagerly on two streams
+before capturing: its warm-up on the process's one capture stream, and one call on a fresh side stream.
+Every case, the first of a process included, is then measured in the state that any process using more
+than one stream (a serving engine) is in.
 """
 from __future__ import annotations
 
@@ -147,10 +149,14 @@ def time_cuda(fn: Callable[[int], object], n_sets: int, opts: TimingOptions) -> 
     if opts.mode == "events":
         _warm_up(fn, n_sets, opts, stream)
         return _time_events(fn, n_sets, opts)
-    # Warm up on the stream the graphs are captured on: a library's lazy per-stream state (cuBLAS
-    # workspaces) then exists before capture for every case alike, the first of a process included.
+    # Warm up on the stream the graphs are captured on (a library's lazy per-stream state then exists
+    # before capture), and call once on a fresh stream: the module docstring says why.
     capture_stream = _capture_stream()
-    capture_stream.wait_stream(stream)
+    side = torch.cuda.Stream()
+    for s in (side, capture_stream):
+        s.wait_stream(stream)
+    with torch.cuda.stream(side):
+        fn(0)
     _warm_up(fn, n_sets, opts, capture_stream)
 
     # Size the graph from a short graph, not from eager calls: a library with heavy Python dispatch
