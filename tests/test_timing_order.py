@@ -121,6 +121,7 @@ def install(monkeypatch, gpu: SimGpu) -> None:
     monkeypatch.setattr(torch.cuda, "CUDAGraph", lambda *a, **k: SimGraph(gpu))
     monkeypatch.setattr(torch.cuda, "graph", graph)
     monkeypatch.setattr(timing, "_CAPTURE_STREAM", None)  # a fresh process
+    monkeypatch.setattr(timing, "_PRIMED", False)
 
 
 SHAPES = [(16, 2048, 6144), (64, 2048, 6144), (256, 2048, 6144), (1024, 2048, 6144), (16, 768, 6144), (128, 768, 6144)]

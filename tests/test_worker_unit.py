@@ -220,8 +220,11 @@ def test_cuda_home_is_the_same_for_a_shell_and_an_ssh_session(tmp_path):
     nvcc.write_text("#!/bin/sh\n")
     nvcc.chmod(0o755)
     (tmp_path / "cuda").symlink_to(real)
-    shell = stable_build_env({"PATH": f"{tmp_path / 'cuda' / 'bin'}:/usr/bin"})
+    link = tmp_path / "cuda"
+    shell = stable_build_env({"PATH": f"{link / 'bin'}:/usr/bin"})
     other = stable_build_env({"PATH": f"/usr/bin:{real / 'bin'}"})
-    assert shell == other == {"CUDA_HOME": str(real)}
-    assert stable_build_env({"PATH": str(real / "bin"), "CUDA_HOME": "/opt/mine"}) == {}  # the caller's wins
-    assert stable_build_env({"PATH": str(real / "bin"), "CUDA_PATH": "/opt/mine"}) == {}
+    named = stable_build_env({"PATH": "/usr/bin", "CUDA_HOME": str(link)})  # the H200's shell: via a symlink
+    via_cuda_path = stable_build_env({"PATH": "/usr/bin", "CUDA_PATH": str(link)})
+    assert shell == other == named == via_cuda_path == {"CUDA_HOME": str(real)}
+    assert stable_build_env({"PATH": "/usr/bin", "CUDA_HOME": str(real)}) == {}  # already one spelling
+    assert stable_build_env({"PATH": "/usr/bin", "CUDA_HOME": str(tmp_path / "none")}) == {}  # no toolkit: untouched

@@ -102,9 +102,10 @@ def collect_facts(device: DeviceInfo) -> FactsRecord:
         )
     else:
         notes.append("no CUDA device: cases run on the CPU with wall-clock timing")
-    for name in filter(None, os.environ.get("FLEETBENCH_ENV_ADDED", "").split(",")):
-        notes.append(f"the worker set {name}={os.environ.get(name)} (the caller's environment had none; "
-                     "keeps FlashInfer's JIT cache valid across shell and SSH sessions)")
+    for item in filter(None, os.environ.get("FLEETBENCH_ENV_ADDED", "").split(",")):
+        name, _, was = item.partition("=")
+        notes.append(f"the worker set {name}={os.environ.get(name)} (the caller's: {was or 'unset'}; the same "
+                     "toolkit spelled one way keeps FlashInfer's JIT cache valid across shell and SSH sessions)")
     return FactsRecord(notes=notes, **facts)
 
 

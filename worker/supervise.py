@@ -73,19 +73,22 @@ def _supervise_locked(params_path: Path, results_path: Path) -> int:
 
 
 def stable_build_env(env: dict) -> dict:
-    """CUDA_HOME for the worker when the caller set neither CUDA_HOME nor CUDA_PATH: the real path of the
-    toolkit that FlashInfer would find itself (nvcc on PATH, else /usr/local/cuda). FlashInfer writes
-    that path into each JIT module's build file, and ninja rebuilds a module (30-50 s) whenever the file
-    changes: an SSH session (minimal PATH: /usr/local/cuda) and a shell (/usr/local/cuda-13.0/bin on
-    PATH) would rebuild each other's modules. Resolved, both name the same directory. The facts record
-    it (`cuda_home`)."""
+    """CUDA_HOME for the worker: the real path (symlinks resolved) of the toolkit FlashInfer would use,
+    from CUDA_HOME, else CUDA_PATH, else nvcc on PATH, else /usr/local/cuda, as FlashInfer looks. FlashInfer
+    writes that path into each JIT module's build file, and a module is rebuilt (~25 s measured on an H200)
+    whenever the path is spelled differently: a shell with CUDA_HOME=/usr/local/cuda and an SSH session
+    (no CUDA_HOME, minimal PATH) rebuilt each other's modules. The same directory, spelled one way.
+    Returns {} when nothing changes; the facts' notes record a change."""
     import shutil
 
-    if env.get("CUDA_HOME") or env.get("CUDA_PATH"):
+    named = env.get("CUDA_HOME") or env.get("CUDA_PATH")
+    if not named:
+        nvcc = shutil.which("nvcc", path=env.get("PATH"))
+        named = str(Path(nvcc).parent.parent) if nvcc else "/usr/local/cuda"
+    home = Path(named).resolve()
+    if not (home / "bin" / "nvcc").exists() or str(home) == env.get("CUDA_HOME"):
         return {}
-    nvcc = shutil.which("nvcc", path=env.get("PATH"))
-    home = Path(nvcc).resolve().parent.parent if nvcc else Path("/usr/local/cuda").resolve()
-    return {"CUDA_HOME": str(home)} if (home / "bin" / "nvcc").exists() else {}
+    return {"CUDA_HOME": str(home)}
 
 
 def _supervise_cases(params_path: Path, results_path: Path, n_cases: int) -> int:
@@ -99,7 +102,7 @@ def _supervise_cases(params_path: Path, results_path: Path, n_cases: int) -> int
     venv_bin = str(Path(sys.executable).parent)
     env["PATH"] = os.pathsep.join(filter(None, [venv_bin, os.environ.get("PATH")]))
     added = stable_build_env(env)
-    env.update(added, FLEETBENCH_ENV_ADDED=",".join(added))  # named in the facts' notes
+    env.update(added, FLEETBENCH_ENV_ADDED=",".join(f"{k}={os.environ.get(k, '')}" for k in added))  # facts' notes
     cmd = [sys.executable, "-m", "worker", "run", "--params", str(params_path), "--results", str(results_path)]
     restarts = 0
     params = None  # the validated params: loaded only after a child failed (importing pydantic is costly)

@@ -13,8 +13,9 @@ A case's number must not depend on what ran before it in the process. Measured o
 cuBLAS eagerly on at most one stream other than the default one; from the second such stream on, every
 graph reads 12.0, for the rest of the process. So every timing runs the case eagerly on two streams
 before capturing: its warm-up on the process's one capture stream, and one call on a fresh side stream.
-Every case, the first of a process included, is then measured in the state that any process using more
-than one stream (a serving engine) is in.
+Every case is then measured in the state that any process using more than one stream (a serving
+engine) is in. The first graph timing of a process still read ~1 us low with that alone (what exactly
+flips the state is not isolated), so each process's first graph timing is a discarded priming pass.
 """
 from __future__ import annotations
 
@@ -151,6 +152,10 @@ def time_cuda(fn: Callable[[int], object], n_sets: int, opts: TimingOptions) -> 
         return _time_events(fn, n_sets, opts)
     # Warm up on the stream the graphs are captured on (a library's lazy per-stream state then exists
     # before capture), and call once on a fresh stream: the module docstring says why.
+    global _PRIMED
+    if not _PRIMED:  # the module docstring says why the first graph timing of a process is discarded
+        _PRIMED = True
+        time_cuda(fn, n_sets, opts.model_copy(update={"budget_s": 0.05, "min_samples": 3, "max_samples": 5}))
     capture_stream = _capture_stream()
     side = torch.cuda.Stream()
     for s in (side, capture_stream):
@@ -196,6 +201,7 @@ def time_cuda(fn: Callable[[int], object], n_sets: int, opts: TimingOptions) -> 
 
 
 _CAPTURE_STREAM = None
+_PRIMED = False
 
 
 def _capture_stream():
