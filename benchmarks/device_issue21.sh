@@ -5,14 +5,7 @@
 # Carry: .whl (pydantic, paramiko, fabric and their needs, for Python 3.12), .debs (OpenSSH), .carry
 # (fi.tar.xz: the flashinfer-python 0.7.2.post1 wheel's files, xz-compressed to fit a call).
 set -u
-export PYTHONUNBUFFERED=1
-python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl || exit 1
-tar -xJf .carry/fi.tar.xz -C /tmp/site || exit 1
-export PYTHONPATH=/tmp/site:$PWD
-P=/tmp/ossh; mkdir -p $P; for f in .debs/*.deb; do dpkg -x "$f" $P; done
-export LD_LIBRARY_PATH=$P/lib/x86_64-linux-gnu:$P/usr/lib/x86_64-linux-gnu
-id sshd >/dev/null 2>&1 || useradd -r -M -d /run/sshd -s /usr/sbin/nologin sshd
-mkdir -p /run/sshd "$OUT/first" "$OUT/jit" "$OUT/order" "$OUT/fid"
+. benchmarks/device_setup.sh
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; echo "PATH=$PATH"; command -v nvcc
 echo "== jit cache"; FLEETBENCH_SSHD=$P/usr/sbin/sshd FLEETBENCH_SSH_KEYGEN=$P/usr/bin/ssh-keygen \
   timeout 240 python3 benchmarks/jit_cache.py --out "$OUT/jit" --env PYTHONPATH=/tmp/site 2>&1 | tail -12

@@ -1,12 +1,8 @@
+#!/usr/bin/env bash
+# The follow-up device call for issue 21 (after the side-stream fix): first case, order, fidelity
+# (bf16 / fp8), then the JIT cache with the same environment twice in a row. Carry as device_issue21.sh.
 set -u
-export PYTHONUNBUFFERED=1
-python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl || exit 1
-tar -xJf .carry/fi.tar.xz -C /tmp/site || exit 1
-export PYTHONPATH=/tmp/site:$PWD
-P=/tmp/ossh; mkdir -p $P; for f in .debs/*.deb; do dpkg -x "$f" $P; done
-export LD_LIBRARY_PATH=$P/lib/x86_64-linux-gnu:$P/usr/lib/x86_64-linux-gnu
-id sshd >/dev/null 2>&1 || useradd -r -M -d /run/sshd -s /usr/sbin/nologin sshd
-mkdir -p /run/sshd "$OUT/first" "$OUT/jit" "$OUT/order" "$OUT/fid"
+. benchmarks/device_setup.sh
 echo "CUDA_HOME=${CUDA_HOME:-unset} CUDA_PATH=${CUDA_PATH:-unset}"; ls -la /usr/local/ | grep cuda
 echo "== first case"; timeout 100 python3 benchmarks/first_case.py --procs 3 --conditions plain,ref-first | tee "$OUT/first/first.md"
 echo "== order"; timeout 150 python3 benchmarks/order.py --out "$OUT/order" | tail -42
