@@ -24,7 +24,7 @@ from .plan import Job, Plan, WorkerSettings
 from .remote import RenderedScript, job_argv, layout_for
 from .render import render_plan, render_script, template_environment
 from .store import RunStore, now_iso
-from .sweep import Sweep
+from .sweep import Sweep, UserBackend
 from .transport import make_transport
 
 
@@ -60,8 +60,8 @@ def _manifest(plan: Plan, sweep: Sweep, scripts: dict[str, RenderedScript], bund
         "scripts": {name: {"path": f"scripts/{s.path.name}", "sha256": s.sha256} for name, s in scripts.items()},
         "cases": {cid: case.model_dump(mode="json") for cid, case in plan.cases().items()},
         # User kernels: their files are inside worker.tar.gz (worker/user/k<sha[:16]>.py).
-        "user_kernels": {name: {"sha256": sha, "file": next(b.file for b in sweep.backends if getattr(b, "name", None) == name)}
-                         for name, (sha, _) in sweep.user_kernels().items()},
+        "user_kernels": {b.name: {"sha256": sweep.user_kernels()[b.name][0], "file": b.file}
+                         for b in sweep.backends if isinstance(b, UserBackend)},
         "jobs": [{"slot": j.slot, "host": j.host.name, "gpu": j.gpu, "case_ids": [c.case_id for c in j.cases]}
                  for j in plan.jobs],
     }

@@ -20,7 +20,7 @@ import math
 from pathlib import Path
 from typing import Literal, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
 
 from worker.backends import CATALOG
 from worker.schema import CaseSpec, TimingOptions
@@ -142,6 +142,7 @@ class Sweep(BaseModel):
     max_restarts: int = Field(default=2, ge=0, le=20)
     # A host that sends nothing (no output, no heartbeat) for this long is stalled: its run ends there.
     stall_timeout: float = Field(default=60.0, ge=15.0)
+    _kernels: Optional[dict[str, tuple[str, bytes]]] = PrivateAttr(default=None)
 
     def backend_names(self) -> list[str]:
         """Backends in spec order, globs expanded against the catalog."""
@@ -155,13 +156,15 @@ class Sweep(BaseModel):
         return names
 
     def user_kernels(self) -> dict[str, tuple[str, bytes]]:
-        """User backend name -> (sha256, the file's bytes). Paths are as load_sweep resolved them."""
-        out = {}
-        for b in self.backends:
-            if isinstance(b, UserBackend):
-                data = Path(b.file).read_bytes()
-                out[b.name] = (hashlib.sha256(data).hexdigest(), data)
-        return out
+        """User backend name -> (sha256, the file's bytes), read once (paths as load_sweep resolved
+        them): the cases' hashes and the bundle's files are then the same bytes."""
+        if self._kernels is None:
+            self._kernels = {}
+            for b in self.backends:
+                if isinstance(b, UserBackend):
+                    data = Path(b.file).read_bytes()
+                    self._kernels[b.name] = (hashlib.sha256(data).hexdigest(), data)
+        return self._kernels
 
     def cases(self) -> list[CaseSpec]:
         """Shape-major (every backend on a shape, then the next shape), deduplicated by case id."""

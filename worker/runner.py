@@ -59,17 +59,9 @@ class CaseRunner:
             return CaseRecord(case_id=case.case_id, case=case, status=status, reason=reason,
                               started_at=started_at, duration_s=round(time.perf_counter() - t0, 4), **fields)
 
-        if case.kernel_sha256:
-            from . import userkernel
-
-            loaded = userkernel.load(case.backend, case.kernel_sha256)
-            if isinstance(loaded, str):
-                return record("unavailable", loaded)
-            spec = loaded.spec
-        else:
-            spec = CATALOG.get(case.backend)
-            if spec is None:
-                return record("failed", f"unknown backend {case.backend!r} (this worker knows: {', '.join(CATALOG)})")
+        spec = _spec_of(case)
+        if isinstance(spec, str):  # a user file that cannot load is unavailable; an unknown name is a failure
+            return record("unavailable" if case.kernel_sha256 else "failed", spec)
         problem = support_problem(spec, case.m, case.n, case.k, self.device.compute_capability)
         if problem:
             return record("unsupported", problem)
@@ -268,12 +260,14 @@ def _run_cases(runner: "CaseRunner", todo: list[CaseSpec], done: set[str], total
 
 
 def _spec_of(case: CaseSpec):
-    """The backend spec of a case whose first round ran (so a user kernel is loaded)."""
+    """The case's backend spec (a user kernel's from its file, loaded once), or why there is none."""
     if case.kernel_sha256:
         from . import userkernel
 
-        return userkernel.load(case.backend, case.kernel_sha256).spec
-    return CATALOG[case.backend]
+        loaded = userkernel.load(case.backend, case.kernel_sha256)
+        return loaded if isinstance(loaded, str) else loaded.spec
+    spec = CATALOG.get(case.backend)
+    return spec or f"unknown backend {case.backend!r} (this worker knows: {', '.join(CATALOG)})"
 
 
 def _inject_fault(case: CaseSpec, results: Path) -> None:
