@@ -10,7 +10,7 @@ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; echo "PATH=$PA
 echo "== jit cache"; FLEETBENCH_SSHD=$P/usr/sbin/sshd FLEETBENCH_SSH_KEYGEN=$P/usr/bin/ssh-keygen \
   timeout 240 python3 benchmarks/jit_cache.py --out "$OUT/jit" --env PYTHONPATH=/tmp/site 2>&1 | tail -12
 # What supervise gives the worker, for the benchmarks below that start the worker without it.
-CH=$(python3 -c "import os; from worker.supervise import stable_build_env; print(stable_build_env(dict(os.environ)).get('CUDA_HOME', ''))")
+CH=$(python3 -c "import os; from worker.buildenv import stable_build_env; print(stable_build_env(dict(os.environ)).get('CUDA_HOME', ''))")
 [ -n "$CH" ] && export CUDA_HOME=$CH; echo "CUDA_HOME=${CUDA_HOME:-}"
 echo "== first case"; timeout 120 python3 benchmarks/first_case.py --procs 3 --conditions plain,ref-first | tee "$OUT/first/first.md"
 echo "== order"; timeout 240 python3 benchmarks/order.py --repeat "${ORDER_REPEAT:-1}" --out "$OUT/order" | tail -45

@@ -12,6 +12,7 @@ FlashInfer derives in each environment (the cause of the rebuilds before the wor
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
 import os
 import subprocess
@@ -55,9 +56,18 @@ def main() -> int:
     lines += [f"| this shell (PATH={os.environ.get('PATH')}) | {shell_path} |",
               f"| an SSH session's minimal PATH (/usr/bin:/bin) | {ssh_path} |", ""]
     lines += ["| # | host | exit | run wall s | case duration s | status | CUDA_HOME note |", "|---:|---|---:|---:|---:|---|---|"]
+    # Where FlashInfer keeps its JIT modules; each run's rewritten build files are kept so consecutive
+    # runs can be compared line by line (what in the environment reached the build file).
+    cache = Path(os.environ.get("FLASHINFER_WORKSPACE_BASE", Path.home())) / ".cache" / "flashinfer"
+    build_env = {k: v for k, v in os.environ.items()
+                 if k in ("CC", "CXX", "CUDA_HOME", "CUDA_PATH", "TORCH_CUDA_ARCH_LIST", "MAX_JOBS")
+                 or k.startswith(("FLASHINFER_", "NVCC"))}
+    lines.insert(0, f"This shell's build-relevant environment: {build_env or 'none'}\n")
+    kept: list[dict[str, str]] = []
     runs = base / "runs"
     try:
         for i, host in enumerate(["shell", "shell", "ssh0", "ssh0", "shell"], 1):
+            started = time.time()
             t0 = time.perf_counter()
             proc = subprocess.run([sys.executable, "-m", "orchestrator.cli", "run", str(sweep), "-i", str(inv), "-l", host,
                                    "--runs-dir", str(runs), "--format", "json"], capture_output=True, text=True, cwd=ROOT)
@@ -73,8 +83,19 @@ def main() -> int:
             lines.append(f"| {i} | {host} | {proc.returncode} | {wall:.1f} | {row.get('duration_s', '')} | "
                          f"{row.get('status', proc.stderr.strip()[-200:])} {row.get('reason', '')[:80]} | {note} |")
             print(lines[-1], flush=True)
+            kept.append({str(f.relative_to(cache)): f.read_text(errors="replace")
+                         for f in cache.rglob("build.ninja") if f.stat().st_mtime >= started})
     finally:
         fleet.stop()
+    lines += ["", "Build files FlashInfer rewrote, and how they differ from the previous run's:"]
+    for i, files in enumerate(kept, 1):
+        for name, text in sorted(files.items()):
+            (args.out / f"run{i}-{name.replace('/', '_')}").write_text(text)
+            before = next((k[name] for k in reversed(kept[:i - 1]) if name in k), None)
+            changed = [] if before is None else list(difflib.unified_diff(before.splitlines(), text.splitlines(), lineterm="", n=0))
+            lines.append(f"- run {i}: {name}: " + ("first seen" if before is None else
+                         f"{len(changed)} diff lines" if changed else "unchanged"))
+            lines += [f"      {d[:300]}" for d in changed if d[:1] in "+-" and not d.startswith(("+++", "---"))][:12]
     md = "\n".join(lines) + "\n"
     (args.out / "jit_cache.md").write_text(md)
     print(md)

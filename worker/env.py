@@ -102,10 +102,9 @@ def collect_facts(device: DeviceInfo) -> FactsRecord:
         )
     else:
         notes.append("no CUDA device: cases run on the CPU with wall-clock timing")
-    for item in filter(None, os.environ.get("FLEETBENCH_ENV_ADDED", "").split(",")):
-        name, _, was = item.partition("=")
-        notes.append(f"the worker set {name}={os.environ.get(name)} (the caller's: {was or 'unset'}; the same "
-                     "toolkit spelled one way keeps FlashInfer's JIT cache valid across shell and SSH sessions)")
+    from .buildenv import ADDED_VAR, describe_added
+
+    notes += describe_added(os.environ.get(ADDED_VAR, ""), dict(os.environ))
     return FactsRecord(notes=notes, **facts)
 
 

@@ -72,25 +72,6 @@ def _supervise_locked(params_path: Path, results_path: Path) -> int:
         return _supervise_cases(params_path, results_path, settings["cases"])
 
 
-def stable_build_env(env: dict) -> dict:
-    """CUDA_HOME for the worker: the real path (symlinks resolved) of the toolkit FlashInfer would use,
-    from CUDA_HOME, else CUDA_PATH, else nvcc on PATH, else /usr/local/cuda, as FlashInfer looks. FlashInfer
-    writes that path into each JIT module's build file, and a module is rebuilt (~25 s measured on an H200)
-    whenever the path is spelled differently: a shell with CUDA_HOME=/usr/local/cuda and an SSH session
-    (no CUDA_HOME, minimal PATH) rebuilt each other's modules. The same directory, spelled one way.
-    Returns {} when nothing changes; the facts' notes record a change."""
-    import shutil
-
-    named = env.get("CUDA_HOME") or env.get("CUDA_PATH")
-    if not named:
-        nvcc = shutil.which("nvcc", path=env.get("PATH"))
-        named = str(Path(nvcc).parent.parent) if nvcc else "/usr/local/cuda"
-    home = Path(named).resolve()
-    if not (home / "bin" / "nvcc").exists() or str(home) == env.get("CUDA_HOME"):
-        return {}
-    return {"CUDA_HOME": str(home)}
-
-
 def _supervise_cases(params_path: Path, results_path: Path, n_cases: int) -> int:
     from .protocol import done_case_ids
 
@@ -101,8 +82,10 @@ def _supervise_cases(params_path: Path, results_path: Path, n_cases: int) -> int
     # be found as if the venv were activated.
     venv_bin = str(Path(sys.executable).parent)
     env["PATH"] = os.pathsep.join(filter(None, [venv_bin, os.environ.get("PATH")]))
+    from .buildenv import ADDED_VAR, encode_added, stable_build_env
+
     added = stable_build_env(env)
-    env.update(added, FLEETBENCH_ENV_ADDED=",".join(f"{k}={os.environ.get(k, '')}" for k in added))  # facts' notes
+    env.update(added, **{ADDED_VAR: encode_added(added, os.environ)})  # the facts' notes say what was added
     cmd = [sys.executable, "-m", "worker", "run", "--params", str(params_path), "--results", str(results_path)]
     restarts = 0
     params = None  # the validated params: loaded only after a child failed (importing pydantic is costly)

@@ -1,0 +1,117 @@
+"""The build environment the worker gives FlashInfer's JIT, kept the same across shell and SSH sessions.
+
+FlashInfer writes the compiler (CC / CXX), the toolkit path (CUDA_HOME) and its own flag variables into
+each JIT module's build file, and ninja rebuilds a module (~40 s on the H200) whenever that file changes.
+Measured on the H200 (benchmarks/jit_cache.py): its shell sets CC=/opt/gcc/bin/gcc,
+CXX=/opt/gcc/bin/g++ and CUDA_HOME=/usr/local/cuda (a symlink), an SSH session sets none of them, and
+every switch between the two rebuilt the module the other had built.
+
+So, for the worker's child only:
+- CUDA_HOME is the real path (symlinks resolved) of the toolkit FlashInfer would find;
+- the host remembers the build variables of its last run (`.cache/fleetbench/jit-build-env.json` beside
+  FlashInfer's own cache), and a session that does not set one of them gets the remembered value, if it
+  still exists. A session that sets a variable keeps its own value (that is a different build, paid once)
+  and becomes what is remembered.
+Every value the worker added is reported in the host's facts (worker/env.py), so a run says so.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+# What FlashInfer's JIT (flashinfer/jit/cpp_ext.py, compilation_context.py) reads into a build file.
+BUILD_VARS = ("CC", "CXX", "CUDAHOSTCXX", "CUDA_HOME", "FLASHINFER_CUDA_ARCH_LIST", "FLASHINFER_EXTRA_CFLAGS",
+              "FLASHINFER_EXTRA_CUDAFLAGS", "FLASHINFER_EXTRA_LDFLAGS", "FLASHINFER_NVCC",
+              "FLASHINFER_CXX_LAUNCHER", "FLASHINFER_NVCC_LAUNCHER")
+# Variables that name a program: only adopted while that program still exists.
+_PROGRAMS = ("CC", "CXX", "CUDAHOSTCXX", "FLASHINFER_NVCC")
+ADDED_VAR = "FLEETBENCH_ENV_ADDED"  # JSON {name: the caller's value or null}, read by worker/env.py
+
+
+def record_path(env: dict) -> Path:
+    """Beside FlashInfer's cache, which lives under FLASHINFER_WORKSPACE_BASE, else HOME."""
+    base = env.get("FLASHINFER_WORKSPACE_BASE") or env.get("HOME") or str(Path.home())
+    return Path(base) / ".cache" / "fleetbench" / "jit-build-env.json"
+
+
+def _real_cuda_home(env: dict) -> str | None:
+    """The toolkit FlashInfer would use (CUDA_HOME, else CUDA_PATH, else nvcc on PATH, else
+    /usr/local/cuda), as its real path; None when there is none or it is already spelled that way."""
+    named = env.get("CUDA_HOME") or env.get("CUDA_PATH")
+    if not named:
+        nvcc = shutil.which("nvcc", path=env.get("PATH"))
+        named = str(Path(nvcc).parent.parent) if nvcc else "/usr/local/cuda"
+    home = Path(named).resolve()
+    if not (home / "bin" / "nvcc").exists() or str(home) == env.get("CUDA_HOME"):
+        return None
+    return str(home)
+
+
+def _still_usable(name: str, value: str, env: dict) -> bool:
+    if name == "CUDA_HOME":
+        return (Path(value) / "bin" / "nvcc").exists()
+    if name in _PROGRAMS:
+        program = value.split()[0] if value.split() else ""
+        return bool(program) and shutil.which(program, path=env.get("PATH")) is not None
+    return True
+
+
+def _read(path: Path) -> dict[str, str]:
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}  # none yet, unreadable or torn: start over, never fail a run for it
+    if not isinstance(doc, dict):
+        return {}
+    return {k: v for k, v in doc.items() if k in BUILD_VARS and isinstance(v, str)}
+
+
+def _write(path: Path, values: dict[str, str]) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(values, indent=1, sort_keys=True) + "\n")
+        os.replace(tmp, path)  # a concurrent reader sees the old or the new file, never half of one
+    except OSError:
+        pass  # a read-only home: the next session may rebuild, nothing else changes
+
+
+def stable_build_env(env: dict) -> dict[str, str]:
+    """The variables to add to (or, for CUDA_HOME's spelling, change in) env for the worker's child;
+    {} when nothing changes. Updates the host's record of its build environment."""
+    added: dict[str, str] = {}
+    cuda = _real_cuda_home(env)
+    if cuda:
+        added["CUDA_HOME"] = cuda
+    path = record_path(env)
+    remembered = _read(path)
+    for name, value in remembered.items():
+        if name not in env and name not in added and _still_usable(name, value, env):
+            added[name] = value
+    now = {name: {**env, **added}[name] for name in BUILD_VARS if name in env or name in added}
+    if now != remembered:
+        _write(path, now)
+    return added
+
+
+def encode_added(added: dict[str, str], caller_env: dict) -> str:
+    return json.dumps({name: caller_env.get(name) for name in added})
+
+
+def describe_added(encoded: str, env: dict) -> list[str]:
+    """One facts note per variable the worker added or respelled."""
+    try:
+        added = json.loads(encoded) if encoded else {}
+    except ValueError:
+        return []
+    notes = []
+    for name, was in added.items():
+        if name == "CUDA_HOME":
+            why = f"the real path of the toolkit FlashInfer would use; the caller's: {was or 'unset'}"
+        else:
+            why = f"the caller had {'none' if was is None else repr(was)}; this host's earlier FlashInfer builds used it"
+        notes.append(f"the worker set {name}={env.get(name)} ({why}: one build environment keeps FlashInfer's "
+                     "JIT cache valid across shell and SSH sessions)")
+    return notes
