@@ -55,7 +55,7 @@ def main() -> int:
     ssh_path = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True, env=ssh_env).stdout.strip()
     lines += [f"| this shell (PATH={os.environ.get('PATH')}) | {shell_path} |",
               f"| an SSH session's minimal PATH (/usr/bin:/bin) | {ssh_path} |", ""]
-    lines += ["| # | host | exit | run wall s | case duration s | status | CUDA_HOME note |", "|---:|---|---:|---:|---:|---|---|"]
+    lines += ["| # | host | exit | run wall s | case duration s | status | what the worker set |", "|---:|---|---:|---:|---:|---|---|"]
     # Where FlashInfer keeps its JIT modules; each run's rewritten build files are kept so consecutive
     # runs can be compared line by line (what in the environment reached the build file).
     cache = Path(os.environ.get("FLASHINFER_WORKSPACE_BASE", Path.home())) / ".cache" / "flashinfer"
@@ -77,7 +77,7 @@ def main() -> int:
                        for line in f.read_text().splitlines()]
             facts = next((r for r in records if r.get("kind") == "facts"), {})
             row = next((r for r in records if r.get("kind") == "case"), {})
-            note = "; ".join(n for n in facts.get("notes", []) if "CUDA_HOME" in n)
+            note = "; ".join(n for n in facts.get("notes", []) if n.startswith("the worker set"))
             log = "".join(f.read_text(errors="replace") for f in run_dir.glob(f"hosts/{host}/**/log.txt"))
             note += f" [log: {log.count('Building')} 'Building' lines]"
             lines.append(f"| {i} | {host} | {proc.returncode} | {wall:.1f} | {row.get('duration_s', '')} | "

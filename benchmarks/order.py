@@ -71,7 +71,7 @@ def main() -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     cases = cases_of(args.sweep, [b for b in args.backends.split(",") if b])
     first_ids = {}
-    seen: dict[str, dict[str, list]] = {}  # case id -> order -> [(median, round-1 median), ...]
+    seen: dict[str, dict[str, list]] = {}  # case id -> order -> [(median, round-1 median, position), ...]
     walls = {}
     for rep in range(args.repeat):
         for order in ORDERS:
@@ -79,12 +79,12 @@ def main() -> int:
             walls[f"{order} {rep + 1}"] = round(wall, 1)
             first = next(iter(recs))
             first_ids.setdefault(order, set()).add(first)
-            for cid, r in recs.items():
+            for position, (cid, r) in enumerate(recs.items()):
                 if r["status"] != "ok" or not r.get("timing"):
                     continue
                 t = r["timing"]
                 r1 = t["rounds"][0]["median_us"] if t.get("rounds") else t["median_us"]
-                seen.setdefault(cid, {}).setdefault(order, []).append((t["median_us"], r1))
+                seen.setdefault(cid, {}).setdefault(order, []).append((t["median_us"], r1, position))
             print(f"{order} (repeat {rep + 1}): {len(recs)} records, {wall:.1f} s", flush=True)
     by_id = {c.case_id: c for c in cases}
     lines = ["| backend | M | N | K | forward µs | reversed µs | shuffled µs | max diff | same order, between processes | round 1: forward / reversed / shuffled | round-1 max diff | first in |",
@@ -102,7 +102,9 @@ def main() -> int:
         worst = max(worst, spread)
         firsts = [o for o, ids in first_ids.items() if cid in ids]
         rows.append(dict(case_id=cid, backend=c.backend, m=c.m, n=c.n, k=c.k, medians=med, round1=r1,
-                         spread=spread, round1_spread=spread1, between_processes=within, first_in=firsts))
+                         spread=spread, round1_spread=spread1, between_processes=within, first_in=firsts,
+                         per_process={o: [dict(median_us=m, round1_us=f, position=i) for m, f, i in v]
+                                      for o, v in orders.items()}))
         lines.append(f"| {c.backend} | {c.m} | {c.n} | {c.k} | " + " | ".join(f"{med.get(o, float('nan')):.2f}" for o in ORDERS)
                      + f" | {spread * 100:.2f}% | "
                      + (f"{within * 100:.2f}%" if args.repeat > 1 else "–") + " | " + " / ".join(f"{r1.get(o, float('nan')):.2f}" for o in ORDERS)
