@@ -454,6 +454,10 @@ def cmd_diff(args, io: Streams) -> int:
         for s, h in report.hosts.items():
             if h["outlier"]:
                 io.problem(f"{s}: outlier in {h['flagged']} of {h['cases']} cases")
+        for c in report.calibration:
+            if c["flagged"]:
+                io.problem(f"{c['slot']}: slow GPU: calibration {c['peak']} {c['value']:.2f}, "
+                           f"{1 - c['ratio']:.0%} below the fleet median {c['fleet_median']:.2f} ({c['gpu_name']})")
         return EXIT_OK
     if not args.b:
         raise InputError("diff needs two sides (A B), or one run with --across-hosts")

@@ -302,6 +302,9 @@ class FleetReport:
     threshold: float
     hosts: dict[str, dict] = field(default_factory=dict)  # slot -> {cases, flagged, score, outlier}
     deviations: list[HostDeviation] = field(default_factory=list)
+    # Each host's calibration (measured peaks) against the fleet's median: a GPU slow at a plain large
+    # GEMM or copy is the machine, not the kernel. {slot, peak, value, fleet_median, ratio, flagged}
+    calibration: list[dict] = field(default_factory=list)
 
 
 def across_hosts(side: Side, threshold: float, z_limit: float = OUTLIER_Z) -> FleetReport:
@@ -337,4 +340,31 @@ def across_hosts(side: Side, threshold: float, z_limit: float = OUTLIER_Z) -> Fl
         report.hosts[slot] = {"cases": n_cases, "flagged": flagged, "score": score,
                               "outlier": flagged >= 1 and score >= 0.10}
     report.deviations.sort(key=lambda d: -abs(d.robust_z))
+    report.calibration = calibration_deviations(side, threshold)
     return report
+
+
+def calibration_deviations(side: Side, threshold: float) -> list[dict]:
+    """Per measured peak (TFLOPS per operand family, copy TB/s), each calibrated host against the fleet
+    median of that peak over the hosts with the same GPU model; flagged when more than `threshold` below
+    (a fast GPU is not a problem to explain)."""
+    peaks: dict[tuple[str, str], dict[str, float]] = {}  # (gpu model, peak name) -> slot -> value
+    for s in side.slots:
+        cal = s.facts.calibration if s.facts is not None else None
+        if cal is None:
+            continue
+        model = s.facts.gpu_name or "?"
+        for fam, value in cal.tflops.items():
+            peaks.setdefault((model, f"{fam} TFLOPS"), {})[s.slot] = value
+        if cal.tb_s:
+            peaks.setdefault((model, "copy TB/s"), {})[s.slot] = cal.tb_s
+    out = []
+    for (model, name), per_slot in peaks.items():
+        if len(per_slot) < 2:
+            continue  # one GPU of a model: nothing to compare it with
+        med = float(np.median(list(per_slot.values())))
+        for slot, value in sorted(per_slot.items()):
+            ratio = value / med
+            out.append({"slot": slot, "gpu_name": model, "peak": name, "value": value, "fleet_median": med,
+                        "ratio": ratio, "flagged": ratio < 1 - threshold})
+    return out

@@ -15,6 +15,8 @@ Manifest history (MANIFEST_VERSION, runs/<id>/manifest.json):
      manifest's shape is that of format 2 (`stall_timeout` may be stored).
   4  cases may name a user kernel file by hash (`kernel_sha256`; the file travels in the run's worker
      bundle); otherwise the shape of format 3.
+  5  worker settings have `calibration` (cached | fresh | off: speed of light); a run of an older
+     format had none ("off"), and its worker writes records without it.
 Record history (results.jsonl): see SCHEMA_VERSION in worker/schema.py; upgraded here by `upgrade_record`.
 """
 from __future__ import annotations
@@ -29,7 +31,7 @@ from worker.schema import IDENTITY_FIELDS, SCHEMA_VERSION, identity_hash
 
 from .errors import InputError
 
-MANIFEST_VERSION = 4
+MANIFEST_VERSION = 5
 # A CaseSpec's fields before format 2, with the defaults fleetbench 0.1.0 filled in.
 _CASE_DEFAULTS = {"workload": "gemm", "label": "", "out_dtype": "bfloat16", "seed": 0}
 
@@ -79,7 +81,8 @@ def _same_shape(version: int) -> Callable[[dict], dict]:
     return lambda obj: dict(obj, schema_version=version + 1)
 
 
-_RECORD_UPGRADES: dict[int, Callable[[dict], dict]] = {1: _record_1_to_2, 2: _record_2_to_3, 3: _same_shape(3)}
+_RECORD_UPGRADES: dict[int, Callable[[dict], dict]] = {1: _record_1_to_2, 2: _record_2_to_3, 3: _same_shape(3),
+                                                       4: _same_shape(4)}
 
 
 def upgrade_record(obj: dict) -> dict:
@@ -180,7 +183,8 @@ def _manifest_2_to_3(data: dict) -> dict:
 
 
 _MANIFEST_UPGRADES: dict[int, Callable[[dict], dict]] = {
-    1: _manifest_1_to_2, 2: _manifest_2_to_3, 3: lambda data: dict(data, manifest_version=4)}
+    1: _manifest_1_to_2, 2: _manifest_2_to_3, 3: lambda data: dict(data, manifest_version=4),
+    4: lambda data: dict(data, manifest_version=5, worker={**data["worker"], "calibration": "off"})}
 
 
 def upgrade_manifest(data: dict, where: str) -> dict:
@@ -207,6 +211,7 @@ def params_for_worker(params: dict, manifest_version: int) -> dict:
     the worker the run started with, which rejects fields it does not know."""
     if manifest_version >= MANIFEST_VERSION:
         return params
+    params = {f: v for f, v in params.items() if f != "calibration"}  # before format 5
     cases = []
     for case in params["cases"]:
         case = {f: v for f, v in case.items() if f != "kernel_sha256"}  # before format 4 (never set there)

@@ -117,6 +117,43 @@ def plot_peak(rows: list[Row]) -> list[dict]:
     return [{"title": "% of peak (all shapes)", "src": _png(fig)}]
 
 
+def plot_roofline(rows: list[Row], slots) -> list[dict]:
+    """Per GPU model with a calibration: achieved TFLOPS against arithmetic intensity (FLOP per byte
+    moved), each case's fleet median, under the roofs min(measured peak, intensity × measured
+    bandwidth) of each operand family."""
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    cal_by_model = {}
+    for s in slots:
+        if s.facts is not None and s.facts.calibration is not None and s.facts.calibration.tb_s:
+            cal_by_model.setdefault(s.facts.gpu_name or "?", s.facts.calibration)
+    plots = []
+    for model, cal in cal_by_model.items():
+        ok = [r for r in rows if r.status == "ok" and r.gpu_name == model and r.tflops and r.tb_per_s]
+        if not ok:
+            continue
+        points: dict[str, dict[tuple, list[tuple[float, float]]]] = defaultdict(lambda: defaultdict(list))
+        for r in ok:
+            points[r.backend][(r.m, r.n, r.k)].append((r.tflops / r.tb_per_s, r.tflops))
+        fig, ax = plt.subplots(figsize=(7.5, 4.5))
+        ai = np.logspace(0, 4, 200)
+        for fam, peak in sorted(cal.tflops.items()):
+            ax.plot(ai, np.minimum(peak, ai * cal.tb_s), linewidth=1, linestyle="--", label=f"{fam} roof ({peak:.0f} TF)")
+        for backend, cases in points.items():
+            xs = [statistics.median(p[0] for p in pts) for pts in cases.values()]
+            ys = [statistics.median(p[1] for p in pts) for pts in cases.values()]
+            ax.scatter(xs, ys, s=14, label=backend)
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("arithmetic intensity (FLOP / byte moved)")
+        ax.set_ylabel("achieved TFLOPS")
+        ax.grid(True, which="both", alpha=0.25)
+        ax.legend(fontsize=7, loc="lower right")
+        plots.append({"title": f"Roofline, {model}: measured roofs ({cal.tb_s:.2f} TB/s copy)", "src": _png(fig)})
+    return plots
+
+
 def plot_comparison(cmp) -> list[dict]:
     import matplotlib.pyplot as plt
 
@@ -143,7 +180,7 @@ def write_report(runs_dir: Path, run_ref: str, against: Optional[str], output: P
     rows = merged_rows(store, side.slots)  # the side holds the slots asked for, results read once
     backends = list(dict.fromkeys(r.backend for r in rows))
     baseline = "torch-bf16" if "torch-bf16" in backends else (backends[0] if backends else "")
-    plots = plot_tflops(rows) + plot_speedups(rows, baseline) + plot_peak(rows)
+    plots = plot_tflops(rows) + plot_speedups(rows, baseline) + plot_peak(rows) + plot_roofline(rows, side.slots)
     comparison = None
     if against:
         comparison = compare_sides(resolve_side(runs_dir, against), side, threshold)

@@ -55,7 +55,7 @@ def _manifest(plan: Plan, sweep: Sweep, scripts: dict[str, RenderedScript], bund
         "per_gpu": plan.per_gpu,
         "stall_timeout": plan.stall_timeout,
         "worker": {"max_restarts": plan.worker.max_restarts, "device": plan.worker.device,
-                   "lock_timeout_s": plan.worker.lock_timeout_s},
+                   "lock_timeout_s": plan.worker.lock_timeout_s, "calibration": plan.worker.calibration},
         "worker_sha256": bundle.sha256,
         "scripts": {name: {"path": f"scripts/{s.path.name}", "sha256": s.sha256} for name, s in scripts.items()},
         "cases": {cid: case.model_dump(mode="json") for cid, case in plan.cases().items()},
@@ -207,6 +207,7 @@ def plan_rerun(store: RunStore, inventory: Inventory, *, failed: bool, hosts_sel
         tasks.append(JobTask(job=job, attempt=store.next_attempt(job.slot), cases=tuple(cases)))
     stored = manifest["worker"]
     worker = WorkerSettings(max_restarts=stored["max_restarts"], device=stored["device"],
+                            calibration=stored["calibration"],
                             lock_timeout_s=stored["lock_timeout_s"] if lock_timeout_s is None else lock_timeout_s)
     plan = Plan(run_id=store.run_id, sweep_name=manifest["sweep_name"], hosts=tuple(hosts), jobs=tuple(jobs),
                 worker=worker, per_gpu=manifest.get("per_gpu", "all"), stall_timeout=manifest.get("stall_timeout", 60.0))

@@ -16,7 +16,7 @@ from .store import RunStore
 
 ROW_FIELDS = ("run_id", "host", "gpu", "slot", "gpu_name", "label", "backend", "m", "n", "k", "status",
               "reason", "median_us", "p10_us", "p90_us", "rel_ci", "n_samples", "method", "l2", "tflops",
-              "tb_per_s", "pct_peak", "rel_err", "cosine", "verdict", "tainted", "attempt", "case_id")
+              "tb_per_s", "pct_peak", "sol_us", "pct_sol", "sol_bound", "rel_err", "cosine", "verdict", "tainted", "attempt", "case_id")
 
 
 @dataclass
@@ -42,7 +42,10 @@ class Row:
     l2: Optional[str] = None
     tflops: Optional[float] = None
     tb_per_s: Optional[float] = None
-    pct_peak: Optional[float] = None
+    pct_peak: Optional[float] = None  # % of the datasheet's peak math for the case's operand family
+    sol_us: Optional[float] = None  # speed of light at this GPU's measured peaks (worker/calibrate.py)
+    pct_sol: Optional[float] = None  # 100 * sol_us / median_us
+    sol_bound: Optional[str] = None  # math | memory: which peak sets sol_us
     rel_err: Optional[float] = None
     cosine: Optional[float] = None
     verdict: Optional[str] = None
@@ -124,6 +127,8 @@ def merged_rows(store: RunStore, slots: Optional[list[SlotData]] = None) -> list
                 method=t.method if t else None, l2=t.l2 if t else None,
                 tflops=mt.tflops if mt else None, tb_per_s=mt.tb_per_s if mt else None,
                 pct_peak=mt.pct_peak_flops if mt else None,
+                sol_us=mt.sol_us if mt else None, pct_sol=mt.pct_sol if mt else None,
+                sol_bound=mt.sol_bound if mt else None,
                 rel_err=c.rel_err if c else None, cosine=c.cosine if c else None,
                 verdict=c.verdict if c else None,
                 tainted=rec.health.tainted if rec.health else None,

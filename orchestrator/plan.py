@@ -43,6 +43,7 @@ class WorkerSettings:
     max_restarts: int = 2  # fresh worker processes after a crash, per job
     device: str = "auto"  # auto | cuda | cpu
     lock_timeout_s: float = 600.0  # how long a job waits for its GPU while another sweep holds it
+    calibration: str = "cached"  # cached | fresh | off: the GPU peaks speed of light is computed from
 
 
 @dataclass(frozen=True)
@@ -87,7 +88,8 @@ def build_plan(hosts: list[Host], sweep: Sweep, run_id: str, per_gpu: PerGpu = "
             share = cases if per_gpu == "all" else cases[i::len(host.gpus)]
             if share:
                 jobs.append(Job(host=host, gpu=gpu, cases=share))
-    worker = WorkerSettings(max_restarts=sweep.max_restarts, device=sweep.device, lock_timeout_s=lock_timeout_s)
+    worker = WorkerSettings(max_restarts=sweep.max_restarts, device=sweep.device, lock_timeout_s=lock_timeout_s,
+                            calibration=sweep.calibration)
     return Plan(run_id=run_id, sweep_name=sweep.name, hosts=tuple(hosts), jobs=tuple(jobs), worker=worker,
                 per_gpu=per_gpu, stall_timeout=sweep.stall_timeout)
 

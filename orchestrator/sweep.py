@@ -139,6 +139,9 @@ class Sweep(BaseModel):
     out_dtype: Literal["bfloat16", "float16"] = "bfloat16"
     seed: int = 0
     device: Literal["auto", "cuda", "cpu"] = "auto"
+    # Speed of light: each GPU's measured peaks, from the host's cache (measured when missing), measured
+    # again (fresh), or not at all (off: no sol_us / pct_sol).
+    calibration: Literal["cached", "fresh", "off"] = "cached"
     max_restarts: int = Field(default=2, ge=0, le=20)
     # A host that sends nothing (no output, no heartbeat) for this long is stalled: its run ends there.
     stall_timeout: float = Field(default=60.0, ge=15.0)

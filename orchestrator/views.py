@@ -27,14 +27,22 @@ def _note(row: Row) -> str:
     return "; ".join(parts)
 
 
-ROW_HEADERS = ["host", "label", "backend", "M", "N", "K", "status", "median µs", "TFLOPS", "rel_err", "check", "note"]
+ROW_HEADERS = ["host", "label", "backend", "M", "N", "K", "status", "median µs", "TFLOPS", "% SoL", "rel_err",
+               "check", "note"]
+
+
+def _sol(row: Row) -> str:
+    """% of speed of light, with the bound that sets it (m: math, b: memory bandwidth)."""
+    return "" if row.pct_sol is None else f"{row.pct_sol:.0f}% {'m' if row.sol_bound == 'math' else 'b'}"
 
 
 def rows_document(rows: list[Row], title: str = "") -> Document:
     cells = [[r.slot, r.label, r.backend, str(r.m), str(r.n), str(r.k), r.status, _num(r.median_us, ".2f"),
-              _num(r.tflops, ".1f"), _num(r.rel_err, ".2e"), r.verdict or "", _note(r)] for r in rows]
-    section = Section(ROW_HEADERS, cells, title=title, right=("M", "N", "K", "median µs", "TFLOPS", "rel_err"),
-                      styles={6: _STATUS_STYLE})
+              _num(r.tflops, ".1f"), _sol(r), _num(r.rel_err, ".2e"), r.verdict or "", _note(r)] for r in rows]
+    section = Section(ROW_HEADERS, cells, title=title,
+                      right=("M", "N", "K", "median µs", "TFLOPS", "% SoL", "rel_err"), styles={6: _STATUS_STYLE},
+                      caption="% SoL: speed of light (this GPU's measured peaks) / median; "
+                              "m = math-bound, b = memory-bound" if any(r.pct_sol is not None for r in rows) else "")
     data = [r.as_dict() for r in rows]
     return Document([section], data=data, records=data)
 
@@ -50,6 +58,8 @@ def _pivot_cell(row: Optional[Row], speedup: Optional[float]) -> str:
     if row.status != "ok":
         return _SHORT.get(row.status, row.status) + "*"
     text = f"{row.median_us:.2f} µs {row.tflops:.0f} TF"
+    if row.pct_sol is not None:
+        text += f" {row.pct_sol:.0f}%SoL"
     if row.verdict == "fail":
         text += " WRONG"
     if speedup is not None:
@@ -74,6 +84,7 @@ def pivot_document(rows: list[Row], baseline: Optional[str] = None) -> Document:
             rec[f"{b}.status"] = cell.status if cell else ""
             rec[f"{b}.median_us"] = cell.median_us if cell else None
             rec[f"{b}.tflops"] = cell.tflops if cell else None
+            rec[f"{b}.pct_sol"] = cell.pct_sol if cell else None
             if baseline:
                 rec[f"{b}.speedup_vs_{baseline}"] = p.speedup(b, baseline)
         records.append(rec)
@@ -82,7 +93,7 @@ def pivot_document(rows: list[Row], baseline: Optional[str] = None) -> Document:
             for p in pivot]
     notes = sorted({f"{r.backend}: {_SHORT.get(r.status, r.status)}* = {r.reason}" for r in rows
                     if r.status != "ok" and r.reason})
-    legend = ("cells: median latency, TFLOPS" + (f", speedup over {baseline} (×>1: faster)" if baseline else "")
+    legend = ("cells: median latency, TFLOPS" + (", % of speed of light" if any(r.pct_sol is not None for r in rows) else "") + (f", speedup over {baseline} (×>1: faster)" if baseline else "")
               + "; WRONG = failed the correctness check")
     section = Section(["host", "label", "M", "N", "K", *backends], body, caption=legend)
     return Document([section], data=records, records=records, notes=notes)
@@ -128,9 +139,16 @@ def fleet_document(report) -> Document:
     if dev_rows:
         sections.append(Section(["host", "backend", "M", "N", "K", "µs", "fleet µs", "ratio", "robust z"], dev_rows,
                                 title="cases that make them so"))
+    if report.calibration:
+        sections.append(Section(
+            ["host", "GPU", "peak", "measured", "fleet median", "ratio", ""],
+            [[c["slot"], c["gpu_name"], c["peak"], f"{c['value']:.2f}", f"{c['fleet_median']:.2f}", f"{c['ratio']:.3f}",
+              "SLOW GPU" if c["flagged"] else ""] for c in report.calibration],
+            title="calibration (each GPU's own measured peaks): a host slow here is the machine, not the kernel"))
     records = [{"slot": d.slot, "backend": d.backend, "m": d.m, "n": d.n, "k": d.k, "median_us": d.median_us,
                 "fleet_median_us": d.fleet_median_us, "robust_z": d.robust_z} for d in report.deviations]
-    data = {"threshold": report.threshold, "hosts": report.hosts, "deviations": [d.as_dict() for d in report.deviations]}
+    data = {"threshold": report.threshold, "hosts": report.hosts, "deviations": [d.as_dict() for d in report.deviations],
+            "calibration": report.calibration}
     return Document(sections, data=data, records=records)
 
 

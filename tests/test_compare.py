@@ -14,7 +14,7 @@ from orchestrator.cli import main
 from orchestrator.diff import classify, compare_sides, resolve_side
 from orchestrator.store import RunStore
 from orchestrator.sweep import Sweep
-from worker.schema import SCHEMA_VERSION, CaseRecord, FactsRecord, Metrics
+from worker.schema import SCHEMA_VERSION, Calibration, CaseRecord, FactsRecord, Metrics
 from worker.timing import summarize
 
 MS = [16 * (i + 1) for i in range(100)]  # x 2 backends = 200 cases
@@ -29,7 +29,8 @@ def base_us(case) -> float:
 
 
 def make_run(runs_dir: Path, run_id: str, hosts: dict[str, float], *, seed: int, sigma: float = 0.01,
-             samples: int = 40, noisy: dict | None = None, facts: dict | None = None, statuses: dict | None = None) -> RunStore:
+             samples: int = 40, noisy: dict | None = None, facts: dict | None = None, statuses: dict | None = None,
+             calibration: dict | None = None) -> RunStore:
     """A stored run: per host a slowdown factor; samples are lognormal around base_us(case) * factor."""
     rng = np.random.default_rng(seed)
     sw = sweep()
@@ -41,7 +42,8 @@ def make_run(runs_dir: Path, run_id: str, hosts: dict[str, float], *, seed: int,
     for host, factor in hosts.items():
         lines = [FactsRecord(hostname=host, python="3.12", platform="linux", worker_version="0.1.0", device="cuda",
                              gpu_name="NVIDIA RTX PRO 6000 Blackwell Server Edition", compute_capability="12.0",
-                             driver=(facts or {}).get(host, "580.1"), torch="2.11.0").model_dump_json()]
+                             driver=(facts or {}).get(host, "580.1"), torch="2.11.0",
+                             calibration=(calibration or {}).get(host)).model_dump_json()]
         for c in cases:
             status = (statuses or {}).get((host, c.m), "ok")
             if status != "ok":
@@ -64,7 +66,7 @@ def make_run(runs_dir: Path, run_id: str, hosts: dict[str, float], *, seed: int,
 
 
 def test_schema_version_of_synthetic_records_is_current():
-    assert SCHEMA_VERSION == 4
+    assert SCHEMA_VERSION == 5
 
 
 def test_identical_distributions_flag_nothing(tmp_path):
@@ -129,6 +131,22 @@ def test_across_hosts_flags_the_odd_host_and_its_cases(tmp_path, capsys):
     assert "h4: outlier in" in captured.err
 
 
+def test_across_hosts_names_a_gpu_that_is_slow_at_its_own_calibration(tmp_path, capsys):
+    """Speed of light's peaks are host facts: a GPU 12% slow at a plain 8192³ GEMM is the machine."""
+    def cal(bf16, tb_s=1.6):
+        return Calibration(key="k", measured_at="t", cached=False, tflops={"bf16": bf16, "fp8": 2 * bf16}, tb_s=tb_s)
+
+    make_run(tmp_path, "fleet", {"h1": 1.0, "h2": 1.0, "h3": 1.0}, seed=8,
+             calibration={"h1": cal(450.0), "h2": cal(396.0), "h3": cal(452.0, tb_s=1.2)})
+    assert main(["diff", "fleet", "--across-hosts", "--runs-dir", str(tmp_path), "--format", "json"]) == 0
+    captured = capsys.readouterr()
+    flagged = {(c["slot"], c["peak"]) for c in json.loads(captured.out)["calibration"] if c["flagged"]}
+    assert flagged == {("h2", "bf16 TFLOPS"), ("h2", "fp8 TFLOPS"), ("h3", "copy TB/s")}
+    assert "h2: slow GPU: calibration bf16 TFLOPS 396.00, 12% below the fleet median 450.00" in captured.err
+    assert main(["diff", "fleet", "--across-hosts", "--runs-dir", str(tmp_path)]) == 0
+    assert "SLOW GPU" in capsys.readouterr().out
+
+
 def test_pivot_puts_backends_side_by_side_with_speedups_and_explains_gaps(tmp_path, capsys):
     make_run(tmp_path, "p", {"h": 1.0}, seed=7, statuses={("h", 32): "unsupported"})
     assert main(["show", "p", "--pivot", "backend", "--baseline", "torch-bf16", "--runs-dir", str(tmp_path),
@@ -183,6 +201,20 @@ def test_html_report_renders_with_plots_in_headless_chromium(tmp_path, capsys):
     saturation = img.max(axis=2) - img.min(axis=2)
     colored = float((saturation > 0.3).mean())  # plot lines and markers; the page itself is grey on white
     assert colored > 0.003, f"only {colored:.4f} of the screenshot is colored: plots missing?"
+
+
+def test_the_report_has_a_roofline_and_each_gpus_calibration_beside_its_datasheet(tmp_path):
+    cal = Calibration(key="k", measured_at="t", cached=True, tflops={"bf16": 420.0}, tb_s=1.5,
+                      method={"bf16": "torch-bf16 8192x8192x8192", "copy": "device-to-device copy of 1024 MiB"},
+                      problems={"fp4": "RuntimeError: no backend for this family runs here"},
+                      datasheet={"bf16": 503.8, "fp8": 1007.6, "fp4": 2015.2, "tb_s": 1.792})
+    make_run(tmp_path, "r", {"h1": 1.0, "h2": 1.0}, seed=11, calibration={"h1": cal, "h2": cal})
+    html = tmp_path / "report.html"
+    assert main(["report", "r", "-o", str(html), "--runs-dir", str(tmp_path)]) == 0
+    text = html.read_text()
+    assert "Roofline, NVIDIA RTX PRO 6000 Blackwell Server Edition: measured roofs (1.50 TB/s copy)" in text
+    assert "Calibration: each GPU" in text and "420.0" in text and "503.8" in text and "0.83" in text
+    assert "no backend for this family runs here" in text and "(cached t)" in text
 
 
 def test_hostile_labels_are_escaped_in_the_html(tmp_path):

@@ -25,6 +25,7 @@ V1_DONE, V1_OTHER_BUDGET, V1_FAILED = ("runs-v1/20261203-081621-smoke-a967", "ru
                                        "runs-v1/20261203-081637-smoke-18d7")
 V2_DONE = "runs-v2/20261203-082541-smoke-2f18"
 V3_DONE = "runs-v3/20261203-094347-smoke-636e"
+V4_USER_KERNELS = "runs-v4/20261203-133700-smoke-byo-4073"
 
 
 @pytest.fixture
@@ -178,3 +179,20 @@ def test_runs_timed_in_rounds_diff_against_runs_timed_once_case_by_case(runs, ca
     timed = [c for c in same["cases"] if c["ratio"] is not None]
     assert all(c["ratio"] == pytest.approx(1.0) and c["verdict"] in ("SAME", "AMBIGUOUS") for c in timed)
     assert all("one round" not in c["note"] for c in same["cases"])
+
+
+def test_format_4_runs_with_user_kernels_read_and_diff_today(runs, capsys):
+    """Format 4 named user kernels by hash; today's reader shows them, says the run had no speed-of-light
+    calibration, and diffs the correct user kernel's cases against themselves."""
+    run = runs(V4_USER_KERNELS)
+    manifest = RunStore(run).manifest()
+    assert manifest["written_as"] == 4 and manifest["worker"]["calibration"] == "off"
+    assert main(["show", str(run), "--format", "json"]) == 1  # the zeros kernel failed
+    rows = json.loads(capsys.readouterr().out)
+    by = {(r["backend"], r["m"]): r for r in rows}
+    assert len(rows) == 12 and by[("my-torch-mm", 16)]["status"] == "ok"
+    assert by[("my-zeros", 64)]["status"] == "failed" and "all zeros" in by[("my-zeros", 64)]["reason"]
+    assert all(r["pct_sol"] is None for r in rows)  # no calibration then: no speed of light, never a guess
+    assert main(["diff", str(run), str(run), "--format", "json"]) in (0, 1)
+    report = json.loads(capsys.readouterr().out)
+    assert not report["settings"] and len(report["cases"]) == 12

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from .schema import Metrics
+from .schema import Calibration, Metrics
 
 # Dense tensor-core TFLOPS by operand family and DRAM TB/s, from vendor datasheets (leads, not
 # measurements). Matched by substring of the CUDA device name, first match wins.
@@ -29,10 +29,26 @@ def peaks_for(gpu_name: Optional[str]) -> Optional[dict[str, float]]:
 
 
 def gemm_metrics(m: int, n: int, k: int, family: str, median_us: float, gpu_name: Optional[str],
-                 out_bytes: int = 2) -> Metrics:
+                 out_bytes: int = 2, calibration: Optional[Calibration] = None) -> Metrics:
     """TFLOPS = 2MNK/t; bytes = A + B (+ FP4 scales) + output, each moved once."""
     flops = 2.0 * m * n * k
     nbytes = (m * k + n * k) * _OPERAND_BYTES[family] + m * n * out_bytes
+    return work_metrics(flops, nbytes, family, median_us, gpu_name, calibration)
+
+
+def speed_of_light(flops: float, nbytes: float, family: str,
+                   calibration: Optional[Calibration]) -> tuple[Optional[float], Optional[str]]:
+    """(µs, "math" | "memory"): the time this work takes at the GPU's measured peaks, or (None, None)
+    when the calibration lacks the family's math peak or the copy bandwidth (never the datasheet's)."""
+    if calibration is None or family not in calibration.tflops or not calibration.tb_s:
+        return None, None
+    math_us = flops / (calibration.tflops[family] * 1e12) * 1e6
+    memory_us = nbytes / (calibration.tb_s * 1e12) * 1e6
+    return (math_us, "math") if math_us >= memory_us else (memory_us, "memory")
+
+
+def work_metrics(flops: float, nbytes: float, family: str, median_us: float, gpu_name: Optional[str],
+                 calibration: Optional[Calibration] = None) -> Metrics:
     seconds = median_us * 1e-6
     tflops = flops / seconds / 1e12
     tb_s = nbytes / seconds / 1e12
@@ -42,5 +58,7 @@ def gemm_metrics(m: int, n: int, k: int, family: str, median_us: float, gpu_name
         if family in peaks:
             pct_flops = 100.0 * tflops / peaks[family]
         pct_bw = 100.0 * tb_s / peaks["tb_s"]
+    sol_us, bound = speed_of_light(flops, nbytes, family, calibration)
     return Metrics(flops=flops, bytes=nbytes, tflops=tflops, tb_per_s=tb_s,
-                   pct_peak_flops=pct_flops, pct_peak_bw=pct_bw)
+                   pct_peak_flops=pct_flops, pct_peak_bw=pct_bw, sol_us=sol_us, sol_bound=bound,
+                   pct_sol=100.0 * sol_us / median_us if sol_us is not None and median_us > 0 else None)

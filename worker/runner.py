@@ -45,6 +45,7 @@ class CaseRunner:
         from .env import detect_device
 
         self.device = detect_device(device_wanted)
+        self.calibration = None  # this GPU's measured peaks (worker/calibrate.py), for speed of light
         self.probe = None
         if self.device.device == "cuda":
             from .health import NvmlProbe
@@ -129,7 +130,8 @@ class CaseRunner:
         from .metrics import gemm_metrics
 
         return gemm_metrics(case.m, case.n, case.k, spec.family, median_us, self.device.name or None,
-                            out_bytes=torch.empty((), dtype=getattr(torch, case.out_dtype)).element_size())
+                            out_bytes=torch.empty((), dtype=getattr(torch, case.out_dtype)).element_size(),
+                            calibration=self.calibration)
 
     def finish(self, first: CaseRecord, later: list) -> CaseRecord:
         """The case's record over all its rounds: first round's record, rounds combined."""
@@ -209,14 +211,33 @@ def run_params(params: WorkerParams, results: Path) -> int:
             print(f"fleetbench: the worker cannot start with {sys.executable}: {type(exc).__name__}: {exc} "
                   "(install the worker's dependencies there, e.g. `fleetbench provision`)", file=sys.stderr, flush=True)
             return EXIT_CANNOT_START
-        if not has_facts(results):
-            append_record(results, collect_facts(runner.device))
+        first_start = not has_facts(results)
+        # A restarted child (after a crash) reads the calibration its predecessor just cached.
+        mode = params.calibration if first_start or params.calibration == "off" else "cached"
+        runner.calibration = _calibrate(runner, params.cases, mode)
+        if first_start:
+            append_record(results, collect_facts(runner.device).model_copy(update={"calibration": runner.calibration}))
         done = done_case_ids(results)
         todo = [c for c in params.cases if c.case_id not in done]
         inflight = results.with_name(results.name + ".inflight")
         _run_cases(runner, todo, done, len(params.cases), results, inflight)
         inflight.unlink(missing_ok=True)
     return 0
+
+
+def _calibrate(runner: "CaseRunner", cases: list[CaseSpec], mode: str):
+    """This GPU's peaks for the operand families of the cases that can run here (None on the CPU)."""
+    if mode == "off" or runner.device.device != "cuda":
+        return None
+    from .calibrate import calibrate
+
+    families = set()
+    for case in cases:
+        spec = _spec_of(case)
+        if not isinstance(spec, str):
+            families.add(spec.family)
+    emit_progress(event="calibrate", families=sorted(families), mode=mode)
+    return calibrate(runner.device, families, mode)
 
 
 def _run_cases(runner: "CaseRunner", todo: list[CaseSpec], done: set[str], total: int, results: Path,

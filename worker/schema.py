@@ -17,6 +17,9 @@ run's records: reruns use the worker the run started with):
   4  CaseSpec.kernel_sha256: a backend defined in the user's own Python file (a sweep's
      `{name, file}` backend) names the sha256 of that file's bytes; it travels inside the worker
      bundle, and diff reports a changed hash as a setting that differs. Not part of the case id.
+  5  Speed of light: FactsRecord.calibration (the GPU's measured peaks per operand family and its
+     copy bandwidth, with the datasheet's beside them) and Metrics.sol_us / pct_sol / sol_bound from
+     those measured peaks; WorkerParams.calibration (cached | fresh | off).
 """
 from __future__ import annotations
 
@@ -26,7 +29,7 @@ from typing import Annotated, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 Status = Literal["ok", "unsupported", "unavailable", "failed", "crashed"]
 STATUSES: tuple[str, ...] = ("ok", "unsupported", "unavailable", "failed", "crashed")
@@ -157,8 +160,26 @@ class Metrics(_Strict):
     bytes: float
     tflops: float
     tb_per_s: float
-    pct_peak_flops: Optional[float] = None
+    pct_peak_flops: Optional[float] = None  # against the datasheet (PEAKS in worker/metrics.py)
     pct_peak_bw: Optional[float] = None
+    # Speed of light from this GPU's calibration (facts): max(flops / measured peak math, bytes / measured
+    # copy bandwidth); pct_sol = 100 * sol_us / median_us; sol_bound says which term is larger.
+    sol_us: Optional[float] = None
+    pct_sol: Optional[float] = None
+    sol_bound: Optional[Literal["math", "memory"]] = None
+
+
+class Calibration(_Strict):
+    """The GPU's own peaks, measured on it (worker/calibrate.py): what speed of light is computed from."""
+
+    key: str  # host | GPU uuid | driver | torch: the cache entry these numbers belong to
+    measured_at: str
+    cached: bool  # read from the host's cache rather than measured by this run's worker
+    tflops: dict[str, float] = Field(default_factory=dict)  # operand family -> measured dense TFLOPS
+    tb_s: Optional[float] = None  # device-to-device copy, bytes read + written per second
+    method: dict[str, str] = Field(default_factory=dict)  # family (or "copy") -> what was timed
+    problems: dict[str, str] = Field(default_factory=dict)  # family -> why it was not measured
+    datasheet: Optional[dict[str, float]] = None  # the vendor figures, beside (never instead of) these
 
 
 class FactsRecord(_Strict):
@@ -184,6 +205,7 @@ class FactsRecord(_Strict):
     triton: Optional[str] = None
     visible_devices: Optional[str] = None
     notes: list[str] = Field(default_factory=list)
+    calibration: Optional[Calibration] = None
 
 
 class CaseRecord(_Strict):
@@ -218,3 +240,5 @@ class WorkerParams(_Strict):
     max_restarts: int = 2
     lock_timeout_s: float = 0.0
     device: Literal["auto", "cuda", "cpu"] = "auto"
+    # Speed-of-light peaks: the host's cached calibration (measured when missing), a fresh one, or none.
+    calibration: Literal["cached", "fresh", "off"] = "cached"

@@ -1,0 +1,116 @@
+"""Speed of light: the calibration (worker/calibrate.py) and the metrics and views built on it.
+
+The GPU measurements themselves run on a GPU (benchmarks/RESULTS.md, issue 16); here a fake `measure`
+stands in for them so the cache, the failure paths and the arithmetic are pinned down exactly."""
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+
+import pytest
+
+from orchestrator.formats import params_for_worker
+from orchestrator.merge import Row
+from orchestrator.views import pivot_document, rows_document
+from worker.calibrate import calibrate
+from worker.metrics import gemm_metrics, speed_of_light
+from worker.schema import Calibration
+
+GPU = SimpleNamespace(device="cuda")
+SHEET = {"bf16": 989.4, "fp8": 1978.9, "tb_s": 4.8}
+
+
+class Bench:
+    """A fake GPU: fixed peaks, counts what was measured; `broken` families raise."""
+
+    def __init__(self, broken=()):
+        self.calls: list[str] = []
+        self.broken = set(broken)
+
+    def __call__(self, what: str):
+        self.calls.append(what)
+        if what in self.broken:
+            raise RuntimeError(f"no backend for {what} runs here")
+        return {"copy": 4.1, "bf16": 700.0, "fp8": 1300.0}[what], f"fake {what}"
+
+
+def cal(families, mode, bench, tmp_path, key="host|GPU-1|driver 580|torch 2.11"):
+    return calibrate(GPU, set(families), mode, key=key, measure=bench, datasheet=SHEET,
+                     cache=tmp_path / "calibration.json")
+
+
+def test_a_calibration_is_measured_once_then_read_from_the_hosts_cache(tmp_path):
+    bench = Bench()
+    first = cal({"bf16"}, "cached", bench, tmp_path)
+    assert first.cached is False and first.tflops == {"bf16": 700.0} and first.tb_s == 4.1
+    assert first.datasheet == SHEET and sorted(bench.calls) == ["bf16", "copy"]
+    again = cal({"bf16"}, "cached", bench, tmp_path)
+    assert again.cached is True and again.tflops == first.tflops and len(bench.calls) == 2
+    # A sweep that needs another family measures only that one and keeps the rest.
+    more = cal({"bf16", "fp8"}, "cached", bench, tmp_path)
+    assert bench.calls[2:] == ["fp8"] and more.tflops == {"bf16": 700.0, "fp8": 1300.0}
+    # fresh measures everything again; another GPU or driver is another entry.
+    cal({"bf16"}, "fresh", bench, tmp_path)
+    assert sorted(bench.calls[3:]) == ["bf16", "copy"]
+    cal({"bf16"}, "cached", bench, tmp_path, key="host|GPU-2|driver 580|torch 2.11")
+    assert len(bench.calls) == 7
+    stored = json.loads((tmp_path / "calibration.json").read_text())
+    assert set(stored) == {"host|GPU-1|driver 580|torch 2.11", "host|GPU-2|driver 580|torch 2.11"}
+    assert "cached" not in stored["host|GPU-1|driver 580|torch 2.11"]  # how it was read is not stored
+
+
+def test_a_family_that_cannot_be_measured_is_a_problem_and_tried_again_next_time(tmp_path):
+    bench = Bench(broken={"fp4"})
+    got = cal({"bf16", "fp4"}, "cached", bench, tmp_path)
+    assert "fp4" not in got.tflops and "no backend for fp4" in got.problems["fp4"]
+    later = calibrate(GPU, {"bf16", "fp4"}, "cached", key="host|GPU-1|driver 580|torch 2.11",
+                      measure=lambda w: (2500.0, "fake fp4") if w == "fp4" else pytest.fail(f"re-measured {w}"),
+                      datasheet=SHEET, cache=tmp_path / "calibration.json")
+    assert later.tflops["fp4"] == 2500.0 and later.problems == {}
+
+
+def test_no_calibration_on_a_cpu_or_when_off_and_a_torn_cache_is_measured_again(tmp_path):
+    bench = Bench()
+    assert calibrate(SimpleNamespace(device="cpu"), {"bf16"}, "cached", measure=bench) is None
+    assert cal({"bf16"}, "off", bench, tmp_path) is None and bench.calls == []
+    (tmp_path / "calibration.json").write_text('{"host|GPU-1|driver 580|torch 2.11": {"tflops": ')
+    assert cal({"bf16"}, "cached", bench, tmp_path).cached is False
+    (tmp_path / "calibration.json").write_text('{"host|GPU-1|driver 580|torch 2.11": {"tflops": "x"}}')
+    assert cal({"bf16"}, "cached", bench, tmp_path).tflops == {"bf16": 700.0}
+
+
+def test_speed_of_light_is_the_larger_of_math_and_memory_time_at_measured_peaks():
+    c = Calibration(key="k", measured_at="t", cached=False, tflops={"bf16": 500.0}, tb_s=2.0)
+    # 16x2048x6144 bf16: 0.4 GFLOP (0.8 µs at 500 TFLOPS), 25.5 MB (12.7 µs at 2 TB/s): memory-bound.
+    m = gemm_metrics(16, 2048, 6144, "bf16", 20.0, "NVIDIA H200", calibration=c)
+    assert m.sol_bound == "memory"
+    assert m.sol_us == pytest.approx(((16 + 2048) * 6144 * 2 + 16 * 2048 * 2) / 2e12 * 1e6)
+    assert m.pct_sol == pytest.approx(100 * m.sol_us / 20.0)
+    big = gemm_metrics(8192, 8192, 8192, "bf16", 3000.0, None, calibration=c)
+    assert big.sol_bound == "math" and big.sol_us == pytest.approx(2 * 8192**3 / 500e12 * 1e6)
+    # A family the GPU was not calibrated for, or no calibration: no speed of light (never the datasheet).
+    assert speed_of_light(1e9, 1e6, "fp8", c) == (None, None)
+    assert gemm_metrics(16, 2048, 6144, "bf16", 20.0, "NVIDIA H200").pct_sol is None
+
+
+def _row(backend, median, pct_sol, bound="memory"):
+    return Row(run_id="r", host="h", gpu=None, slot="h", gpu_name="NVIDIA H200", label="x", backend=backend,
+               m=16, n=2048, k=6144, status="ok", reason="", median_us=median, tflops=1.0,
+               pct_sol=pct_sol, sol_us=median * pct_sol / 100, sol_bound=bound, case_id=backend)
+
+
+def test_every_view_shows_the_percent_of_speed_of_light():
+    rows = [_row("torch-bf16", 12.0, 80.0), _row("torch-fp8", 9.0, 55.5)]
+    doc = rows_document(rows)
+    table = doc.sections[0]
+    col = table.headers.index("% SoL")
+    assert [r[col] for r in table.rows] == ["80% b", "56% b"] and "speed of light" in table.caption
+    assert doc.records[0]["pct_sol"] == 80.0 and doc.records[0]["sol_bound"] == "memory"
+    pivot = pivot_document(rows)
+    assert "80%SoL" in pivot.sections[0].rows[0][-2] and pivot.records[0]["torch-fp8.pct_sol"] == 55.5
+
+
+def test_a_run_of_an_older_format_gets_params_without_calibration():
+    params = {"schema_version": 5, "run_id": "r", "host": "h", "cases": [], "calibration": "fresh"}
+    assert "calibration" not in params_for_worker(params, 4)
+    assert params_for_worker(params, 5)["calibration"] == "fresh"

@@ -1,0 +1,172 @@
+"""Speed of light: this GPU's own peaks, measured on it at the start of a sweep.
+
+A datasheet says what a GPU of that model should do; a calibration says what this one does today
+(its clocks, power limit, cooling, driver). Per operand family that the sweep's cases use and that runs
+here, one large square GEMM through the worker's own backend for that family, and a device-to-device
+copy for memory bandwidth. Each is timed with CUDA events over batches of calls after a warm-up; the
+best batch is the peak (a peak is what the hardware can reach, not what it usually does).
+
+The numbers are cached per host, GPU (its UUID), driver and torch version in
+`~/.cache/fleetbench/calibration.json` (beside FlashInfer's cache when FLASHINFER_WORKSPACE_BASE is
+set), so a sweep pays the ~1 s once; `calibration: fresh` in a sweep measures again, `off` skips it.
+Failures are data: a family that cannot be measured is listed with its reason, and its cases get no
+speed of light rather than one from the datasheet.
+"""
+from __future__ import annotations
+
+import json
+import os
+import socket
+from pathlib import Path
+from typing import Callable, Optional
+
+from .protocol import now_iso
+from .schema import Calibration
+
+# The worker's own backend per family, in order of preference: the first that runs here is timed.
+CALIBRATION_BACKENDS = {
+    "bf16": ("torch-bf16",),
+    "fp8": ("torch-fp8", "flashinfer-fp8-cublas"),
+    "fp4": ("flashinfer-fp4-cutlass", "sgl-fp4-cutlass", "flashinfer-fp4-cudnn"),
+}
+GEMM_SIZE = 8192  # M = N = K: large enough to be math-bound on every GPU we target
+COPY_BYTES = 1 << 30
+WARMUP_CALLS = 3
+BATCHES = 5
+CALLS_PER_BATCH = 10
+
+
+def cache_path(env: Optional[dict] = None) -> Path:
+    env = os.environ if env is None else env
+    base = env.get("FLASHINFER_WORKSPACE_BASE") or env.get("HOME") or str(Path.home())
+    return Path(base) / ".cache" / "fleetbench" / "calibration.json"
+
+
+def cache_key(gpu_uuid: str, driver: Optional[str], torch_version: str) -> str:
+    return f"{socket.gethostname()}|{gpu_uuid}|driver {driver or '?'}|torch {torch_version}"
+
+
+def _read_cache(path: Path) -> dict:
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return doc if isinstance(doc, dict) else {}
+
+
+def _write_cache(path: Path, doc: dict) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
+        os.replace(tmp, path)
+    except OSError:
+        pass  # a read-only home: the next sweep measures again
+
+
+def calibrate(device, families: set[str], mode: str, *, key: Optional[str] = None,
+              measure: Optional[Callable[[str], tuple[float, str]]] = None,
+              datasheet: Optional[dict[str, float]] = None, cache: Optional[Path] = None) -> Optional[Calibration]:
+    """The calibration for this GPU covering `families` (and the copy bandwidth), or None (CPU, `off`).
+
+    mode: cached (use the host's entry, measuring only what it lacks) | fresh (measure all again).
+    `measure(what)` -> (value, method) times one item ("copy" or a family) and raises when it cannot;
+    the default runs it on this GPU. key/datasheet/cache default to this GPU's; tests pass their own."""
+    if mode == "off" or device.device != "cuda":
+        return None
+    if key is None or datasheet is None:
+        import torch
+
+        from .env import _driver_version
+        from .metrics import peaks_for
+
+        props = torch.cuda.get_device_properties(torch.cuda.current_device())
+        key = key or cache_key(str(getattr(props, "uuid", "") or props.name), _driver_version(), torch.__version__)
+        datasheet = datasheet if datasheet is not None else peaks_for(props.name)
+    measure = measure or (lambda what: _measure_on_gpu(device, what))
+    path = cache or cache_path()
+    doc = _read_cache(path)
+    entry = doc.get(key) if mode == "cached" else None
+    try:
+        found = Calibration.model_validate({**entry, "cached": True}) if isinstance(entry, dict) else None
+    except ValueError:
+        found = None  # an entry of another version or a torn write: measure again
+    wanted = sorted(families | {"copy"})
+    # What failed before is tried again: a library installed since may run it now.
+    known = set()
+    if found is not None:
+        known = set(found.tflops) | ({"copy"} if found.tb_s else set())
+    missing = [w for w in wanted if w not in known]
+    if found is not None and not missing:
+        return found.model_copy(update={"cached": True, "datasheet": datasheet})
+    cal = found.model_copy(update={"measured_at": now_iso()}) if found else Calibration(
+        key=key, measured_at=now_iso(), cached=False)
+    tflops, method = dict(cal.tflops), dict(cal.method)
+    problems = {w: why for w, why in cal.problems.items() if w not in missing}
+    tb_s = cal.tb_s
+    for what in missing:
+        try:
+            value, how = measure(what)
+        except Exception as exc:  # a family that cannot be timed here is data, not a failed sweep
+            problems[what] = f"{type(exc).__name__}: {exc}"[:300]
+            continue
+        method[what] = how
+        if what == "copy":
+            tb_s = value
+        else:
+            tflops[what] = value
+    cal = cal.model_copy(update={"tflops": tflops, "tb_s": tb_s, "method": method, "problems": problems,
+                                 "cached": False, "datasheet": datasheet})
+    doc[key] = cal.model_dump(mode="json", exclude={"cached", "datasheet"})
+    _write_cache(path, doc)
+    return cal
+
+
+def _measure_on_gpu(device, what: str) -> tuple[float, str]:
+    import importlib
+
+    import torch
+
+    from .backends import CATALOG, availability_problem, support_problem
+
+    if what == "copy":
+        src = torch.empty(COPY_BYTES, dtype=torch.uint8, device="cuda")
+        dst = torch.empty_like(src)
+        seconds = _best_call_seconds(lambda: dst.copy_(src))
+        return 2 * COPY_BYTES / seconds / 1e12, f"device-to-device copy of {COPY_BYTES >> 20} MiB (read + write)"
+    reasons = []
+    for name in CALIBRATION_BACKENDS.get(what, ()):
+        spec = CATALOG[name]
+        problem = (support_problem(spec, GEMM_SIZE, GEMM_SIZE, GEMM_SIZE, device.compute_capability)
+                   or availability_problem(spec))
+        if problem:
+            reasons.append(f"{name}: {problem}")
+            continue
+        gen = torch.Generator(device="cuda")
+        gen.manual_seed(0)
+        a = torch.randn((GEMM_SIZE, GEMM_SIZE), generator=gen, device="cuda").to(torch.bfloat16)
+        b = torch.randn((GEMM_SIZE, GEMM_SIZE), generator=gen, device="cuda").to(torch.bfloat16)
+        fn = importlib.import_module(f"worker.backends.{spec.module}").prepare(spec, [(a, b)], torch.bfloat16)
+        seconds = _best_call_seconds(lambda: fn(0))
+        s = GEMM_SIZE
+        return 2.0 * s * s * s / seconds / 1e12, f"{name} {s}x{s}x{s}"
+    raise RuntimeError("no backend for this family runs here (" + "; ".join(reasons) + ")")
+
+
+def _best_call_seconds(call: Callable[[], object]) -> float:
+    """Seconds per call of the fastest of BATCHES batches of CALLS_PER_BATCH back-to-back calls."""
+    import torch
+
+    for _ in range(WARMUP_CALLS):
+        call()
+    torch.cuda.synchronize()
+    best = float("inf")
+    for _ in range(BATCHES):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(CALLS_PER_BATCH):
+            call()
+        end.record()
+        end.synchronize()
+        best = min(best, start.elapsed_time(end) / 1e3 / CALLS_PER_BATCH)
+    return best
