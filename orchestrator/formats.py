@@ -48,7 +48,10 @@ def check_version(version, current: int, what: str) -> int:
 
 def case_identity(case: dict) -> str:
     """The case id of a stored CaseSpec (as a dict) under the current rules."""
-    return identity_hash({f: case.get(f, _CASE_DEFAULTS.get(f)) for f in IDENTITY_FIELDS})
+    identity = {f: case.get(f, _CASE_DEFAULTS.get(f)) for f in IDENTITY_FIELDS}
+    if case.get("moe") is not None:
+        identity["moe"] = case["moe"]
+    return identity_hash(identity)
 
 
 # -- records ------------------------------------------------------------------------------------------
@@ -214,7 +217,9 @@ def params_for_worker(params: dict, manifest_version: int) -> dict:
     params = {f: v for f, v in params.items() if f != "calibration"}  # before format 5
     cases = []
     for case in params["cases"]:
-        case = {f: v for f, v in case.items() if f != "kernel_sha256"}  # before format 4 (never set there)
+        case = {f: v for f, v in case.items() if f != "moe"}  # before format 5 (never set there)
+        if manifest_version < 4:
+            case.pop("kernel_sha256", None)  # before format 4 (never set there)
         if manifest_version < 3:
             case["timing"] = {k: v for k, v in case["timing"].items() if k != "rounds"}
         if manifest_version < 2:

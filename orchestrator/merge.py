@@ -14,7 +14,8 @@ from .outcome import HostOutcome
 from .records import parse_results
 from .store import RunStore
 
-ROW_FIELDS = ("run_id", "host", "gpu", "slot", "gpu_name", "label", "backend", "m", "n", "k", "status",
+ROW_FIELDS = ("run_id", "host", "gpu", "slot", "gpu_name", "label", "backend", "workload", "m", "n", "k",
+              "experts", "top_k", "routing", "active_experts", "max_expert_m", "status",
               "reason", "median_us", "p10_us", "p90_us", "rel_ci", "n_samples", "method", "l2", "tflops",
               "tb_per_s", "pct_peak", "sol_us", "pct_sol", "sol_bound", "rel_err", "cosine", "verdict", "tainted", "attempt", "case_id")
 
@@ -28,11 +29,17 @@ class Row:
     gpu_name: Optional[str]
     label: str
     backend: str
-    m: int
+    m: int  # for an MoE layer: its tokens
     n: int
     k: int
     status: str
     reason: str
+    workload: str = "gemm"
+    experts: Optional[int] = None  # MoE layer: experts, top_k, routing and what it drew
+    top_k: Optional[int] = None
+    routing: Optional[str] = None
+    active_experts: Optional[int] = None  # experts that received at least one token
+    max_expert_m: Optional[int] = None  # the most tokens any one expert received
     median_us: Optional[float] = None
     p10_us: Optional[float] = None
     p90_us: Optional[float] = None
@@ -101,6 +108,18 @@ def load_slots(store: RunStore) -> list[SlotData]:
     return slots
 
 
+def _case_fields(case: CaseSpec) -> dict:
+    """What a row says about its case beyond backend and shape (the MoE layer's routing)."""
+    if case.moe is None:
+        return {"workload": case.workload}
+    from worker.routing import describe
+
+    moe = case.moe
+    return {"workload": case.workload, "experts": moe.experts, "top_k": moe.top_k,
+            "routing": describe(moe.routing, moe.skew, moe.source),
+            "active_experts": sum(1 for c in moe.counts if c), "max_expert_m": max(moe.counts)}
+
+
 def merged_rows(store: RunStore, slots: Optional[list[SlotData]] = None) -> list[Row]:
     """Rows of `slots` (default: every slot of the run, read from the store)."""
     rows = []
@@ -114,7 +133,8 @@ def merged_rows(store: RunStore, slots: Optional[list[SlotData]] = None) -> list
                     why = f"host {data.outcome.outcome}: {data.outcome.error}".rstrip(": ")
                 rows.append(Row(run_id=store.run_id, host=data.host, gpu=data.gpu, slot=data.slot,
                                 gpu_name=gpu_name, label=case.label, backend=case.backend, m=case.m,
-                                n=case.n, k=case.k, status="missing", reason=why, case_id=case.case_id))
+                                n=case.n, k=case.k, status="missing", reason=why, case_id=case.case_id,
+                                **_case_fields(case)))
                 continue
             attempt, rec = found
             t, mt, c = rec.timing, rec.metrics, rec.correctness
@@ -132,7 +152,7 @@ def merged_rows(store: RunStore, slots: Optional[list[SlotData]] = None) -> list
                 rel_err=c.rel_err if c else None, cosine=c.cosine if c else None,
                 verdict=c.verdict if c else None,
                 tainted=rec.health.tainted if rec.health else None,
-                attempt=attempt, case_id=case.case_id,
+                attempt=attempt, case_id=case.case_id, **_case_fields(case),
             ))
     return rows
 

@@ -22,8 +22,10 @@ from typing import Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
 
-from worker.backends import CATALOG
-from worker.schema import CaseSpec, TimingOptions
+from worker.backends import CATALOG, MOE_CATALOG
+from worker.routing import describe as describe_routing
+from worker.routing import draw_counts, read_counts_file
+from worker.schema import CaseSpec, MoeSpec, TimingOptions
 
 from .errors import InputError
 from .yamlfile import describe_validation, read_yaml_mapping
@@ -71,28 +73,94 @@ class MoE(BaseModel):
         return [(b, math.ceil(b * self.top_k / self.experts)) for b in _as_list(self.batch)]
 
 
+# MoE layers (a `moe_layer` shape): experts, top_k and each expert GEMM's (label, N, K).
+MOE_PRESETS: dict[str, tuple[int, int, list[tuple[str, int, int]]]] = {
+    "glm5-tp8": (256, 8, [("GLM-5 TP8 MoE experts", 2048, 6144)]),
+    # DeepSeek-R1: hidden 7168, expert intermediate 2048; w13 (gate+up) and w2 sharded by TP.
+    "deepseek-r1-tp8": (256, 8, [("DeepSeek-R1 TP8 MoE w13", 512, 7168), ("DeepSeek-R1 TP8 MoE w2", 7168, 256)]),
+    "deepseek-r1-tp4": (256, 8, [("DeepSeek-R1 TP4 MoE w13", 1024, 7168), ("DeepSeek-R1 TP4 MoE w2", 7168, 512)]),
+}
+
+
+class MoeLayer(BaseModel):
+    """All expert GEMMs of one MoE layer per case; the routing decides each expert's M (worker/routing.py).
+
+        moe_layer: {preset: glm5-tp8, tokens: [16, 256], routing: zipf, skew: 1.2}
+        moe_layer: {experts: 8, top_k: 2, tokens: 64, routing: uniform}          # with n and k
+        moe_layer: {experts: 256, top_k: 8, routing: file, counts_file: counts.json}
+    """
+
+    model_config = ConfigDict(extra="forbid")
+    preset: Optional[str] = None
+    experts: Optional[int] = Field(default=None, gt=0)
+    top_k: Optional[int] = Field(default=None, gt=0)
+    tokens: Optional[IntList] = None
+    routing: Literal["uniform", "zipf", "file"] = "uniform"
+    skew: float = Field(default=1.0, ge=0)
+    counts_file: Optional[str] = None
+    _counts: Optional[list[int]] = PrivateAttr(default=None)  # read by load_sweep from counts_file
+
+    @model_validator(mode="after")
+    def _complete(self) -> "MoeLayer":
+        if self.preset is not None:
+            if self.preset not in MOE_PRESETS:
+                raise ValueError(f"unknown MoE preset {self.preset!r} (known: {', '.join(MOE_PRESETS)})")
+            if self.experts is not None or self.top_k is not None:
+                raise ValueError("a preset sets its own experts and top_k")
+            self.experts, self.top_k = MOE_PRESETS[self.preset][:2]
+        elif self.experts is None or self.top_k is None:
+            raise ValueError("'experts' and 'top_k' are required without a preset")
+        if self.top_k > self.experts:
+            raise ValueError("'top_k' must not exceed 'experts'")
+        if self.routing == "file":
+            if not self.counts_file or self.tokens is not None:
+                raise ValueError("routing 'file' takes 'counts_file' (its counts give the tokens), not 'tokens'")
+        elif self.counts_file is not None:
+            raise ValueError("'counts_file' goes with routing 'file'")
+        elif self.tokens is None or not _as_list(self.tokens) or any(t <= 0 for t in _as_list(self.tokens)):
+            raise ValueError("'tokens' (positive, one or a list) is required")
+        return self
+
+    def layers(self, seed: int) -> list[tuple[int, MoeSpec]]:
+        """(tokens, MoeSpec with the drawn per-expert counts) per tokens value."""
+        if self.routing == "file":
+            if self._counts is None:
+                raise ValueError("counts_file was not read (load the sweep with load_sweep)")
+            spec = MoeSpec(experts=self.experts, top_k=self.top_k, routing="file", source=Path(self.counts_file).name,
+                           counts=self._counts)
+            return [(math.ceil(sum(self._counts) / self.top_k), spec)]
+        skew = self.skew if self.routing == "zipf" else None
+        return [(t, MoeSpec(experts=self.experts, top_k=self.top_k, routing=self.routing, skew=skew,
+                            counts=draw_counts(self.experts, self.top_k, t, self.routing, self.skew, seed)))
+                for t in _as_list(self.tokens)]
+
+
 class ShapeEntry(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     preset: Optional[str] = None
     m: Optional[IntList] = None
     moe: Optional[MoE] = None
+    moe_layer: Optional[MoeLayer] = None
     n: Optional[IntList] = None
     k: Optional[IntList] = None
     label: str = ""
 
     @model_validator(mode="after")
     def _one_kind(self) -> "ShapeEntry":
-        kinds = [x for x in ("preset", "m", "moe") if getattr(self, x) is not None]
+        kinds = [x for x in ("preset", "m", "moe", "moe_layer") if getattr(self, x) is not None]
         if len(kinds) != 1:
-            raise ValueError("give exactly one of 'preset', 'm' or 'moe'")
-        if self.preset is not None:
+            raise ValueError("give exactly one of 'preset', 'm', 'moe' or 'moe_layer'")
+        if self.moe_layer is not None and self.moe_layer.preset is not None:
+            if self.n is not None or self.k is not None:
+                raise ValueError("an MoE preset sets its own n and k")
+        elif self.preset is not None:
             if self.preset not in PRESETS:
                 raise ValueError(f"unknown preset {self.preset!r} (known: {', '.join(PRESETS)})")
             if self.n is not None or self.k is not None:
                 raise ValueError("a preset sets its own n and k")
         elif self.n is None or self.k is None:
-            raise ValueError("'n' and 'k' are required with 'm' or 'moe'")
+            raise ValueError("'n' and 'k' are required with 'm', 'moe' or 'moe_layer' (without a preset)")
         for name in ("m", "n", "k"):
             values = getattr(self, name)
             if values is not None and any(v <= 0 for v in _as_list(values)):
@@ -103,8 +171,27 @@ class ShapeEntry(BaseModel):
             raise ValueError("'moe.batch' values must be positive")
         return self
 
+    @property
+    def workload(self) -> str:
+        return "moe" if self.moe_layer is not None else "gemm"
+
+    def moe_layers(self, seed: int) -> list[tuple[str, int, int, int, MoeSpec]]:
+        """(label, tokens, n, k, MoeSpec) for every MoE layer this entry names."""
+        layer = self.moe_layer
+        if layer.preset is not None:
+            nks = MOE_PRESETS[layer.preset][2]
+        else:
+            nks = [(self.label, n, k) for n in _as_list(self.n) for k in _as_list(self.k)]
+        out = []
+        for base, n, k in nks:
+            for tokens, spec in layer.layers(seed):
+                what = describe_routing(spec.routing, spec.skew, spec.source)
+                label = f"{self.label or base} ({what}, {tokens} tokens, top-{spec.top_k}/{spec.experts})".strip()
+                out.append((label, tokens, n, k, spec))
+        return out
+
     def shapes(self) -> list[tuple[str, int, int, int]]:
-        """(label, m, n, k) for every shape this entry names."""
+        """(label, m, n, k) for every GEMM shape this entry names."""
         if self.preset is not None:
             return [(self.label or label, m, n, k) for label, ms, n, k in PRESETS[self.preset] for m in ms]
         out = []
@@ -174,14 +261,22 @@ class Sweep(BaseModel):
         seen: set[str] = set()
         cases = []
         kernels = {name: sha for name, (sha, _) in self.user_kernels().items()}
+        names = self.backend_names()
+        moe_backends = [b for b in names if b in MOE_CATALOG]
+        gemm_backends = [b for b in names if b not in MOE_CATALOG]
         for entry in self.shapes:
-            for label, m, n, k in entry.shapes():
-                for backend in self.backend_names():
-                    case = CaseSpec(backend=backend, m=m, n=n, k=k, label=label, out_dtype=self.out_dtype,
+            if entry.workload == "moe":
+                planned = [CaseSpec(workload="moe", backend=backend, m=tokens, n=n, k=k, label=label, moe=spec,
+                                    out_dtype=self.out_dtype, seed=self.seed, timing=self.timing)
+                           for label, tokens, n, k, spec in entry.moe_layers(self.seed) for backend in moe_backends]
+            else:
+                planned = [CaseSpec(backend=backend, m=m, n=n, k=k, label=label, out_dtype=self.out_dtype,
                                     seed=self.seed, timing=self.timing, kernel_sha256=kernels.get(backend))
-                    if case.case_id not in seen:
-                        seen.add(case.case_id)
-                        cases.append(case)
+                           for label, m, n, k in entry.shapes() for backend in gemm_backends]
+            for case in planned:
+                if case.case_id not in seen:
+                    seen.add(case.case_id)
+                    cases.append(case)
         return cases
 
 
@@ -203,6 +298,26 @@ def load_sweep(path: Path) -> Sweep:
     if unknown:
         raise InputError(f"{path}: field 'backends': unknown backend {', '.join(map(repr, unknown))} "
                          f"(known: {', '.join(CATALOG)})")
+    backend_names = sweep.backend_names()
+    has_moe = any(b in MOE_CATALOG for b in backend_names)
+    has_gemm = any(b not in MOE_CATALOG for b in backend_names)
+    for i, entry in enumerate(sweep.shapes):
+        if entry.workload == "moe" and not has_moe:
+            raise InputError(f"{path}: shapes[{i}] is an MoE layer but no backend runs MoE layers "
+                             f"(add some of: {', '.join(MOE_CATALOG)})")
+        if entry.workload == "gemm" and not has_gemm:
+            raise InputError(f"{path}: shapes[{i}] is a GEMM shape but every backend is an MoE backend")
+        layer = entry.moe_layer
+        if layer is not None and layer.routing == "file":
+            counts = Path(layer.counts_file).expanduser()
+            counts = counts if counts.is_absolute() else Path(path).resolve().parent / counts
+            try:
+                layer._counts = read_counts_file(counts, layer.experts)
+            except OSError as exc:
+                raise InputError(f"{path}: shapes[{i}].moe_layer.counts_file: cannot read {counts}: "
+                                 f"{exc.strerror or exc}") from None
+            except ValueError as exc:
+                raise InputError(f"{path}: shapes[{i}].moe_layer.counts_file: {exc}") from None
     names = [b.name for b in user]
     for b in user:
         if b.name in CATALOG:

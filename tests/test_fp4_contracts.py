@@ -294,7 +294,7 @@ def _worker_calls(library: str) -> list[tuple[str, tuple, dict]]:
     mp = pytest.MonkeyPatch()
     calls = []
     try:
-        names = [n for n, s in CATALOG.items() if s.import_name == library]
+        names = [n for n, s in CATALOG.items() if s.import_name == library and s.workload == "gemm"]
         for name in names:
             fake = FakeFlashInfer(_fi_signatures()) if library == "flashinfer" else FakeSglKernel(library, _sgl_signatures())
             run_backend(name, fake, mp, m=8 if CATALOG[name].max_m else M)

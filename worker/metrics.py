@@ -36,6 +36,16 @@ def gemm_metrics(m: int, n: int, k: int, family: str, median_us: float, gpu_name
     return work_metrics(flops, nbytes, family, median_us, gpu_name, calibration)
 
 
+def moe_metrics(counts: list[int], n: int, k: int, family: str, median_us: float, gpu_name: Optional[str],
+                out_bytes: int = 2, calibration: Optional[Calibration] = None) -> Metrics:
+    """All expert GEMMs of a layer: flops 2·T·N·K over its T routed tokens; bytes = activations + the
+    weights of every expert that receives a token (each read once) + output."""
+    tokens, active = sum(counts), sum(1 for c in counts if c)
+    flops = 2.0 * tokens * n * k
+    nbytes = (tokens * k + active * n * k) * _OPERAND_BYTES[family] + tokens * n * out_bytes
+    return work_metrics(flops, nbytes, family, median_us, gpu_name, calibration)
+
+
 def speed_of_light(flops: float, nbytes: float, family: str,
                    calibration: Optional[Calibration]) -> tuple[Optional[float], Optional[str]]:
     """(µs, "math" | "memory"): the time this work takes at the GPU's measured peaks, or (None, None)

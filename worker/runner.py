@@ -82,6 +82,11 @@ class CaseRunner:
         import torch
 
         n_sets = self._input_sets(case, spec.family)
+        if case.workload == "moe":
+            from .backends import moe
+
+            sets = [moe.inputs(case, s, self.device.device) for s in range(n_sets)]
+            return moe.prepare(spec, sets, getattr(torch, case.out_dtype)), sets, n_sets
         sets = [self._inputs(case, s, self.device.device) for s in range(n_sets)]
         if case.kernel_sha256:
             from . import userkernel
@@ -127,11 +132,14 @@ class CaseRunner:
     def _metrics(self, case: CaseSpec, spec, median_us: float):
         import torch
 
-        from .metrics import gemm_metrics
+        from .metrics import gemm_metrics, moe_metrics
 
+        out_bytes = torch.empty((), dtype=getattr(torch, case.out_dtype)).element_size()
+        if case.workload == "moe":
+            return moe_metrics(case.moe.counts, case.n, case.k, spec.family, median_us, self.device.name or None,
+                               out_bytes=out_bytes, calibration=self.calibration)
         return gemm_metrics(case.m, case.n, case.k, spec.family, median_us, self.device.name or None,
-                            out_bytes=torch.empty((), dtype=getattr(torch, case.out_dtype)).element_size(),
-                            calibration=self.calibration)
+                            out_bytes=out_bytes, calibration=self.calibration)
 
     def finish(self, first: CaseRecord, later: list) -> CaseRecord:
         """The case's record over all its rounds: first round's record, rounds combined."""
@@ -159,6 +167,14 @@ class CaseRunner:
 
         dev = self.device.device
         fn, sets, n_sets = self._prepare(case, spec)
+        if case.workload == "moe":
+            check = self._check_moe(spec, fn, sets[0])
+            if check.verdict == "fail":
+                return record("failed", f"wrong result: {check.detail}", correctness=check)
+            stats, health = self._time(case, fn, n_sets)
+            metrics = self._metrics(case, spec, stats.median_us)
+            del fn, sets
+            return record("ok", "", timing=stats, metrics=metrics, correctness=check, health=health)
 
         a, b = sets[0]
         out = fn(0)
@@ -181,10 +197,33 @@ class CaseRunner:
         del fn, sets
         return record("ok", "", timing=stats, metrics=metrics, correctness=check, health=health)
 
+    def _check_moe(self, spec, fn, first_set):
+        """An MoE case's verdict: the whole layer's output against per-expert oracles."""
+        import torch
+
+        from .backends import moe
+        from .verify import THRESHOLDS, verdict
+
+        a, w, counts = first_set
+        out = moe.as_output(fn(0))
+        if self.device.device == "cuda":
+            torch.cuda.synchronize()
+        exact = moe.oracle("bf16", a, w, counts)
+        if spec.option == "reference":  # the oracle itself, run as a backend: judged like any bf16 result
+            return verdict(out, exact, None, THRESHOLDS["bf16"])
+        return verdict(out, moe.oracle(spec.family, a, w, counts), exact, THRESHOLDS[spec.family])
+
     def _input_sets(self, case: CaseSpec, family: str) -> int:
         if self.device.device != "cuda" or case.timing.l2 == "hot" or not self.device.l2_bytes:
             return 1
-        per_set = (case.m + case.n) * case.k * {"bf16": 2, "fp8": 1, "fp4": 0.5625}[family]
+        operand = {"bf16": 2, "fp8": 1, "fp4": 0.5625}[family]
+        if case.workload == "moe":
+            counts = [c for c in case.moe.counts if c]
+            per_set = (sum(counts) + len(counts) * case.n) * case.k * operand
+            if per_set >= COLD_L2_FACTOR * self.device.l2_bytes:
+                return 1  # one set already streams several L2s of weights per call: each replay starts cold
+            return max(2, min(MAX_SETS, math.ceil(COLD_L2_FACTOR * self.device.l2_bytes / per_set) + 1))
+        per_set = (case.m + case.n) * case.k * operand
         return max(2, min(MAX_SETS, math.ceil(COLD_L2_FACTOR * self.device.l2_bytes / per_set) + 1))
 
     @staticmethod

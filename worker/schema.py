@@ -17,7 +17,9 @@ run's records: reruns use the worker the run started with):
   4  CaseSpec.kernel_sha256: a backend defined in the user's own Python file (a sweep's
      `{name, file}` backend) names the sha256 of that file's bytes; it travels inside the worker
      bundle, and diff reports a changed hash as a setting that differs. Not part of the case id.
-  5  Speed of light: FactsRecord.calibration (the GPU's measured peaks per operand family and its
+  5  The MoE layer workload: CaseSpec.workload "moe" with CaseSpec.moe (experts, top_k, the routing
+     and the per-expert token counts it drew; M is the tokens); part of the case id when present.
+     Speed of light: FactsRecord.calibration (the GPU's measured peaks per operand family and its
      copy bandwidth, with the datasheet's beside them) and Metrics.sol_us / pct_sol / sol_bound from
      those measured peaks; WorkerParams.calibration (cached | fresh | off).
 """
@@ -27,7 +29,7 @@ import hashlib
 import json
 from typing import Annotated, Literal, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 SCHEMA_VERSION = 5
 
@@ -56,10 +58,33 @@ class TimingOptions(_Strict):
     rounds: int = Field(default=3, ge=1, le=50)
 
 
-class CaseSpec(_Strict):
-    """One kernel on one shape: what the controller plans and the worker runs."""
+class MoeSpec(_Strict):
+    """An MoE layer's expert GEMMs: which tokens reach which expert (worker/routing.py). The counts are
+    stored, so the record says which per-expert M ran whatever a later sampler would draw."""
 
-    workload: Literal["gemm"] = "gemm"
+    experts: int = Field(gt=0)
+    top_k: int = Field(gt=0)
+    routing: Literal["uniform", "zipf", "file"]
+    skew: Optional[float] = None  # zipf's exponent
+    source: str = ""  # the counts file's name, for routing "file"
+    counts: list[int]  # tokens per expert, len == experts
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "MoeSpec":
+        if len(self.counts) != self.experts:
+            raise ValueError(f"{len(self.counts)} counts for {self.experts} experts")
+        if any(c < 0 for c in self.counts) or not any(self.counts):
+            raise ValueError("counts must be >= 0 and not all zero")
+        if self.top_k > self.experts:
+            raise ValueError("top_k must not exceed experts")
+        return self
+
+
+class CaseSpec(_Strict):
+    """One kernel on one shape: what the controller plans and the worker runs. For the MoE workload,
+    m is the layer's tokens, n and k each expert's output and input width, and `moe` the routing."""
+
+    workload: Literal["gemm", "moe"] = "gemm"
     backend: str
     m: int = Field(gt=0)
     n: int = Field(gt=0)
@@ -70,6 +95,13 @@ class CaseSpec(_Strict):
     timing: TimingOptions = Field(default_factory=TimingOptions)
     # A user-defined backend: the sha256 of its file (worker/user/k<sha[:16]>.py in the bundle).
     kernel_sha256: Optional[str] = Field(default=None, pattern=r"^[0-9a-f]{64}$")
+    moe: Optional[MoeSpec] = None
+
+    @model_validator(mode="after")
+    def _workload_fits(self) -> "CaseSpec":
+        if (self.workload == "moe") != (self.moe is not None):
+            raise ValueError("an MoE case (workload 'moe') and only it has 'moe'")
+        return self
 
     @property
     def case_id(self) -> str:
@@ -77,12 +109,16 @@ class CaseSpec(_Strict):
 
 
 # What a case measures. Its id hashes these and nothing else: how it is timed is not what it is.
+# `moe` joins them only when present, so every GEMM case keeps the id it always had.
 IDENTITY_FIELDS = ("workload", "backend", "m", "n", "k", "out_dtype", "seed", "label")
 
 
 def case_id_of(case: CaseSpec) -> str:
-    """Stable hash of the case's identity (IDENTITY_FIELDS)."""
-    return identity_hash({f: getattr(case, f) for f in IDENTITY_FIELDS})
+    """Stable hash of the case's identity (IDENTITY_FIELDS, and `moe` when set)."""
+    identity = {f: getattr(case, f) for f in IDENTITY_FIELDS}
+    if case.moe is not None:
+        identity["moe"] = case.moe.model_dump(mode="json")
+    return identity_hash(identity)
 
 
 def identity_hash(identity: dict) -> str:

@@ -32,11 +32,13 @@ class BackendSpec:
     import_name: str  # the library module whose import decides "unavailable"
     option: str = ""  # library-specific choice, e.g. FlashInfer's backend= value
     min_cc: Optional[CC] = None  # None: runs on the CPU as well
+    cpu_ok: bool = False  # with min_cc: also runs on the CPU (a CPU fallback of the same operator)
     only_cc: Optional[frozenset] = None
     k_multiple: int = 1
     n_multiple: int = 1
     max_m: Optional[int] = None  # a low-latency kernel that serves small M only
     description: str = ""
+    workload: str = "gemm"  # gemm | moe: which shapes of a sweep it runs
 
 
 def _spec(name: str, module: str, family: str, import_name: str, **kw) -> tuple[str, BackendSpec]:
@@ -82,13 +84,30 @@ CATALOG: dict[str, BackendSpec] = dict([
 ])
 
 
+# The MoE layer (a sweep's `moe_layer` shapes): all expert GEMMs of one layer as one case (backends/moe.py).
+# Each dense backend also runs as a per-expert loop, the naive baseline; low-latency kernels limited to
+# small M and the timed oracle are left out of that.
+MOE_CATALOG: dict[str, BackendSpec] = dict([
+    _spec("moe-reference", "moe", "bf16", "torch", option="reference", workload="moe",
+          description="per-expert fp32 loop: the MoE oracle, timed"),
+    # torch._grouped_mm: CUTLASS grouped GEMM on SM90 / SM100 (a CPU fallback in recent torch).
+    _spec("moe-grouped-torch-bf16", "moe", "bf16", "torch", option="grouped", workload="moe", n_multiple=8,
+          k_multiple=8, min_cc=(9, 0), cpu_ok=True, description="torch._grouped_mm bf16 over all experts at once"),
+    *[_spec(f"moe-loop-{name}", "moe", s.family, s.import_name, option=f"loop:{name}", min_cc=s.min_cc,
+            only_cc=s.only_cc, k_multiple=s.k_multiple, n_multiple=s.n_multiple, workload="moe",
+            description=f"per-expert loop of {name} ({s.description})")
+      for name, s in CATALOG.items() if name not in ("noop", "reference-nvfp4") and s.max_m is None],
+])
+CATALOG.update(MOE_CATALOG)
+
+
 def _cc_text(cc: CC) -> str:
     return "%d.%d" % cc
 
 
 def support_problem(spec: BackendSpec, m: int, n: int, k: int, cc: Optional[CC]) -> Optional[str]:
     """Why this backend cannot run this shape on this device, or None. Pure: no imports, no GPU."""
-    if spec.min_cc is not None:
+    if spec.min_cc is not None and not (cc is None and spec.cpu_ok):
         if cc is None:
             return f"needs a CUDA GPU with compute capability >= {_cc_text(spec.min_cc)}; host has none (CPU)"
         if cc < spec.min_cc:
