@@ -159,6 +159,7 @@ def _print_run(store, outcomes, fmt: str, io: Streams) -> int:
 
     slots = load_slots(store)
     rows = merged_rows(store, slots)
+    _index_landed(store, io)
     io.write(write(rows_document(rows, title=f"run {store.run_id}"), fmt, io.width()))
     failed = False
     reported = set()
@@ -476,6 +477,8 @@ def args_report(p):
     p.add_argument("run", help="run id, run folder or `latest`")
     p.add_argument("--against", help="a second run (or RUN:host) to compare with")
     p.add_argument("-o", "--output", default="report.html", help="the HTML file to write (default: report.html)")
+    p.add_argument("--history", action="store_true",
+                   help="add trend plots: this run's cases over every stored run (the history index), steps marked")
     _opt_threshold(p)
     _opt_runs_dir(p)
 
@@ -483,7 +486,8 @@ def args_report(p):
 def cmd_report(args, io: Streams) -> int:
     from .htmlreport import write_report
 
-    path = write_report(Path(args.runs_dir), args.run, args.against, Path(args.output), parse_threshold(args.threshold))
+    path = write_report(Path(args.runs_dir), args.run, args.against, Path(args.output), parse_threshold(args.threshold),
+                        with_history=args.history)
     io.problem(f"wrote {path}")
     return EXIT_OK
 
@@ -503,6 +507,78 @@ def cmd_init(args, io: Streams) -> int:
     return EXIT_OK
 
 
+# -- history ---------------------------------------------------------------------------------------------
+def args_history(p):
+    _opt_runs_dir(p)
+    p.add_argument("--backend", help="one backend")
+    p.add_argument("--m", type=_positive_int, help="M (for an MoE layer: its tokens)")
+    p.add_argument("--n", type=_positive_int)
+    p.add_argument("--k", type=_positive_int)
+    p.add_argument("--label", help="cases whose label contains this text")
+    where = p.add_mutually_exclusive_group()
+    where.add_argument("--host", help="one host slot (default: every host, each its own series)")
+    where.add_argument("--fleet", action="store_true", help="one series per case: the median over hosts per run")
+    p.add_argument("--sweep", help="runs of this sweep (its name)")
+    p.add_argument("--since", help="runs started at or after this date/time (ISO, UTC)")
+    p.add_argument("--until", help="runs started at or before this date/time (ISO, UTC)")
+    p.add_argument("--case", dest="case_id", help="one case id")
+    p.add_argument("--version", dest="versions", action="append", default=[], metavar="LIB=VERSION",
+                   help="runs whose host had this version (torch, flashinfer, sgl_kernel, driver, cuda); repeatable")
+    p.add_argument("--steps", action="store_true",
+                   help="find steps in each series; exit 1 when one at the latest run is slower beyond the threshold")
+    p.add_argument("--threshold", default="5%", help="smallest step that counts (default 5%%)")
+    p.add_argument("--rebuild", action="store_true", help="rebuild the index from the run folders first")
+    _opt_format(p)
+
+
+_VERSIONED = ("torch", "flashinfer", "sgl_kernel", "driver", "cuda")
+
+
+def cmd_history(args, io: Streams) -> int:
+    from .history import Selection, history
+    from .index import RunIndex
+    from .output import write
+    from .views import history_document
+
+    versions = {}
+    for item in args.versions:
+        lib, sep, version = item.partition("=")
+        lib = lib.strip().replace("-", "_")
+        if not sep or lib not in _VERSIONED or not version:
+            raise InputError(f"--version {item!r}: expected LIB=VERSION with LIB one of {', '.join(_VERSIONED)}")
+        versions[lib] = version.strip()
+    sel = Selection(backend=args.backend, m=args.m, n=args.n, k=args.k, label=args.label, host=args.host,
+                    fleet=args.fleet, sweep=args.sweep, since=args.since, until=args.until, case_id=args.case_id,
+                    versions=versions)
+    index = RunIndex.open(Path(args.runs_dir), rebuild=args.rebuild)
+    try:
+        hist = history(index, sel, parse_threshold(args.threshold), args.steps)
+    finally:
+        index.close()
+    io.write(write(history_document(hist), args.format, io.width()))
+    for s in hist.new_regressions:
+        last = s.steps[-1]
+        io.problem(f"new step: {s.backend} {s.m}x{s.n}x{s.k} ({s.label}) on {s.host} at run {last['run_id']}: "
+                   f"×{last['ratio']:.3f} [{last['low']:.3f}, {last['high']:.3f}]")
+    return EXIT_FAILED if hist.new_regressions else EXIT_OK
+
+
+def _index_landed(store, io: Streams) -> None:
+    """Add a run that just landed to the history index; the run is stored whatever happens here."""
+    import sqlite3
+
+    from .index import RunIndex
+
+    try:
+        index = RunIndex.open(store.dir.parent)
+        try:
+            index.update_run(store.dir)
+        finally:
+            index.close()
+    except (OSError, sqlite3.Error) as exc:
+        io.problem(f"note: the history index was not updated ({exc}); `fleetbench history` rebuilds it")
+
+
 # name -> (help, declare arguments, run)
 COMMANDS: dict[str, tuple[str, Callable, Callable]] = {
     "init": ("write a starter hosts.yaml (the local host, a commented fleet) and the shipped sweeps", args_init,
@@ -514,6 +590,7 @@ COMMANDS: dict[str, tuple[str, Callable, Callable]] = {
     "rerun": ("run hosts of a stored run again (same scripts, new attempt)", args_rerun, cmd_rerun),
     "diff": ("compare two runs or hosts with statistics, or hosts against the fleet", args_diff, cmd_diff),
     "report": ("write one self-contained HTML report with plots", args_report, cmd_report),
+    "history": ("a case's results over stored runs, and the steps in them", args_history, cmd_history),
     "hosts": ("list the inventory; with --check, contact every host and say if it is ready", args_hosts, cmd_hosts),
     "prune": ("remove old runs here and on their hosts (never one in progress)", args_prune, cmd_prune),
     "provision": ("create each host's venv and install the worker's pinned dependencies", args_provision,
@@ -524,6 +601,9 @@ _EPILOGS = {
             "settings (those that differ are listed). Exit 1 when B is confirmed SLOWER than A in any case "
             "(for CI gates); exit 2 when the two sides share no case.",
     "hosts": "exit 1 when --check finds a host that is not ready (or version skew with --strict)",
+    "history": "Reads the index RUNS_DIR/.index.sqlite, brought up to date with the run folders first (they are "
+               "the source of truth; a missing or damaged index is rebuilt). Exit 1 with --steps when a step at "
+               "a series' latest run makes a case slower beyond the threshold (a nightly gate).",
     "provision": "versions: requirements/host-constraints.txt. Idempotent. Exit 1 when a host failed.",
     "prune": "A run's folders on its hosts go first; the local folder goes only when they are gone (or with "
              "--local-only). Exit 1 when a run had to be kept (unreachable host, run in progress).",

@@ -21,6 +21,7 @@ from .store import now_iso
 
 REPORT_TEMPLATE = "report.html.j2"
 MAX_PLOTTED_CASES = 40
+MAX_TREND_CASES = 12
 
 
 def _png(fig) -> str:
@@ -174,13 +175,73 @@ def plot_comparison(cmp) -> list[dict]:
     return [{"title": f"{cmp.b} vs {cmp.a}: the {len(cases)} cases that moved most", "src": _png(fig)}]
 
 
-def write_report(runs_dir: Path, run_ref: str, against: Optional[str], output: Path, threshold: float) -> Path:
+def plot_history(runs_dir: Path, rows: list[Row], threshold: float) -> list[dict]:
+    """Trend plots: each of this run's ok cases (up to MAX_TREND_CASES, those that moved most first)
+    over every stored run, one line per host, steps marked."""
+    import matplotlib.pyplot as plt
+
+    from .history import Selection, history
+    from .index import RunIndex
+
+    index = RunIndex.open(runs_dir)
+    try:
+        hist = history(index, Selection(), threshold, with_steps=True)
+    finally:
+        index.close()
+    wanted = {r.case_id for r in rows if r.status == "ok"}
+    series: dict[str, list] = defaultdict(list)
+    for p in hist.points:
+        if p.case_id in wanted:
+            series[p.series].append(p)
+    by_case: dict[str, dict[str, list]] = defaultdict(dict)
+    for key, pts in series.items():
+        if len(pts) >= 2:
+            by_case[pts[0].case_id][pts[0].host] = pts
+    if not by_case:
+        return []
+
+    def spread(hosts: dict) -> float:
+        values = [p.median_us for pts in hosts.values() for p in pts]
+        return max(values) / min(values)
+
+    chosen = sorted(by_case.items(), key=lambda kv: -spread(kv[1]))[:MAX_TREND_CASES]
+    runs = sorted({p.run_id for hosts in by_case.values() for pts in hosts.values() for p in pts})
+    cols = 3
+    fig, axes = plt.subplots((len(chosen) + cols - 1) // cols, cols, figsize=(11, 2.6 * ((len(chosen) + cols - 1) // cols)),
+                             squeeze=False)
+    for ax, (case_id, hosts) in zip(axes.flat, chosen):
+        first = next(iter(hosts.values()))[0]
+        for host, pts in sorted(hosts.items()):
+            xs = [runs.index(p.run_id) for p in pts]
+            ax.plot(xs, [p.median_us for p in pts], marker="o", markersize=3, label=host)
+            for x, p in zip(xs, pts):
+                if p.step:
+                    ax.axvline(x - 0.5, color="tab:red", linewidth=0.8, linestyle="--")
+                    ax.annotate(p.step.replace("step ", ""), (x, p.median_us), fontsize=7, color="tab:red")
+        ax.set_title(f"{first.backend} {first.m}x{first.n}x{first.k}", fontsize=8)
+        ax.set_ylabel("median µs", fontsize=7)
+        ax.tick_params(labelsize=7)
+        ax.grid(True, alpha=0.3)
+        if len(hosts) > 1:
+            ax.legend(fontsize=6)
+    for ax in list(axes.flat)[len(chosen):]:
+        ax.axis("off")
+    fig.supxlabel(f"stored runs, oldest first ({runs[0]} … {runs[-1]})", fontsize=8)
+    fig.tight_layout()
+    return [{"title": f"History: the {len(chosen)} cases of this run that moved most over {len(runs)} stored runs "
+                      "(red: a step)", "src": _png(fig)}]
+
+
+def write_report(runs_dir: Path, run_ref: str, against: Optional[str], output: Path, threshold: float,
+                 with_history: bool = False) -> Path:
     side = resolve_side(runs_dir, run_ref)
     store = side.store
     rows = merged_rows(store, side.slots)  # the side holds the slots asked for, results read once
     backends = list(dict.fromkeys(r.backend for r in rows))
     baseline = "torch-bf16" if "torch-bf16" in backends else (backends[0] if backends else "")
     plots = plot_tflops(rows) + plot_speedups(rows, baseline) + plot_peak(rows) + plot_roofline(rows, side.slots)
+    if with_history:
+        plots += plot_history(runs_dir, rows, threshold)
     comparison = None
     if against:
         comparison = compare_sides(resolve_side(runs_dir, against), side, threshold)

@@ -183,6 +183,27 @@ def host_check_document(statuses, skew: list[str]) -> Document:
     return Document([Section(list(CHECK_COLUMNS), rows, styles=styles)], data=data, records=records)
 
 
+def history_document(hist) -> Document:
+    """Points oldest first per series; steps marked on the first point at a new level and listed."""
+    rows = [[p.run_id, p.created_at[:16].replace("T", " "), p.host, p.backend, p.label, str(p.m), str(p.n), str(p.k),
+             f"{p.median_us:.2f}", "" if p.rel_ci is None else f"±{p.rel_ci:.1%}",
+             "" if p.pct_sol is None else f"{p.pct_sol:.0f}%", p.torch or "", p.flashinfer or "", p.step]
+            for p in hist.points]
+    sections = [Section(["run", "started (UTC)", "host", "backend", "label", "M", "N", "K", "median µs", "CI",
+                         "% SoL", "torch", "flashinfer", "step"], rows,
+                        right=("M", "N", "K", "median µs", "CI", "% SoL"))]
+    step_rows = [[s.host, s.backend, s.label, str(s.m), str(s.n), str(s.k), st["run_id"], f"{st['before']:.2f}",
+                  f"{st['after']:.2f}", f"×{st['ratio']:.3f}", f"{st['low']:.3f}–{st['high']:.3f}",
+                  "NEW, SLOWER" if s.new_slower and st is s.steps[-1] else ""]
+                 for s in hist.steps for st in s.steps]
+    if step_rows:
+        sections.append(Section(["host", "backend", "label", "M", "N", "K", "at run", "before µs", "after µs", "ratio",
+                                 "95% interval", ""], step_rows,
+                                title=f"steps (beyond ±{hist.threshold:.0%} and 4 standard errors of the series' noise)"))
+    notes = [] if hist.points else ["no stored result matches this selection"]
+    return Document(sections, data=hist.as_dict(), records=[p.as_dict() for p in hist.points], notes=notes)
+
+
 def runs_document(entries: list[dict]) -> Document:
     rows = [[e["run_id"], e["sweep"], str(e["hosts"]), str(e["cases"]), e["summary"]] for e in entries]
     return Document([Section(["run", "sweep", "hosts", "cases", "outcomes"], rows)], data=entries, records=entries)

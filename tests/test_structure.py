@@ -207,3 +207,13 @@ def test_a_worker_usage_error_does_not_read_as_a_missing_script():
     from worker.__main__ import main as worker_main
 
     assert worker_main(["no-such-command"]) == protocol.EXIT_USAGE != protocol.EXIT_PYTHON_CANNOT_OPEN
+
+
+def test_history_reads_the_index_without_the_ssh_stack_torch_or_plots(tmp_path, stored_runs):
+    import shutil
+
+    runs = tmp_path / "runs"
+    shutil.copytree(stored_runs / "runs-v3", runs)  # the index is written beside the runs: never into fixtures
+    rc, modules = _modules_after(["history", "--runs-dir", str(runs), "--format", "json", "--steps"], tmp_path)
+    assert rc == 0
+    assert not modules & (SSH_STACK | {"torch", "matplotlib", "rich", "scipy"}), sorted(modules)

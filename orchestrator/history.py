@@ -1,0 +1,151 @@
+"""A case's history over stored runs: its points from the index, and the steps in each series.
+
+A series is one case (its id: what it measures) on one host slot, or on the fleet (`fleet`: per run,
+the median over the hosts that ran it), oldest run first. Steps come from orchestrator/steps.py; a
+step at a series' latest run is *new*, and a new step that makes the case slower by more than the
+threshold is what `fleetbench history --steps` exits 1 for (a nightly gate).
+"""
+from __future__ import annotations
+
+import json
+import statistics
+from dataclasses import asdict, dataclass, field
+from typing import Optional
+
+from .index import RunIndex
+from .steps import detect_steps
+
+HISTORY_FORMAT = 1  # of the JSON document `history --format json` prints
+
+
+@dataclass
+class Selection:
+    backend: Optional[str] = None
+    m: Optional[int] = None
+    n: Optional[int] = None
+    k: Optional[int] = None
+    label: Optional[str] = None  # substring
+    host: Optional[str] = None  # slot name; None: every slot, each its own series
+    fleet: bool = False  # one series per case: the median over hosts, per run
+    sweep: Optional[str] = None
+    since: Optional[str] = None  # ISO date or time, inclusive
+    until: Optional[str] = None
+    case_id: Optional[str] = None
+    versions: dict = field(default_factory=dict)  # library -> version (torch, flashinfer, sgl_kernel, driver, cuda)
+
+    def sql(self) -> tuple[str, tuple]:
+        clauses, params = ["r.status = 'ok'", "r.median_us IS NOT NULL"], []
+        for column, value in (("r.backend", self.backend), ("r.m", self.m), ("r.n", self.n), ("r.k", self.k),
+                              ("r.slot", self.host), ("runs.sweep", self.sweep), ("r.case_id", self.case_id)):
+            if value is not None:
+                clauses.append(f"{column} = ?")
+                params.append(value)
+        if self.label:
+            clauses.append("instr(r.label, ?) > 0")
+            params.append(self.label)
+        if self.since:
+            clauses.append("runs.created_at >= ?")
+            params.append(self.since)
+        if self.until:
+            clauses.append("runs.created_at <= ?")
+            params.append(self.until if "T" in self.until else self.until + "T99")  # a date: all of that day
+        for library, version in self.versions.items():
+            clauses.append(f"h.{library} = ?")
+            params.append(version)
+        return " AND ".join(clauses), tuple(params)
+
+
+@dataclass
+class Point:
+    series: str  # "<case_id>@<slot or fleet>"
+    run_id: str
+    created_at: str
+    host: str
+    backend: str
+    label: str
+    m: int
+    n: int
+    k: int
+    median_us: float
+    rel_ci: Optional[float]
+    rounds: int
+    pct_sol: Optional[float]
+    torch: Optional[str]
+    flashinfer: Optional[str]
+    gpu_name: Optional[str]
+    case_id: str
+    step: str = ""  # "" | "step ×1.10" on the first point at a new level
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class SeriesSteps:
+    series: str
+    backend: str
+    label: str
+    m: int
+    n: int
+    k: int
+    host: str
+    steps: list[dict]  # Step.as_dict() plus run_id
+    new_slower: bool  # a step at the latest run, slower by more than the threshold
+
+
+@dataclass
+class History:
+    points: list[Point]
+    steps: list[SeriesSteps]
+    threshold: float
+    index: dict  # what refresh() did
+
+    @property
+    def new_regressions(self) -> list[SeriesSteps]:
+        return [s for s in self.steps if s.new_slower]
+
+    def as_dict(self) -> dict:
+        return {"kind": "history", "format": HISTORY_FORMAT, "threshold": self.threshold, "index": self.index,
+                "points": [p.as_dict() for p in self.points], "steps": [asdict(s) for s in self.steps]}
+
+
+def history(index: RunIndex, sel: Selection, threshold: float, with_steps: bool) -> History:
+    refreshed = index.refresh()
+    where, params = sel.sql()
+    by_series: dict[str, list[Point]] = {}
+    fleet_rows: dict[tuple[str, str], list] = {}
+    for row in index.query(where, params):
+        rounds = len(json.loads(row["rounds"])) if row["rounds"] else 1
+        if sel.fleet:
+            fleet_rows.setdefault((row["case_id"], row["run_id"]), []).append((row, rounds))
+            continue
+        key = f"{row['case_id']}@{row['slot']}"
+        by_series.setdefault(key, []).append(_point(key, row, row["slot"], row["median_us"], row["rel_ci"], rounds))
+    for (case_id, _), rows in fleet_rows.items():
+        first = rows[0][0]
+        key = f"{case_id}@fleet"
+        median = statistics.median(r["median_us"] for r, _ in rows)
+        by_series.setdefault(key, []).append(_point(key, first, f"fleet ({len(rows)} hosts)", median, None,
+                                                    sum(n for _, n in rows)))
+    points, found = [], []
+    for key, series in by_series.items():
+        if with_steps:
+            steps = detect_steps([p.median_us for p in series], threshold)
+            for s in steps:
+                series[s.index].step = f"step ×{s.ratio:.3f}"
+            if steps:
+                last = steps[-1]
+                p0 = series[0]
+                found.append(SeriesSteps(
+                    series=key, backend=p0.backend, label=p0.label, m=p0.m, n=p0.n, k=p0.k, host=p0.host,
+                    steps=[{**s.as_dict(), "run_id": series[s.index].run_id} for s in steps],
+                    new_slower=last.index == len(series) - 1 and last.ratio > 1 + threshold))
+        points.extend(series)
+    return History(points=points, steps=found, threshold=threshold, index=refreshed)
+
+
+def _point(key: str, row, host: str, median: float, rel_ci, rounds: int) -> Point:
+    return Point(series=key, run_id=row["run_id"], created_at=row["created_at"] or "", host=host,
+                 backend=row["backend"], label=row["label"] or "", m=row["m"], n=row["n"], k=row["k"],
+                 median_us=median, rel_ci=rel_ci, rounds=rounds, pct_sol=row["pct_sol"], torch=row["torch"],
+                 flashinfer=row["flashinfer"], gpu_name=row["gpu_name"], case_id=row["case_id"])
