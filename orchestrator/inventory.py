@@ -4,6 +4,15 @@
     hosts:
       - {name: gpu1, hostname: 10.0.0.11, labels: [rtx6000], gpus: [0]}
       - {name: local, transport: local}
+      - name: gpu2                      # two library environments on one GPU: hosts gpu2@fi072, gpu2@fi074
+        hostname: 10.0.0.12
+        environments:
+          fi072: {python: ~/venv-fi072/bin/python, pins: [flashinfer-python==0.7.2.post1]}
+          fi074: {python: ~/venv-fi074/bin/python, pins: [flashinfer-python==0.7.4]}
+
+A host with `environments` becomes one host per environment, named `<host>@<environment>`: the same
+machine, another interpreter (venv), its own pins over requirements/host-constraints.txt (what
+`provision` installs there) and its own `env` additions. Selecting the host's name selects all of them.
 """
 from __future__ import annotations
 
@@ -52,9 +61,41 @@ class HostFields(BaseModel):
         return env
 
 
+class EnvironmentEntry(BaseModel):
+    """One library environment of a host: its interpreter, its pins, its extra environment variables."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    python: str
+    pins: list[str] = Field(default_factory=list)  # requirement pins "name==version" over the host constraints
+    env: Optional[dict[str, str]] = None
+
+    _env_names = field_validator("env")(HostFields._env_names.__func__)
+
+    @field_validator("pins")
+    @classmethod
+    def _pins(cls, pins: list[str]) -> list[str]:
+        for pin in pins:
+            name, sep, version = pin.partition("==")
+            if not sep or not re.match(r"^[A-Za-z0-9][A-Za-z0-9._-]*$", name.strip()) or not version.strip():
+                raise ValueError(f"pin {pin!r}: expected name==version")
+        return pins
+
+
 class HostEntry(HostFields):
     name: str
     hostname: Optional[str] = None
+    environments: Optional[dict[str, EnvironmentEntry]] = None
+
+    @field_validator("environments")
+    @classmethod
+    def _environment_names(cls, envs):
+        for name in envs or {}:
+            if not NAME_RE.match(name):
+                raise ValueError(f"environment name {name!r}: letters, digits, '.', '_' and '-'")
+        if envs is not None and not envs:
+            raise ValueError("give at least one environment, or leave 'environments' out")
+        return envs
 
     @field_validator("name")
     @classmethod
@@ -93,6 +134,13 @@ class Host(BaseModel):
     known_hosts: Optional[str]
     proxy_jump: Optional[str]
     ssh_config: Optional[str]
+    environment: Optional[str] = None  # of a host with `environments`: this one's name (the host is name@environment)
+    pins: tuple[str, ...] = ()  # this environment's pins over the host constraints
+
+    @property
+    def machine(self) -> str:
+        """The inventory entry this host comes from (its name without @environment)."""
+        return self.name.split("@", 1)[0]
 
     def public_view(self) -> dict:
         """What a run manifest may store: environment values may be secrets, so only names are kept."""
@@ -157,7 +205,14 @@ def load_inventory(path: Path) -> Inventory:
         if entry.name in seen:
             raise InputError(f"{path}: host '{entry.name}': duplicate host name")
         seen.add(entry.name)
-        hosts.append(_resolve(path, entry, defaults))
+        host = _resolve(path, entry, defaults)
+        if entry.environments is None:
+            hosts.append(host)
+            continue
+        for env_name, env in entry.environments.items():
+            hosts.append(host.model_copy(update={
+                "name": f"{entry.name}@{env_name}", "environment": env_name, "pins": tuple(env.pins),
+                "python": env.python, "env": {**host.env, **(env.env or {})}}))
     return Inventory(path=str(path), hosts=tuple(hosts))
 
 
@@ -247,7 +302,8 @@ def _matching(inventory: Inventory, term: str) -> list[Host]:
         label = term[len("label:"):]
         matches = [h for h in inventory.hosts if label in h.labels]
     else:
-        matches = [h for h in inventory.hosts if fnmatch.fnmatchcase(h.name, term) or term in h.labels]
+        matches = [h for h in inventory.hosts
+                   if fnmatch.fnmatchcase(h.name, term) or fnmatch.fnmatchcase(h.machine, term) or term in h.labels]
     if not matches:
         raise InputError(f"--hosts: '{term}' matches no host in {inventory.path} "
                          f"(hosts: {', '.join(inventory.names())})")

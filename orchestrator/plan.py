@@ -88,6 +88,14 @@ def build_plan(hosts: list[Host], sweep: Sweep, run_id: str, per_gpu: PerGpu = "
             share = cases if per_gpu == "all" else cases[i::len(host.gpus)]
             if share:
                 jobs.append(Job(host=host, gpu=gpu, cases=share))
+    # Environments of one machine (hosts name@env) take turns on its GPU through the GPU lock: each may
+    # wait for the others' whole sweeps, on top of what the caller allows for other sweeps.
+    turns: dict[tuple, list[Job]] = {}
+    for job in jobs:
+        turns.setdefault((job.host.machine, job.host.hostname, job.gpu), []).append(job)
+    waits = [sum(wall_clock_limit(j.cases) for j in group[1:]) for group in turns.values() if len(group) > 1]
+    if waits:
+        lock_timeout_s += max(waits)
     worker = WorkerSettings(max_restarts=sweep.max_restarts, device=sweep.device, lock_timeout_s=lock_timeout_s,
                             calibration=sweep.calibration)
     return Plan(run_id=run_id, sweep_name=sweep.name, hosts=tuple(hosts), jobs=tuple(jobs), worker=worker,

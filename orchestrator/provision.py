@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import posixpath
+import shutil
+import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -55,6 +57,24 @@ def pinned_versions(constraints: Path = CONSTRAINTS) -> dict[str, str]:
     return pins
 
 
+def constraints_for(host: Host, constraints: Path = CONSTRAINTS) -> str:
+    """The constraints file's text for this host: its environment's pins replace the lines of the same
+    packages (names compared as pip does) and are added when the file has none."""
+    def key(name: str) -> str:
+        return name.strip().lower().replace("_", "-").replace(".", "-")
+
+    pins = {key(p.split("==", 1)[0]): p.strip() for p in host.pins}
+    out = []
+    for line in constraints.read_text(encoding="utf-8").splitlines():
+        name = line.split("#", 1)[0].split("==", 1)[0]
+        if "==" in line.split("#", 1)[0] and key(name) in pins:
+            out.append(f"{pins.pop(key(name))}  # environment {host.environment} (was: {line.strip()})")
+        else:
+            out.append(line)
+    out += [f"{p}  # environment {host.environment}" for p in pins.values()]
+    return "\n".join(out) + "\n"
+
+
 def resolution_problems(report: dict, profile: str, constraints: Path = CONSTRAINTS) -> tuple[list[str], list[str]]:
     """(what pip would install as name==version, problems): a package of the profile that did not
     resolve to its pin is a problem."""
@@ -69,6 +89,7 @@ def provision_host(host: Host, *, profile: str, wheelhouse: Optional[Path], base
                    accept_new: bool, constraints: Path = CONSTRAINTS, dry_run: bool = False) -> ProvisionResult:
     result = ProvisionResult(host.name, False)
     transport = make_transport(host, accept_new=accept_new)
+    merged_dir: Optional[Path] = None  # the environment's constraints file, removed at the end
     lines: list[str] = []
 
     def run(argv: list[str], timeout: float) -> int:
@@ -91,9 +112,16 @@ def provision_host(host: Host, *, profile: str, wheelhouse: Optional[Path], base
             result.actions.append("venv exists")
         remote_dir = f"{host.workdir}/provision"
         transport.makedirs(remote_dir)
-        transport.put(constraints, f"{remote_dir}/constraints.txt")
+        # One constraints file per environment: environments of one host share its workdir.
+        remote_constraints = f"{remote_dir}/constraints{'-' + host.environment if host.environment else ''}.txt"
+        if host.pins:
+            merged_dir = Path(tempfile.mkdtemp(prefix="fleetbench-pins-"))
+            merged = merged_dir / "constraints.txt"
+            merged.write_text(constraints_for(host, constraints), encoding="utf-8")
+            constraints = merged  # also what the dry run's resolution is judged against
+        transport.put(constraints, remote_constraints)
         pip = [python, "-m", "pip", "install", "--disable-pip-version-check", "-q",
-               "-c", transport.path(f"{remote_dir}/constraints.txt")]
+               "-c", transport.path(remote_constraints)]
         report_path = f"{remote_dir}/resolution.json"
         if dry_run:
             pip += ["--dry-run", "--ignore-installed", "--report", transport.path(report_path)]
@@ -106,7 +134,8 @@ def provision_host(host: Host, *, profile: str, wheelhouse: Optional[Path], base
                     sent += transport.put(wheel, f"{remote_wh}/{wheel.name}")
             result.actions.append(f"uploaded {sent / 2**20:.1f} MiB of wheels")
             pip += ["--no-index", "--find-links", transport.path(remote_wh)]
-        if run([*pip, *PROFILES[profile]], PIP_TIMEOUT_S) != 0:
+        packages = list(dict.fromkeys([*PROFILES[profile], *(p.split("==", 1)[0].strip() for p in host.pins)]))
+        if run([*pip, *packages], PIP_TIMEOUT_S) != 0:
             what = "pip could not resolve the pinned set" if dry_run else "pip install failed"
             result.problem = f"{what}: " + (lines[-1] if lines else "no output")[:300]
             return result
@@ -126,6 +155,8 @@ def provision_host(host: Host, *, profile: str, wheelhouse: Optional[Path], base
         result.problem = f"{type(exc).__name__}: {exc}"
     finally:
         transport.close()
+        if merged_dir is not None:
+            shutil.rmtree(merged_dir, ignore_errors=True)
     return result
 
 
