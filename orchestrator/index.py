@@ -80,11 +80,12 @@ class RunIndex:
 
     def refresh(self) -> dict[str, int]:
         """Index new and changed runs, drop vanished ones. Returns counts {indexed, removed, total}."""
-        from .store import list_run_dirs
-
         known = dict(self.db.execute("SELECT run_id, fingerprint FROM runs"))
         seen, indexed = set(), 0
-        for run_dir in list_run_dirs(self.runs_dir):
+        # The run folders as store.list_run_dirs finds them, listed here without importing the run
+        # readers (pydantic), which a query that changes nothing never needs.
+        for run_dir in sorted(Path(e.path) for e in os.scandir(self.runs_dir)
+                              if e.is_dir() and os.path.isfile(os.path.join(e.path, "manifest.json"))):
             seen.add(run_dir.name)
             fp = fingerprint(run_dir)
             if known.get(run_dir.name) != fp:

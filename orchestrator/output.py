@@ -35,9 +35,14 @@ class Document:
     headline: str = ""  # Markdown's first line (a table shows it as a section title instead)
 
 
+COMPACT_JSON_ABOVE = 2000  # records
+
+
 def write(doc: Document, fmt: str, width: int = 200) -> str:
     if fmt == "json":
-        return json.dumps(doc.data, indent=1, ensure_ascii=False) + "\n"
+        # Indented for reading; a large document (a long history) compact, which json encodes in C.
+        indent = 1 if len(doc.records or ()) <= COMPACT_JSON_ABOVE else None
+        return json.dumps(doc.data, indent=indent, ensure_ascii=False) + "\n"
     if fmt == "csv":
         return _csv(doc.records or [])
     if fmt == "md":

@@ -2,10 +2,12 @@
 the inventory and the stored runs. Pure: data in, documents out; output.write prints them."""
 from __future__ import annotations
 
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
-from .merge import Row
 from .output import Document, Section
+
+if TYPE_CHECKING:  # `history` draws documents without loading the run readers (pydantic)
+    from .merge import Row
 
 _STATUS_STYLE = {"ok": "green", "unsupported": "dim", "unavailable": "yellow", "failed": "bold red",
                  "crashed": "bold red", "missing": "red"}
@@ -201,7 +203,8 @@ def history_document(hist) -> Document:
                                  "95% interval", ""], step_rows,
                                 title=f"steps (beyond ±{hist.threshold:.0%} and 4 standard errors of the series' noise)"))
     notes = [] if hist.points else ["no stored result matches this selection"]
-    return Document(sections, data=hist.as_dict(), records=[p.as_dict() for p in hist.points], notes=notes)
+    points = [p.as_dict() for p in hist.points]
+    return Document(sections, data=hist.as_dict(points), records=points, notes=notes)
 
 
 def runs_document(entries: list[dict]) -> Document:

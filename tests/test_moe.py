@@ -131,9 +131,9 @@ def test_a_loop_that_pairs_tokens_with_the_wrong_expert_fails_the_check():
     a, w, counts = moe.inputs(case, 0, "cpu")
     runner = CaseRunner("cpu")
     good = moe.prepare(CATALOG[case.backend], [(a, w, counts)], torch.bfloat16)
-    assert runner._check_moe(CATALOG[case.backend], good, (a, w, counts)).verdict == "pass"
+    assert runner._check_moe(case, CATALOG[case.backend], good, (a, w, counts)).verdict == "pass"
     shifted = moe.prepare(CATALOG[case.backend], [(a, w.roll(1, dims=0), counts)], torch.bfloat16)
-    check = runner._check_moe(CATALOG[case.backend], shifted, (a, w, counts))
+    check = runner._check_moe(case, CATALOG[case.backend], shifted, (a, w, counts))
     assert check.verdict == "fail" and "rel_err" in check.detail
 
 

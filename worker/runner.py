@@ -159,45 +159,37 @@ class CaseRunner:
                                         "duration_s": round(first.duration_s + sum(t for _, _, t in later), 4)})
 
     def _measure(self, case: CaseSpec, spec, record) -> CaseRecord:
+        fn, sets, n_sets = self._prepare(case, spec)
+        check_of = self._check_moe if case.workload == "moe" else self._check_gemm
+        check = check_of(case, spec, fn, sets[0])
+        if check.verdict == "fail":
+            # A wrong answer is not timed: a fast wrong kernel is not a result.
+            return record("failed", f"wrong result: {check.detail}", correctness=check)
+        stats, health = self._time(case, fn, n_sets)
+        metrics = self._metrics(case, spec, stats.median_us)
+        del fn, sets
+        return record("ok", "", timing=stats, metrics=metrics, correctness=check, health=health)
+
+    def _check_gemm(self, case: CaseSpec, spec, fn, first_set):
+        """A GEMM's verdict: its output against the oracle of its operand family (and the bf16 product)."""
         import torch
 
         from . import nvfp4
         from .backends.fp8 import dequantized_product
         from .verify import REFERENCE_SELF, THRESHOLDS, verdict
 
-        dev = self.device.device
-        fn, sets, n_sets = self._prepare(case, spec)
-        if case.workload == "moe":
-            check = self._check_moe(spec, fn, sets[0])
-            if check.verdict == "fail":
-                return record("failed", f"wrong result: {check.detail}", correctness=check)
-            stats, health = self._time(case, fn, n_sets)
-            metrics = self._metrics(case, spec, stats.median_us)
-            del fn, sets
-            return record("ok", "", timing=stats, metrics=metrics, correctness=check, health=health)
-
-        a, b = sets[0]
+        a, b = first_set
         out = fn(0)
-        if dev == "cuda":
+        if self.device.device == "cuda":
             torch.cuda.synchronize()
         bf16_ref = a.float() @ b.float().T
         if case.backend == "reference-nvfp4":
-            check = verdict(out, bf16_ref, None, REFERENCE_SELF)
-        else:
-            oracle = {"bf16": lambda: bf16_ref, "fp8": lambda: dequantized_product(a, b),
-                      "fp4": lambda: nvfp4.reference_gemm(a, b)}[spec.family]()
-            check = verdict(out, oracle, bf16_ref, THRESHOLDS[spec.family])
-        del out
-        if check.verdict == "fail":
-            # A wrong answer is not timed: a fast wrong kernel is not a result.
-            return record("failed", f"wrong result: {check.detail}", correctness=check)
+            return verdict(out, bf16_ref, None, REFERENCE_SELF)
+        oracle = {"bf16": lambda: bf16_ref, "fp8": lambda: dequantized_product(a, b),
+                  "fp4": lambda: nvfp4.reference_gemm(a, b)}[spec.family]()
+        return verdict(out, oracle, bf16_ref, THRESHOLDS[spec.family])
 
-        stats, health = self._time(case, fn, n_sets)
-        metrics = self._metrics(case, spec, stats.median_us)
-        del fn, sets
-        return record("ok", "", timing=stats, metrics=metrics, correctness=check, health=health)
-
-    def _check_moe(self, spec, fn, first_set):
+    def _check_moe(self, case: CaseSpec, spec, fn, first_set):
         """An MoE case's verdict: the whole layer's output against per-expert oracles."""
         import torch
 
