@@ -149,6 +149,7 @@ def cmd_run(args, io: Streams) -> int:
     with LiveView(io.err, [j.slot for j in plan.jobs], f"fleetbench {sweep.name}") as view:
         result = start_run(plan, sweep, inventory, Path(args.runs_dir), sweep_path=args.sweep,
                            parallel=args.parallel, accept_new=args.accept_new, on_event=view.update)
+    _index_landed(result.store, io)
     return _print_run(result.store, result.outcomes, args.format, io)
 
 
@@ -159,7 +160,6 @@ def _print_run(store, outcomes, fmt: str, io: Streams) -> int:
 
     slots = load_slots(store)
     rows = merged_rows(store, slots)
-    _index_landed(store, io)
     io.write(write(rows_document(rows, title=f"run {store.run_id}"), fmt, io.width()))
     failed = False
     reported = set()
@@ -220,13 +220,15 @@ def args_show(p):
     _opt_format(p)
     p.add_argument("--pivot", choices=["backend"], help="one row per shape, backends side by side")
     p.add_argument("--baseline", help="with --pivot: show each backend's speedup over this one")
+    p.add_argument("--per-host", action="store_true",
+                   help="with --pivot: one row per host and shape (default: the fleet's median per shape)")
 
 
 def cmd_show(args, io: Streams) -> int:
     from .store import resolve_run
 
-    if args.baseline and not args.pivot:
-        raise InputError("--baseline needs --pivot backend")
+    if (args.baseline or args.per_host) and not args.pivot:
+        raise InputError("--baseline and --per-host need --pivot backend")
     store = resolve_run(Path(args.runs_dir), args.run)
     outcomes = list(store.latest_outcomes().values())
     if not args.pivot:
@@ -235,7 +237,7 @@ def cmd_show(args, io: Streams) -> int:
     from .output import write
     from .views import pivot_document
 
-    io.write(write(pivot_document(merged_rows(store), args.baseline), args.format, io.width()))
+    io.write(write(pivot_document(merged_rows(store), args.baseline, per_host=args.per_host), args.format, io.width()))
     bad = [o for o in outcomes if o.outcome != "ok"]
     for o in bad:
         io.problem(f"{o.slot}: {o.outcome}: {o.error}")
@@ -416,6 +418,7 @@ def cmd_rerun(args, io: Streams) -> int:
         result = rerun(store, inventory, failed=args.failed, hosts_selector=args.hosts, resume=args.resume,
                        parallel=args.parallel, accept_new=args.accept_new, on_event=view.update,
                        lock_timeout_s=args.lock_timeout)
+    _index_landed(result.store, io)
     return _print_run(result.store, list(store.latest_outcomes().values()), args.format, io)
 
 
@@ -424,6 +427,8 @@ def args_diff(p):
     p.add_argument("a", help="baseline: RUN[:host[:gpu]]")
     p.add_argument("b", nargs="?", help="candidate: RUN[:host[:gpu]] (omit with --across-hosts)")
     p.add_argument("--across-hosts", action="store_true", help="every host of run A against the fleet median")
+    p.add_argument("--only-changed", action="store_true",
+                   help="list only cases that are not SAME (and were run on at least one side)")
     _opt_threshold(p)
     _opt_format(p)
     _opt_runs_dir(p)
@@ -463,7 +468,7 @@ def cmd_diff(args, io: Streams) -> int:
     if not args.b:
         raise InputError("diff needs two sides (A B), or one run with --across-hosts")
     cmp = compare_sides(side_a, resolve_side(Path(args.runs_dir), args.b), threshold)
-    io.write(write(comparison_document(cmp), args.format, io.width()))
+    io.write(write(comparison_document(cmp, only_changed=args.only_changed), args.format, io.width()))
     for c in cmp.regressions:
         io.problem(f"regression: {c.backend} {c.m}x{c.n}x{c.k} ({c.label}) B/A {c.ratio:.3f} "
                    f"[{c.ci_low:.3f}, {c.ci_high:.3f}]")

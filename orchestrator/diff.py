@@ -22,6 +22,7 @@ differ, before any number. Two sides that share no case compared nothing: that i
 """
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field
 from typing import Optional
 
@@ -83,8 +84,10 @@ class CaseDiff:
     ci_low: Optional[float]
     ci_high: Optional[float]
     p_value: Optional[float]
-    verdict: str  # FASTER SLOWER SAME AMBIGUOUS UNSTABLE; ONLY-A / ONLY-B (on one side only); NOT-OK
+    verdict: str  # FASTER SLOWER SAME AMBIGUOUS UNSTABLE; ONLY-A / ONLY-B (on one side only); NOT-OK;
+    #               NOT-RUN (unsupported or unavailable on both sides: nothing was asked of the kernel)
     note: str = ""
+    host: str = ""  # the slot, when the sides are matched host by host
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -105,9 +108,30 @@ class Comparison:
 
     def counts(self) -> dict[str, int]:
         """Cases per verdict, in the order verdicts are read: changes first, one-sided rows last."""
-        order = ("SLOWER", "FASTER", "UNSTABLE", "AMBIGUOUS", "SAME", "NOT-OK", "ONLY-A", "ONLY-B")
+        order = ("SLOWER", "FASTER", "UNSTABLE", "AMBIGUOUS", "SAME", "NOT-OK", "ONLY-A", "ONLY-B", "NOT-RUN")
         found = {v: sum(c.verdict == v for c in self.cases) for v in order}
         return {v: n for v, n in found.items() if n}
+
+
+    def by_backend(self) -> list[dict]:
+        """Per backend: the cases timed on both sides, the geometric mean of their B/A ratios, and how
+        many were confirmed slower or faster (the line a release note would quote)."""
+        out: dict[str, dict] = {}
+        for c in self.cases:
+            row = out.setdefault(c.backend, {"backend": c.backend, "compared": 0, "log_sum": 0.0, "slower": 0,
+                                             "faster": 0, "not_ok": 0})
+            if c.ratio is not None:
+                row["compared"] += 1
+                row["log_sum"] += math.log(c.ratio)
+            row["slower"] += c.verdict == "SLOWER"
+            row["faster"] += c.verdict == "FASTER"
+            row["not_ok"] += c.verdict == "NOT-OK"
+        rows = []
+        for row in out.values():
+            log_sum = row.pop("log_sum")
+            row["geomean_ratio"] = math.exp(log_sum / row["compared"]) if row["compared"] else None
+            rows.append(row)
+        return rows
 
 
 class NothingCompared(InputError):
@@ -208,12 +232,16 @@ def classify(low: float, high: float, threshold: float) -> str:
 
 def compare_records(key: str, ra: Optional[CaseRecord], rb: Optional[CaseRecord], threshold: float) -> CaseDiff:
     case = (ra or rb).case
-    base = dict(key=key, label=case.label, backend=case.backend, m=case.m, n=case.n, k=case.k)
+    base = dict(key=key, label=case.label, backend=case.backend, m=case.m, n=case.n, k=case.k,
+                host=key.split("/", 1)[0] if "/" in key else "")
     a_us = ra.timing.median_us if ra and ra.timing else None
     b_us = rb.timing.median_us if rb and rb.timing else None
     if ra is None or rb is None:
         return CaseDiff(**base, a_us=a_us, b_us=b_us, ratio=None, ci_low=None, ci_high=None, p_value=None,
                         verdict="ONLY-B" if ra is None else "ONLY-A", note="only in " + ("B" if ra is None else "A"))
+    if {ra.status, rb.status} <= {"unsupported", "unavailable"}:
+        return CaseDiff(**base, a_us=None, b_us=None, ratio=None, ci_low=None, ci_high=None, p_value=None,
+                        verdict="NOT-RUN", note=f"A {ra.status}, B {rb.status}")
     if ra.status != "ok" or rb.status != "ok" or not ra.timing or not rb.timing:
         return CaseDiff(**base, a_us=a_us, b_us=b_us, ratio=None, ci_low=None, ci_high=None, p_value=None,
                         verdict="NOT-OK", note=f"A {ra.status}, B {rb.status}")

@@ -176,6 +176,36 @@ class PivotRow:
         return a.median_us / b.median_us
 
 
+def fleet_rows(rows: list[Row]) -> list[Row]:
+    """One row per case over the hosts: the median of the hosts' ok results (status ok when any host
+    has one), so a pivot of a fleet shows one line per shape rather than one per host."""
+    import statistics
+
+    slots = {r.slot for r in rows}
+    if len(slots) <= 1:
+        return rows
+    by_case: dict[tuple, list[Row]] = {}
+    for r in rows:
+        by_case.setdefault((r.label, r.backend, r.m, r.n, r.k, r.routing), []).append(r)
+    out = []
+    for group in by_case.values():
+        ok = [r for r in group if r.status == "ok" and r.median_us is not None]
+        first = ok[0] if ok else group[0]
+
+        def med(field):
+            values = [getattr(r, field) for r in ok if getattr(r, field) is not None]
+            return statistics.median(values) if values else None
+
+        out.append(Row(run_id=first.run_id, host="fleet", gpu=None, slot=f"fleet ({len(ok)}/{len(group)} hosts)",
+                       gpu_name=first.gpu_name, label=first.label, backend=first.backend, m=first.m, n=first.n,
+                       k=first.k, status=first.status, reason=first.reason, workload=first.workload,
+                       experts=first.experts, top_k=first.top_k, routing=first.routing,
+                       median_us=med("median_us"), tflops=med("tflops"), pct_sol=med("pct_sol"),
+                       verdict="fail" if any(r.verdict == "fail" for r in ok) else first.verdict,
+                       case_id=first.case_id))
+    return out
+
+
 def pivot_by_backend(rows: list[Row]) -> tuple[list[str], list[PivotRow]]:
     """(backends in first-seen order, one PivotRow per (slot, label, m, n, k))."""
     backends: list[str] = []

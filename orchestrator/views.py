@@ -54,12 +54,12 @@ _SHORT = {"unsupported": "unsupp.", "unavailable": "n/a", "failed": "FAILED", "c
           "missing": "missing"}
 
 
-def _pivot_cell(row: Optional[Row], speedup: Optional[float]) -> str:
+def _pivot_cell(row: Optional[Row], speedup: Optional[float], best: bool = False) -> str:
     if row is None:
         return ""
     if row.status != "ok":
         return _SHORT.get(row.status, row.status) + "*"
-    text = f"{row.median_us:.2f} µs {row.tflops:.0f} TF"
+    text = ("BEST " if best else "") + f"{row.median_us:.2f} µs {row.tflops:.0f} TF"
     if row.pct_sol is not None:
         text += f" {row.pct_sol:.0f}%SoL"
     if row.verdict == "fail":
@@ -69,15 +69,21 @@ def _pivot_cell(row: Optional[Row], speedup: Optional[float]) -> str:
     return text
 
 
-def pivot_document(rows: list[Row], baseline: Optional[str] = None) -> Document:
-    """Per shape, each backend's median latency and TFLOPS (and speedup over `baseline`) side by side;
-    a cell that did not run is marked `*` and explained under the table."""
+def pivot_document(rows: list[Row], baseline: Optional[str] = None, per_host: bool = False) -> Document:
+    """Per shape, each backend's median latency and TFLOPS (and speedup over `baseline`) side by side,
+    the fastest correct one marked BEST; by default one line per shape for the whole fleet (the median
+    over hosts), with per_host one per host. A cell that did not run is marked `*` and explained under
+    the table; a backend that ran nowhere is one note instead of a column."""
     from .errors import InputError
-    from .merge import pivot_by_backend
+    from .merge import fleet_rows, pivot_by_backend
 
-    backends, pivot = pivot_by_backend(rows)
-    if baseline is not None and baseline not in backends:
-        raise InputError(f"--baseline {baseline!r} is not in this run (backends: {', '.join(backends)})")
+    all_backends = list(dict.fromkeys(r.backend for r in rows))
+    if baseline is not None and baseline not in all_backends:
+        raise InputError(f"--baseline {baseline!r} is not in this run (backends: {', '.join(all_backends)})")
+    ran = {r.backend for r in rows if r.status not in ("unsupported", "unavailable")}
+    nowhere = sorted({(r.backend, r.status, r.reason) for r in rows if r.backend not in ran})
+    rows = [r for r in rows if r.backend in ran]
+    backends, pivot = pivot_by_backend(rows if per_host else fleet_rows(rows))
     records = []
     for p in pivot:
         rec = {"slot": p.slot, "label": p.label, "m": p.m, "n": p.n, "k": p.k}
@@ -90,12 +96,22 @@ def pivot_document(rows: list[Row], baseline: Optional[str] = None) -> Document:
             if baseline:
                 rec[f"{b}.speedup_vs_{baseline}"] = p.speedup(b, baseline)
         records.append(rec)
-    body = [[p.slot, p.label, str(p.m), str(p.n), str(p.k),
-             *[_pivot_cell(p.cells.get(b), p.speedup(b, baseline) if baseline else None) for b in backends]]
-            for p in pivot]
+    def fastest(p) -> Optional[str]:
+        ok = [(c.median_us, b) for b, c in p.cells.items() if c.status == "ok" and c.median_us and c.verdict != "fail"]
+        return min(ok)[1] if len(ok) > 1 else None
+
+    body = []
+    for p in pivot:
+        best = fastest(p)
+        body.append([p.slot, p.label, str(p.m), str(p.n), str(p.k),
+                     *[_pivot_cell(p.cells.get(b), p.speedup(b, baseline) if baseline else None, b == best)
+                       for b in backends]])
+        records[len(body) - 1]["best"] = best
     notes = sorted({f"{r.backend}: {_SHORT.get(r.status, r.status)}* = {r.reason}" for r in rows
                     if r.status != "ok" and r.reason})
-    legend = ("cells: median latency, TFLOPS" + (", % of speed of light" if any(r.pct_sol is not None for r in rows) else "") + (f", speedup over {baseline} (×>1: faster)" if baseline else "")
+    notes += [f"{b}: {status} on every host and shape ({reason}); not shown" for b, status, reason in
+              sorted({(b, s, why) for b, s, why in nowhere})]
+    legend = ("cells: median latency, TFLOPS, BEST = the fastest correct backend of the row" + (", % of speed of light" if any(r.pct_sol is not None for r in rows) else "") + (f", speedup over {baseline} (×>1: faster)" if baseline else "")
               + "; WRONG = failed the correctness check")
     section = Section(["host", "label", "M", "N", "K", *backends], body, caption=legend)
     return Document([section], data=records, records=records, notes=notes)
@@ -104,18 +120,24 @@ def pivot_document(rows: list[Row], baseline: Optional[str] = None) -> Document:
 # -- diff and fleet outliers --------------------------------------------------------------------------
 def comparison_summary(cmp) -> str:
     """The closing count: every verdict, rows on one side only included."""
-    names = {"ONLY-A": "only in A", "ONLY-B": "only in B"}
+    names = {"ONLY-A": "only in A", "ONLY-B": "only in B", "NOT-RUN": "not run on either side"}
     return (f"A = {cmp.a}, B = {cmp.b}, threshold ±{cmp.threshold:.1%}: "
             + ", ".join(f"{n} {names.get(v, v)}" for v, n in cmp.counts().items()))
 
 
-def comparison_document(cmp) -> Document:
+UNCHANGED = ("SAME", "NOT-RUN")
+
+
+def comparison_document(cmp, only_changed: bool = False) -> Document:
+    """Facts and settings that differ, then one row per case (with only_changed, none that is SAME or
+    was run on neither side), then per backend the geometric mean of B/A."""
     f = lambda v, p: "" if v is None else format(v, p)  # noqa: E731
     summary = comparison_summary(cmp)
-    case_rows = [[c.key if "/" in c.key else "", c.label, c.backend, str(c.m), str(c.n), str(c.k), f(c.a_us, ".2f"),
+    shown = [c for c in cmp.cases if not (only_changed and c.verdict in UNCHANGED)]
+    case_rows = [[c.host, c.label, c.backend, str(c.m), str(c.n), str(c.k), f(c.a_us, ".2f"),
                   f(c.b_us, ".2f"), f(c.ratio, ".3f"),
                   "" if c.ci_low is None else f"{c.ci_low:.3f}–{c.ci_high:.3f}", f(c.p_value, ".2g"), c.verdict, c.note]
-                 for c in cmp.cases]
+                 for c in shown]
     sections = []
     if cmp.facts:
         sections.append(Section(["fact", "A", "B"], [[d.field, d.a, d.b] for d in cmp.facts],
@@ -123,12 +145,19 @@ def comparison_document(cmp) -> Document:
     if cmp.settings:
         sections.append(Section(["setting", "A", "B"], [[d.field, d.a, d.b] for d in cmp.settings],
                                 title="settings that differ (cases match across them)"))
-    sections.append(Section(["host/case", "label", "backend", "M", "N", "K", "A µs", "B µs", "B/A", "95% CI", "p",
-                             "verdict", "note"], case_rows, title=summary, styles={11: _VERDICT_STYLE}))
+    title = summary + (f" (showing the {len(shown)} that changed or did not compare)" if only_changed else "")
+    sections.append(Section(["host", "label", "backend", "M", "N", "K", "A µs", "B µs", "B/A", "95% CI", "p",
+                             "verdict", "note"], case_rows, title=title, styles={11: _VERDICT_STYLE}))
+    backends = cmp.by_backend()
+    sections.append(Section(["backend", "cases compared", "geomean B/A", "slower", "faster", "not ok"],
+                            [[b["backend"], str(b["compared"]), f(b["geomean_ratio"], ".3f"), str(b["slower"]),
+                              str(b["faster"]), str(b["not_ok"])] for b in backends],
+                            title="per backend (geometric mean of B/A over the cases timed on both sides)",
+                            right=("cases compared", "geomean B/A", "slower", "faster", "not ok")))
     data = {"a": cmp.a, "b": cmp.b, "threshold": cmp.threshold, "summary": cmp.counts(),
             "facts": [vars(x) for x in cmp.facts], "settings": [vars(x) for x in cmp.settings],
-            "cases": [c.as_dict() for c in cmp.cases]}
-    return Document(sections, data=data, records=[c.as_dict() for c in cmp.cases], headline=summary)
+            "cases": [c.as_dict() for c in shown], "backends": backends}
+    return Document(sections, data=data, records=[c.as_dict() for c in shown], headline=summary)
 
 
 def fleet_document(report) -> Document:

@@ -231,3 +231,41 @@ def test_hostile_labels_are_escaped_in_the_html(tmp_path):
     assert main(["report", "x", "-o", str(html), "--runs-dir", str(tmp_path)]) == 0
     text = html.read_text()
     assert "<script>" not in text and "&lt;script&gt;alert(1)&lt;/script&gt;" in text
+
+
+def test_diff_names_hosts_not_hashes_folds_cases_run_nowhere_and_sums_up_per_backend(tmp_path, capsys):
+    both = {("h", 32): "unsupported"}
+    make_run(tmp_path, "a", {"h": 1.0}, seed=21, statuses=both)
+    make_run(tmp_path, "b", {"h": 1.10}, seed=22, statuses=both)
+    assert main(["diff", "a", "b", "--runs-dir", str(tmp_path), "--format", "json"]) == 1
+    report = json.loads(capsys.readouterr().out)
+    not_run = [c for c in report["cases"] if c["verdict"] == "NOT-RUN"]
+    assert not_run and all(c["m"] == 32 for c in not_run) and "NOT-OK" not in report["summary"]
+    assert {c["host"] for c in report["cases"]} == {"h"}
+    per_backend = {b["backend"]: b for b in report["backends"]}
+    assert set(per_backend) == {"torch-bf16", "torch-fp8"}
+    assert 1.08 < per_backend["torch-bf16"]["geomean_ratio"] < 1.12 and per_backend["torch-bf16"]["slower"] > 0
+    # --only-changed leaves out what did not move and what ran nowhere; the table shows hosts, not hashes.
+    assert main(["diff", "a", "b", "--runs-dir", str(tmp_path), "--only-changed", "--format", "json"]) == 1
+    changed = json.loads(capsys.readouterr().out)["cases"]
+    assert changed and not {c["verdict"] for c in changed} & {"SAME", "NOT-RUN"}
+    main(["diff", "a", "b", "--runs-dir", str(tmp_path), "--format", "md"])
+    out = capsys.readouterr().out
+    assert "| h | syn | torch-bf16 |" in out and "h/" not in out and "geomean B/A" in out
+
+
+def test_the_pivot_shows_the_fleet_per_shape_marks_the_best_and_folds_backends_that_ran_nowhere(tmp_path, capsys,
+                                                                                                  stored_runs):
+    make_run(tmp_path, "f", {"h1": 1.0, "h2": 1.02, "h3": 0.98}, seed=31)
+    assert main(["show", "f", "--pivot", "backend", "--runs-dir", str(tmp_path), "--format", "json"]) == 0
+    fleet = json.loads(capsys.readouterr().out)
+    assert {r["slot"] for r in fleet} == {"fleet (3/3 hosts)"} and len(fleet) == 100
+    assert all(r["best"] == "torch-fp8" for r in fleet)  # fp8's synthetic base is 6 µs against bf16's 8
+    assert main(["show", "f", "--pivot", "backend", "--per-host", "--runs-dir", str(tmp_path), "--format", "json"]) == 0
+    assert {r["slot"] for r in json.loads(capsys.readouterr().out)} == {"h1", "h2", "h3"}
+    # A stored CPU run: the FP4 kernel ran nowhere, so it is a note, not a column of "unsupp.*".
+    run = stored_runs / "runs-v4" / "20261203-133700-smoke-byo-4073"
+    main(["show", str(run), "--pivot", "backend", "--format", "md"])
+    out = capsys.readouterr().out
+    assert "flashinfer-fp4-cutlass: unsupported on every host and shape" in out
+    assert "| flashinfer-fp4-cutlass |" not in out.splitlines()[0] and "BEST" in out
