@@ -36,8 +36,8 @@ class Streams:
         self.out, self.err = out, err
 
     def width(self) -> int:
-        # Piped output (CI logs, files) gets wide tables rather than an 80-column default.
-        return max(shutil.get_terminal_size((200, 24)).columns if self.out.isatty() else 200, 160)
+        # A terminal's own width; piped output (CI logs, files) gets wide tables, not an 80-column default.
+        return shutil.get_terminal_size((200, 24)).columns if self.out.isatty() else 200
 
     def write(self, text: str) -> None:
         self.out.write(text)

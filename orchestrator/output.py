@@ -21,6 +21,9 @@ class Section:
     right: tuple[str, ...] = ()  # headers whose column is right-aligned
     styles: dict[int, dict[str, str]] = field(default_factory=dict)
     caption: str = ""
+    # Headers a table may leave out, first to go first, when the terminal is too narrow for all of
+    # them (json, csv and md always have every column).
+    optional: tuple[str, ...] = ()
 
 
 @dataclass
@@ -36,6 +39,9 @@ class Document:
 
 
 COMPACT_JSON_ABOVE = 2000  # records
+# Cells that are names or single words: never broken.
+NAME_COLUMNS = {"host", "backend", "run", "slot", "fact", "setting", "peak", "status", "verdict", "check"}
+TEXT_ROOM = 20  # what a wrapping text column (a note, a reason) needs at least to stay readable
 
 
 def write(doc: Document, fmt: str, width: int = 200) -> str:
@@ -87,17 +93,53 @@ def _table(doc: Document, width: int) -> str:
 
     console = Console(width=width, record=True, file=io.StringIO(), force_terminal=False)
     for s in doc.sections:
-        table = Table(title=s.title or None, header_style="bold", caption=s.caption or None)
-        for h in s.headers:
-            table.add_column(h, justify="right" if h in s.right else "left", overflow="fold")
+        keep = _columns_that_fit(s, width)
+        dropped = [h for i, h in enumerate(s.headers) if i not in keep]
+        caption = s.caption
+        if dropped:
+            caption = (caption + "\n" if caption else "") + (f"left out at {width} columns: {', '.join(dropped)} "
+                                                              "(a wider terminal, or --format md|csv|json, has them)")
+        table = Table(title=s.title or None, header_style="bold", caption=caption or None)
+        for i in keep:
+            h = s.headers[i]
+            table.add_column(h, justify="right" if h in s.right else "left", overflow="fold",
+                             min_width=_min_width(s, i), no_wrap=h in NAME_COLUMNS or h in s.right)
         for row in s.rows:
             cells = [escape(c) for c in row]
             for col, styles in s.styles.items():
                 style = styles.get(row[col])
                 if style:
                     cells[col] = f"[{style}]{cells[col]}[/]"
-            table.add_row(*cells)
+            table.add_row(*(cells[i] for i in keep))
         console.print(table)
     for n in doc.notes:
-        console.print(n, markup=False, highlight=False, soft_wrap=True)
+        console.print(n, markup=False, highlight=False)
     return console.export_text()
+
+
+def _min_width(s: Section, i: int) -> int:
+    """Names and numbers are never broken: such a column is as wide as its longest value; any column
+    at least as wide as its header's longest word (text between words wraps)."""
+    h = s.headers[i]
+    width = max((len(w) for w in h.split()), default=1)
+    if h in NAME_COLUMNS or h in s.right:
+        width = max([width, *(len(row[i]) for row in s.rows if i < len(row))])
+    return width
+
+
+def _columns_that_fit(s: Section, width: int) -> list[int]:
+    """Indexes of the columns to draw: all, less optional ones (in their order) while the unbreakable
+    minimum (widths + 3 per column for borders and padding) exceeds the width."""
+    def needs(i: int) -> int:
+        h = s.headers[i]
+        if h in NAME_COLUMNS or h in s.right:
+            return _min_width(s, i)
+        return max(_min_width(s, i), min(TEXT_ROOM, max((len(row[i]) for row in s.rows if i < len(row)), default=0)))
+
+    keep = list(range(len(s.headers)))
+    for h in s.optional:
+        if sum(needs(i) + 3 for i in keep) + 1 <= width:
+            break
+        if h in s.headers:
+            keep.remove(s.headers.index(h))
+    return keep

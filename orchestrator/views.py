@@ -43,6 +43,7 @@ def rows_document(rows: list[Row], title: str = "") -> Document:
               _num(r.tflops, ".1f"), _sol(r), _num(r.rel_err, ".2e"), r.verdict or "", _note(r)] for r in rows]
     section = Section(ROW_HEADERS, cells, title=title,
                       right=("M", "N", "K", "median µs", "TFLOPS", "% SoL", "rel_err"), styles={6: _STATUS_STYLE},
+                      optional=("rel_err", "TFLOPS", "% SoL", "check", "label", "N", "K"),
                       caption="% SoL: speed of light (this GPU's measured peaks) / median; "
                               "m = math-bound, b = memory-bound" if any(r.pct_sol is not None for r in rows) else "")
     data = [r.as_dict() for r in rows]

@@ -269,3 +269,21 @@ def test_the_pivot_shows_the_fleet_per_shape_marks_the_best_and_folds_backends_t
     out = capsys.readouterr().out
     assert "flashinfer-fp4-cutlass: unsupported on every host and shape" in out
     assert "| flashinfer-fp4-cutlass |" not in out.splitlines()[0] and "BEST" in out
+
+
+@pytest.mark.parametrize("width", [90, 100, 140])
+def test_tables_fit_the_terminal_and_never_break_a_name(width, stored_runs):
+    from orchestrator.merge import merged_rows
+    from orchestrator.output import write
+    from orchestrator.store import RunStore
+    from orchestrator.views import pivot_document, rows_document
+
+    rows = merged_rows(RunStore(stored_runs / "runs-v4" / "20261203-133700-smoke-byo-4073"))
+    for doc in (rows_document(rows), pivot_document(rows, "torch-bf16")):
+        lines = write(doc, "table", width).splitlines()
+        assert max(len(line) for line in lines) <= width
+        text = "\n".join(lines)
+        for name in ("reference-nvfp4", "my-torch-mm", "my-zeros"):
+            assert name in text  # whole, on one line
+    narrow = write(rows_document(rows), "table", 90)
+    assert "left out at 90 columns: label" in narrow and "--format md|csv|json" in narrow
