@@ -482,6 +482,7 @@ def args_report(p):
     p.add_argument("run", help="run id, run folder or `latest`")
     p.add_argument("--against", help="a second run (or RUN:host) to compare with")
     p.add_argument("-o", "--output", default="report.html", help="the HTML file to write (default: report.html)")
+    p.add_argument("--baseline", help="the backend speedups are drawn against (default: torch-bf16 when present)")
     p.add_argument("--history", action="store_true",
                    help="add trend plots: this run's cases over every stored run (the history index), steps marked")
     _opt_threshold(p)
@@ -492,7 +493,7 @@ def cmd_report(args, io: Streams) -> int:
     from .htmlreport import write_report
 
     path = write_report(Path(args.runs_dir), args.run, args.against, Path(args.output), parse_threshold(args.threshold),
-                        with_history=args.history)
+                        with_history=args.history, baseline=args.baseline)
     io.problem(f"wrote {path}")
     return EXIT_OK
 

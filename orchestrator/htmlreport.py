@@ -163,14 +163,20 @@ def plot_comparison(cmp) -> list[dict]:
         return []
     # The cases that moved most; the table below lists all of them.
     cases = sorted(cases, key=lambda c: abs(c.ratio - 1), reverse=True)[:MAX_PLOTTED_CASES]
-    fig, ax = plt.subplots(figsize=(8, max(3, 0.22 * len(cases))))
-    colors = {"SLOWER": "tab:red", "FASTER": "tab:green", "SAME": "tab:gray", "AMBIGUOUS": "tab:orange"}
+    fig, ax = plt.subplots(figsize=(8, max(3, 0.3 * len(cases))))
+    colors = {"SLOWER": "tab:red", "FASTER": "tab:green", "SAME": "tab:gray", "AMBIGUOUS": "tab:orange",
+              "UNSTABLE": "tab:purple"}
+    seen = set()
     for i, c in enumerate(cases):
         ax.errorbar([c.ratio], [i], xerr=[[c.ratio - c.ci_low], [max(0.0, c.ci_high - c.ratio)]], fmt="o",
-                    color=colors.get(c.verdict, "black"), markersize=3)
+                    color=colors.get(c.verdict, "black"), markersize=4,
+                    label=c.verdict if c.verdict not in seen else None)
+        seen.add(c.verdict)
     ax.axvline(1.0, color="black", linewidth=0.8)
-    ax.axvspan(1 - cmp.threshold, 1 + cmp.threshold, color="gray", alpha=0.15)
-    ax.set_yticks(range(len(cases)), [f"{c.backend} {c.m}x{c.n}x{c.k}" for c in cases], fontsize=6)
+    ax.axvspan(1 - cmp.threshold, 1 + cmp.threshold, color="gray", alpha=0.15, label=f"±{cmp.threshold:.0%}")
+    ax.set_yticks(range(len(cases)), [f"{c.host + ' ' if c.host else ''}{c.backend} {c.m}x{c.n}x{c.k}" for c in cases],
+                  fontsize=8)
+    ax.legend(fontsize=8, loc="best")
     ax.set_xlabel("B / A latency, 95% CI (right of 1: B slower)")
     return [{"title": f"{cmp.b} vs {cmp.a}: the {len(cases)} cases that moved most", "src": _png(fig)}]
 
@@ -232,13 +238,25 @@ def plot_history(runs_dir: Path, rows: list[Row], threshold: float) -> list[dict
                       "(red: a step)", "src": _png(fig)}]
 
 
+METHOD_NAMES = {"cuda-graph": "CUDA-graph replay", "cuda-events": "CUDA events", "cpu-wallclock": "CPU wall clock"}
+
+
 def write_report(runs_dir: Path, run_ref: str, against: Optional[str], output: Path, threshold: float,
-                 with_history: bool = False) -> Path:
+                 with_history: bool = False, baseline: Optional[str] = None) -> Path:
     side = resolve_side(runs_dir, run_ref)
     store = side.store
     rows = merged_rows(store, side.slots)  # the side holds the slots asked for, results read once
     backends = list(dict.fromkeys(r.backend for r in rows))
-    baseline = "torch-bf16" if "torch-bf16" in backends else (backends[0] if backends else "")
+    if baseline is not None and baseline not in backends:
+        from .errors import InputError
+
+        raise InputError(f"--baseline {baseline!r} is not in run {store.run_id} (backends: {', '.join(backends)})")
+    baseline = baseline or ("torch-bf16" if "torch-bf16" in backends else (backends[0] if backends else ""))
+    counts = {}
+    for r in rows:
+        if r.method:
+            counts[r.method] = counts.get(r.method, 0) + 1
+    methods = ", ".join(f"{METHOD_NAMES.get(m, m)} ({n} results)" for m, n in counts.items()) or "nothing (no timed result)"
     plots = plot_tflops(rows) + plot_speedups(rows, baseline) + plot_peak(rows) + plot_roofline(rows, side.slots)
     if with_history:
         plots += plot_history(runs_dir, rows, threshold)
@@ -252,7 +270,7 @@ def write_report(runs_dir: Path, run_ref: str, against: Optional[str], output: P
     fleet = across_hosts(side, threshold) if len(side.slots) >= 3 else None
     html = template_environment().get_template(REPORT_TEMPLATE).render(
         run_id=store.run_id, sweep=store.manifest()["sweep"]["name"], generated=now_iso(), version=__version__,
-        rows=rows, plots=plots, facts=facts, comparison=comparison, fleet=fleet, baseline=baseline,
+        rows=rows, plots=plots, facts=facts, comparison=comparison, fleet=fleet, baseline=baseline, methods=methods,
         threshold=threshold,
     )
     output.parent.mkdir(parents=True, exist_ok=True)

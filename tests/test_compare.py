@@ -287,3 +287,14 @@ def test_tables_fit_the_terminal_and_never_break_a_name(width, stored_runs):
             assert name in text  # whole, on one line
     narrow = write(rows_document(rows), "table", 90)
     assert "left out at 90 columns: label" in narrow and "--format md|csv|json" in narrow
+
+
+def test_the_report_says_how_rows_were_timed_and_takes_any_baseline(tmp_path, capsys):
+    make_run(tmp_path, "r", {"h1": 1.0}, seed=41)
+    html = tmp_path / "r.html"
+    assert main(["report", "r", "--baseline", "torch-fp8", "-o", str(html), "--runs-dir", str(tmp_path)]) == 0
+    text = html.read_text()
+    assert "timed by CUDA-graph replay (200 results)" in text and "Speedup over torch-fp8" in text
+    assert ">None<" not in text
+    assert main(["report", "r", "--baseline", "nope", "-o", str(html), "--runs-dir", str(tmp_path)]) == 2
+    assert "--baseline 'nope' is not in run r" in capsys.readouterr().err
