@@ -15,8 +15,6 @@ from typing import Optional
 from .index import RunIndex
 from .steps import detect_steps
 
-HISTORY_FORMAT = 1  # of the JSON document `history --format json` prints
-
 
 @dataclass
 class Selection:
@@ -105,7 +103,7 @@ class History:
         return [s for s in self.steps if s.new_slower]
 
     def as_dict(self, points: Optional[list[dict]] = None) -> dict:
-        return {"kind": "history", "format": HISTORY_FORMAT, "threshold": self.threshold, "index": self.index,
+        return {"threshold": self.threshold, "index": self.index,
                 "points": points if points is not None else [p.as_dict() for p in self.points],
                 "steps": [asdict(s) for s in self.steps]}
 

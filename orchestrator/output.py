@@ -9,6 +9,9 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 FORMATS = ("table", "json", "csv", "md")
+# Every JSON output is an envelope {"kind": ..., "format": JSON_FORMAT, ...}: a list goes under "items",
+# a mapping's keys sit beside kind and format. Bump on any change a reader of the JSON must know about.
+JSON_FORMAT = 1
 
 
 @dataclass
@@ -35,6 +38,7 @@ class Document:
     data: Any = None
     records: Optional[list[dict]] = None
     notes: list[str] = field(default_factory=list)
+    kind: str = "output"  # names the JSON document: rows, pivot, diff, fleet, history, inventory, ...
     headline: str = ""  # Markdown's first line (a table shows it as a section title instead)
 
 
@@ -48,7 +52,7 @@ def write(doc: Document, fmt: str, width: int = 200) -> str:
     if fmt == "json":
         # Indented for reading; a large document (a long history) compact, which json encodes in C.
         indent = 1 if len(doc.records or ()) <= COMPACT_JSON_ABOVE else None
-        return json.dumps(doc.data, indent=indent, ensure_ascii=False) + "\n"
+        return json.dumps(envelope(doc), indent=indent, ensure_ascii=False) + "\n"
     if fmt == "csv":
         return _csv(doc.records or [])
     if fmt == "md":
@@ -56,6 +60,15 @@ def write(doc: Document, fmt: str, width: int = 200) -> str:
     if fmt == "table":
         return _table(doc, width)
     raise ValueError(f"unknown output format {fmt!r} (known: {', '.join(FORMATS)})")
+
+
+def envelope(doc: Document) -> dict:
+    out: dict = {"kind": doc.kind, "format": JSON_FORMAT}
+    if isinstance(doc.data, dict):
+        out.update({k: v for k, v in doc.data.items() if k not in out})
+    else:
+        out["items"] = doc.data
+    return out
 
 
 def _csv(records: list[dict]) -> str:

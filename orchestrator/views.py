@@ -47,7 +47,7 @@ def rows_document(rows: list[Row], title: str = "") -> Document:
                       caption="% SoL: speed of light (this GPU's measured peaks) / median; "
                               "m = math-bound, b = memory-bound" if any(r.pct_sol is not None for r in rows) else "")
     data = [r.as_dict() for r in rows]
-    return Document([section], data=data, records=data)
+    return Document([section], data=data, records=data, kind="rows")
 
 
 # -- pivot: backends side by side ---------------------------------------------------------------------
@@ -115,7 +115,7 @@ def pivot_document(rows: list[Row], baseline: Optional[str] = None, per_host: bo
     legend = ("cells: median latency, TFLOPS, BEST = the fastest correct backend of the row" + (", % of speed of light" if any(r.pct_sol is not None for r in rows) else "") + (f", speedup over {baseline} (×>1: faster)" if baseline else "")
               + "; WRONG = failed the correctness check")
     section = Section(["host", "label", "M", "N", "K", *backends], body, caption=legend)
-    return Document([section], data=records, records=records, notes=notes)
+    return Document([section], data=records, records=records, notes=notes, kind="pivot")
 
 
 # -- diff and fleet outliers --------------------------------------------------------------------------
@@ -158,7 +158,7 @@ def comparison_document(cmp, only_changed: bool = False) -> Document:
     data = {"a": cmp.a, "b": cmp.b, "threshold": cmp.threshold, "summary": cmp.counts(),
             "facts": [vars(x) for x in cmp.facts], "settings": [vars(x) for x in cmp.settings],
             "cases": [c.as_dict() for c in shown], "backends": backends}
-    return Document(sections, data=data, records=[c.as_dict() for c in shown], headline=summary)
+    return Document(sections, data=data, records=[c.as_dict() for c in shown], headline=summary, kind="diff")
 
 
 def fleet_document(report) -> Document:
@@ -181,7 +181,7 @@ def fleet_document(report) -> Document:
                 "fleet_median_us": d.fleet_median_us, "robust_z": d.robust_z} for d in report.deviations]
     data = {"threshold": report.threshold, "hosts": report.hosts, "deviations": [d.as_dict() for d in report.deviations],
             "calibration": report.calibration}
-    return Document(sections, data=data, records=records)
+    return Document(sections, data=data, records=records, kind="fleet")
 
 
 # -- inventory and stored runs --------------------------------------------------------------------------
@@ -190,7 +190,7 @@ def inventory_document(hosts) -> Document:
              ",".join(h.labels)] for h in hosts]
     data = [h.public_view() for h in hosts]
     return Document([Section(["host", "transport", "address", "python", "workdir", "gpus", "labels"], rows)],
-                    data=data, records=[{**d, "env": ",".join(d["env"])} for d in data])
+                    data=data, records=[{**d, "env": ",".join(d["env"])} for d in data], kind="inventory")
 
 
 CHECK_COLUMNS = ("host", "ready", "python", "venv", "worker", "torch", "flashinfer", "sgl-kernel", "GPU", "CC",
@@ -212,7 +212,8 @@ def host_check_document(statuses, skew: list[str]) -> Document:
     data = [vars(s) for s in statuses]
     records = [{"host": s.name, "ready": s.ready, "state": s.state, "problem": s.problem,
                 **{k: v for k, v in s.facts.items() if not isinstance(v, (dict, list))}} for s in statuses]
-    return Document([Section(list(CHECK_COLUMNS), rows, styles=styles)], data=data, records=records)
+    return Document([Section(list(CHECK_COLUMNS), rows, styles=styles)], data=data, records=records,
+                    kind="host-check")
 
 
 def history_document(hist) -> Document:
@@ -234,9 +235,10 @@ def history_document(hist) -> Document:
                                 title=f"steps (beyond ±{hist.threshold:.0%} and 4 standard errors of the series' noise)"))
     notes = [] if hist.points else ["no stored result matches this selection"]
     points = [p.as_dict() for p in hist.points]
-    return Document(sections, data=hist.as_dict(points), records=points, notes=notes)
+    return Document(sections, data=hist.as_dict(points), records=points, notes=notes, kind="history")
 
 
 def runs_document(entries: list[dict]) -> Document:
     rows = [[e["run_id"], e["sweep"], str(e["hosts"]), str(e["cases"]), e["summary"]] for e in entries]
-    return Document([Section(["run", "sweep", "hosts", "cases", "outcomes"], rows)], data=entries, records=entries)
+    return Document([Section(["run", "sweep", "hosts", "cases", "outcomes"], rows)], data=entries, records=entries,
+                    kind="runs")

@@ -16,6 +16,7 @@ from orchestrator.store import RunStore
 from orchestrator.sweep import Sweep
 from worker.schema import SCHEMA_VERSION, Calibration, CaseRecord, FactsRecord, Metrics
 from worker.timing import summarize
+from cli_output import cli_json
 
 MS = [16 * (i + 1) for i in range(100)]  # x 2 backends = 200 cases
 
@@ -124,7 +125,7 @@ def test_across_hosts_flags_the_odd_host_and_its_cases(tmp_path, capsys):
     make_run(tmp_path, "fleet", {"h1": 1.0, "h2": 1.0, "h3": 1.0, "h4": 1.08, "h5": 1.0, "h6": 1.0}, seed=6)
     assert main(["diff", "fleet", "--across-hosts", "--runs-dir", str(tmp_path), "--format", "json"]) == 0
     captured = capsys.readouterr()
-    report = json.loads(captured.out)
+    report = cli_json(captured.out)
     assert [h for h, v in report["hosts"].items() if v["outlier"]] == ["h4"]
     assert report["hosts"]["h4"]["flagged"] >= 190
     assert sum(v["flagged"] for h, v in report["hosts"].items() if h != "h4") == 0
@@ -140,7 +141,7 @@ def test_across_hosts_names_a_gpu_that_is_slow_at_its_own_calibration(tmp_path, 
              calibration={"h1": cal(450.0), "h2": cal(396.0), "h3": cal(452.0, tb_s=1.2)})
     assert main(["diff", "fleet", "--across-hosts", "--runs-dir", str(tmp_path), "--format", "json"]) == 0
     captured = capsys.readouterr()
-    flagged = {(c["slot"], c["peak"]) for c in json.loads(captured.out)["calibration"] if c["flagged"]}
+    flagged = {(c["slot"], c["peak"]) for c in cli_json(captured.out)["calibration"] if c["flagged"]}
     assert flagged == {("h2", "bf16 TFLOPS"), ("h2", "fp8 TFLOPS"), ("h3", "copy TB/s")}
     assert "h2: slow GPU: calibration bf16 TFLOPS 396.00, 12% below the fleet median 450.00" in captured.err
     assert main(["diff", "fleet", "--across-hosts", "--runs-dir", str(tmp_path)]) == 0
@@ -238,7 +239,7 @@ def test_diff_names_hosts_not_hashes_folds_cases_run_nowhere_and_sums_up_per_bac
     make_run(tmp_path, "a", {"h": 1.0}, seed=21, statuses=both)
     make_run(tmp_path, "b", {"h": 1.10}, seed=22, statuses=both)
     assert main(["diff", "a", "b", "--runs-dir", str(tmp_path), "--format", "json"]) == 1
-    report = json.loads(capsys.readouterr().out)
+    report = cli_json(capsys.readouterr().out)
     not_run = [c for c in report["cases"] if c["verdict"] == "NOT-RUN"]
     assert not_run and all(c["m"] == 32 for c in not_run) and "NOT-OK" not in report["summary"]
     assert {c["host"] for c in report["cases"]} == {"h"}
@@ -247,7 +248,7 @@ def test_diff_names_hosts_not_hashes_folds_cases_run_nowhere_and_sums_up_per_bac
     assert 1.08 < per_backend["torch-bf16"]["geomean_ratio"] < 1.12 and per_backend["torch-bf16"]["slower"] > 0
     # --only-changed leaves out what did not move and what ran nowhere; the table shows hosts, not hashes.
     assert main(["diff", "a", "b", "--runs-dir", str(tmp_path), "--only-changed", "--format", "json"]) == 1
-    changed = json.loads(capsys.readouterr().out)["cases"]
+    changed = cli_json(capsys.readouterr().out)["cases"]
     assert changed and not {c["verdict"] for c in changed} & {"SAME", "NOT-RUN"}
     main(["diff", "a", "b", "--runs-dir", str(tmp_path), "--format", "md"])
     out = capsys.readouterr().out
@@ -258,11 +259,11 @@ def test_the_pivot_shows_the_fleet_per_shape_marks_the_best_and_folds_backends_t
                                                                                                   stored_runs):
     make_run(tmp_path, "f", {"h1": 1.0, "h2": 1.02, "h3": 0.98}, seed=31)
     assert main(["show", "f", "--pivot", "backend", "--runs-dir", str(tmp_path), "--format", "json"]) == 0
-    fleet = json.loads(capsys.readouterr().out)
+    fleet = cli_json(capsys.readouterr().out)
     assert {r["slot"] for r in fleet} == {"fleet (3/3 hosts)"} and len(fleet) == 100
     assert all(r["best"] == "torch-fp8" for r in fleet)  # fp8's synthetic base is 6 µs against bf16's 8
     assert main(["show", "f", "--pivot", "backend", "--per-host", "--runs-dir", str(tmp_path), "--format", "json"]) == 0
-    assert {r["slot"] for r in json.loads(capsys.readouterr().out)} == {"h1", "h2", "h3"}
+    assert {r["slot"] for r in cli_json(capsys.readouterr().out)} == {"h1", "h2", "h3"}
     # A stored CPU run: the FP4 kernel ran nowhere, so it is a note, not a column of "unsupp.*".
     run = stored_runs / "runs-v4" / "20261203-133700-smoke-byo-4073"
     main(["show", str(run), "--pivot", "backend", "--format", "md"])

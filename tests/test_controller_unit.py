@@ -21,6 +21,7 @@ from orchestrator.transport import login_relative, shell_command
 from worker import protocol
 from worker.backends import CATALOG
 from worker.schema import SCHEMA_VERSION
+from cli_output import cli_json
 
 REPO = Path(__file__).resolve().parent.parent
 GOLDEN = Path(__file__).parent / "golden"
@@ -324,7 +325,7 @@ def test_ansible_style_limit_and_forks_are_the_same_options(tmp_path, capsys, mo
     for argv in (["hosts", "-l", "!a", "--format", "json"], ["hosts", "--limit", "b", "--format", "json"],
                  ["hosts", "--hosts", "b", "--format", "json"]):
         assert main(argv) == 0
-        assert [h["name"] for h in json.loads(capsys.readouterr().out)] == ["b"]
+        assert [h["name"] for h in cli_json(capsys.readouterr().out)] == ["b"]
     sweep = write(tmp_path / "s.yaml", "name: s\nbackends: [noop]\nshapes: [{m: 1, n: 16, k: 16}]\ndevice: cpu\n")
     assert main(["run", str(sweep), "-f", "1", "-l", "a", "--format", "json"]) == 0
-    assert {r["host"] for r in json.loads(capsys.readouterr().out)} == {"a"}
+    assert {r["host"] for r in cli_json(capsys.readouterr().out)} == {"a"}

@@ -14,6 +14,7 @@ from orchestrator.inventory import load_inventory, select_hosts
 from orchestrator.plan import build_plan
 from orchestrator.provision import constraints_for
 from orchestrator.sweep import load_sweep
+from cli_output import cli_json
 
 REPO = Path(__file__).resolve().parent.parent
 TWO_ENVS = f"""
@@ -83,11 +84,11 @@ def test_one_sweep_on_two_environments_diffs_environment_against_environment(tmp
                  "--format", "json"])
     out, err = capsys.readouterr()
     assert code == 0, err
-    rows = json.loads(out)
+    rows = cli_json(out)
     assert {r["slot"] for r in rows} == {"local@a", "local@b"} and all(r["status"] != "missing" for r in rows)
     assert main(["diff", "latest:local@a", "latest:local@b", "--runs-dir", str(runs), "--format", "json"]) in (0, 1)
-    report = json.loads(capsys.readouterr().out)
+    report = cli_json(capsys.readouterr().out)
     assert len(report["cases"]) == 10 and not {"ONLY-A", "ONLY-B"} & set(report["summary"])
     code = main(["history", "--runs-dir", str(runs), "--backend", "torch-bf16", "--m", "16", "--format", "json"])
-    hist = json.loads(capsys.readouterr().out)
+    hist = cli_json(capsys.readouterr().out)
     assert {p["host"] for p in hist["points"]} == {"local@a", "local@b"}

@@ -19,6 +19,7 @@ from sshfleet import wait_until
 from orchestrator.cli import main
 from orchestrator.records import parse_results
 from orchestrator.store import resolve_run
+from cli_output import cli_json
 
 
 def slow_sweep(path: Path, shapes: int = 8, budget: float = 0.4) -> Path:
@@ -74,7 +75,7 @@ def test_worker_crash_marks_the_case_crashed_and_the_rest_still_run(fleet, tmp_p
     inv = fleet.inventory(tmp_path / "hosts.yaml", names=["ssh0"], env={"FLEETBENCH_FAULT": "segv:torch-bf16:32"})
     sweep = write_sweep(tmp_path / "s.yaml", backends=("torch-bf16",), ms=(16, 32, 64))
     code, out, err = run_cli(capsys, "run", sweep, "-i", inv, "--runs-dir", tmp_path / "runs", "--format", "json")
-    rows = {r["m"]: r for r in json.loads(out)}
+    rows = {r["m"]: r for r in cli_json(out)}
     assert code == 1
     assert rows[32]["status"] == "crashed" and "killed by SIGSEGV during this case" in rows[32]["reason"]
     assert rows[16]["status"] == rows[64]["status"] == "ok"
@@ -86,7 +87,7 @@ def test_restart_budget_is_bounded(fleet, tmp_path, capsys):
                           env={"FLEETBENCH_FAULT": "exit:torch-bf16:16,exit:torch-bf16:32"})
     sweep = write_sweep(tmp_path / "s.yaml", backends=("torch-bf16",), ms=(16, 32, 64), extra="max_restarts: 1\n")
     code, out, err = run_cli(capsys, "run", sweep, "-i", inv, "--runs-dir", tmp_path / "runs", "--format", "json")
-    rows = {r["m"]: r["status"] for r in json.loads(out)}
+    rows = {r["m"]: r["status"] for r in cli_json(out)}
     assert code == 1 and rows == {16: "crashed", 32: "crashed", 64: "missing"}
     assert "ssh1: partial: fleetbench: giving up after 1 restarts; 1 cases have no result" in err
 
@@ -114,7 +115,7 @@ def test_frozen_host_times_out_at_its_limit_while_others_finish_then_rerun_recov
     code, out, err = run_cli(capsys, "rerun", store.run_id, "--failed", "--resume", "-i", inv, "--runs-dir", runs,
                              "--format", "json")
     assert code == 0, err
-    rows = json.loads(out)
+    rows = cli_json(out)
     assert len(rows) == 20 and {r["status"] for r in rows} == {"ok"}
     first = parse_results(store.attempt_dir("ssh1", 1) / "results.jsonl").cases
     assert len(first) >= 2  # written before the freeze: kept, not rerun
@@ -156,7 +157,7 @@ def test_a_host_frozen_at_the_start_ends_stalled_within_two_minutes_and_the_prin
     monkeypatch.chdir(elsewhere)  # no hosts.yaml, no runs/ here; no -i: the run's own inventory
     code, out, err = run_cli(capsys, "rerun", "latest", "--failed", "--runs-dir", runs, "--format", "json")
     assert code == 0, err
-    rows = json.loads(out)
+    rows = cli_json(out)
     assert len(rows) == 24 and {r["status"] for r in rows} == {"ok"}
     code, _, err = run_cli(capsys, *hint.removeprefix("complete it with: ").split()[1:])  # the hint, as printed
     assert code == 2 and "nothing to rerun" in err  # it names the same run, now complete
@@ -217,7 +218,7 @@ def test_killed_host_loses_no_result_line(fleet, tmp_path, capsys):
     assert code == 0, err
     recovered = (store.attempt_dir("ssh2", 1) / "results.jsonl").read_text().splitlines()
     assert all(line in recovered for line in remote_results.read_text().splitlines())  # every line came home
-    assert {r["status"] for r in json.loads(out)} == {"ok"}
+    assert {r["status"] for r in cli_json(out)} == {"ok"}
 
 
 def test_ctrl_c_stops_remote_work_and_leaves_a_consistent_store(fleet, tmp_path, capsys):
@@ -239,7 +240,7 @@ def test_ctrl_c_stops_remote_work_and_leaves_a_consistent_store(fleet, tmp_path,
     assert {o.outcome for o in store.latest_outcomes().values()} == {"interrupted"}
     code, out, err = run_cli(capsys, "show", "latest", "--runs-dir", runs, "--format", "json")
     assert code == 1 and "Traceback" not in err
-    assert {r["status"] for r in json.loads(out)} <= {"ok", "missing"}
+    assert {r["status"] for r in cli_json(out)} <= {"ok", "missing"}
 
 
 def test_controller_killed_with_sigkill_leaves_a_run_that_show_reads_and_rerun_completes(fleet, tmp_path, capsys):
@@ -255,7 +256,7 @@ def test_controller_killed_with_sigkill_leaves_a_run_that_show_reads_and_rerun_c
     code, out, err = run_cli(capsys, "rerun", "latest", "--failed", "--resume", "-i", inv, "--runs-dir", runs,
                              "--format", "json")
     assert code == 0, err
-    assert len(json.loads(out)) == 6
+    assert len(cli_json(out)) == 6
     assert wait_until(lambda: not processes_under(tmp_path / "w3"), 10)  # the orphaned attempt was stopped
 
 
@@ -305,7 +306,7 @@ def test_corrupted_results_line_is_reported_and_the_rest_kept(fleet, tmp_path, c
     code, out, err = run_cli(capsys, "run", sweep, "-i", inv, "--runs-dir", tmp_path / "r", "--format", "json")
     assert code == 1
     assert "ssh2: bad result line: results.jsonl line 2: not JSON" in err  # written in round 1 of M=32
-    assert {r["status"] for r in json.loads(out)} == {"ok"}
+    assert {r["status"] for r in cli_json(out)} == {"ok"}
 
 
 def test_refused_connection_and_connect_timeout_are_unreachable(fleet, tmp_path, capsys):

@@ -12,6 +12,7 @@ from conftest import write_sweep
 
 from orchestrator.cli import main
 from orchestrator.store import resolve_run
+from cli_output import cli_json
 
 HOSTILE = "{'Desc':40s} | \"it's\" \n $(touch /tmp/pwned) `id` ünïcode"
 
@@ -63,7 +64,7 @@ def test_hostile_label_round_trips_byte_exact_over_ssh_and_runs_nothing(fleet, t
     sweep = write_sweep(tmp_path / "s.yaml", label=HOSTILE, backends=("torch-bf16",))
     code, out, err = run_cli(capsys, "run", sweep, "-i", inv, "--runs-dir", tmp_path / "runs", "--format", "json")
     assert code == 0, err
-    rows = json.loads(out)
+    rows = cli_json(out)
     assert [r["label"] for r in rows] == [HOSTILE]
     assert not pwned.exists()
     store = resolve_run(tmp_path / "runs", "latest")

@@ -10,6 +10,7 @@ from conftest import write_sweep
 
 from orchestrator.cli import main
 from orchestrator.store import resolve_run
+from cli_output import cli_json
 
 
 def run_cli(capsys, *argv):
@@ -37,7 +38,7 @@ def test_hosts_check_reports_every_host_and_flags_version_skew(fleet, tmp_path, 
     inv.write_text(yaml.safe_dump(doc))
 
     code, out, err = run_cli(capsys, "hosts", "--check", "-i", inv, "--format", "json")
-    statuses = {s["name"]: s for s in json.loads(out)}
+    statuses = {s["name"]: s for s in cli_json(out)}
     assert set(statuses) == {"ssh0", "ssh1", "ssh2", "local"}
     assert all(s["ready"] for s in statuses.values()), err
     assert statuses["ssh0"]["facts"]["torch"] and statuses["ssh0"]["facts"]["free_disk_gb"] > 0

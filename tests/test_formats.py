@@ -20,6 +20,7 @@ from orchestrator.merge import merged_rows
 from orchestrator.records import parse_results
 from orchestrator.store import RunStore
 from worker.schema import SCHEMA_VERSION
+from cli_output import cli_json
 
 V1_DONE, V1_OTHER_BUDGET, V1_FAILED = ("runs-v1/20261203-081621-smoke-a967", "runs-v1/20261203-081628-smoke-0d4a",
                                        "runs-v1/20261203-081637-smoke-18d7")
@@ -42,7 +43,7 @@ def copy_run(run: Path, runs_dir: Path) -> Path:
 @pytest.mark.parametrize("run", [V1_DONE, V1_OTHER_BUDGET, V1_FAILED, V2_DONE, V3_DONE])
 def test_every_stored_run_shows_all_its_planned_cases(run, runs, capsys):
     code = main(["show", str(runs(run)), "--format", "json"])
-    rows = json.loads(capsys.readouterr().out)
+    rows = cli_json(capsys.readouterr().out)
     assert len(rows) == 10 and len({r["case_id"] for r in rows}) == 10
     if run == V1_FAILED:
         assert code == 1 and {r["status"] for r in rows} == {"missing"}
@@ -69,7 +70,7 @@ def test_format_1_runs_mean_today_what_they_meant_when_written(runs):
 
 def test_a_format_1_run_and_a_format_2_run_of_one_sweep_match_case_by_case(runs, capsys):
     assert main(["diff", str(runs(V1_DONE)), str(runs(V2_DONE)), "--format", "json"]) in (0, 1)
-    report = json.loads(capsys.readouterr().out)
+    report = cli_json(capsys.readouterr().out)
     assert len(report["cases"]) == 10
     assert not {"ONLY-A", "ONLY-B"} & set(report["summary"])
     assert report["settings"] == []  # both were timed with the same options
@@ -110,7 +111,7 @@ def test_rows_on_one_side_only_are_listed_and_counted(runs, tmp_path, capsys):
     results.write_text("\n".join(lines[:-2]) + "\n")  # the last two cases have no result in B
     main(["diff", str(runs(V1_DONE)), str(fewer), "--format", "json"])
     captured = capsys.readouterr()
-    report = json.loads(captured.out)
+    report = cli_json(captured.out)
     assert report["summary"]["ONLY-A"] == 2
     assert sum(c["verdict"] == "ONLY-A" for c in report["cases"]) == 2
     assert "2 only in A" in captured.err  # the summary line names them too
@@ -156,7 +157,7 @@ def test_a_format_1_run_reruns_with_its_own_worker_and_merges(runs, tmp_path, mo
                                         resume=False)
     assert bundle.params_format == 1 and len(tasks) == 1 and len(tasks[0].cases) == 10
     code = main(["rerun", str(run), "--failed", "-i", str(inventory), "--format", "json"])
-    rows = json.loads(capsys.readouterr().out)
+    rows = cli_json(capsys.readouterr().out)
     assert code == 0, rows
     assert [r["status"] for r in rows].count("ok") == 4 and {r["attempt"] for r in rows} == {2}
     params = json.loads((run / "hosts" / "nopython" / "attempt-2" / "params.json").read_text())
@@ -168,14 +169,14 @@ def test_a_format_1_run_reruns_with_its_own_worker_and_merges(runs, tmp_path, mo
 
 def test_runs_timed_in_rounds_diff_against_runs_timed_once_case_by_case(runs, capsys):
     assert main(["diff", str(runs(V1_DONE)), str(runs(V3_DONE)), "--format", "json"]) in (0, 1)
-    report = json.loads(capsys.readouterr().out)
+    report = cli_json(capsys.readouterr().out)
     assert len(report["cases"]) == 10 and not {"ONLY-A", "ONLY-B"} & set(report["summary"])
     # Runs before format 3 were timed once per case, and say so; the interval knows it has one round.
     assert {(s["field"], s["a"], s["b"]) for s in report["settings"]} == {("timing.rounds", "1", "3")}
     timed = [c for c in report["cases"] if c["ratio"] is not None]
     assert timed and all("one round" in c["note"] for c in timed)
     assert main(["diff", str(runs(V3_DONE)), str(runs(V3_DONE)), "--format", "json"]) == 0
-    same = json.loads(capsys.readouterr().out)
+    same = cli_json(capsys.readouterr().out)
     timed = [c for c in same["cases"] if c["ratio"] is not None]
     assert all(c["ratio"] == pytest.approx(1.0) and c["verdict"] in ("SAME", "AMBIGUOUS") for c in timed)
     assert all("one round" not in c["note"] for c in same["cases"])
@@ -188,11 +189,11 @@ def test_format_4_runs_with_user_kernels_read_and_diff_today(runs, capsys):
     manifest = RunStore(run).manifest()
     assert manifest["written_as"] == 4 and manifest["worker"]["calibration"] == "off"
     assert main(["show", str(run), "--format", "json"]) == 1  # the zeros kernel failed
-    rows = json.loads(capsys.readouterr().out)
+    rows = cli_json(capsys.readouterr().out)
     by = {(r["backend"], r["m"]): r for r in rows}
     assert len(rows) == 12 and by[("my-torch-mm", 16)]["status"] == "ok"
     assert by[("my-zeros", 64)]["status"] == "failed" and "all zeros" in by[("my-zeros", 64)]["reason"]
     assert all(r["pct_sol"] is None for r in rows)  # no calibration then: no speed of light, never a guess
     assert main(["diff", str(run), str(run), "--format", "json"]) in (0, 1)
-    report = json.loads(capsys.readouterr().out)
+    report = cli_json(capsys.readouterr().out)
     assert not report["settings"] and len(report["cases"]) == 12

@@ -13,6 +13,7 @@ from orchestrator.cli import main
 from orchestrator.index import INDEX_NAME, RunIndex
 from orchestrator.steps import detect_steps
 from test_compare import make_run
+from cli_output import cli_json
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -20,7 +21,7 @@ REPO = Path(__file__).resolve().parent.parent
 def history_json(capsys, runs: Path, *extra) -> tuple[int, dict]:
     code = main(["history", "--runs-dir", str(runs), "--format", "json", *map(str, extra)])
     out, _ = capsys.readouterr()
-    return code, json.loads(out)
+    return code, cli_json(out)
 
 
 def _points(doc: dict) -> list[tuple]:

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.cli import main
+from cli_output import cli_json
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -43,7 +44,7 @@ def test_init_in_an_empty_folder_then_the_smoke_sweep_runs(tmp_path, monkeypatch
     out = capsys.readouterr().out
     assert "wrote hosts.yaml" in out and "wrote sweeps/smoke.yaml" in out
     assert main(["run", "sweeps/smoke.yaml", "--format", "json"]) == 0
-    rows = json.loads(capsys.readouterr().out)
+    rows = cli_json(capsys.readouterr().out)
     assert len(rows) == 10 and {r["status"] for r in rows} == {"ok", "unsupported"}
     (tmp_path / "hosts.yaml").write_text("# mine\n" + (tmp_path / "hosts.yaml").read_text())
     assert main(["init"]) == 0
@@ -68,7 +69,7 @@ def test_the_inventory_is_found_by_flag_then_environment_then_here(tmp_path, mon
     else:
         monkeypatch.delenv("FLEETBENCH_INVENTORY", raising=False)
     assert main(["hosts", "--format", "json", *(["-i", given] if given else [])]) == 0
-    assert [h["name"] for h in json.loads(capsys.readouterr().out)] == [found]
+    assert [h["name"] for h in cli_json(capsys.readouterr().out)] == [found]
 
 
 def test_no_inventory_anywhere_names_all_three_places(tmp_path, monkeypatch, capsys):
@@ -87,8 +88,8 @@ def test_a_dry_run_is_never_latest(tmp_path, monkeypatch, capsys):
     assert main(["show", "latest"]) == 2
     assert "no runs in runs (only dry runs of `render`)" in capsys.readouterr().err
     assert main(["run", "sweeps/noop.yaml", "--format", "json"]) == 0
-    ran = json.loads(capsys.readouterr().out)[0]["run_id"]
+    ran = cli_json(capsys.readouterr().out)[0]["run_id"]
     assert main(["render", "sweeps/noop.yaml", "--quiet"]) == 0
     capsys.readouterr()
     assert main(["show", "latest", "--format", "json"]) == 0
-    assert json.loads(capsys.readouterr().out)[0]["run_id"] == ran
+    assert cli_json(capsys.readouterr().out)[0]["run_id"] == ran

@@ -12,6 +12,7 @@ from orchestrator.errors import InputError
 from orchestrator.sweep import load_sweep
 from worker.metrics import moe_metrics
 from worker.routing import draw_counts, read_counts_file
+from cli_output import cli_json
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -102,7 +103,7 @@ def test_an_moe_layer_with_skewed_routing_runs_on_the_local_host(tmp_path, capsy
     code = main(["run", str(sweep), "--runs-dir", str(tmp_path / "runs"), "--format", "json"])
     out, err = capsys.readouterr()
     assert code == 0, err
-    doc = json.loads(out)
+    doc = cli_json(out)
     rows = doc.get("rows", doc) if isinstance(doc, dict) else doc
     assert len(rows) == 15
     ok = [r for r in rows if r["status"] == "ok"]

@@ -8,6 +8,7 @@ import yaml
 
 from orchestrator.bundle import build_worker_bundle
 from orchestrator.cli import main
+from cli_output import cli_json
 
 GOOD = '''import torch
 FAMILY = "bf16"
@@ -48,7 +49,7 @@ def sweep_with(tmp_path: Path, kernels: dict[str, str], *, ms=(16,), builtins=("
 def run_json(capsys, *argv) -> tuple[int, list, str]:
     code = main([str(a) for a in argv])
     out, err = capsys.readouterr()
-    doc = json.loads(out) if out.strip() else []
+    doc = cli_json(out) if out.strip() else []
     return code, doc.get("rows", doc) if isinstance(doc, dict) else doc, err
 
 
@@ -95,7 +96,7 @@ def test_diff_says_when_the_kernel_code_changed(tmp_path, capsys):
     b = sorted(p for p in runs.iterdir() if p != a)[-1]
     capsys.readouterr()
     main(["diff", str(a), str(b), "--format", "json"])
-    doc = json.loads(capsys.readouterr().out)
+    doc = cli_json(capsys.readouterr().out)
     settings = json.dumps(doc.get("settings", doc))
     assert "kernel good sha256" in settings
 
