@@ -329,3 +329,16 @@ def test_ansible_style_limit_and_forks_are_the_same_options(tmp_path, capsys, mo
     sweep = write(tmp_path / "s.yaml", "name: s\nbackends: [noop]\nshapes: [{m: 1, n: 16, k: 16}]\ndevice: cpu\n")
     assert main(["run", str(sweep), "-f", "1", "-l", "a", "--format", "json"]) == 0
     assert {r["host"] for r in cli_json(capsys.readouterr().out)} == {"a"}
+
+
+def test_a_local_host_without_a_home_folder_says_so_not_interpreter_not_found(tmp_path, monkeypatch):
+    from orchestrator.inventory import load_inventory
+    from orchestrator.transport import TransportError
+    from orchestrator.transport.local import LocalTransport
+
+    inv = tmp_path / "hosts.yaml"
+    inv.write_text("hosts: [{name: local, transport: local}]\n")
+    monkeypatch.setenv("HOME", str(tmp_path / "gone"))
+    with pytest.raises(TransportError, match="home folder not found: .*gone"):
+        LocalTransport(load_inventory(inv).hosts[0]).run([sys.executable, "-c", "pass"], env={}, timeout=10,
+                                                         on_line=lambda s, l: None)

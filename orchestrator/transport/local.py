@@ -54,12 +54,16 @@ class LocalTransport:
 
     def run(self, argv, *, env, timeout, on_line, stdin=None, stall_timeout=None) -> CommandResult:
         argv = [self.path(a) if a.startswith("~") else a for a in argv]
+        home = os.path.expanduser("~")
         try:
             # cwd is the home folder, as for an SSH exec, so login-relative paths mean the same here.
-            proc = subprocess.Popen(argv, env={**os.environ, **env}, cwd=os.path.expanduser("~"), stdout=subprocess.PIPE,
+            proc = subprocess.Popen(argv, env={**os.environ, **env}, cwd=home, stdout=subprocess.PIPE,
                                     stderr=subprocess.PIPE, stdin=subprocess.DEVNULL if stdin is None else subprocess.PIPE,
                                     start_new_session=True)
         except FileNotFoundError:
+            if not os.path.isdir(home):  # Popen names neither: say which one is missing
+                raise TransportError("failed", f"home folder not found: {home} (commands of the local host run "
+                                               "there; set HOME to a folder that exists)") from None
             raise TransportError("failed", f"interpreter not found: {argv[0]}") from None
         except PermissionError:
             raise TransportError("failed", f"interpreter not executable: {argv[0]}") from None
