@@ -197,3 +197,22 @@ def test_format_4_runs_with_user_kernels_read_and_diff_today(runs, capsys):
     assert main(["diff", str(run), str(run), "--format", "json"]) in (0, 1)
     report = cli_json(capsys.readouterr().out)
     assert not report["settings"] and len(report["cases"]) == 12
+
+
+def test_a_format_4_run_reruns_with_its_own_worker(runs, tmp_path, monkeypatch, capsys):
+    """Format 5 added calibration and the MoE workload; a format-4 run's own worker must get params
+    without them, and its records (format 4) merge with today's reader."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    run = copy_run(runs(V4_USER_KERNELS), tmp_path / "runs")
+    inventory = tmp_path / "hosts.yaml"
+    inventory.write_text(f"hosts: [{{name: local, transport: local, workdir: ~/.fleetbench/local, "
+                         f"python: {json.dumps(sys.executable)}}}]\n")
+    assert main(["rerun", str(run), "--hosts", "local", "-i", str(inventory), "--format", "json"]) == 1  # zeros fail
+    rows = cli_json(capsys.readouterr().out)
+    assert {r["attempt"] for r in rows if r["backend"] == "my-zeros"} == {2}
+    assert all(r["status"] == "failed" for r in rows if r["backend"] == "my-zeros")
+    params = json.loads((run / "hosts" / "local" / "attempt-2" / "params.json").read_text())
+    assert params["schema_version"] == 4 and "calibration" not in params
+    assert all("moe" not in c for c in params["cases"])
+    written = (run / "hosts" / "local" / "attempt-2" / "results.jsonl").read_text()
+    assert '"schema_version":4' in written
