@@ -12,7 +12,7 @@ $(VENV)/.installed: pyproject.toml requirements/host-constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q "$(TORCH_SPEC)"
-	$(PY) -m pip install -q -e '.[worker,test]'
+	$(PY) -m pip install -q -e '.[worker,report,test]'
 	# FlashInfer at the hosts' pin, for the FP4 contract tests: it imports on a CPU-only machine with these
 	# few dependencies; its full set (CUDA toolkits, cutlass-dsl, ...) is left out with --no-deps.
 	$(PY) -m pip install -q -c requirements/host-constraints.txt apache-tvm-ffi requests tqdm nvidia-ml-py

@@ -299,3 +299,13 @@ def test_the_report_says_how_rows_were_timed_and_takes_any_baseline(tmp_path, ca
     assert ">None<" not in text
     assert main(["report", "r", "--baseline", "nope", "-o", str(html), "--runs-dir", str(tmp_path)]) == 2
     assert "--baseline 'nope' is not in run r" in capsys.readouterr().err
+
+
+def test_report_without_matplotlib_says_which_extra_to_install(tmp_path, capsys, monkeypatch):
+    import importlib.util
+
+    make_run(tmp_path, "r", {"h1": 1.0}, seed=51)
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "matplotlib" else real(name, *a))
+    assert main(["report", "r", "-o", str(tmp_path / "r.html"), "--runs-dir", str(tmp_path)]) == 2
+    assert "pip install 'fleetbench[report]'" in capsys.readouterr().err
