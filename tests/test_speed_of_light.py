@@ -114,3 +114,29 @@ def test_a_run_of_an_older_format_gets_params_without_calibration():
     params = {"schema_version": 5, "run_id": "r", "host": "h", "cases": [], "calibration": "fresh"}
     assert "calibration" not in params_for_worker(params, 4)
     assert params_for_worker(params, 5)["calibration"] == "fresh"
+
+
+def test_a_measurement_that_killed_its_worker_is_not_retried_by_the_restarted_one(tmp_path):
+    """A segfault inside a GPU library while calibrating must not take every restarted worker down."""
+    key = "host|GPU-1|driver 580|torch 2.11"
+    (tmp_path / "calibration.json").write_text(json.dumps({f"{key}|in flight": "fp4"}))  # what the dead one left
+
+    def measure(what):
+        if what == "fp4":
+            pytest.fail("fp4 measured again after it killed a worker")
+        return {"copy": 4.1, "bf16": 700.0}[what], f"fake {what}"
+
+    got = calibrate(GPU, {"bf16", "fp4"}, "cached", key=key, measure=measure, datasheet=SHEET,
+                    cache=tmp_path / "calibration.json")
+    assert got.tflops == {"bf16": 700.0} and "died while measuring" in got.problems["fp4"]
+    assert f"{key}|in flight" not in json.loads((tmp_path / "calibration.json").read_text())
+    # `calibration: fresh` tries once more.
+    again = calibrate(GPU, {"fp4"}, "fresh", key=key, measure=lambda w: (2500.0, "fake") if w == "fp4" else (4.1, "x"),
+                      datasheet=SHEET, cache=tmp_path / "calibration.json")
+    assert again.tflops["fp4"] == 2500.0
+    # ...and until then later sweeps keep it as a problem instead of dying again.
+    (tmp_path / "calibration.json").write_text(json.dumps({f"{key}|in flight": "fp4"}))
+    calibrate(GPU, {"bf16", "fp4"}, "cached", key=key, measure=measure, datasheet=SHEET, cache=tmp_path / "calibration.json")
+    later = calibrate(GPU, {"bf16", "fp4"}, "cached", key=key, measure=measure, datasheet=SHEET,
+                      cache=tmp_path / "calibration.json")
+    assert later.cached and "died while measuring" in later.problems["fp4"]

@@ -31,6 +31,7 @@ CALIBRATION_BACKENDS = {
 }
 GEMM_SIZE = 8192  # M = N = K: large enough to be math-bound on every GPU we target
 COPY_BYTES = 1 << 30
+DIED = "a worker process died while measuring this on this GPU; not measured again (calibration: fresh tries once more)"
 WARMUP_CALLS = 3
 BATCHES = 5
 CALLS_PER_BATCH = 10
@@ -92,10 +93,12 @@ def calibrate(device, families: set[str], mode: str, *, key: Optional[str] = Non
     except ValueError:
         found = None  # an entry of another version or a torn write: measure again
     wanted = sorted(families | {"copy"})
-    # What failed before is tried again: a library installed since may run it now.
+    # What failed before is tried again (a library installed since may run it now), except what killed
+    # a worker: that stays a problem until `calibration: fresh`.
     known = set()
     if found is not None:
         known = set(found.tflops) | ({"copy"} if found.tb_s else set())
+        known |= {w for w, why in found.problems.items() if why.startswith(DIED)}
     missing = [w for w in wanted if w not in known]
     if found is not None and not missing:
         return found.model_copy(update={"cached": True, "datasheet": datasheet})
@@ -104,7 +107,16 @@ def calibrate(device, families: set[str], mode: str, *, key: Optional[str] = Non
     tflops, method = dict(cal.tflops), dict(cal.method)
     problems = {w: why for w, why in cal.problems.items() if w not in missing}
     tb_s = cal.tb_s
+    # A measurement that killed its process (a segfault in a GPU library) must not kill every restarted
+    # worker in turn: each is marked in the cache while it runs, and a mark left behind is not retried.
+    died_key = f"{key}|in flight"
+    died = doc.get(died_key) if isinstance(doc.get(died_key), str) and mode == "cached" else None
     for what in missing:
+        if what == died:
+            problems[what] = DIED
+            continue
+        doc[died_key] = what
+        _write_cache(path, doc)
         try:
             value, how = measure(what)
         except Exception as exc:  # a family that cannot be timed here is data, not a failed sweep
@@ -118,6 +130,7 @@ def calibrate(device, families: set[str], mode: str, *, key: Optional[str] = Non
     cal = cal.model_copy(update={"tflops": tflops, "tb_s": tb_s, "method": method, "problems": problems,
                                  "cached": False, "datasheet": datasheet})
     doc[key] = cal.model_dump(mode="json", exclude={"cached", "datasheet"})
+    doc.pop(died_key, None)
     _write_cache(path, doc)
     return cal
 
