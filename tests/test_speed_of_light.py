@@ -140,3 +140,18 @@ def test_a_measurement_that_killed_its_worker_is_not_retried_by_the_restarted_on
     later = calibrate(GPU, {"bf16", "fp4"}, "cached", key=key, measure=measure, datasheet=SHEET,
                       cache=tmp_path / "calibration.json")
     assert later.cached and "died while measuring" in later.problems["fp4"]
+
+
+def test_the_oracles_get_no_speed_of_light():
+    """The references compute in fp32 whatever their operand family: a tensor-core roof is not theirs."""
+    from worker.backends import CATALOG
+    from worker.runner import CaseRunner
+    from worker.schema import CaseSpec
+
+    runner = CaseRunner("cpu")
+    runner.calibration = Calibration(key="k", measured_at="t", cached=False, tflops={"bf16": 500.0, "fp4": 2000.0},
+                                     tb_s=2.0)
+    for backend in ("reference-nvfp4", "torch-bf16"):
+        case = CaseSpec(backend=backend, m=16, n=64, k=128)
+        m = runner._metrics(case, CATALOG[backend], 10.0)
+        assert (m.pct_sol is None) == (backend == "reference-nvfp4"), backend

@@ -20,7 +20,7 @@ import traceback
 from pathlib import Path
 from typing import Optional
 
-from .backends import CATALOG, availability_problem, support_problem
+from .backends import CATALOG, ORACLE_BACKENDS, availability_problem, support_problem
 from .protocol import EXIT_CANNOT_START, append_line, done_case_ids, emit_progress, has_facts, heartbeat, now_iso
 from .schema import CaseRecord, CaseSpec, FactsRecord, WorkerParams
 
@@ -135,11 +135,13 @@ class CaseRunner:
         from .metrics import gemm_metrics, moe_metrics
 
         out_bytes = torch.empty((), dtype=getattr(torch, case.out_dtype)).element_size()
+        # An oracle computes in fp32 whatever its family: no tensor-core peak is its speed of light.
+        calibration = None if case.backend in ORACLE_BACKENDS else self.calibration
         if case.workload == "moe":
             return moe_metrics(case.moe.counts, case.n, case.k, spec.family, median_us, self.device.name or None,
-                               out_bytes=out_bytes, calibration=self.calibration)
+                               out_bytes=out_bytes, calibration=calibration)
         return gemm_metrics(case.m, case.n, case.k, spec.family, median_us, self.device.name or None,
-                            out_bytes=out_bytes, calibration=self.calibration)
+                            out_bytes=out_bytes, calibration=calibration)
 
     def finish(self, first: CaseRecord, later: list) -> CaseRecord:
         """The case's record over all its rounds: first round's record, rounds combined."""

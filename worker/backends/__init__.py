@@ -101,6 +101,10 @@ MOE_CATALOG: dict[str, BackendSpec] = dict([
 CATALOG.update(MOE_CATALOG)
 
 
+# The references, timed for scale: pure-torch fp32 (and NVFP4 dequantization), never a tensor-core kernel.
+ORACLE_BACKENDS = frozenset({"reference-nvfp4", "moe-reference"})
+
+
 def _cc_text(cc: CC) -> str:
     return "%d.%d" % cc
 
