@@ -561,11 +561,20 @@ def cmd_history(args, io: Streams) -> int:
     sel = Selection(backend=args.backend, m=args.m, n=args.n, k=args.k, label=args.label, host=args.host,
                     fleet=args.fleet, sweep=args.sweep, since=args.since, until=args.until, case_id=args.case_id,
                     versions=versions)
-    index = RunIndex.open(Path(args.runs_dir), rebuild=args.rebuild)
+    import sqlite3
+
+    runs_dir = Path(args.runs_dir)
+    if not runs_dir.is_dir():
+        raise InputError(f"no runs folder {runs_dir} (give --runs-dir)")
+    threshold = parse_threshold(args.threshold)
     try:
-        hist = history(index, sel, parse_threshold(args.threshold), args.steps)
-    finally:
-        index.close()
+        index = RunIndex.open(runs_dir, rebuild=args.rebuild)
+        try:
+            hist = history(index, sel, threshold, args.steps)
+        finally:
+            index.close()
+    except (sqlite3.Error, OSError) as exc:  # a read-only runs folder, something else at the index's path
+        raise InputError(f"the history index in {runs_dir} cannot be used: {exc}") from None
     io.write(write(history_document(hist), args.format, io.width()))
     for s in hist.new_regressions:
         last = s.steps[-1]

@@ -119,3 +119,14 @@ def test_the_report_draws_this_runs_cases_over_their_history(tmp_path, capsys):
     assert main(["report", ids[-1], "--history", "-o", str(html), "--runs-dir", str(tmp_path)]) == 0
     text = html.read_text()
     assert "History: the 12 cases of this run that moved most over 7 stored runs" in text
+
+
+def test_history_of_a_missing_runs_folder_or_an_unusable_index_is_one_clear_line(tmp_path, capsys):
+    assert main(["history", "--runs-dir", str(tmp_path / "typo")]) == 2
+    assert "no runs folder" in capsys.readouterr().err and not (tmp_path / "typo").exists()
+    runs = tmp_path / "runs"
+    make_run(runs, "20261201-000000-x-0001", {"h": 1.0}, seed=1)
+    (runs / INDEX_NAME).mkdir()  # something that is not a database where the index belongs
+    (runs / INDEX_NAME / "keep").write_text("x")
+    assert main(["history", "--runs-dir", str(runs)]) == 2
+    assert "the history index in" in capsys.readouterr().err
