@@ -130,3 +130,20 @@ def test_history_of_a_missing_runs_folder_or_an_unusable_index_is_one_clear_line
     (runs / INDEX_NAME / "keep").write_text("x")
     assert main(["history", "--runs-dir", str(runs)]) == 2
     assert "the history index in" in capsys.readouterr().err
+
+
+def test_fleet_history_is_the_median_over_hosts_per_run_and_csv_has_every_point(tmp_path, capsys):
+    ids = [f"202612{d:02d}-000000-fleet-{d:04d}" for d in range(1, 4)]
+    for d, run_id in enumerate(ids, 1):
+        make_run(tmp_path, run_id, {"h1": 1.0, "h2": 1.5, "h3": 2.0}, seed=d)
+    code, per_host = history_json(capsys, tmp_path, "--backend", "torch-bf16", "--m", 16)
+    code, fleet = history_json(capsys, tmp_path, "--backend", "torch-bf16", "--m", 16, "--fleet")
+    assert code == 0 and len(per_host["points"]) == 9 and len(fleet["points"]) == 3
+    for run_id in ids:
+        hosts = sorted(p["median_us"] for p in per_host["points"] if p["run_id"] == run_id)
+        point = next(p for p in fleet["points"] if p["run_id"] == run_id)
+        assert point["median_us"] == hosts[1] and point["host"] == "fleet (3 hosts)"
+    assert main(["history", "--runs-dir", str(tmp_path), "--backend", "torch-bf16", "--m", "16", "--host", "h2",
+                 "--format", "csv"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines[0].startswith("series,run_id,created_at,host") and len(lines) == 1 + 3

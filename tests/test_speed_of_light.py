@@ -155,3 +155,23 @@ def test_the_oracles_get_no_speed_of_light():
         case = CaseSpec(backend=backend, m=16, n=64, k=128)
         m = runner._metrics(case, CATALOG[backend], 10.0)
         assert (m.pct_sol is None) == (backend == "reference-nvfp4"), backend
+
+
+def test_a_sweeps_calibration_setting_reaches_the_worker_and_the_manifest(tmp_path):
+    import yaml
+
+    from orchestrator.inventory import load_inventory
+    from orchestrator.plan import build_plan
+    from orchestrator.remote import job_params
+    from orchestrator.sweep import load_sweep
+
+    sweep_file = tmp_path / "s.yaml"
+    sweep_file.write_text(yaml.safe_dump({"name": "s", "backends": ["torch-bf16"], "shapes": [{"m": 16, "n": 64, "k": 64}],
+                                          "calibration": "fresh"}))
+    inv = tmp_path / "hosts.yaml"
+    inv.write_text("hosts: [{name: local, transport: local}]\n")
+    plan = build_plan(list(load_inventory(inv).hosts), load_sweep(sweep_file), "r")
+    assert plan.worker.calibration == "fresh" and job_params(plan, plan.jobs[0]).calibration == "fresh"
+    sweep_file.write_text(sweep_file.read_text().replace("fresh", "sometimes"))
+    with pytest.raises(Exception, match="calibration"):
+        load_sweep(sweep_file)
