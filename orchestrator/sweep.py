@@ -280,6 +280,13 @@ class Sweep(BaseModel):
         return cases
 
 
+def _beside(sweep_path: Path, name: str) -> Path:
+    """A file a sweep names: as given when absolute, else relative to the sweep file (never to the
+    folder the command was started in)."""
+    file = Path(name).expanduser()
+    return file if file.is_absolute() else Path(sweep_path).resolve().parent / file
+
+
 def load_sweep(path: Path) -> Sweep:
     """Read and validate a sweep spec. Raises InputError naming the file and the field."""
     raw = read_yaml_mapping(Path(path), "sweep")
@@ -309,8 +316,7 @@ def load_sweep(path: Path) -> Sweep:
             raise InputError(f"{path}: shapes[{i}] is a GEMM shape but every backend is an MoE backend")
         layer = entry.moe_layer
         if layer is not None and layer.routing == "file":
-            counts = Path(layer.counts_file).expanduser()
-            counts = counts if counts.is_absolute() else Path(path).resolve().parent / counts
+            counts = _beside(path, layer.counts_file)
             try:
                 layer._counts = read_counts_file(counts, layer.experts)
             except OSError as exc:
@@ -324,8 +330,7 @@ def load_sweep(path: Path) -> Sweep:
             raise InputError(f"{path}: backend {b.name!r}: a built-in backend has that name; give your kernel another")
         if names.count(b.name) > 1:
             raise InputError(f"{path}: backend {b.name!r} is defined twice")
-        file = Path(b.file).expanduser()
-        file = file if file.is_absolute() else Path(path).resolve().parent / file
+        file = _beside(path, b.file)
         if not file.is_file():
             raise InputError(f"{path}: backend {b.name!r}: kernel file {file} does not exist")
         b.file = str(file)

@@ -17,9 +17,10 @@ Every value the worker added is reported in the host's facts (worker/env.py), so
 from __future__ import annotations
 
 import json
-import os
 import shutil
 from pathlib import Path
+
+from .hostcache import cache_file, read_json, write_json
 
 # What FlashInfer's JIT (flashinfer/jit/cpp_ext.py, compilation_context.py) reads into a build file.
 BUILD_VARS = ("CC", "CXX", "CUDAHOSTCXX", "CUDA_HOME", "FLASHINFER_CUDA_ARCH_LIST", "FLASHINFER_EXTRA_CFLAGS",
@@ -31,9 +32,7 @@ ADDED_VAR = "FLEETBENCH_ENV_ADDED"  # JSON {name: the caller's value or null}, r
 
 
 def record_path(env: dict) -> Path:
-    """Beside FlashInfer's cache, which lives under FLASHINFER_WORKSPACE_BASE, else HOME."""
-    base = env.get("FLASHINFER_WORKSPACE_BASE") or env.get("HOME") or str(Path.home())
-    return Path(base) / ".cache" / "fleetbench" / "jit-build-env.json"
+    return cache_file("jit-build-env.json", env)
 
 
 def _real_cuda_home(env: dict) -> str | None:
@@ -59,23 +58,7 @@ def _still_usable(name: str, value: str, env: dict) -> bool:
 
 
 def _read(path: Path) -> dict[str, str]:
-    try:
-        doc = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return {}  # none yet, unreadable or torn: start over, never fail a run for it
-    if not isinstance(doc, dict):
-        return {}
-    return {k: v for k, v in doc.items() if k in BUILD_VARS and isinstance(v, str)}
-
-
-def _write(path: Path, values: dict[str, str]) -> None:
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(values, indent=1, sort_keys=True) + "\n")
-        os.replace(tmp, path)  # a concurrent reader sees the old or the new file, never half of one
-    except OSError:
-        pass  # a read-only home: the next session may rebuild, nothing else changes
+    return {k: v for k, v in read_json(path).items() if k in BUILD_VARS and isinstance(v, str)}
 
 
 def stable_build_env(env: dict) -> dict[str, str]:
@@ -92,7 +75,7 @@ def stable_build_env(env: dict) -> dict[str, str]:
             added[name] = value
     now = {name: {**env, **added}[name] for name in BUILD_VARS if name in env or name in added}
     if now != remembered:
-        _write(path, now)
+        write_json(path, now)
     return added
 
 

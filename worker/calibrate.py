@@ -14,12 +14,11 @@ speed of light rather than one from the datasheet.
 """
 from __future__ import annotations
 
-import json
-import os
 import socket
 from pathlib import Path
 from typing import Callable, Optional
 
+from .hostcache import cache_file, read_json, write_json
 from .protocol import now_iso
 from .schema import Calibration
 
@@ -38,31 +37,11 @@ CALLS_PER_BATCH = 10
 
 
 def cache_path(env: Optional[dict] = None) -> Path:
-    env = os.environ if env is None else env
-    base = env.get("FLASHINFER_WORKSPACE_BASE") or env.get("HOME") or str(Path.home())
-    return Path(base) / ".cache" / "fleetbench" / "calibration.json"
+    return cache_file("calibration.json", env)
 
 
 def cache_key(gpu_uuid: str, driver: Optional[str], torch_version: str) -> str:
     return f"{socket.gethostname()}|{gpu_uuid}|driver {driver or '?'}|torch {torch_version}"
-
-
-def _read_cache(path: Path) -> dict:
-    try:
-        doc = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return {}
-    return doc if isinstance(doc, dict) else {}
-
-
-def _write_cache(path: Path, doc: dict) -> None:
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
-        os.replace(tmp, path)
-    except OSError:
-        pass  # a read-only home: the next sweep measures again
 
 
 def calibrate(device, families: set[str], mode: str, *, key: Optional[str] = None,
@@ -86,7 +65,7 @@ def calibrate(device, families: set[str], mode: str, *, key: Optional[str] = Non
         datasheet = datasheet if datasheet is not None else peaks_for(props.name)
     measure = measure or (lambda what: _measure_on_gpu(device, what))
     path = cache or cache_path()
-    doc = _read_cache(path)
+    doc = read_json(path)
     entry = doc.get(key) if mode == "cached" else None
     try:
         found = Calibration.model_validate({**entry, "cached": True}) if isinstance(entry, dict) else None
@@ -116,7 +95,7 @@ def calibrate(device, families: set[str], mode: str, *, key: Optional[str] = Non
             problems[what] = DIED
             continue
         doc[died_key] = what
-        _write_cache(path, doc)
+        write_json(path, doc)
         try:
             value, how = measure(what)
         except Exception as exc:  # a family that cannot be timed here is data, not a failed sweep
@@ -131,7 +110,7 @@ def calibrate(device, families: set[str], mode: str, *, key: Optional[str] = Non
                                  "cached": False, "datasheet": datasheet})
     doc[key] = cal.model_dump(mode="json", exclude={"cached", "datasheet"})
     doc.pop(died_key, None)
-    _write_cache(path, doc)
+    write_json(path, doc)
     return cal
 
 

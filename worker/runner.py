@@ -1,9 +1,10 @@
 """Run cases: support check, seeded inputs, correctness verdict, timing in rounds, one JSON line each.
 
 Each case is timed in `timing.rounds` independent rounds, spread over the sweep: round 1 of every case,
-then round 2 of every case (in another order, so that each round has other neighbours), and so on; every round prepares its inputs and warms up again, so a case's
-rounds see what separate runs would see (clock and cache states, the neighbours it runs between) and
-their spread is honest about run-to-run variation. The first round also checks the result against the
+then round 2 of every case (in another order, so that each round has other neighbours), and so on;
+every round prepares its inputs and warms up again, so a case's rounds see what separate runs would
+see (clock and cache states, the neighbours it runs between) and their spread is honest about
+run-to-run variation. The first round also checks the result against the
 oracle; a wrong result is never timed. A case that raises is recorded as failed (with the traceback
 tail) and the loop goes on. Each record is appended, flushed and fsynced as its last round ends, so a
 dying host loses at most the rounds of unfinished cases; the id of the case in flight is kept in
@@ -216,8 +217,8 @@ class CaseRunner:
             per_set = (sum(counts) + len(counts) * case.n) * case.k * operand
             if per_set >= COLD_L2_FACTOR * self.device.l2_bytes:
                 return 1  # one set already streams several L2s of weights per call: each replay starts cold
-            return max(2, min(MAX_SETS, math.ceil(COLD_L2_FACTOR * self.device.l2_bytes / per_set) + 1))
-        per_set = (case.m + case.n) * case.k * operand
+        else:
+            per_set = (case.m + case.n) * case.k * operand
         return max(2, min(MAX_SETS, math.ceil(COLD_L2_FACTOR * self.device.l2_bytes / per_set) + 1))
 
     @staticmethod
