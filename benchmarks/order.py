@@ -6,7 +6,10 @@ largest relative difference between orders, and (with --repeat > 1) the largest 
 fresh processes running the same order, which tells process-to-process spread from order.
 
     python benchmarks/order.py [--sweep sweeps/glm5_tp8.yaml] [--backends torch-bf16,torch-fp8,...]
-                               [--repeat 1] [--out DIR]
+                               [--repeat 1] [--settle-ms MS] [--out DIR]
+
+--settle-ms overrides the sweep's timing.settle_ms (0: no settling, as before issue 21's fix). Each
+process's values keep, per round, the SM clock and temperature at its end and the time it settled.
 
 Prints a Markdown table (and writes DIR/order.md, DIR/order.json). Needs the worker's dependencies; on a
 machine without a GPU it times on the CPU.
@@ -29,12 +32,14 @@ sys.path.insert(0, str(ROOT))
 ORDERS = ("forward", "reversed", "shuffled")
 
 
-def cases_of(sweep_path: Path, backends: list[str]):
+def cases_of(sweep_path: Path, backends: list[str], settle_ms: float | None = None):
     from orchestrator.sweep import load_sweep
 
     sweep = load_sweep(sweep_path)
     if backends:
         sweep = sweep.model_copy(update={"backends": backends})
+    if settle_ms is not None:
+        sweep = sweep.model_copy(update={"timing": sweep.timing.model_copy(update={"settle_ms": settle_ms})})
     return sweep.cases()
 
 
@@ -65,11 +70,12 @@ def main() -> int:
     ap.add_argument("--sweep", type=Path, default=ROOT / "sweeps" / "glm5_tp8.yaml")
     ap.add_argument("--backends", default="torch-bf16,torch-fp8,flashinfer-fp8-cublas")
     ap.add_argument("--repeat", type=int, default=1)
+    ap.add_argument("--settle-ms", type=float, default=None, help="override the sweep's timing.settle_ms")
     ap.add_argument("--limit", type=float, default=0.02, help="largest tolerated difference between orders")
     ap.add_argument("--out", type=Path, default=Path("order-out"))
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
-    cases = cases_of(args.sweep, [b for b in args.backends.split(",") if b])
+    cases = cases_of(args.sweep, [b for b in args.backends.split(",") if b], args.settle_ms)
     first_ids = {}
     seen: dict[str, dict[str, list]] = {}  # case id -> order -> [(median, round-1 median, position), ...]
     walls = {}
@@ -84,7 +90,9 @@ def main() -> int:
                     continue
                 t = r["timing"]
                 r1 = t["rounds"][0]["median_us"] if t.get("rounds") else t["median_us"]
-                seen.setdefault(cid, {}).setdefault(order, []).append((t["median_us"], r1, position))
+                env = [{k: rd.get(k) for k in ("median_us", "sm_clock_mhz", "temperature_c", "settle_ms")}
+                       for rd in t.get("rounds", [])]
+                seen.setdefault(cid, {}).setdefault(order, []).append((t["median_us"], r1, position, env))
             print(f"{order} (repeat {rep + 1}): {len(recs)} records, {wall:.1f} s", flush=True)
     by_id = {c.case_id: c for c in cases}
     lines = ["| backend | M | N | K | forward µs | reversed µs | shuffled µs | max diff | same order, between processes | round 1: forward / reversed / shuffled | round-1 max diff | first in |",
@@ -103,7 +111,7 @@ def main() -> int:
         firsts = [o for o, ids in first_ids.items() if cid in ids]
         rows.append(dict(case_id=cid, backend=c.backend, m=c.m, n=c.n, k=c.k, medians=med, round1=r1,
                          spread=spread, round1_spread=spread1, between_processes=within, first_in=firsts,
-                         per_process={o: [dict(median_us=m, round1_us=f, position=i) for m, f, i in v]
+                         per_process={o: [dict(median_us=m, round1_us=f, position=i, rounds=e) for m, f, i, e in v]
                                       for o, v in orders.items()}))
         lines.append(f"| {c.backend} | {c.m} | {c.n} | {c.k} | " + " | ".join(f"{med.get(o, float('nan')):.2f}" for o in ORDERS)
                      + f" | {spread * 100:.2f}% | "

@@ -17,6 +17,8 @@ Manifest history (MANIFEST_VERSION, runs/<id>/manifest.json):
      bundle); otherwise the shape of format 3.
   5  worker settings have `calibration` (cached | fresh | off: speed of light); a run of an older
      format had none ("off"), and its worker writes records without it.
+  6  the cases' timing options have `settle_ms` (worker/timing.py settle); a run of an older format was
+     not settled (0), and its worker rejects the field.
 Record history (results.jsonl): see SCHEMA_VERSION in worker/schema.py; upgraded here by `upgrade_record`.
 """
 from __future__ import annotations
@@ -31,7 +33,7 @@ from worker.schema import IDENTITY_FIELDS, SCHEMA_VERSION, identity_hash
 
 from .errors import InputError
 
-MANIFEST_VERSION = 5
+MANIFEST_VERSION = 6
 # A CaseSpec's fields before format 2, with the defaults fleetbench 0.1.0 filled in.
 _CASE_DEFAULTS = {"workload": "gemm", "label": "", "out_dtype": "bfloat16", "seed": 0}
 
@@ -79,13 +81,27 @@ def _record_2_to_3(obj: dict) -> dict:
     return obj
 
 
+def _not_settled(case: dict) -> dict:
+    """Before format 6 no timing settled: say so, rather than let today's default speak."""
+    if isinstance(case.get("timing"), dict) and "settle_ms" not in case["timing"]:
+        return dict(case, timing=dict(case["timing"], settle_ms=0.0))
+    return case
+
+
+def _record_5_to_6(obj: dict) -> dict:
+    obj = dict(obj, schema_version=6)
+    if obj.get("kind") == "case" and isinstance(obj.get("case"), dict):
+        obj["case"] = _not_settled(obj["case"])
+    return obj
+
+
 def _same_shape(version: int) -> Callable[[dict], dict]:
     """An upgrade step for a format whose successor only added optional fields."""
     return lambda obj: dict(obj, schema_version=version + 1)
 
 
 _RECORD_UPGRADES: dict[int, Callable[[dict], dict]] = {1: _record_1_to_2, 2: _record_2_to_3, 3: _same_shape(3),
-                                                       4: _same_shape(4)}
+                                                       4: _same_shape(4), 5: _record_5_to_6}
 
 
 def upgrade_record(obj: dict) -> dict:
@@ -187,7 +203,9 @@ def _manifest_2_to_3(data: dict) -> dict:
 
 _MANIFEST_UPGRADES: dict[int, Callable[[dict], dict]] = {
     1: _manifest_1_to_2, 2: _manifest_2_to_3, 3: lambda data: dict(data, manifest_version=4),
-    4: lambda data: dict(data, manifest_version=5, worker={**data["worker"], "calibration": "off"})}
+    4: lambda data: dict(data, manifest_version=5, worker={**data["worker"], "calibration": "off"}),
+    5: lambda data: dict(data, manifest_version=6,
+                         cases={cid: _not_settled(case) for cid, case in data["cases"].items()})}
 
 
 def upgrade_manifest(data: dict, where: str) -> dict:
@@ -214,10 +232,13 @@ def params_for_worker(params: dict, manifest_version: int) -> dict:
     the worker the run started with, which rejects fields it does not know."""
     if manifest_version >= MANIFEST_VERSION:
         return params
-    params = {f: v for f, v in params.items() if f != "calibration"}  # before format 5
+    if manifest_version < 5:
+        params = {f: v for f, v in params.items() if f != "calibration"}
     cases = []
     for case in params["cases"]:
-        case = {f: v for f, v in case.items() if f != "moe"}  # before format 5 (never set there)
+        case = dict(case, timing={k: v for k, v in case["timing"].items() if k != "settle_ms"})  # before 6
+        if manifest_version < 5:
+            case = {f: v for f, v in case.items() if f != "moe"}  # never set there
         if manifest_version < 4:
             case.pop("kernel_sha256", None)  # before format 4 (never set there)
         if manifest_version < 3:

@@ -27,6 +27,7 @@ V1_DONE, V1_OTHER_BUDGET, V1_FAILED = ("runs-v1/20261203-081621-smoke-a967", "ru
 V2_DONE = "runs-v2/20261203-082541-smoke-2f18"
 V3_DONE = "runs-v3/20261203-094347-smoke-636e"
 V4_USER_KERNELS = "runs-v4/20261203-133700-smoke-byo-4073"
+V5_MOE = "runs-v5/20261203-155636-smoke-moe-v5-280c"
 
 
 @pytest.fixture
@@ -141,9 +142,27 @@ def test_a_damaged_manifest_is_one_line_not_a_traceback(runs, tmp_path, capsys):
 
 
 def test_upgrade_is_pure_and_idempotent_on_current_manifests(runs):
-    current = json.loads((runs(V3_DONE) / "manifest.json").read_text())
-    once = upgrade_manifest(current, "x")
-    assert upgrade_manifest(once, "x")["cases"] == once["cases"] == current["cases"]
+    stored = json.loads((runs(V3_DONE) / "manifest.json").read_text())
+    kept = json.loads(json.dumps(stored))
+    once = upgrade_manifest(stored, "x")
+    assert stored == kept  # the stored data is not changed in place
+    assert upgrade_manifest(once, "x") == once
+
+
+def test_a_format_5_run_reads_as_not_settled_and_keeps_its_moe_cases(runs, capsys):
+    """Format 6 added timing.settle_ms (default 100 ms today); a format-5 run was timed without it,
+    and its records and manifest say 0, not today's default."""
+    store = RunStore(runs(V5_MOE))
+    assert store.manifest()["written_as"] == 5
+    planned = store.planned_cases()
+    assert {c.timing.settle_ms for c in planned.values()} == {0.0}
+    assert sum(c.workload == "moe" for c in planned.values()) == 2
+    parsed = parse_results(runs(V5_MOE) / "hosts" / "local" / "attempt-1" / "results.jsonl")
+    assert parsed.problems == [] and {r.case_id for r in parsed.cases} == set(planned)
+    assert all(r.case.timing.settle_ms == 0.0 for r in parsed.cases)
+    assert main(["show", str(runs(V5_MOE)), "--format", "json"]) == 0
+    rows = cli_json(capsys.readouterr().out)
+    assert [r["status"] for r in rows].count("ok") == 4 and len(rows) == 5
 
 
 def test_a_format_1_run_reruns_with_its_own_worker_and_merges(runs, tmp_path, monkeypatch, capsys):
@@ -216,3 +235,22 @@ def test_a_format_4_run_reruns_with_its_own_worker(runs, tmp_path, monkeypatch, 
     assert all("moe" not in c for c in params["cases"])
     written = (run / "hosts" / "local" / "attempt-2" / "results.jsonl").read_text()
     assert '"schema_version":4' in written
+
+
+def test_a_format_5_run_reruns_with_its_own_worker(runs, tmp_path, monkeypatch, capsys):
+    """Format 6 added timing.settle_ms; a format-5 run's own worker gets params without it (it would
+    reject the field), keeps its MoE cases, and its records (format 5) merge with today's reader."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    run = copy_run(runs(V5_MOE), tmp_path / "runs")
+    inventory = tmp_path / "hosts.yaml"
+    inventory.write_text(f"hosts: [{{name: local, transport: local, workdir: ~/.fleetbench/local, "
+                         f"python: {json.dumps(sys.executable)}}}]\n")
+    assert main(["rerun", str(run), "--hosts", "local", "-i", str(inventory), "--format", "json"]) == 0
+    rows = cli_json(capsys.readouterr().out)
+    assert {r["attempt"] for r in rows} == {2} and [r["status"] for r in rows].count("ok") == 4
+    params = json.loads((run / "hosts" / "local" / "attempt-2" / "params.json").read_text())
+    assert params["schema_version"] == 5 and params["calibration"] == "cached"
+    assert all("settle_ms" not in c["timing"] for c in params["cases"])
+    assert sum(c.get("moe") is not None for c in params["cases"]) == 2
+    written = (run / "hosts" / "local" / "attempt-2" / "results.jsonl").read_text()
+    assert '"schema_version":5' in written

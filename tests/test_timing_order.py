@@ -8,11 +8,15 @@ must defeat:
   process has run the library eagerly on at most one stream other than the default one (on the H200,
   cuBLAS graphs read ~1 us per call low in that state, and normal for the rest of the process once a
   second such stream had run it: RESULTS.md, issue 21).
+- optionally (`SimGpu(tau_us=...)`), a clock and power state that follows the load: a call is slower by
+  `throttle`, which relaxes towards the running kernel's own `heat` with time constant `tau_us` (on the
+  H200 a large GEMM read up to 5% slower after a heavy case than after light ones).
 A sweep timed forward, reversed and shuffled in a fresh "process" each must give every case the same
 median, and the first case of a process must read what it reads anywhere else.
 """
 from __future__ import annotations
 
+import math
 import random
 from collections import OrderedDict
 from types import SimpleNamespace
@@ -34,29 +38,36 @@ FIRST_GAP_US = 0.0
 class SimGpu:
     """The state of one simulated process: its clock, L2, streams and the graph being captured."""
 
-    def __init__(self):
+    def __init__(self, tau_us: float | None = None):
+        self.tau_us = tau_us  # None: no clock/power state
+        self.throttle = 0.0
         self.now_us = 0.0
         self.l2: OrderedDict = OrderedDict()  # input set id -> bytes, least recently used first
         self.default = self.current = SimStream(self)
         self.capturing: list | None = None
         self.eager_streams: set = set()  # non-default streams that ran the library eagerly
 
-    def touch(self, set_id, nbytes: int) -> float:
-        """Cost of one call on this input set, updating the LRU."""
+    def touch(self, set_id, nbytes: int, heat: float = 0.0) -> float:
+        """Cost of one call on this input set, updating the LRU (and the clock state, when modelled)."""
         hit = set_id in self.l2
         self.l2.pop(set_id, None)
         self.l2[set_id] = nbytes
         while sum(self.l2.values()) > L2_BYTES:
             self.l2.popitem(last=False)
-        return COMPUTE_US + (0.0 if hit else MISS_US)
+        cost = COMPUTE_US + (0.0 if hit else MISS_US)
+        if self.tau_us is None:
+            return cost
+        cost *= 1 + self.throttle
+        self.throttle += (heat - self.throttle) * -math.expm1(-cost / self.tau_us)
+        return cost
 
-    def call(self, set_id, nbytes: int) -> None:
+    def call(self, set_id, nbytes: int, heat: float = 0.0) -> None:
         if self.capturing is not None:
-            self.capturing.append((set_id, nbytes))
+            self.capturing.append((set_id, nbytes, heat))
         else:  # eager: runs now, and the library has now run on this stream
             if self.current is not self.default:
                 self.eager_streams.add(id(self.current))
-            self.now_us += self.touch(set_id, nbytes) + GAP_US
+            self.now_us += self.touch(set_id, nbytes, heat) + GAP_US
 
 
 class SimStream:
@@ -74,8 +85,8 @@ class SimGraph:
         self.gap_us = GAP_US
 
     def replay(self) -> None:
-        for set_id, nbytes in self.nodes:
-            self.gpu.now_us += self.gpu.touch(set_id, nbytes) + self.gap_us
+        for set_id, nbytes, heat in self.nodes:
+            self.gpu.now_us += self.gpu.touch(set_id, nbytes, heat) + self.gap_us
 
 
 def install(monkeypatch, gpu: SimGpu) -> None:
@@ -127,10 +138,13 @@ def install(monkeypatch, gpu: SimGpu) -> None:
 SHAPES = [(16, 2048, 6144), (64, 2048, 6144), (256, 2048, 6144), (1024, 2048, 6144), (16, 768, 6144), (128, 768, 6144)]
 
 
-def sweep_in_fresh_process(monkeypatch, cases: list[CaseSpec]) -> dict[str, float]:
+def sweep_in_fresh_process(monkeypatch, cases: list[CaseSpec], heat: dict | None = None,
+                           tau_us: float | None = None) -> dict[str, float]:
     """Each case timed as the worker times it (its input-set count from CaseRunner, its warm-up,
-    probe, capture and replays from worker.timing), in one simulated process: case id -> median us."""
-    gpu = SimGpu()
+    probe, capture, settling and replays from worker.timing), in one simulated process: case id ->
+    median us. `heat` (case id -> steady slowdown) with `tau_us` models the clock and power state."""
+    gpu = SimGpu(tau_us)
+    heat = heat or {}
     install(monkeypatch, gpu)
     runner = CaseRunner.__new__(CaseRunner)
     runner.device = SimpleNamespace(device="cuda", l2_bytes=L2_BYTES)
@@ -139,7 +153,8 @@ def sweep_in_fresh_process(monkeypatch, cases: list[CaseSpec]) -> dict[str, floa
         n_sets = runner._input_sets(case, "bf16")
         per_set = (case.m + case.n) * case.k * 2
         sets = [object() for _ in range(n_sets)]  # fresh allocations: never in the simulated L2 yet
-        stats = timing.time_cuda(lambda i, sets=sets, per_set=per_set: gpu.call(id(sets[i]), per_set),
+        h = heat.get(case.case_id, 0.0)
+        stats = timing.time_cuda(lambda i, sets=sets, per_set=per_set, h=h: gpu.call(id(sets[i]), per_set, h),
                                  n_sets, case.timing)
         medians[case.case_id] = stats.median_us
     return medians
@@ -268,3 +283,50 @@ def test_permuted_rounds_turn_part_of_a_neighbour_effect_into_spread_between_rou
     (rep_mean, rep_worst, rep_rounds), (per_mean, per_worst, per_rounds) = spreads(False), spreads(True)
     assert rep_rounds == 0 and per_rounds > 0.01  # repeated rounds hide the effect; permuted ones show it
     assert per_mean < 0.85 * rep_mean and per_worst < 0.05
+
+
+@pytest.mark.parametrize("settle_ms", [0.0, 100.0])
+def test_settling_measures_each_case_in_its_own_clock_state_whatever_ran_before(monkeypatch, settle_ms):
+    """The neighbour effect of the H200 (a large GEMM 34.7 us after light cases, 35.8-37.2 after a heavy
+    one), modelled as a clock state with a 20 ms time constant that heavy kernels pull 5% down. Without
+    settling, a heavy case sampled right after its warm-up reads what its predecessor left: forward and
+    reversed sweeps disagree by more than 1%. With the worker's default settling (100 ms of its own
+    graph, then until it stops drifting) every case reads its own steady state in every order."""
+    heats = [0.0, 0.05, 0.0, 0.05, 0.05, 0.0]
+    opts = TimingOptions(l2="cold", warmup_ms=0, budget_s=5, rounds=1, settle_ms=settle_ms)
+    cases = [CaseSpec(backend="torch-bf16", m=m, n=n, k=k, timing=opts) for m, n, k in SHAPES]
+    heat = {c.case_id: h for c, h in zip(cases, heats)}
+    shuffled = cases[:]
+    random.Random(3).shuffle(shuffled)
+    runs = [sweep_in_fresh_process(monkeypatch, order, heat, tau_us=20_000.0)
+            for order in (cases, cases[::-1], shuffled)]
+    gaps = {c.case_id: max(r[c.case_id] for r in runs) / min(r[c.case_id] for r in runs) - 1 for c in cases}
+    if settle_ms == 0:
+        assert max(gaps.values()) > 0.01
+    else:
+        assert max(gaps.values()) < 0.002, gaps
+        steady = COMPUTE_US + MISS_US
+        for case in cases:  # and what it reads is the case's own steady state
+            want = steady * (1 + heat[case.case_id]) + GAP_US
+            assert runs[0][case.case_id] == pytest.approx(want, rel=0.003)
+
+
+def test_settle_stops_when_the_case_stops_drifting_and_never_runs_forever():
+    """GPU time counted from the batches themselves: a steady kernel stops at settle_ms; one relaxing
+    with a 50 ms time constant runs until its drift is within SETTLE_TOL; one that drifts for ever stops
+    at SETTLE_MAX_FACTOR x settle_ms."""
+    def kernel(per_call):
+        state = {"t_us": 0.0}
+
+        def batch() -> float:
+            us = per_call(state["t_us"])
+            state["t_us"] += us * 100
+            return us
+        return batch
+
+    assert timing.settle(kernel(lambda t: 10.0), 100, 100.0) == pytest.approx(100.0, abs=1.0)
+    relaxing = timing.settle(kernel(lambda t: 10.0 * (1 + 0.05 * math.exp(-t / 50_000))), 100, 100.0)
+    assert 100.0 < relaxing < 1000.0
+    drifting = timing.settle(kernel(lambda t: 10.0 * (1 + t / 1e5)), 100, 100.0)
+    assert drifting == pytest.approx(timing.SETTLE_MAX_FACTOR * 100.0, rel=0.05)
+    assert timing.settle(kernel(lambda t: 10.0), 100, 0.0) == 0.0

@@ -118,7 +118,8 @@ class CaseRunner:
             from .env import gpu_processes
 
             env["gpu_processes"] = gpu_processes()
-        one = RoundStats(median_us=stats.median_us, n=stats.n, rel_ci=stats.rel_ci, **env)
+        one = RoundStats(median_us=stats.median_us, n=stats.n, rel_ci=stats.rel_ci, settle_ms=stats.settle_ms,
+                         **env)
         return stats.model_copy(update={"rounds": [one]}), health
 
     def again(self, case: CaseSpec) -> tuple:

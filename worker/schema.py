@@ -22,6 +22,10 @@ run's records: reruns use the worker the run started with):
      Speed of light: FactsRecord.calibration (the GPU's measured peaks per operand family and its
      copy bandwidth, with the datasheet's beside them) and Metrics.sol_us / pct_sol / sol_bound from
      those measured peaks; WorkerParams.calibration (cached | fresh | off).
+  6  TimingOptions.settle_ms: before its samples a GPU timing runs the case on its own until the GPU is
+     in the case's own clock and power state (issue 21: a large GEMM read up to 5% differently after a
+     heavy case). Stats.settle_ms and RoundStats.settle_ms say how long it ran. A record of an older
+     version was not settled (settle_ms 0).
 """
 from __future__ import annotations
 
@@ -31,7 +35,7 @@ from typing import Annotated, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 
 Status = Literal["ok", "unsupported", "unavailable", "failed", "crashed"]
 STATUSES: tuple[str, ...] = ("ok", "unsupported", "unavailable", "failed", "crashed")
@@ -53,6 +57,9 @@ class TimingOptions(_Strict):
     target_rel_ci: float = Field(default=0.01, gt=0, lt=1)
     budget_s: float = Field(default=0.5, gt=0)
     calls_per_sample: int = Field(default=0, ge=0)  # 0: chosen so one sample lasts ~1 ms
+    # GPU time the case runs on its own before its samples, so it is measured in its own clock and power
+    # state, not in what the case before it left (worker/timing.py settle); 0 turns it off.
+    settle_ms: float = Field(default=100.0, ge=0)
     # Independent timings of each case, spread over the sweep: a case's number is the median of its
     # rounds, and how much rounds differ is what a comparison between runs is judged against.
     rounds: int = Field(default=3, ge=1, le=50)
@@ -139,6 +146,7 @@ class RoundStats(_Strict):
     load_per_core: Optional[float] = None  # the host's 1-minute load average / its CPUs, at the round's end
     steal_pct: Optional[float] = None  # CPU time stolen by the hypervisor during the round, in percent
     host_ref_us: Optional[float] = None  # a fixed pure-Python loop, best of 10, around the round: the CPU's speed
+    settle_ms: Optional[float] = None  # GPU time the round ran the case before its samples (format >= 6)
 
 
 class Stats(_Strict):
@@ -158,6 +166,7 @@ class Stats(_Strict):
     l2: Literal["hot", "cold"]
     samples_us: list[float]
     rounds: list[RoundStats] = Field(default_factory=list)  # empty in records of format < 3
+    settle_ms: Optional[float] = None  # GPU ms the case ran before its samples, all rounds (None: CPU)
 
 
 class Correctness(_Strict):

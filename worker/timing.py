@@ -16,6 +16,12 @@ before capturing: its warm-up on the process's one capture stream, and one call 
 Every case is then measured in the state that any process using more than one stream (a serving
 engine) is in. The first graph timing of a process still read ~1 us low with that alone (what exactly
 flips the state is not isolated), so each process's first graph timing is a discarded priming pass.
+
+A case must not read what the case before it left behind either: on the H200 a large GEMM read 34.7 us
+after light cases and 35.8-37.2 after a heavy one (the GPU's clock and power state follow the load of
+the last ~100 ms). So before its samples every timing settles: it replays its own graph for at least
+`settle_ms` of GPU time, and on until its per-call time stops drifting (`settle`), so it is sampled in
+its own steady state whatever ran before.
 """
 from __future__ import annotations
 
@@ -32,6 +38,10 @@ TARGET_SAMPLE_S = 2e-3
 MIN_CALLS_PER_SAMPLE = 32
 MAX_CALLS_PER_SAMPLE = 4096
 PROBE_CALLS = 16
+# Settling: after `settle_ms`, the median of the latest third of the replays must be within SETTLE_TOL of
+# the middle third's; a kernel that never stops drifting is sampled after SETTLE_MAX_FACTOR x settle_ms.
+SETTLE_TOL = 0.005
+SETTLE_MAX_FACTOR = 10
 
 
 def summarize(samples_us: list[float], *, method: str, calls_per_sample: int, l2: str) -> Stats:
@@ -82,7 +92,8 @@ def combine_rounds(rounds: list[Stats]) -> Stats:
     return Stats(method=first.method, median_us=statistics.median(medians), p10_us=quantile(ordered, 0.10),
                  p90_us=quantile(ordered, 0.90), mean_us=statistics.fmean(ordered), stdev_us=statistics.stdev(ordered),
                  n=len(ordered), rel_ci=math.expm1(half), calls_per_sample=first.calls_per_sample, l2=first.l2,
-                 samples_us=samples, rounds=[x for r in rounds for x in r.rounds])
+                 samples_us=samples, rounds=[x for r in rounds for x in r.rounds],
+                 settle_ms=None if any(r.settle_ms is None for r in rounds) else sum(r.settle_ms for r in rounds))
 
 
 def quantile(ordered: list[float], q: float) -> float:
@@ -155,7 +166,8 @@ def time_cuda(fn: Callable[[int], object], n_sets: int, opts: TimingOptions) -> 
     global _PRIMED
     if not _PRIMED:  # the module docstring says why the first graph timing of a process is discarded
         _PRIMED = True
-        time_cuda(fn, n_sets, opts.model_copy(update={"budget_s": 0.05, "min_samples": 3, "max_samples": 5}))
+        time_cuda(fn, n_sets, opts.model_copy(update={"budget_s": 0.05, "min_samples": 3, "max_samples": 5,
+                                                                "settle_ms": 0.0}))
     capture_stream = _capture_stream()
     side = torch.cuda.Stream()
     for s in (side, capture_stream):
@@ -188,16 +200,42 @@ def time_cuda(fn: Callable[[int], object], n_sets: int, opts: TimingOptions) -> 
     graph.replay()
     torch.cuda.synchronize()
 
-    samples: list[float] = []
-    started = time.perf_counter()
-    while not _enough(samples, opts, started):
+    def replay_us() -> float:
         start.record(stream)
         graph.replay()
         end.record(stream)
         end.synchronize()
-        samples.append(start.elapsed_time(end) * 1e3 / cps)
+        return start.elapsed_time(end) * 1e3 / cps
+
+    settled_ms = settle(replay_us, cps, opts.settle_ms)
+    samples: list[float] = []
+    started = time.perf_counter()
+    while not _enough(samples, opts, started):
+        samples.append(replay_us())
     del graph
-    return summarize(samples, method="cuda-graph", calls_per_sample=cps, l2=opts.l2)
+    stats = summarize(samples, method="cuda-graph", calls_per_sample=cps, l2=opts.l2)
+    return stats.model_copy(update={"settle_ms": round(settled_ms, 1)})
+
+
+def settle(per_call_us: Callable[[], float], calls: int, settle_ms: float) -> float:
+    """Run the case (`per_call_us()`: one timed batch of `calls` calls, its per-call time) until the GPU is
+    in the case's own steady state (module docstring): at least `settle_ms` of GPU time, then until the
+    latest third of the batches agrees with the middle third within SETTLE_TOL, at most
+    SETTLE_MAX_FACTOR x settle_ms. Counted in GPU time, not wall time, so a slow host does not shorten
+    it. Returns the GPU milliseconds spent."""
+    if settle_ms <= 0:
+        return 0.0
+    seen: list[float] = []
+    spent_ms = 0.0
+    while spent_ms < SETTLE_MAX_FACTOR * settle_ms:
+        seen.append(per_call_us())
+        spent_ms += seen[-1] * calls / 1e3
+        if spent_ms >= settle_ms and len(seen) >= 6:
+            third = len(seen) // 3
+            latest, middle = statistics.median(seen[-third:]), statistics.median(seen[-2 * third:-third])
+            if abs(latest / middle - 1) <= SETTLE_TOL:
+                break
+    return spent_ms
 
 
 _CAPTURE_STREAM = None
@@ -250,14 +288,21 @@ def _time_events(fn: Callable[[int], object], n_sets: int, opts: TimingOptions) 
 
     stream = torch.cuda.current_stream()
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    samples: list[float] = []
-    started = time.perf_counter()
     i = 0
-    while not _enough(samples, opts, started):
+
+    def call_us() -> float:
+        nonlocal i
         start.record(stream)
         fn(i % n_sets)
         end.record(stream)
         end.synchronize()
-        samples.append(start.elapsed_time(end) * 1e3)
         i += 1
-    return summarize(samples, method="cuda-events", calls_per_sample=1, l2=opts.l2)
+        return start.elapsed_time(end) * 1e3
+
+    settled_ms = settle(call_us, 1, opts.settle_ms)
+    samples: list[float] = []
+    started = time.perf_counter()
+    while not _enough(samples, opts, started):
+        samples.append(call_us())
+    stats = summarize(samples, method="cuda-events", calls_per_sample=1, l2=opts.l2)
+    return stats.model_copy(update={"settle_ms": round(settled_ms, 1)})
