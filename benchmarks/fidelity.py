@@ -4,7 +4,10 @@ For every seed shape (GLM-5 TP8) and every baseline that runs on this GPU, hot a
   worker      the worker's own timing (CaseRunner.run: its inputs, warm-up, probe, graph, rotation)
   reference   a plain CUDA graph of N calls replayed between two events, written here and sharing no
               code with the worker: its own operands, quantization and library calls; cold rotates
-              through input sets totalling > 3x L2, N whole rotations of >= 2 ms
+              through input sets totalling > 3x L2, N whole rotations of >= 2 ms; replayed back to back
+              for `--reference-settle-ms` (300) before its timed replays, so that it, like the worker,
+              reads the GPU's sustained state under this kernel, not the boost state a light predecessor
+              leaves (issue 21: a large GEMM reads ~15% faster for its first ~50 ms)
 The pair is measured `--repeat` times in one process (worker and reference alternating which goes
 first), then the whole seed sweep runs through the real worker CLI (`python -m worker supervise`).
 
@@ -39,7 +42,7 @@ def seed_shapes():
     return [(c.label, c.m, c.n, c.k) for c in sweep.cases()]
 
 
-def reference_us(backend: str, m: int, n: int, k: int, cold: bool, replays: int = 30) -> float:
+def reference_us(backend: str, m: int, n: int, k: int, cold: bool, replays: int = 30, settle_ms: float = 300.0) -> float:
     """The independent reference (module docstring): median µs per call."""
     import torch
 
@@ -94,6 +97,11 @@ def reference_us(backend: str, m: int, n: int, k: int, cold: bool, replays: int 
                 c()
     graph.replay()
     torch.cuda.synchronize()
+    start.record()
+    for _ in range(max(1, math.ceil(settle_ms / (per_call * rotations * len(calls))))):
+        graph.replay()
+    end.record()
+    end.synchronize()
     times = []
     for _ in range(replays):
         start.record()
@@ -104,7 +112,7 @@ def reference_us(backend: str, m: int, n: int, k: int, cold: bool, replays: int 
     return statistics.median(times)
 
 
-def compare(shapes, backends, repeat: int):
+def compare(shapes, backends, repeat: int, reference_settle_ms: float = 300.0):
     from worker.backends import CATALOG, availability_problem
     from worker.runner import CaseRunner
     from worker.schema import CaseSpec, TimingOptions
@@ -121,10 +129,10 @@ def compare(shapes, backends, repeat: int):
                 for l2 in ("hot", "cold"):
                     case = CaseSpec(backend=backend, m=m, n=n, k=k, timing=TimingOptions(l2=l2, budget_s=0.5, rounds=1))
                     worker_first = (len(rows) % 2 == 0)
-                    ref = None if worker_first else reference_us(backend, m, n, k, l2 == "cold")
+                    ref = None if worker_first else reference_us(backend, m, n, k, l2 == "cold", settle_ms=reference_settle_ms)
                     rec = runner.run(case)
                     if ref is None:
-                        ref = reference_us(backend, m, n, k, l2 == "cold")
+                        ref = reference_us(backend, m, n, k, l2 == "cold", settle_ms=reference_settle_ms)
                     ours = rec.timing.median_us if rec.timing else None
                     row = dict(repeat=rep + 1, backend=backend, label=label, m=m, n=n, k=k, l2=l2, status=rec.status,
                                reason=rec.reason, worker_us=ours, reference_us=ref,
@@ -189,13 +197,15 @@ def main() -> int:
     ap.add_argument("--backends", default=",".join(BASELINES))
     ap.add_argument("--repeat", type=int, default=2)
     ap.add_argument("--no-sweep", action="store_true", help="skip the whole-sweep run")
+    ap.add_argument("--reference-settle-ms", type=float, default=300.0,
+                    help="back-to-back replays before the reference's timed ones (0: none, before issue 21)")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     from worker.env import collect_facts, detect_device
 
     facts = collect_facts(detect_device("cuda")).model_dump()
     backends = [b for b in args.backends.split(",") if b]
-    rows = compare(seed_shapes(), backends, args.repeat)
+    rows = compare(seed_shapes(), backends, args.repeat, args.reference_settle_ms)
     wall, case_s, records = (0.0, 0.0, []) if args.no_sweep else full_sweep(args.out, backends + ["reference-nvfp4"] + FP4)
     md = markdown(rows, facts, wall, case_s, records)
     (args.out / "fidelity.md").write_text(md)
