@@ -279,10 +279,10 @@ def _calibrate(runner: "CaseRunner", cases: list[CaseSpec], mode: str):
 
 def round_order(todo: list[CaseSpec], round_index: int, seed: str) -> list[CaseSpec]:
     """The order of one round: round 1 as planned, each later round a permutation seeded by the run
-    and the round. Measured on the H200 (benchmarks/RESULTS.md, issue 21): a large GEMM read up to 5%
-    differently depending on the case before it (34.7 µs after light cases, 35.8-37.2 after heavy
-    ones); rounds with other neighbours turn that into spread between rounds, which verdicts see,
-    instead of a bias that depends on the sweep's order."""
+    and the round. On the H200 a large GEMM read up to 5% differently depending on the case before it
+    (benchmarks/RESULTS.md, issue 21); settling (worker/timing.py) removes that. Rounds with other
+    neighbours stay as a second line: whatever a predecessor still leaves becomes spread between
+    rounds, which verdicts see, instead of a bias set by the sweep's order."""
     if round_index == 0:
         return list(todo)
     import random
