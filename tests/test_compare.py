@@ -67,7 +67,7 @@ def make_run(runs_dir: Path, run_id: str, hosts: dict[str, float], *, seed: int,
 
 
 def test_schema_version_of_synthetic_records_is_current():
-    assert SCHEMA_VERSION == 5
+    assert SCHEMA_VERSION == 6
 
 
 def test_identical_distributions_flag_nothing(tmp_path):
@@ -173,34 +173,91 @@ def chromium() -> str | None:
     return shutil.which("chromium") or shutil.which("chromium-browser")
 
 
-def test_html_report_renders_with_plots_in_headless_chromium(tmp_path, capsys):
+# Run inside the report page after its own script: hovers a point, switches a backend off in a legend and
+# a host off at the top, and writes what the page showed into <pre id="probe">.
+PROBE = """<script type="text/javascript">
+(function () {
+  var out = {kinds: Array.from(document.querySelectorAll("figure.chart")).map(function (f) { return f.dataset.kind; })};
+  function fleet() { return document.querySelector('figure.chart[data-kind="fleet"]'); }
+  function heatHosts() {
+    var hs = Array.from(document.querySelectorAll('figure.chart[data-kind="heatmap"] rect.cell'))
+      .map(function (r) { return r.dataset.host; });
+    return hs.filter(function (h, i) { return hs.indexOf(h) === i; });
+  }
+  out.series = Array.from(fleet().querySelectorAll("g.series")).map(function (g) { return g.dataset.series; });
+  out.marks = Array.from(fleet().querySelectorAll("g.series")).map(function (g) {
+    var m = g.querySelector(".mark"); return m.dataset.mark + " " + (m.getAttribute("fill") || m.getAttribute("stroke")); });
+  var tip = document.getElementById("tip");
+  fleet().querySelector(".mark").dispatchEvent(new MouseEvent("mouseover", {bubbles: true, clientX: 20, clientY: 20}));
+  out.tip = tip.textContent; out.tip_display = tip.style.display;
+  fleet().querySelector(".legend button").click();
+  out.off_after_legend_click = Array.from(fleet().querySelectorAll("g.series.off")).map(function (g) { return g.dataset.series; });
+  out.heat_hosts = heatHosts();
+  out.h1_ratios = Array.from(document.querySelectorAll('rect.cell[data-host="h1"]')).map(function (r) { return +r.dataset.ratio; });
+  document.querySelector('#hosts input[data-host="h1"]').click();
+  out.heat_hosts_after = heatHosts();
+  fleet().querySelectorAll("g.series")[1].querySelector(".mark").dispatchEvent(new MouseEvent("mouseover", {bubbles: true}));
+  out.tip_after = tip.textContent;
+  out.forest_rows = document.querySelectorAll('figure.chart[data-kind="forest"] g.series').length;
+  var pre = document.createElement("pre"); pre.id = "probe"; pre.textContent = JSON.stringify(out);
+  document.body.appendChild(pre);
+})();
+</script>"""
+
+
+def headless(browser: str, page: Path, tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                           "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                           f"--user-data-dir={tmp_path / 'profile'}", "--enable-logging=stderr", "--v=0", *args,
+                           page.as_uri()], capture_output=True, text=True, timeout=120)
+
+
+def test_html_report_is_interactive_offline_in_headless_chromium(tmp_path, capsys):
+    """The report is one file that needs no network: its plots are drawn by its own script, show values
+    on hover, switch backends off from a legend and hosts off at the top (the fleet medians and the
+    heatmap follow), with a marker per backend; opened in headless Chromium and checked from inside."""
+    import html as htmlmod
     import os
+    import re
 
     make_run(tmp_path, "base", {"h1": 1.0, "h2": 1.0, "h3": 1.02}, seed=8)
     make_run(tmp_path, "new", {"h1": 1.05, "h2": 1.0, "h3": 1.0}, seed=9)
-    html = tmp_path / "report.html"
-    assert main(["report", "new", "--against", "base", "-o", str(html), "--runs-dir", str(tmp_path)]) == 0
-    text = html.read_text()
-    assert text.count("data:image/png;base64,") >= 4 and "<script" not in text
-    assert "OUTLIER" in text or "Hosts against the fleet" in text
+    page = tmp_path / "report.html"
+    assert main(["report", "new", "--against", "base", "-o", str(page), "--runs-dir", str(tmp_path)]) == 0
+    text = page.read_text()
+    assert not re.findall(r"""(?:src|href)\s*=\s*["']?(?:https?:)?//""", text)  # nothing fetched from anywhere
+    assert "data:image/png" not in text and 'id="fleetbench-data"' in text
+    assert "Hosts against the fleet" in text
     browser = chromium()
     if browser is None:
         if os.environ.get("CI", "").lower() == "true":
             pytest.fail("chromium is not installed; `make test` installs it")
         pytest.skip("chromium not installed")
+    probe = tmp_path / "probe.html"
+    probe.write_text(text.replace("</body>", PROBE + "\n</body>"))
+    proc = headless(browser, probe, tmp_path, "--dump-dom")
+    found = re.search(r'<pre id="probe">(.*?)</pre>', proc.stdout, re.S)
+    assert found, proc.stderr[-2000:]
+    seen = json.loads(htmlmod.unescape(found.group(1)))
+    assert {"fleet", "speedup", "heatmap", "forest"} <= set(seen["kinds"])
+    assert seen["series"] == ["torch-bf16", "torch-fp8"] and len(set(seen["marks"])) == 2  # own marker and colour
+    assert seen["tip_display"] == "block" and "torch-bf16" in seen["tip"] and "M=" in seen["tip"]
+    assert "over 3 hosts" in seen["tip"]
+    assert seen["off_after_legend_click"] == ["torch-bf16"]
+    assert seen["heat_hosts"] == ["h1", "h2", "h3"] and seen["heat_hosts_after"] == ["h2", "h3"]
+    assert seen["h1_ratios"] and min(seen["h1_ratios"]) > 1.0  # h1 is 5% slower: red in every case
+    assert "over 2 hosts" in seen["tip_after"]  # medians follow the hosts switched on
+    assert seen["forest_rows"] > 0
+    assert "Uncaught" not in proc.stderr
+
     shot = tmp_path / "shot.png"
-    proc = subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                           "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                           f"--user-data-dir={tmp_path / 'profile'}", "--enable-logging=stderr", "--v=0",
-                           "--window-size=1400,2400", f"--screenshot={shot}", html.as_uri()],
-                          capture_output=True, text=True, timeout=120)
+    proc = headless(browser, page, tmp_path, "--window-size=1400,2400", f"--screenshot={shot}")
     assert shot.exists(), proc.stderr[-2000:]
-    assert "CONSOLE" not in proc.stderr and "Uncaught" not in proc.stderr
     import matplotlib.image
 
     img = matplotlib.image.imread(str(shot))[..., :3]
     saturation = img.max(axis=2) - img.min(axis=2)
-    colored = float((saturation > 0.3).mean())  # plot lines and markers; the page itself is grey on white
+    colored = float((saturation > 0.3).mean())  # plot lines, markers, heatmap; the page itself is grey on white
     assert colored > 0.003, f"only {colored:.4f} of the screenshot is colored: plots missing?"
 
 
