@@ -490,11 +490,6 @@ def args_report(p):
 
 
 def cmd_report(args, io: Streams) -> int:
-    import importlib.util
-
-    if importlib.util.find_spec("matplotlib") is None:
-        raise InputError("report draws its plots with matplotlib, which is not installed: "
-                         "pip install 'fleetbench[report]'")
     from .htmlreport import write_report
 
     path = write_report(Path(args.runs_dir), args.run, args.against, Path(args.output), parse_threshold(args.threshold),

@@ -31,6 +31,7 @@ def test_the_wheel_holds_every_package_and_the_starter_files(tmp_path):
         expected = {f"{package}/{p.name}" for p in (REPO / package).glob("*.py")}
         assert expected <= names, f"the wheel lacks {sorted(expected - names)}"
     assert "orchestrator/templates/hosts.yaml" in names and "orchestrator/templates/bench_script.py.j2" in names
+    assert "orchestrator/templates/report.js" in names and "orchestrator/templates/report.html.j2" in names
     assert {f"orchestrator/sweeps/{p.name}" for p in (REPO / "sweeps").glob("*.yaml")} <= names
 
 
@@ -93,3 +94,28 @@ def test_a_dry_run_is_never_latest(tmp_path, monkeypatch, capsys):
     capsys.readouterr()
     assert main(["show", "latest", "--format", "json"]) == 0
     assert cli_json(capsys.readouterr().out)[0]["run_id"] == ran
+
+
+def test_the_worker_alone_installs_nothing_of_the_controller_and_pins_what_provision_pins(tmp_path):
+    """worker/pyproject.toml builds `fleetbench-worker`: every worker module and nothing else; it needs
+    torch, pydantic and numpy; its `[gpu]` extra is exactly `provision --profile gpu` at the pins of
+    requirements/host-constraints.txt (one way to a GPU host's versions, whichever tool installs)."""
+    from orchestrator.provision import PROFILES, pinned_versions
+
+    source = tmp_path / "src" / "worker"
+    shutil.copytree(REPO / "worker", source, ignore=shutil.ignore_patterns("__pycache__"))
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", str(source),
+                    "-w", str(tmp_path / "dist")], check=True, capture_output=True)
+    wheel = zipfile.ZipFile(next((tmp_path / "dist").glob("fleetbench_worker-*.whl")))
+    names = set(wheel.namelist())
+    expected = {f"worker/{p.relative_to(REPO / 'worker')}" for p in (REPO / "worker").rglob("*.py")
+                if "__pycache__" not in p.parts}
+    assert expected <= names, sorted(expected - names)
+    assert not [n for n in names if not n.startswith(("worker/", "fleetbench_worker-"))]
+    metadata = wheel.read(next(n for n in names if n.endswith("/METADATA"))).decode()
+    requires = [line.split(":", 1)[1].strip() for line in metadata.splitlines() if line.startswith("Requires-Dist:")]
+    base = sorted(r.split(">")[0].split("=")[0].strip() for r in requires if "extra ==" not in r)
+    assert base == ["numpy", "pydantic", "torch"]
+    pins = pinned_versions()
+    gpu = sorted(r.split(";")[0].strip() for r in requires if 'extra == "gpu"' in r)
+    assert gpu == sorted(f"{name}=={pins[name]}" for name in PROFILES["gpu"])
