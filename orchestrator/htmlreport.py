@@ -175,7 +175,9 @@ def chart_history(runs_dir: Path, rows: list[Row], threshold: float) -> list[dic
     charts = []
     for _, hosts in chosen:
         first = next(iter(hosts.values()))[0]
-        charts.append({"kind": "trend", "title": f"{first.backend} {first.m}x{first.n}x{first.k}",
+        charts.append({"kind": "trend", "title": f"History ({len(charts) + 1} of the {len(chosen)} cases of this run "
+                                                  f"that moved most over {len(runs)} stored runs): "
+                                                  f"{first.backend} {first.m}x{first.n}x{first.k}",
                        "x_label": f"stored runs, oldest first ({len(runs)})", "y_label": "median µs", "unit": "µs",
                        "runs": runs,
                        "series": [{"name": host, "points": [{"x": runs.index(p.run_id), "y": p.median_us, "run": p.run_id,

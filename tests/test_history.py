@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 import shutil
 from pathlib import Path
 
@@ -118,7 +119,14 @@ def test_the_report_draws_this_runs_cases_over_their_history(tmp_path, capsys):
     html = tmp_path / "r.html"
     assert main(["report", ids[-1], "--history", "-o", str(html), "--runs-dir", str(tmp_path)]) == 0
     text = html.read_text()
-    assert "History: the 12 cases of this run that moved most over 7 stored runs" in text
+    data = json.loads(re.search(r'<script type="application/json" id="fleetbench-data">(.*?)</script>', text, re.S).group(1))
+    trends = [c for c in data["charts"] if c["kind"] == "trend"]
+    assert len(trends) == 12 and trends[0]["title"].startswith("History (1 of the 12 cases of this run that moved most "
+                                                                "over 7 stored runs)")
+    moved = trends[0]
+    assert moved["runs"] == ids and {s["name"] for s in moved["series"]} == {"h1", "h2"}
+    h1 = next(s for s in moved["series"] if s["name"] == "h1")
+    assert [p["x"] for p in h1["points"]] == list(range(7)) and any(p["step"] for p in h1["points"])  # the 20% step
 
 
 def test_history_of_a_missing_runs_folder_or_an_unusable_index_is_one_clear_line(tmp_path, capsys):
