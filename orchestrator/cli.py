@@ -36,7 +36,11 @@ class Streams:
         self.out, self.err = out, err
 
     def width(self) -> int:
-        # A terminal's own width; piped output (CI logs, files) gets wide tables, not an 80-column default.
+        # $COLUMNS when set (a caller asking for a width, piped or not); else a terminal's own width; piped
+        # output (CI logs, files) gets wide tables, not an 80-column default.
+        columns = os.environ.get("COLUMNS", "")
+        if columns.isdigit() and int(columns) > 0:
+            return int(columns)
         return shutil.get_terminal_size((200, 24)).columns if self.out.isatty() else 200
 
     def write(self, text: str) -> None:
@@ -508,6 +512,13 @@ def cmd_init(args, io: Streams) -> int:
 
     for w in write_starter(Path(args.folder)):
         io.write(f"{'wrote' if w.created else 'kept (exists)'} {w.path}\n")
+    import importlib.util
+
+    if importlib.util.find_spec("torch") is None:
+        # The `local` host runs the worker with this interpreter, and the controller never carries torch.
+        io.write("the `local` host runs the worker with this Python, which has no torch: pip install "
+                 "'fleetbench[worker]' here first (a CPU build: pip install torch --index-url "
+                 "https://download.pytorch.org/whl/cpu)\n")
     io.write(f"next: cd {args.folder} && fleetbench run sweeps/smoke.yaml   (the `local` host; edit hosts.yaml "
              "for a fleet)\n")
     return EXIT_OK

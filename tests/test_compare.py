@@ -350,6 +350,19 @@ def test_tables_fit_the_terminal_and_never_break_a_name(width, stored_runs):
     assert "left out at 90 columns: label" in narrow and "--format md|csv|json" in narrow
 
 
+def test_columns_sets_the_width_of_piped_tables(stored_runs, monkeypatch, capsys):
+    """COLUMNS=100 fleetbench show / show --pivot / diff | less: no line wider than 100 characters."""
+    run = str(stored_runs / "runs-v4" / "20261203-133700-smoke-byo-4073")
+    monkeypatch.setenv("COLUMNS", "100")
+    for argv in (["show", run], ["show", run, "--pivot", "backend"], ["diff", run, run]):
+        main(argv)
+        lines = capsys.readouterr().out.splitlines()
+        assert lines and max(len(line) for line in lines) <= 100, argv
+    monkeypatch.delenv("COLUMNS")
+    main(["show", run])
+    assert max(len(line) for line in capsys.readouterr().out.splitlines()) > 100  # piped, no COLUMNS: wide
+
+
 def test_the_report_says_how_rows_were_timed_and_takes_any_baseline(tmp_path, capsys):
     make_run(tmp_path, "r", {"h1": 1.0}, seed=41)
     html = tmp_path / "r.html"

@@ -119,3 +119,16 @@ def test_the_worker_alone_installs_nothing_of_the_controller_and_pins_what_provi
     pins = pinned_versions()
     gpu = sorted(r.split(";")[0].strip() for r in requires if 'extra == "gpu"' in r)
     assert gpu == sorted(f"{name}=={pins[name]}" for name in PROFILES["gpu"])
+
+
+def test_init_says_when_the_local_host_has_no_torch(tmp_path, monkeypatch, capsys):
+    """The controller never installs torch; the `local` host runs the worker with the controller's
+    Python, so init names the one step that makes the smoke sweep run there."""
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "torch" else real(name, *a))
+    monkeypatch.chdir(tmp_path)
+    assert main(["init"]) == 0
+    out = capsys.readouterr().out
+    assert "has no torch: pip install 'fleetbench[worker]'" in out
