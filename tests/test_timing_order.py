@@ -330,3 +330,24 @@ def test_settle_stops_when_the_case_stops_drifting_and_never_runs_forever():
     drifting = timing.settle(kernel(lambda t: 10.0 * (1 + t / 1e5)), 100, 100.0)
     assert drifting == pytest.approx(timing.SETTLE_MAX_FACTOR * 100.0, rel=0.05)
     assert timing.settle(kernel(lambda t: 10.0), 100, 0.0) == 0.0
+
+
+@pytest.mark.parametrize("clocks, tainted", [((1980, 1500, 1490), False), ((1980, 1980, 1500), True)])
+def test_health_is_judged_over_the_samples_not_over_the_settling(monkeypatch, clocks, tainted):
+    """Settling lets a heavy GEMM bring the GPU to its power-limited clock (1980 -> ~1500 MHz on the
+    H200); that fall is the state the case is measured in, not a throttled measurement. A fall during
+    the samples still taints. Snapshots: before the warm-up, after settling, after the samples."""
+    from worker.schema import HealthSnapshot
+
+    gpu = SimGpu()
+    install(monkeypatch, gpu)
+    runner = CaseRunner.__new__(CaseRunner)
+    runner.device = SimpleNamespace(device="cuda", l2_bytes=L2_BYTES)
+    readings = iter(clocks)
+    runner.probe = SimpleNamespace(snapshot=lambda: HealthSnapshot(sm_clock_mhz=next(readings)))
+    case = CaseSpec(backend="torch-bf16", m=64, n=256, k=256,
+                    timing=TimingOptions(warmup_ms=0, budget_s=1, rounds=1, settle_ms=5))
+    sets = [object() for _ in range(4)]
+    stats, health = runner._time(case, lambda i: gpu.call(id(sets[i]), 1 << 20), len(sets))
+    assert health.tainted is tainted and stats.settle_ms >= 5
+    assert health.before.sm_clock_mhz == clocks[1]

@@ -28,7 +28,7 @@ from __future__ import annotations
 import math
 import statistics
 import time
-from typing import Callable
+from typing import Callable, Optional
 
 from .schema import Stats, TimingOptions
 
@@ -153,14 +153,17 @@ def time_cpu(fn: Callable[[int], object], n_sets: int, opts: TimingOptions) -> S
     return summarize(samples, method="cpu-wallclock", calls_per_sample=cps, l2="hot")
 
 
-def time_cuda(fn: Callable[[int], object], n_sets: int, opts: TimingOptions) -> Stats:
-    """CUDA timing by graph replay or per-call events; `fn(i)` runs the kernel on input set i."""
+def time_cuda(fn: Callable[[int], object], n_sets: int, opts: TimingOptions,
+              settled: Optional[Callable[[], None]] = None) -> Stats:
+    """CUDA timing by graph replay or per-call events; `fn(i)` runs the kernel on input set i.
+    `settled()` is called once the case has settled, just before its samples (health readings taken
+    there judge the samples, not the settling, which may rightly lower the clock)."""
     import torch
 
     stream = torch.cuda.current_stream()
     if opts.mode == "events":
         _warm_up(fn, n_sets, opts, stream)
-        return _time_events(fn, n_sets, opts)
+        return _time_events(fn, n_sets, opts, settled)
     # Warm up on the stream the graphs are captured on (a library's lazy per-stream state then exists
     # before capture), and call once on a fresh stream: the module docstring says why.
     global _PRIMED
@@ -208,6 +211,8 @@ def time_cuda(fn: Callable[[int], object], n_sets: int, opts: TimingOptions) -> 
         return start.elapsed_time(end) * 1e3 / cps
 
     settled_ms = settle(replay_us, cps, opts.settle_ms)
+    if settled is not None:
+        settled()
     samples: list[float] = []
     started = time.perf_counter()
     while not _enough(samples, opts, started):
@@ -282,7 +287,8 @@ def _capture(fn: Callable[[int], object], calls: int, n_sets: int, stream):
     return graph
 
 
-def _time_events(fn: Callable[[int], object], n_sets: int, opts: TimingOptions) -> Stats:
+def _time_events(fn: Callable[[int], object], n_sets: int, opts: TimingOptions,
+                 settled: Optional[Callable[[], None]] = None) -> Stats:
     """One event pair around each call: includes launch overhead; honest only for large GEMMs."""
     import torch
 
@@ -300,6 +306,8 @@ def _time_events(fn: Callable[[int], object], n_sets: int, opts: TimingOptions) 
         return start.elapsed_time(end) * 1e3
 
     settled_ms = settle(call_us, 1, opts.settle_ms)
+    if settled is not None:
+        settled()
     samples: list[float] = []
     started = time.perf_counter()
     while not _enough(samples, opts, started):
