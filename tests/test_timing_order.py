@@ -16,6 +16,7 @@ median, and the first case of a process must read what it reads anywhere else.
 """
 from __future__ import annotations
 
+import itertools
 import math
 import random
 from collections import OrderedDict
@@ -66,13 +67,17 @@ class SimGpu:
             self.capturing.append((set_id, nbytes, heat))
         else:  # eager: runs now, and the library has now run on this stream
             if self.current is not self.default:
-                self.eager_streams.add(id(self.current))
+                self.eager_streams.add(self.current.serial)
             self.now_us += self.touch(set_id, nbytes, heat) + GAP_US
+
+
+_SERIAL = itertools.count()  # ids of simulated streams and input sets: id() of a freed object is reused
 
 
 class SimStream:
     def __init__(self, gpu: SimGpu):
         self.gpu = gpu
+        self.serial = next(_SERIAL)
 
     def wait_stream(self, other) -> None:
         pass
@@ -152,9 +157,9 @@ def sweep_in_fresh_process(monkeypatch, cases: list[CaseSpec], heat: dict | None
     for case in cases:
         n_sets = runner._input_sets(case, "bf16")
         per_set = (case.m + case.n) * case.k * 2
-        sets = [object() for _ in range(n_sets)]  # fresh allocations: never in the simulated L2 yet
+        sets = [next(_SERIAL) for _ in range(n_sets)]  # fresh allocations: never in the simulated L2 yet
         h = heat.get(case.case_id, 0.0)
-        stats = timing.time_cuda(lambda i, sets=sets, per_set=per_set, h=h: gpu.call(id(sets[i]), per_set, h),
+        stats = timing.time_cuda(lambda i, sets=sets, per_set=per_set, h=h: gpu.call(sets[i], per_set, h),
                                  n_sets, case.timing)
         medians[case.case_id] = stats.median_us
     return medians
