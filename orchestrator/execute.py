@@ -29,7 +29,7 @@ from .outcome import AttemptEnd, HostOutcome, explain_stderr, judge
 from .plan import Job, Plan, wall_clock_limit
 from .records import parse_results
 from .remote import (CLEANUP_LIMIT_S, RemoteLayout, RenderedScript, bounded, job_argv, job_params, lacks_files,
-                     run_first, stop_remote, sync_script, write_params)
+                     run_first, stop_job, sync_script, write_params)
 from .store import RunStore, now_iso
 from .transport import CommandResult, Transport, TransportError, make_transport
 
@@ -59,7 +59,13 @@ EventSink = Callable[[JobEvent], None]
 @dataclass
 class _Running:
     transport: Transport
-    pidfile: str
+    host: Host
+    layout: RemoteLayout
+    slot: str
+    attempt: int
+
+    def stop(self) -> None:
+        stop_job(self.transport, self.host, self.layout, self.slot, self.attempt)
 
 
 @dataclass
@@ -75,7 +81,7 @@ class Execution:
         self.cancel.set()
         with self.lock:
             running = list(self.running.values())
-        threads = [threading.Thread(target=stop_remote, args=(r.transport, r.pidfile), daemon=True) for r in running]
+        threads = [threading.Thread(target=r.stop, daemon=True) for r in running]
         for t in threads:
             t.start()
         for t in threads:
@@ -183,8 +189,12 @@ class _HostPipeline:
         results_local = local / "results.jsonl"
         stderr_tail: collections.deque[str] = collections.deque(maxlen=30)
         progress = {"done": 0, "current": "", "hello": False}
-        pidfile = self.layout.pidfile(slot, attempt)
         argv = job_argv(job, self.script, attempt)
+        queue = None
+        if self.host.transport == "slurm":
+            from .slurm import QueueClock
+
+            queue = QueueClock(launched=time.monotonic())
 
         with open(local / "log.txt", "w", encoding="utf-8", buffering=1) as log, \
                 open(results_local, "w", encoding="utf-8") as results:
@@ -195,6 +205,14 @@ class _HostPipeline:
                     results.flush()
                     return
                 log.write(f"{time.strftime('%H:%M:%S')} {stream}: {line}\n")
+                if stream == "stderr" and queue is not None and queue.see(line, time.monotonic()):
+                    if queue.allocated_at is None:
+                        self.emit(JobEvent(slot, "queued", total=len(task.cases), current=f"slurm job {queue.job_id}"))
+                    else:
+                        log.write(f"{time.strftime('%H:%M:%S')} controller: slurm job {queue.job_id} waited "
+                                  f"{queue.pending_s():.1f} s in the queue\n")
+                        self.emit(JobEvent(slot, "running", total=len(task.cases)))
+                    return
                 if stream == "stderr":
                     stderr_tail.append(line)
                 elif kind == protocol.LINE_HELLO:
@@ -207,8 +225,10 @@ class _HostPipeline:
                 if remaining <= 0 or self.execution.cancel.is_set():
                     return CommandResult(exit_code=-1, timed_out=remaining <= 0)
                 self.bytes_uploaded += len(params)
+                # srun is silent while its job waits in Slurm's queue: no stall check there, the wall-clock
+                # limit (which counts the wait) still ends it.
                 return transport.run(argv, env=job.env, timeout=remaining, on_line=on_line, stdin=params,
-                                     stall_timeout=self.stall_timeout_s)
+                                     stall_timeout=None if queue is not None else self.stall_timeout_s)
 
             def resync() -> None:
                 log.write(f"{time.strftime('%H:%M:%S')} controller: the host lacks this script or worker "
@@ -221,8 +241,10 @@ class _HostPipeline:
 
             self.emit(JobEvent(slot, "running", total=len(task.cases)))
             with self.execution.lock:
-                self.execution.running[slot] = _Running(transport, pidfile)
+                self.execution.running[slot] = _Running(transport, self.host, self.layout, slot, attempt)
             try:
+                if queue is not None:  # an allocation may wait long in the queue: never spend one on a miss
+                    self._sync(transport)
                 result = run_first(launch, lambda r: lacks_files(r, progress["hello"]), resync)
             except TransportError as exc:
                 return self._finish(task, exc.outcome, str(exc), started_at)
@@ -243,7 +265,7 @@ class _HostPipeline:
 
             def collect() -> bool:
                 if result is not None and (result.timed_out or result.stalled):
-                    stop_remote(transport, pidfile)
+                    stop_job(transport, self.host, self.layout, slot, attempt)
                 return transport.get(results_remote, fetched_path)
 
             # One bound for stopping and fetching together: a frozen host costs its limit plus this, once.
@@ -262,8 +284,27 @@ class _HostPipeline:
                          fetched=fetched, stderr_tail=explain_stderr(stderr_tail), python=self.host.python,
                          timeout_s=self.timeout_s)
         outcome, error = judge(end)
+        queue_s = None
+        if queue is not None:
+            queue_s = round(queue.pending_s(), 3)
+            if outcome != "ok":
+                outcome, error = self._slurm_verdict(transport, task, outcome, error, end)
         return self._finish(task, outcome, error, started_at, done=len(done_ids), statuses=dict(statuses),
-                            problems=parsed.problems)
+                            problems=parsed.problems, queue_s=queue_s)
+
+    def _slurm_verdict(self, transport: Transport, task: JobTask, outcome: str, error: str,
+                       end: AttemptEnd) -> tuple[str, str]:
+        """A Slurm job that Slurm itself ended (cancelled, time limit, node failure, preemption) fails
+        with Slurm's state and reason, whatever the worker managed before."""
+        from .slurm import job_name, settled_jobs
+
+        name = job_name(self.layout.run_id, task.job.slot, task.attempt)
+        jobs = bounded(lambda: settled_jobs(transport, self.host, name), CLEANUP_LIMIT_S * 2) or []
+        ended = [j for j in jobs if j.ended_by_slurm()]
+        if not ended or end.cancelled:
+            return outcome, error
+        missing = end.total - end.done
+        return "failed", f"{ended[-1].describe()}; {missing} of {end.total} cases have no result"
 
     def _progress(self, task: JobTask, event: dict, progress: dict) -> None:
         if event.get("event") == "lock-wait":
@@ -288,15 +329,21 @@ class _HostPipeline:
         self.emit(JobEvent(task.job.slot, "running", done=progress["done"], total=total, current=progress["current"]))
 
     def _finish(self, task: JobTask, outcome: str, error: str, started_at: str, *, done: int = 0,
-                statuses: Optional[dict] = None, problems: Optional[list] = None) -> HostOutcome:
+                statuses: Optional[dict] = None, problems: Optional[list] = None,
+                queue_s: Optional[float] = None) -> HostOutcome:
+        duration = round(time.monotonic() - self.started, 3)
         result = HostOutcome(
             slot=task.job.slot, host=task.job.host.name, gpu=task.job.gpu, attempt=task.attempt,
             outcome=outcome, error=error, cases_total=len(task.cases), cases_done=done,
             statuses=statuses or {}, problems=problems or [], started_at=started_at,
-            duration_s=round(time.monotonic() - self.started, 3), bytes_uploaded=self.bytes_uploaded,
+            duration_s=duration, bytes_uploaded=self.bytes_uploaded, queue_s=queue_s,
         )
         self.store.write_outcome(result)
-        self.emit(JobEvent(task.job.slot, outcome, done=done, total=len(task.cases), message=error))
+        message = error
+        if queue_s is not None:  # Slurm: the wait apart from the run
+            message = (f"{error}; " if error else "") + f"{queue_s:.1f} s queued in Slurm, " \
+                                                        f"{max(0.0, duration - queue_s):.1f} s running"
+        self.emit(JobEvent(task.job.slot, outcome, done=done, total=len(task.cases), message=message))
         return result
 
 
@@ -319,7 +366,7 @@ def recover_attempts(plan: Plan, store: RunStore, scripts: dict[str, RenderedScr
                 for attempt in store.attempts(job.slot):
                     if store.outcome(job.slot, attempt).outcome == "ok":
                         continue
-                    stop_remote(transport, layout.pidfile(job.slot, attempt))
+                    stop_job(transport, host, layout, job.slot, attempt)
                     local = store.attempt_dir(job.slot, attempt) / "results.jsonl"
                     fetched = local.with_name("results.recovered")
                     remote = layout.results(job.slot, attempt)  # bound below: a thread past its limit lives on

@@ -45,6 +45,22 @@ def check_host(host: Host, bundle_path: Path, bundle_sha: str, script_dir: Path,
     transport = make_transport(host, accept_new=accept_new)
     lines: list[tuple[str, str]] = []
     argv = check_argv(host, script)
+    partition = ""
+    if host.transport == "slurm":
+        # The check runs where a job would: on a node Slurm allocates, after the partition says it can.
+        from .slurm import cancel, job_name, partition_report, srun_prefix
+
+        name = job_name(CHECK_RUN_ID, host.name, 1)
+        argv = srun_prefix(host, name) + argv
+        try:
+            transport.connect()
+            usable, partition = partition_report(transport, host)
+        except TransportError as exc:
+            transport.close()
+            return HostStatus(host.name, False, exc.outcome, str(exc))
+        if not usable:
+            transport.close()
+            return HostStatus(host.name, False, "failed", partition)
 
     def hello_seen() -> bool:
         return any(s == "stdout" and protocol.decode_stdout(l)[0] == protocol.LINE_HELLO for s, l in lines)
@@ -53,8 +69,10 @@ def check_host(host: Host, bundle_path: Path, bundle_sha: str, script_dir: Path,
         lines.clear()
         sync_script(transport, bundle_path, script)
 
+    result = None
     try:
-        transport.connect()
+        if host.transport != "slurm":  # a Slurm host's login node is connected above
+            transport.connect()
         # As a sweep does: run first, upload only what the launcher says is missing, then run again.
         result = run_first(
             lambda: transport.run(argv, env=host.env, timeout=min(host.timeout or CHECK_TIMEOUT_S, CHECK_TIMEOUT_S),
@@ -66,6 +84,8 @@ def check_host(host: Host, bundle_path: Path, bundle_sha: str, script_dir: Path,
     except Exception as exc:
         return HostStatus(host.name, False, "failed", f"{type(exc).__name__}: {exc}")
     finally:
+        if host.transport == "slurm" and (result is None or result.exit_code != 0):
+            cancel(transport, host, name)  # a check that waited past its limit leaves no job behind
         transport.close()
     stdout = [l for s, l in lines if s == "stdout" and l.startswith("{")]
     stderr = [l for s, l in lines if s == "stderr" and l.strip()]
@@ -83,7 +103,8 @@ def check_host(host: Host, bundle_path: Path, bundle_sha: str, script_dir: Path,
     problems = list(facts.get("problems", []))
     if facts.get("gpu_processes"):
         problems.append(f"{facts['gpu_processes']} other processes on the GPU")
-    return HostStatus(host.name, not problems, "ok", "; ".join(problems), facts, readiness_notes(facts))
+    notes = readiness_notes(facts) + ([f"slurm {partition}"] if partition else [])
+    return HostStatus(host.name, not problems, "ok", "; ".join(problems), facts, notes)
 
 
 def readiness_notes(facts: dict) -> list[str]:

@@ -31,6 +31,26 @@ from .yamlfile import describe_validation, read_yaml_mapping
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 
 
+class SlurmSettings(BaseModel):
+    """How a `transport: slurm` host's jobs ask Slurm for a node (orchestrator/slurm.py)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    partition: Optional[str] = None  # None: the cluster's default partition
+    gpus: int = Field(default=0, ge=0)  # GPUs per job (srun --gpus)
+    account: Optional[str] = None
+    time: Optional[str] = None  # srun --time, e.g. "00:30:00"
+    options: tuple[str, ...] = ()  # more srun/sbatch options, as an argv list, e.g. ["--qos=bench"]
+
+    @field_validator("options")
+    @classmethod
+    def _options(cls, options: tuple[str, ...]) -> tuple[str, ...]:
+        for opt in options:
+            if not opt.startswith("-") or opt == "--":
+                raise ValueError(f"option {opt!r}: each item is one option, e.g. '--qos=bench'")
+        return options
+
+
 class HostFields(BaseModel):
     """Fields a host may set and `defaults` may give for all."""
 
@@ -44,7 +64,8 @@ class HostFields(BaseModel):
     env: Optional[dict[str, str]] = None
     gpus: Optional[list[int]] = None
     labels: Optional[list[str]] = None
-    transport: Optional[Literal["ssh", "local"]] = None
+    transport: Optional[Literal["ssh", "local", "slurm"]] = None
+    slurm: Optional[SlurmSettings] = None  # with transport slurm: partition, gpus per job, account, time, options
     connect_timeout: Optional[float] = Field(default=None, gt=0)
     timeout: Optional[float] = Field(default=None, gt=0)  # per-host wall-clock limit, s (default: from the sweep)
     stall_timeout: Optional[float] = Field(default=None, ge=15)  # silent this long (s): stalled (default: the sweep's)
@@ -118,7 +139,7 @@ class Host(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     name: str
-    transport: Literal["ssh", "local"]
+    transport: Literal["ssh", "local", "slurm"]
     hostname: str
     port: Optional[int]  # None: whatever ssh_config says, else 22
     user: Optional[str]
@@ -136,6 +157,14 @@ class Host(BaseModel):
     ssh_config: Optional[str]
     environment: Optional[str] = None  # of a host with `environments`: this one's name (the host is name@environment)
     pins: tuple[str, ...] = ()  # this environment's pins over the host constraints
+    slurm: Optional[SlurmSettings] = None  # transport slurm: how its jobs ask for a node
+    login: Literal["ssh", "local"] = "local"  # transport slurm: how the login node is reached
+
+    @property
+    def connector(self) -> str:
+        """How the controller reaches the machine it runs commands on: ssh or local (a Slurm host's
+        login node)."""
+        return self.login if self.transport == "slurm" else self.transport
 
     @property
     def machine(self) -> str:
@@ -158,8 +187,8 @@ class Host(BaseModel):
 
     @property
     def address(self) -> str:
-        if self.transport == "local":
-            return "local"
+        if self.connector == "local":
+            return "local" if self.transport == "local" else "slurm via local login"
         return f"{self.user + '@' if self.user else ''}{self.hostname}" + (f":{self.port}" if self.port else "")
 
 
@@ -226,10 +255,22 @@ def _resolve(path: Path, entry: HostEntry, defaults: HostFields) -> Host:
     where = f"{path}: host '{entry.name}'"
     if transport == "ssh" and not entry.hostname:
         raise InputError(f"{where}: field 'hostname': required for transport ssh")
+    # A Slurm host's login node: over SSH when it has a hostname, else this machine.
+    login = "ssh" if transport == "ssh" or (transport == "slurm" and entry.hostname) else "local"
+    slurm = _pick(entry, defaults, "slurm")
+    if transport == "slurm":
+        slurm = slurm or SlurmSettings()
+        if _pick(entry, defaults, "gpus") is not None:
+            raise InputError(f"{where}: field 'gpus': a Slurm host's jobs get their GPUs from Slurm "
+                             "(slurm: {gpus: N}); one job per host entry")
+    elif entry.slurm is not None:
+        raise InputError(f"{where}: field 'slurm': only for transport slurm")
+    else:
+        slurm = None
     identity = _pick(entry, defaults, "identity_file")
     if identity is not None:
         identity = _relative_to(path, os.path.expanduser(identity))
-        if transport == "ssh" and not os.path.isfile(identity):
+        if login == "ssh" and not os.path.isfile(identity):
             raise InputError(f"{where}: field 'identity_file': key file not found: {identity}")
     known_hosts = _pick(entry, defaults, "known_hosts")
     if known_hosts is not None:
@@ -242,7 +283,7 @@ def _resolve(path: Path, entry: HostEntry, defaults: HostFields) -> Host:
     python = _pick(entry, defaults, "python")
     if python is None:
         # The local host runs the controller's own interpreter unless told otherwise.
-        python = sys.executable if transport == "local" else "python3"
+        python = sys.executable if login == "local" else "python3"
     workdir = _pick(entry, defaults, "workdir") or "~/.fleetbench"
     env = dict(defaults.env or {})
     env.update(entry.env or {})
@@ -267,6 +308,8 @@ def _resolve(path: Path, entry: HostEntry, defaults: HostFields) -> Host:
         known_hosts=known_hosts,
         proxy_jump=_pick(entry, defaults, "proxy_jump"),
         ssh_config=ssh_config,
+        slurm=slurm,
+        login=login,
     )
 
 

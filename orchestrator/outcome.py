@@ -35,6 +35,7 @@ class HostOutcome(BaseModel):
     started_at: str = ""
     duration_s: float = 0.0
     bytes_uploaded: int = 0
+    queue_s: Optional[float] = None  # a Slurm host: seconds its job waited in the queue (in duration_s)
 
 
 @dataclass(frozen=True)

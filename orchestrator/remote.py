@@ -86,9 +86,15 @@ class RenderedScript:
 
 # -- the commands ------------------------------------------------------------------------------------
 def job_argv(job: Job, script: RenderedScript, attempt: int) -> list[str]:
-    """The command a job runs on its host, as an argv list; its params arrive on stdin."""
+    """The command a job runs on its host, as an argv list; its params arrive on stdin. A Slurm host
+    runs the same command under srun (orchestrator/slurm.py), on a node Slurm allocates."""
     layout = script.layout
-    return [job.host.python, login_relative(script.remote), "supervise",
+    prefix: list[str] = []
+    if job.host.transport == "slurm":
+        from .slurm import job_name, srun_prefix
+
+        prefix = srun_prefix(job.host, job_name(layout.run_id, job.slot, attempt))
+    return [*prefix, job.host.python, login_relative(script.remote), "supervise",
             "--pidfile", login_relative(layout.pidfile(job.slot, attempt)),
             "--params", login_relative(layout.params(job.slot, attempt)), "--params-stdin",
             "--results", login_relative(layout.results(job.slot, attempt))]
@@ -148,6 +154,17 @@ def run_first(launch: Callable[[], Optional[CommandResult]], lacks: Callable[[Co
 
 
 # -- stopping ----------------------------------------------------------------------------------------
+def stop_job(transport: Transport, host: Host, layout: RemoteLayout, slot: str, attempt: int) -> bool:
+    """Stop a job wherever it runs: scancel for a Slurm host (its job runs on a node, not where the
+    controller's commands run), else its process group. Returns whether something was found."""
+    if host.transport == "slurm":
+        from .slurm import cancel, job_name
+
+        return bool(bounded(lambda: cancel(transport, host, job_name(layout.run_id, slot, attempt)),
+                            CLEANUP_LIMIT_S * 2))
+    return stop_remote(transport, layout.pidfile(slot, attempt))
+
+
 def stop_remote(transport: Transport, pidfile: str) -> bool:
     """TERM, then KILL, the process group recorded in `pidfile`. Returns whether a group was found."""
     text = bounded(lambda: transport.read_text(pidfile), CLEANUP_LIMIT_S)

@@ -80,3 +80,19 @@ def write_sweep(path: Path, *, label: str = "t", backends=("torch-bf16", "refere
 @pytest.fixture
 def sweep_file(tmp_path) -> Path:
     return write_sweep(tmp_path / "sweep.yaml")
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster(tmp_path_factory):
+    """A real one-node Slurm cluster (munged, slurmctld, slurmd) started for the session, stopped after.
+    In CI a missing Slurm is a failure, not a skip."""
+    from slurmcluster import slurm_available, start_cluster
+
+    why = slurm_available()
+    if why:
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(why + "; `make test` installs it")
+        pytest.skip(why)
+    cluster = start_cluster(tmp_path_factory.mktemp("slurm"))
+    yield cluster
+    cluster.stop()

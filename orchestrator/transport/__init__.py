@@ -10,8 +10,8 @@ __all__ = ["CommandResult", "LineSink", "Transport", "TransportError", "login_re
 
 
 def make_transport(host: Host, *, accept_new: bool = False) -> Transport:
-    """The connector for `host`; nothing connects until .connect()."""
-    if host.transport == "local":
+    """The connector for `host` (for a Slurm host: to its login node); nothing connects until .connect()."""
+    if host.connector == "local":
         from .local import LocalTransport
 
         return LocalTransport(host)

@@ -1,0 +1,155 @@
+"""Hosts behind Slurm, against a real Slurm (tests/slurmcluster.py: munged, slurmctld and slurmd on this
+machine, CPU jobs): a sweep runs under srun and merges like any run; a job cancelled from outside ends
+`failed` with Slurm's reason and `rerun --failed` completes it; Ctrl-C leaves no job behind; `hosts
+--check` reports the partition."""
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from orchestrator.cli import main
+from orchestrator.inventory import load_inventory
+from orchestrator.slurm import srun_prefix
+from cli_output import cli_json
+from sshfleet import wait_until
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def inventory(path: Path, cluster, *, local: bool = False, **slurm) -> Path:
+    hosts = [{"name": "slurm1", "transport": "slurm", "python": sys.executable,
+              "workdir": str(path.parent / "slurm-workdir"), "env": cluster.env,
+              "slurm": {"partition": cluster.partition, **slurm}}]
+    if local:
+        hosts.append({"name": "local", "transport": "local", "workdir": str(path.parent / "local-workdir")})
+    path.write_text(yaml.safe_dump({"hosts": hosts}))
+    return path
+
+
+def slow_sweep(path: Path, cases: int = 6, budget: float = 0.5) -> Path:
+    doc = {"name": "slow", "backends": ["torch-bf16"],
+           "shapes": [{"m": [16 * (i + 1) for i in range(cases)], "n": 64, "k": 128, "label": "slow"}],
+           "timing": {"budget_s": budget, "warmup_ms": 1, "min_samples": 3, "max_samples": 100000,
+                      "target_rel_ci": 1e-9, "rounds": 1}}
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+def cli(capsys, *argv) -> tuple[int, str, str]:
+    code = main([str(a) for a in argv])
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_a_slurm_host_entry_is_validated_and_builds_one_srun_step(tmp_path):
+    inv = tmp_path / "hosts.yaml"
+    inv.write_text(yaml.safe_dump({"hosts": [
+        {"name": "c1", "transport": "slurm", "hostname": "login.example", "python": "/shared/venv/bin/python",
+         "slurm": {"partition": "gpu", "gpus": 1, "account": "perf", "time": "00:30:00", "options": ["--qos=bench"]}},
+        {"name": "c2", "transport": "slurm"}]}))
+    c1, c2 = load_inventory(inv).hosts
+    assert c1.connector == "ssh" and c2.connector == "local"  # the login node: over SSH, or this machine
+    assert srun_prefix(c1, "job") == ["srun", "--job-name=job", "--nodes=1", "--ntasks=1", "--kill-on-bad-exit=1",
+                                      "--partition=gpu", "--account=perf", "--time=00:30:00", "--gpus=1",
+                                      "--qos=bench", "--"]
+    bad = tmp_path / "bad.yaml"
+    for host, message in [({"name": "x", "transport": "slurm", "gpus": [0, 1]}, "get their GPUs from Slurm"),
+                          ({"name": "x", "transport": "ssh", "hostname": "h", "slurm": {}}, "only for transport slurm"),
+                          ({"name": "x", "transport": "slurm", "slurm": {"options": ["--qos bench; rm"]}}, None),
+                          ({"name": "x", "transport": "slurm", "slurm": {"options": ["qos=bench"]}}, "each item is one option")]:
+        bad.write_text(yaml.safe_dump({"hosts": [host]}))
+        if message is None:  # one argv item: quoted as a whole where the command is built, never split
+            assert load_inventory(bad).hosts[0].slurm.options == ("--qos bench; rm",)
+            continue
+        with pytest.raises(Exception, match=message):
+            load_inventory(bad)
+
+
+def test_a_sweep_runs_under_slurm_and_merges_like_an_ssh_run(slurm_cluster, fleet, tmp_path, capsys):
+    """The smoke sweep on a Slurm host and on an sshd host in one run: the same cases, statuses, checks
+    and reasons; the rows differ in host facts and timings only; the job left Slurm's queue COMPLETED."""
+    inv = fleet.inventory(tmp_path / "hosts.yaml", names=["ssh0"])
+    doc = yaml.safe_load(inv.read_text())
+    doc["hosts"].append(yaml.safe_load(inventory(tmp_path / "slurm.yaml", slurm_cluster).read_text())["hosts"][0])
+    inv.write_text(yaml.safe_dump(doc))
+    code, out, err = cli(capsys, "run", REPO / "sweeps" / "smoke.yaml", "-i", inv, "--runs-dir", tmp_path / "runs",
+                         "--format", "json")
+    assert code == 0, err
+    rows = cli_json(out)
+    by_host = {h: {r["case_id"]: r for r in rows if r["host"] == h} for h in ("slurm1", "ssh0")}
+    assert len(by_host["slurm1"]) == len(by_host["ssh0"]) == 10
+    same = ("label", "backend", "m", "n", "k", "workload", "status", "reason", "verdict", "method", "l2")
+    for case_id, row in by_host["slurm1"].items():
+        assert {f: row[f] for f in same} == {f: by_host["ssh0"][case_id][f] for f in same}
+    assert "slurm1: ok" in err and "s queued in Slurm" in err
+    jobs = slurm_cluster.jobs(f"fleetbench-{rows[0]['run_id']}-")
+    assert len(jobs) == 1 and jobs[0][2] == "COMPLETED"  # files were uploaded first: no allocation spent on a miss
+    outcome = json.loads(next((tmp_path / "runs").glob("*/hosts/slurm1/attempt-1/outcome.json")).read_text())
+    assert outcome["outcome"] == "ok" and outcome["queue_s"] is not None
+
+
+def test_a_job_cancelled_from_outside_fails_with_slurms_reason_and_rerun_completes_it(slurm_cluster, tmp_path,
+                                                                                       capsys):
+    inv = inventory(tmp_path / "hosts.yaml", slurm_cluster)
+    runs = tmp_path / "runs"
+    proc = subprocess.Popen([sys.executable, "-m", "orchestrator.cli", "run", str(slow_sweep(tmp_path / "s.yaml")),
+                             "-i", str(inv), "--runs-dir", str(runs)], cwd=REPO, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+    def cases_ended() -> int:
+        logs = list(runs.glob("*/hosts/slurm1/attempt-1/log.txt"))
+        return logs[0].read_text().count('"event":"end"') if logs else 0
+
+    try:
+        assert wait_until(lambda: cases_ended() >= 1, 90)
+        running = slurm_cluster.active()
+        assert len(running) == 1
+        slurm_cluster.command("scancel", running[0][0])  # an operator, or a preemption, from outside
+        _, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 1
+    assert f"slurm1: failed: Slurm ended job {running[0][0]}: CANCELLED" in err
+    code, out, err = cli(capsys, "rerun", "latest", "--failed", "-i", inv, "--runs-dir", runs, "--format", "json")
+    assert code == 0, err
+    rows = cli_json(out)
+    assert len(rows) == 6 and {r["status"] for r in rows} == {"ok"}
+    assert not slurm_cluster.active()
+
+
+def test_ctrl_c_cancels_the_job_and_leaves_none_in_the_queue(slurm_cluster, tmp_path):
+    inv = inventory(tmp_path / "hosts.yaml", slurm_cluster)
+    runs = tmp_path / "runs"
+    proc = subprocess.Popen([sys.executable, "-m", "orchestrator.cli", "run", str(slow_sweep(tmp_path / "s.yaml", 20)),
+                             "-i", str(inv), "--runs-dir", str(runs)], cwd=REPO, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        assert wait_until(lambda: bool(slurm_cluster.active()), 60)
+        assert wait_until(lambda: any(runs.glob("*/hosts/slurm1/attempt-1/log.txt")), 30)
+        proc.send_signal(signal.SIGINT)
+        proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130
+    assert wait_until(lambda: not slurm_cluster.active(), 15), slurm_cluster.active()
+
+
+def test_hosts_check_reports_the_partition_and_runs_on_a_node(slurm_cluster, tmp_path, capsys):
+    inv = inventory(tmp_path / "hosts.yaml", slurm_cluster)
+    code, out, err = cli(capsys, "hosts", "--check", "-i", inv, "--format", "json")
+    assert code == 0, err
+    (status,) = cli_json(out)
+    assert status["ready"] and status["facts"]["hostname"]
+    assert any(f"partition {slurm_cluster.partition}: up" in n and "GPUs none" in n for n in status["notes"])
+    # Asking for GPUs the partition cannot grant is a clear refusal, without queueing a job for ever.
+    inv = inventory(tmp_path / "gpu.yaml", slurm_cluster, gpus=1)
+    code, out, err = cli(capsys, "hosts", "--check", "-i", inv, "--format", "json")
+    (status,) = cli_json(out)
+    assert code == 1 and not status["ready"] and "jobs ask for 1 GPU(s)" in status["problem"]
+    assert not slurm_cluster.active()
