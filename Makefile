@@ -24,12 +24,15 @@ install: $(VENV)/.installed
 run: install
 	$(VENV)/bin/fleetbench run $(SWEEP)
 
-# The fleet tests start real OpenSSH servers and the report test opens a page in headless Chromium:
-# install whichever is missing, in one apt-get call, when we may.
+# The fleet tests start real OpenSSH servers, the Slurm tests a one-node Slurm (munge, slurmctld,
+# slurmd), and the report test opens a page in headless Chromium: install whichever is missing, in one
+# apt-get call, when we may.
 system-deps:
 	@missing=""; \
 	[ -x /usr/sbin/sshd ] || missing="$$missing openssh-server"; \
 	command -v chromium >/dev/null || missing="$$missing chromium"; \
+	[ -x /usr/sbin/slurmctld ] && [ -x /usr/sbin/slurmd ] || missing="$$missing slurm-wlm"; \
+	[ -x /usr/sbin/munged ] || missing="$$missing munge"; \
 	if [ -n "$$missing" ]; then \
 		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 			echo "installing$$missing"; \
