@@ -153,3 +153,34 @@ def test_hosts_check_reports_the_partition_and_runs_on_a_node(slurm_cluster, tmp
     (status,) = cli_json(out)
     assert code == 1 and not status["ready"] and "jobs ask for 1 GPU(s)" in status["problem"]
     assert not slurm_cluster.active()
+
+
+def test_the_login_node_may_be_reached_over_ssh(slurm_cluster, fleet, tmp_path, capsys):
+    """`hostname` on a Slurm host: srun, squeue and scancel run on the login node through SSH (here an
+    sshd of the test fleet on this machine), with the host's environment."""
+    inv = fleet.inventory(tmp_path / "hosts.yaml", names=["ssh0"], transport="slurm",
+                          env={"SLURM_CONF": slurm_cluster.env["SLURM_CONF"]},
+                          slurm={"partition": slurm_cluster.partition})
+    code, out, err = cli(capsys, "run", REPO / "sweeps" / "noop.yaml", "-i", inv, "--runs-dir", tmp_path / "runs",
+                         "--format", "json")
+    assert code == 0, err
+    rows = cli_json(out)
+    assert rows and {r["status"] for r in rows} == {"ok"}
+    assert [state for *_, state in slurm_cluster.jobs(f"fleetbench-{rows[0]['run_id']}-")] == ["COMPLETED"]
+
+
+def test_a_job_past_its_hosts_limit_is_cancelled_and_rerun_completes_it(slurm_cluster, tmp_path, capsys):
+    inv = inventory(tmp_path / "hosts.yaml", slurm_cluster)
+    doc = yaml.safe_load(inv.read_text())
+    doc["hosts"][0]["timeout"] = 6
+    inv.write_text(yaml.safe_dump(doc))
+    runs = tmp_path / "runs"
+    code, out, err = cli(capsys, "run", slow_sweep(tmp_path / "s.yaml", cases=30), "-i", inv, "--runs-dir", runs)
+    assert code == 1 and "slurm1: timeout: did not finish within the host's 6 s limit" in err
+    assert not slurm_cluster.active()
+    doc["hosts"][0]["timeout"] = 300
+    inv.write_text(yaml.safe_dump(doc))
+    code, out, err = cli(capsys, "rerun", "latest", "--failed", "--resume", "-i", inv, "--runs-dir", runs,
+                         "--format", "json")
+    assert code == 0, err
+    assert {r["status"] for r in cli_json(out)} == {"ok"}
