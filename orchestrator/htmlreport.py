@@ -229,7 +229,8 @@ def write_report(runs_dir: Path, run_ref: str, against: Optional[str], output: P
     fleet = across_hosts(side, threshold) if len(side.slots) >= 3 else None
     html = template_environment().get_template(REPORT_TEMPLATE).render(
         run_id=store.run_id, sweep=store.manifest()["sweep"]["name"], generated=now_iso(), version=__version__,
-        rows=rows, methods_short=METHODS_SHORT, charts=charts, data=page_data(charts, rows), script=_script(), facts=facts, comparison=comparison, fleet=fleet, baseline=baseline, methods=methods,
+        rows=rows, methods_short=METHODS_SHORT, charts=charts, data=page_data(charts, rows), script=_script(),
+        facts=facts, comparison=comparison, fleet=fleet, baseline=baseline, methods=methods,
         threshold=threshold,
     )
     output.parent.mkdir(parents=True, exist_ok=True)
