@@ -25,7 +25,8 @@ def _note(row: Row) -> str:
     if row.tainted:
         parts.append("TAINTED: GPU throttled during timing")
     if row.rel_ci is not None and row.rel_ci > 0.05:
-        parts.append(f"noisy (CI ±{row.rel_ci:.0%})")
+        # Beyond ±100% the exact width says nothing more (the rounds disagree wildly); JSON keeps it.
+        parts.append(f"noisy (CI ±{row.rel_ci:.0%})" if row.rel_ci <= 1 else "noisy (CI wider than ±100%)")
     return "; ".join(parts)
 
 

@@ -342,3 +342,14 @@ def test_a_local_host_without_a_home_folder_says_so_not_interpreter_not_found(tm
     with pytest.raises(TransportError, match="home folder not found: .*gone"):
         LocalTransport(load_inventory(inv).hosts[0]).run([sys.executable, "-c", "pass"], env={}, timeout=10,
                                                          on_line=lambda s, l: None)
+
+
+def test_a_noisy_rows_note_gives_its_interval_up_to_100_percent_then_says_wider():
+    from orchestrator.merge import Row
+    from orchestrator.views import _note
+
+    row = Row(run_id="r", host="h", gpu=None, slot="h", gpu_name=None, label="", backend="b", m=1, n=1, k=1,
+              status="ok", reason="", rel_ci=0.3)
+    assert _note(row) == "noisy (CI ±30%)"
+    assert _note(Row(**{**row.as_dict(), "rel_ci": 2736.9})) == "noisy (CI wider than ±100%)"
+    assert _note(Row(**{**row.as_dict(), "rel_ci": 0.01})) == ""
