@@ -188,7 +188,7 @@ class Host(BaseModel):
     @property
     def address(self) -> str:
         if self.connector == "local":
-            return "local" if self.transport == "local" else "slurm via local login"
+            return "local" if self.transport == "local" else "local login"
         return f"{self.user + '@' if self.user else ''}{self.hostname}" + (f":{self.port}" if self.port else "")
 
 

@@ -187,8 +187,12 @@ def fleet_document(report) -> Document:
 
 # -- inventory and stored runs --------------------------------------------------------------------------
 def inventory_document(hosts) -> Document:
-    rows = [[h.name, h.transport, h.address, h.python, h.workdir, ",".join(map(str, h.gpus)) if h.gpus else "",
-             ",".join(h.labels)] for h in hosts]
+    def gpus(h) -> str:
+        if h.slurm is not None:  # Slurm picks them: how many each job asks for
+            return f"{h.slurm.gpus} per job" if h.slurm.gpus else ""
+        return ",".join(map(str, h.gpus)) if h.gpus else ""
+
+    rows = [[h.name, h.transport, h.address, h.python, h.workdir, gpus(h), ",".join(h.labels)] for h in hosts]
     data = [h.public_view() for h in hosts]
     return Document([Section(["host", "transport", "address", "python", "workdir", "gpus", "labels"], rows)],
                     data=data, records=[{**d, "env": ",".join(d["env"])} for d in data], kind="inventory")
