@@ -67,32 +67,28 @@ def _record_1_to_2(obj: dict) -> dict:
     return obj
 
 
-def _timed_once(case: dict) -> dict:
-    """Before format 3 every case was timed in one round: say so, rather than let today's default speak."""
-    if isinstance(case.get("timing"), dict) and "rounds" not in case["timing"]:
-        return dict(case, timing=dict(case["timing"], rounds=1))
-    return case
+def _timing_then(field: str, value) -> Callable[[dict], dict]:
+    """A stored CaseSpec (dict) given the value a timing option had before the format that added it:
+    the record says how it was timed then, rather than let today's default speak."""
+    def fix(case: dict) -> dict:
+        if isinstance(case.get("timing"), dict) and field not in case["timing"]:
+            return dict(case, timing=dict(case["timing"], **{field: value}))
+        return case
+    return fix
 
 
-def _record_2_to_3(obj: dict) -> dict:
-    obj = dict(obj, schema_version=3)
-    if obj.get("kind") == "case" and isinstance(obj.get("case"), dict):
-        obj["case"] = _timed_once(obj["case"])
-    return obj
+_timed_once = _timing_then("rounds", 1)  # before format 3 every case was timed in one round
+_not_settled = _timing_then("settle_ms", 0.0)  # before format 6 no timing settled
 
 
-def _not_settled(case: dict) -> dict:
-    """Before format 6 no timing settled: say so, rather than let today's default speak."""
-    if isinstance(case.get("timing"), dict) and "settle_ms" not in case["timing"]:
-        return dict(case, timing=dict(case["timing"], settle_ms=0.0))
-    return case
-
-
-def _record_5_to_6(obj: dict) -> dict:
-    obj = dict(obj, schema_version=6)
-    if obj.get("kind") == "case" and isinstance(obj.get("case"), dict):
-        obj["case"] = _not_settled(obj["case"])
-    return obj
+def _record_case_step(version: int, fix: Callable[[dict], dict]) -> Callable[[dict], dict]:
+    """An upgrade step to `version` + 1 that fixes the case of each case record."""
+    def step(obj: dict) -> dict:
+        obj = dict(obj, schema_version=version + 1)
+        if obj.get("kind") == "case" and isinstance(obj.get("case"), dict):
+            obj["case"] = fix(obj["case"])
+        return obj
+    return step
 
 
 def _same_shape(version: int) -> Callable[[dict], dict]:
@@ -100,8 +96,9 @@ def _same_shape(version: int) -> Callable[[dict], dict]:
     return lambda obj: dict(obj, schema_version=version + 1)
 
 
-_RECORD_UPGRADES: dict[int, Callable[[dict], dict]] = {1: _record_1_to_2, 2: _record_2_to_3, 3: _same_shape(3),
-                                                       4: _same_shape(4), 5: _record_5_to_6}
+_RECORD_UPGRADES: dict[int, Callable[[dict], dict]] = {1: _record_1_to_2, 2: _record_case_step(2, _timed_once),
+                                                       3: _same_shape(3), 4: _same_shape(4),
+                                                       5: _record_case_step(5, _not_settled)}
 
 
 def upgrade_record(obj: dict) -> dict:

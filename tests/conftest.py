@@ -66,6 +66,19 @@ def fleet(ssh_fleet: SshFleet) -> SshFleet:
     return ssh_fleet
 
 
+def slow_sweep(path: Path, shapes: int = 8, budget: float = 0.4) -> Path:
+    """CPU cases that each take about `budget` seconds (the CI target is unreachable on purpose), in one
+    round: a case's record then lands as soon as it is timed."""
+    import yaml
+
+    doc = {"name": "slow", "backends": ["torch-bf16"],
+           "shapes": [{"m": [16 * (i + 1) for i in range(shapes)], "n": 64, "k": 128, "label": "slow"}],
+           "timing": {"budget_s": budget, "warmup_ms": 1, "min_samples": 3, "max_samples": 100000,
+                      "target_rel_ci": 1e-9, "rounds": 1}}
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
 def write_sweep(path: Path, *, label: str = "t", backends=("torch-bf16", "reference-nvfp4"),
                 ms=(16,), n: int = 64, k: int = 128, extra: str = "") -> Path:
     import yaml

@@ -17,6 +17,7 @@ from orchestrator.cli import main
 from orchestrator.inventory import load_inventory
 from orchestrator.slurm import srun_prefix
 from cli_output import cli_json
+from conftest import slow_sweep
 from sshfleet import wait_until
 
 REPO = Path(__file__).resolve().parent.parent
@@ -29,15 +30,6 @@ def inventory(path: Path, cluster, *, local: bool = False, **slurm) -> Path:
     if local:
         hosts.append({"name": "local", "transport": "local", "workdir": str(path.parent / "local-workdir")})
     path.write_text(yaml.safe_dump({"hosts": hosts}))
-    return path
-
-
-def slow_sweep(path: Path, cases: int = 6, budget: float = 0.5) -> Path:
-    doc = {"name": "slow", "backends": ["torch-bf16"],
-           "shapes": [{"m": [16 * (i + 1) for i in range(cases)], "n": 64, "k": 128, "label": "slow"}],
-           "timing": {"budget_s": budget, "warmup_ms": 1, "min_samples": 3, "max_samples": 100000,
-                      "target_rel_ci": 1e-9, "rounds": 1}}
-    path.write_text(yaml.safe_dump(doc))
     return path
 
 
@@ -98,7 +90,8 @@ def test_a_job_cancelled_from_outside_fails_with_slurms_reason_and_rerun_complet
                                                                                        capsys):
     inv = inventory(tmp_path / "hosts.yaml", slurm_cluster)
     runs = tmp_path / "runs"
-    proc = subprocess.Popen([sys.executable, "-m", "orchestrator.cli", "run", str(slow_sweep(tmp_path / "s.yaml")),
+    sweep = slow_sweep(tmp_path / "s.yaml", shapes=6, budget=0.5)
+    proc = subprocess.Popen([sys.executable, "-m", "orchestrator.cli", "run", str(sweep),
                              "-i", str(inv), "--runs-dir", str(runs)], cwd=REPO, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
 
@@ -126,7 +119,8 @@ def test_a_job_cancelled_from_outside_fails_with_slurms_reason_and_rerun_complet
 def test_ctrl_c_cancels_the_job_and_leaves_none_in_the_queue(slurm_cluster, tmp_path):
     inv = inventory(tmp_path / "hosts.yaml", slurm_cluster)
     runs = tmp_path / "runs"
-    proc = subprocess.Popen([sys.executable, "-m", "orchestrator.cli", "run", str(slow_sweep(tmp_path / "s.yaml", 20)),
+    sweep = slow_sweep(tmp_path / "s.yaml", shapes=20, budget=0.5)
+    proc = subprocess.Popen([sys.executable, "-m", "orchestrator.cli", "run", str(sweep),
                              "-i", str(inv), "--runs-dir", str(runs)], cwd=REPO, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     try:
@@ -175,7 +169,8 @@ def test_a_job_past_its_hosts_limit_is_cancelled_and_rerun_completes_it(slurm_cl
     doc["hosts"][0]["timeout"] = 6
     inv.write_text(yaml.safe_dump(doc))
     runs = tmp_path / "runs"
-    code, out, err = cli(capsys, "run", slow_sweep(tmp_path / "s.yaml", cases=30), "-i", inv, "--runs-dir", runs)
+    sweep = slow_sweep(tmp_path / "s.yaml", shapes=30, budget=0.5)
+    code, out, err = cli(capsys, "run", sweep, "-i", inv, "--runs-dir", runs)
     assert code == 1 and "slurm1: timeout: did not finish within the host's 6 s limit" in err
     assert not slurm_cluster.active()
     doc["hosts"][0]["timeout"] = 300

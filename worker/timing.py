@@ -210,15 +210,21 @@ def time_cuda(fn: Callable[[int], object], n_sets: int, opts: TimingOptions,
         end.synchronize()
         return start.elapsed_time(end) * 1e3 / cps
 
-    settled_ms = settle(replay_us, cps, opts.settle_ms)
+    return _settle_and_sample(replay_us, cps, opts, settled, "cuda-graph")
+
+
+def _settle_and_sample(batch_us: Callable[[], float], calls: int, opts: TimingOptions,
+                       settled: Optional[Callable[[], None]], method: str) -> Stats:
+    """Settle (`settle`), tell `settled`, then take samples (`batch_us()`: the per-call time of one timed
+    batch of `calls` calls) until the interval is narrow enough or the budget is spent."""
+    settled_ms = settle(batch_us, calls, opts.settle_ms)
     if settled is not None:
         settled()
     samples: list[float] = []
     started = time.perf_counter()
     while not _enough(samples, opts, started):
-        samples.append(replay_us())
-    del graph
-    stats = summarize(samples, method="cuda-graph", calls_per_sample=cps, l2=opts.l2)
+        samples.append(batch_us())
+    stats = summarize(samples, method=method, calls_per_sample=calls, l2=opts.l2)
     return stats.model_copy(update={"settle_ms": round(settled_ms, 1)})
 
 
@@ -305,12 +311,4 @@ def _time_events(fn: Callable[[int], object], n_sets: int, opts: TimingOptions,
         i += 1
         return start.elapsed_time(end) * 1e3
 
-    settled_ms = settle(call_us, 1, opts.settle_ms)
-    if settled is not None:
-        settled()
-    samples: list[float] = []
-    started = time.perf_counter()
-    while not _enough(samples, opts, started):
-        samples.append(call_us())
-    stats = summarize(samples, method="cuda-events", calls_per_sample=1, l2=opts.l2)
-    return stats.model_copy(update={"settle_ms": round(settled_ms, 1)})
+    return _settle_and_sample(call_us, 1, opts, settled, "cuda-events")
