@@ -225,10 +225,12 @@ class _HostPipeline:
                 if remaining <= 0 or self.execution.cancel.is_set():
                     return CommandResult(exit_code=-1, timed_out=remaining <= 0)
                 self.bytes_uploaded += len(params)
-                # srun is silent while its job waits in Slurm's queue: no stall check there, the wall-clock
-                # limit (which counts the wait) still ends it.
+                # srun is silent while its job waits in Slurm's queue: no stall check then (the wall-clock
+                # limit, which counts the wait, still ends it); from the allocation on, as for any job.
+                stall = self.stall_timeout_s if queue is None else \
+                    (lambda: None if queue.waiting() else self.stall_timeout_s)
                 return transport.run(argv, env=job.env, timeout=remaining, on_line=on_line, stdin=params,
-                                     stall_timeout=None if queue is not None else self.stall_timeout_s)
+                                     stall_timeout=stall)
 
             def resync() -> None:
                 log.write(f"{time.strftime('%H:%M:%S')} controller: the host lacks this script or worker "

@@ -128,6 +128,10 @@ class QueueClock:
             return "allocated"
         return None
 
+    def waiting(self) -> bool:
+        """In the queue now: srun said so and has not yet said the job was allocated."""
+        return self.queued_at is not None and self.allocated_at is None
+
     def pending_s(self) -> float:
         if self.queued_at is None:
             return 0.0

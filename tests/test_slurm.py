@@ -179,3 +179,75 @@ def test_a_job_past_its_hosts_limit_is_cancelled_and_rerun_completes_it(slurm_cl
                          "--format", "json")
     assert code == 0, err
     assert {r["status"] for r in cli_json(out)} == {"ok"}
+
+
+def _job_processes(workdir: Path) -> list[int]:
+    """The job's own processes on the node (launcher, supervisor, worker), not srun on the login side."""
+    import os
+
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                argv = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if argv and not argv[0].endswith(b"srun") and any(str(workdir).encode() in a for a in argv):
+                found.append(int(entry))
+    return found
+
+
+def test_a_job_that_stops_answering_on_its_node_ends_stalled_and_is_cancelled(slurm_cluster, tmp_path, capsys):
+    import os
+
+    inv = inventory(tmp_path / "hosts.yaml", slurm_cluster)
+    doc = yaml.safe_load(inv.read_text())
+    doc["hosts"][0]["stall_timeout"] = 15
+    inv.write_text(yaml.safe_dump(doc))
+    runs = tmp_path / "runs"
+    sweep = slow_sweep(tmp_path / "s.yaml", shapes=40, budget=0.5)
+    proc = subprocess.Popen([sys.executable, "-m", "orchestrator.cli", "run", str(sweep), "-i", str(inv),
+                             "--runs-dir", str(runs)], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    workdir = tmp_path / "slurm-workdir"
+    stopped: list[int] = []
+    try:
+        assert wait_until(lambda: len(_job_processes(workdir)) >= 2, 60)
+        assert wait_until(lambda: any(runs.glob("*/hosts/slurm1/attempt-1/log.txt")), 30)
+        stopped = _job_processes(workdir)
+        for pid in stopped:  # a node that stops answering: no line, no heartbeat
+            os.kill(pid, signal.SIGSTOP)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        for pid in stopped:
+            try:
+                os.kill(pid, signal.SIGCONT)  # so Slurm's TERM reaches them at once
+            except ProcessLookupError:
+                pass
+        proc.kill()
+    assert proc.returncode == 1 and "slurm1: stalled" in err
+    assert wait_until(lambda: not slurm_cluster.active(), 40), slurm_cluster.active()
+
+
+def test_time_in_the_queue_is_not_a_stall_and_is_reported_apart(slurm_cluster, tmp_path, capsys):
+    """The node is busy with another job for ~25 s: the sweep's job waits in the queue longer than its
+    stall limit (15 s) without being called stalled, then runs; the wait is reported apart."""
+    import os
+
+    inv = inventory(tmp_path / "hosts.yaml", slurm_cluster)
+    doc = yaml.safe_load(inv.read_text())
+    doc["hosts"][0]["stall_timeout"] = 15
+    inv.write_text(yaml.safe_dump(doc))
+    holder = subprocess.Popen(["srun", "--job-name=other-user", f"--cpus-per-task={os.cpu_count()}", "sleep", "25"],
+                              env={**os.environ, **slurm_cluster.env}, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)
+    try:
+        assert wait_until(lambda: slurm_cluster.active("other-user"), 30)
+        code, out, err = cli(capsys, "run", REPO / "sweeps" / "noop.yaml", "-i", inv, "--runs-dir", tmp_path / "runs")
+    finally:
+        holder.kill()
+        holder.wait()
+    assert code == 0, err
+    outcome = json.loads(next((tmp_path / "runs").glob("*/hosts/slurm1/attempt-1/outcome.json")).read_text())
+    assert outcome["outcome"] == "ok" and outcome["queue_s"] > 15
+    assert "slurm1: queued" in err and "s queued in Slurm" in err

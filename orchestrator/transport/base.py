@@ -9,11 +9,19 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Mapping, Optional, Protocol, Sequence
+from typing import Callable, Mapping, Optional, Protocol, Sequence, Union
 
 from ..inventory import Host
 
 LineSink = Callable[[str, str], None]  # (stream name "stdout"/"stderr", line without newline)
+# Seconds of silence that mean stalled: a number, None (never), or a function asked at each check (a
+# Slurm job is silent while it waits in the queue, and only then).
+StallLimit = Union[None, float, Callable[[], Optional[float]]]
+
+
+def stall_limit(limit: StallLimit) -> Optional[float]:
+    """The stall limit in force now."""
+    return limit() if callable(limit) else limit
 
 
 class TransportError(Exception):
@@ -60,7 +68,7 @@ class Transport(Protocol):
     def read_text(self, remote: str) -> Optional[str]: ...
     def run(self, argv: Sequence[str], *, env: Mapping[str, str], timeout: Optional[float],
             on_line: LineSink, stdin: Optional[bytes] = None,
-            stall_timeout: Optional[float] = None) -> CommandResult:
+            stall_timeout: StallLimit = None) -> CommandResult:
         """Run argv, streaming its lines to on_line. Ends early, the command stopped, when `timeout`
         runs out (timed_out) or when nothing at all arrives for `stall_timeout` seconds (stalled)."""
     def describe(self, argv: Sequence[str], env: Mapping[str, str]) -> str: ...

@@ -12,7 +12,7 @@ from typing import Optional
 from worker.protocol import LineDecoder
 
 from ..inventory import Host
-from .base import CommandResult, LineSink, TransportError, shell_command
+from .base import CommandResult, LineSink, TransportError, shell_command, stall_limit
 
 class LocalTransport:
     """Runs on this machine with subprocess: the embedded `local` host, no SSH involved."""
@@ -88,7 +88,8 @@ class LocalTransport:
                 except subprocess.TimeoutExpired:
                     now = time.monotonic()
                     timed_out = deadline is not None and now >= deadline
-                    stalled = stall_timeout is not None and now - last_heard[0] > stall_timeout
+                    limit = stall_limit(stall_timeout)
+                    stalled = limit is not None and now - last_heard[0] > limit
                     if timed_out or stalled:
                         _kill_group(proc)
                         code = proc.wait()

@@ -16,7 +16,7 @@ from typing import Callable, Optional
 from worker.protocol import LineDecoder
 
 from ..inventory import Host
-from .base import CommandResult, LineSink, TransportError, login_relative, shell_command
+from .base import CommandResult, LineSink, StallLimit, TransportError, login_relative, shell_command, stall_limit
 from .hostkeys import AcceptNewPolicy, host_key_name, load_known_hosts
 
 KEEPALIVE_S = 15
@@ -197,7 +197,7 @@ class FabricTransport:
             pass
 
 
-def _pump_channel(chan, deadline: Optional[float], on_line: LineSink, stall_timeout: Optional[float]) -> CommandResult:
+def _pump_channel(chan, deadline: Optional[float], on_line: LineSink, stall_timeout: StallLimit) -> CommandResult:
     """Read stdout and stderr until EOF (or the deadline, or `stall_timeout` seconds without a byte),
     then the exit status."""
     import select
@@ -218,7 +218,8 @@ def _pump_channel(chan, deadline: Optional[float], on_line: LineSink, stall_time
                     break
                 continue
             now = time.monotonic()
-            if stall_timeout is not None and now - last_heard > stall_timeout:
+            limit = stall_limit(stall_timeout)
+            if limit is not None and now - last_heard > limit:
                 stalled = True
                 break
             wait = 1.0 if deadline is None else deadline - now
