@@ -1,14 +1,17 @@
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 sys.path.insert(0, str(Path(__file__).parent))
 
 from sshfleet import SshFleet, sshd_available, start_fleet  # noqa: E402
+
 
 REPO = Path(__file__).resolve().parent.parent
 FLEET_SIZE = 4
@@ -66,11 +69,41 @@ def fleet(ssh_fleet: SshFleet) -> SshFleet:
     return ssh_fleet
 
 
+def set_host_field(inv: Path, host: str, **fields) -> None:
+    doc = yaml.safe_load(inv.read_text())
+    for h in doc["hosts"]:
+        if h["name"] == host:
+            h.update(fields)
+    inv.write_text(yaml.safe_dump(doc))
+
+
+def start_cli(*argv) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "orchestrator.cli", *map(str, argv)], cwd=REPO,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def cases_ended(runs: Path, slot: str) -> int:
+    logs = list(runs.glob(f"*/hosts/{slot}/attempt-1/log.txt"))
+    return logs[0].read_text().count('"event":"end"') if logs else 0
+
+
+def processes_under(path: Path) -> list[int]:
+    """Processes whose command line mentions `path` (the remote side of a run lives there)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and int(entry) != os.getpid():
+            try:
+                cmdline = Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            except OSError:
+                continue
+            if str(path) in cmdline:
+                found.append(int(entry))
+    return found
+
+
 def slow_sweep(path: Path, shapes: int = 8, budget: float = 0.4) -> Path:
     """CPU cases that each take about `budget` seconds (the CI target is unreachable on purpose), in one
     round: a case's record then lands as soon as it is timed."""
-    import yaml
-
     doc = {"name": "slow", "backends": ["torch-bf16"],
            "shapes": [{"m": [16 * (i + 1) for i in range(shapes)], "n": 64, "k": 128, "label": "slow"}],
            "timing": {"budget_s": budget, "warmup_ms": 1, "min_samples": 3, "max_samples": 100000,
@@ -81,8 +114,6 @@ def slow_sweep(path: Path, shapes: int = 8, budget: float = 0.4) -> Path:
 
 def write_sweep(path: Path, *, label: str = "t", backends=("torch-bf16", "reference-nvfp4"),
                 ms=(16,), n: int = 64, k: int = 128, extra: str = "") -> Path:
-    import yaml
-
     doc = {"name": "test", "backends": list(backends),
            "shapes": [{"m": list(ms), "n": n, "k": k, "label": label}],
            "timing": {"budget_s": 0.05, "warmup_ms": 1, "min_samples": 3, "max_samples": 20}}

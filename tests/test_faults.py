@@ -2,18 +2,15 @@
 and failures on the wire. Each ends in a recorded outcome, one clear line, and nothing lost."""
 from __future__ import annotations
 
-import json
 import os
 import signal
 import socket
 import subprocess
-import sys
 import time
-from pathlib import Path
 
 import pytest
 import yaml
-from conftest import REPO, slow_sweep, write_sweep
+from conftest import cases_ended, processes_under, set_host_field, slow_sweep, start_cli, write_sweep
 from sshfleet import wait_until
 
 from orchestrator.cli import main
@@ -22,42 +19,10 @@ from orchestrator.store import resolve_run
 from cli_output import cli_json
 
 
-def set_host_field(inv: Path, host: str, **fields) -> None:
-    doc = yaml.safe_load(inv.read_text())
-    for h in doc["hosts"]:
-        if h["name"] == host:
-            h.update(fields)
-    inv.write_text(yaml.safe_dump(doc))
-
-
 def run_cli(capsys, *argv):
     code = main([str(a) for a in argv])
     out = capsys.readouterr()
     return code, out.out, out.err
-
-
-def start_cli(*argv) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "orchestrator.cli", *map(str, argv)], cwd=REPO,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-
-
-def cases_ended(runs: Path, slot: str) -> int:
-    logs = list(runs.glob(f"*/hosts/{slot}/attempt-1/log.txt"))
-    return logs[0].read_text().count('"event":"end"') if logs else 0
-
-
-def processes_under(path: Path) -> list[int]:
-    """Processes whose command line mentions `path` (the remote side of a run lives there)."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit() and int(entry) != os.getpid():
-            try:
-                cmdline = Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            except OSError:
-                continue
-            if str(path) in cmdline:
-                found.append(int(entry))
-    return found
 
 
 def test_worker_crash_marks_the_case_crashed_and_the_rest_still_run(fleet, tmp_path, capsys):

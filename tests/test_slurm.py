@@ -17,10 +17,9 @@ from orchestrator.cli import main
 from orchestrator.inventory import load_inventory
 from orchestrator.slurm import srun_prefix
 from cli_output import cli_json
-from conftest import slow_sweep
+from conftest import REPO, cases_ended, processes_under, set_host_field, slow_sweep, start_cli
 from sshfleet import wait_until
 
-REPO = Path(__file__).resolve().parent.parent
 
 
 def inventory(path: Path, cluster, *, local: bool = False, **slurm) -> Path:
@@ -90,17 +89,9 @@ def test_a_job_cancelled_from_outside_fails_with_slurms_reason_and_rerun_complet
                                                                                        capsys):
     inv = inventory(tmp_path / "hosts.yaml", slurm_cluster)
     runs = tmp_path / "runs"
-    sweep = slow_sweep(tmp_path / "s.yaml", shapes=6, budget=0.5)
-    proc = subprocess.Popen([sys.executable, "-m", "orchestrator.cli", "run", str(sweep),
-                             "-i", str(inv), "--runs-dir", str(runs)], cwd=REPO, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
-
-    def cases_ended() -> int:
-        logs = list(runs.glob("*/hosts/slurm1/attempt-1/log.txt"))
-        return logs[0].read_text().count('"event":"end"') if logs else 0
-
+    proc = start_cli("run", slow_sweep(tmp_path / "s.yaml", shapes=6, budget=0.5), "-i", inv, "--runs-dir", runs)
     try:
-        assert wait_until(lambda: cases_ended() >= 1, 90)
+        assert wait_until(lambda: cases_ended(runs, "slurm1") >= 1, 90)
         running = slurm_cluster.active()
         assert len(running) == 1
         slurm_cluster.command("scancel", running[0][0])  # an operator, or a preemption, from outside
@@ -119,10 +110,7 @@ def test_a_job_cancelled_from_outside_fails_with_slurms_reason_and_rerun_complet
 def test_ctrl_c_cancels_the_job_and_leaves_none_in_the_queue(slurm_cluster, tmp_path):
     inv = inventory(tmp_path / "hosts.yaml", slurm_cluster)
     runs = tmp_path / "runs"
-    sweep = slow_sweep(tmp_path / "s.yaml", shapes=20, budget=0.5)
-    proc = subprocess.Popen([sys.executable, "-m", "orchestrator.cli", "run", str(sweep),
-                             "-i", str(inv), "--runs-dir", str(runs)], cwd=REPO, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    proc = start_cli("run", slow_sweep(tmp_path / "s.yaml", shapes=20, budget=0.5), "-i", inv, "--runs-dir", runs)
     try:
         assert wait_until(lambda: bool(slurm_cluster.active()), 60)
         assert wait_until(lambda: any(runs.glob("*/hosts/slurm1/attempt-1/log.txt")), 30)
@@ -165,16 +153,13 @@ def test_the_login_node_may_be_reached_over_ssh(slurm_cluster, fleet, tmp_path, 
 
 def test_a_job_past_its_hosts_limit_is_cancelled_and_rerun_completes_it(slurm_cluster, tmp_path, capsys):
     inv = inventory(tmp_path / "hosts.yaml", slurm_cluster)
-    doc = yaml.safe_load(inv.read_text())
-    doc["hosts"][0]["timeout"] = 6
-    inv.write_text(yaml.safe_dump(doc))
+    set_host_field(inv, "slurm1", timeout=6)
     runs = tmp_path / "runs"
     sweep = slow_sweep(tmp_path / "s.yaml", shapes=30, budget=0.5)
     code, out, err = cli(capsys, "run", sweep, "-i", inv, "--runs-dir", runs)
     assert code == 1 and "slurm1: timeout: did not finish within the host's 6 s limit" in err
     assert not slurm_cluster.active()
-    doc["hosts"][0]["timeout"] = 300
-    inv.write_text(yaml.safe_dump(doc))
+    set_host_field(inv, "slurm1", timeout=300)
     code, out, err = cli(capsys, "rerun", "latest", "--failed", "--resume", "-i", inv, "--runs-dir", runs,
                          "--format", "json")
     assert code == 0, err
@@ -183,32 +168,22 @@ def test_a_job_past_its_hosts_limit_is_cancelled_and_rerun_completes_it(slurm_cl
 
 def _job_processes(workdir: Path) -> list[int]:
     """The job's own processes on the node (launcher, supervisor, worker), not srun on the login side."""
-    import os
+    def is_srun(pid: int) -> bool:
+        try:
+            return Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].endswith(b"srun")
+        except OSError:
+            return True  # gone: nothing to stop
 
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                argv = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")
-            except OSError:
-                continue
-            if argv and not argv[0].endswith(b"srun") and any(str(workdir).encode() in a for a in argv):
-                found.append(int(entry))
-    return found
+    return [pid for pid in processes_under(workdir) if not is_srun(pid)]
 
 
 def test_a_job_that_stops_answering_on_its_node_ends_stalled_and_is_cancelled(slurm_cluster, tmp_path, capsys):
     import os
 
     inv = inventory(tmp_path / "hosts.yaml", slurm_cluster)
-    doc = yaml.safe_load(inv.read_text())
-    doc["hosts"][0]["stall_timeout"] = 15
-    inv.write_text(yaml.safe_dump(doc))
+    set_host_field(inv, "slurm1", stall_timeout=15)
     runs = tmp_path / "runs"
-    sweep = slow_sweep(tmp_path / "s.yaml", shapes=40, budget=0.5)
-    proc = subprocess.Popen([sys.executable, "-m", "orchestrator.cli", "run", str(sweep), "-i", str(inv),
-                             "--runs-dir", str(runs)], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+    proc = start_cli("run", slow_sweep(tmp_path / "s.yaml", shapes=40, budget=0.5), "-i", inv, "--runs-dir", runs)
     workdir = tmp_path / "slurm-workdir"
     stopped: list[int] = []
     try:
@@ -235,9 +210,7 @@ def test_time_in_the_queue_is_not_a_stall_and_is_reported_apart(slurm_cluster, t
     import os
 
     inv = inventory(tmp_path / "hosts.yaml", slurm_cluster)
-    doc = yaml.safe_load(inv.read_text())
-    doc["hosts"][0]["stall_timeout"] = 15
-    inv.write_text(yaml.safe_dump(doc))
+    set_host_field(inv, "slurm1", stall_timeout=15)
     holder = subprocess.Popen(["srun", "--job-name=other-user", f"--cpus-per-task={os.cpu_count()}", "sleep", "25"],
                               env={**os.environ, **slurm_cluster.env}, stdout=subprocess.DEVNULL,
                               stderr=subprocess.DEVNULL)
