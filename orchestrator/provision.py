@@ -18,9 +18,11 @@ from typing import Optional
 
 from .errors import InputError
 from .inventory import Host
+from .resources import data_dir
 from .transport import TransportError, make_transport
 
-CONSTRAINTS = Path(__file__).resolve().parent.parent / "requirements" / "host-constraints.txt"
+# Package data when installed (a wheel has no requirements/ folder beside the package), the checkout's otherwise.
+CONSTRAINTS = data_dir("orchestrator.requirements", "requirements") / "host-constraints.txt"
 # What each profile installs; versions come from the constraints file.
 PROFILES = {
     "minimal": ["pydantic"],  # enough for the worker's no-op plumbing sweep

@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import json
+import os
+import re
 import shutil
 import subprocess
 import sys
@@ -13,26 +15,51 @@ from pathlib import Path
 import pytest
 
 from orchestrator.cli import main
+from orchestrator.provision import pinned_versions
 from cli_output import cli_json
 
 REPO = Path(__file__).resolve().parent.parent
 
 
-def test_the_wheel_holds_every_package_and_the_starter_files(tmp_path):
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory) -> Path:
+    """fleetbench's wheel, built from a copy of the checkout's shipped folders (what `pip install .` builds)."""
+    tmp_path = tmp_path_factory.mktemp("wheel")
     source = tmp_path / "src"
-    for name in ("orchestrator", "worker", "templates", "sweeps"):
+    for name in ("orchestrator", "worker", "templates", "sweeps", "requirements"):
         shutil.copytree(REPO / name, source / name, ignore=shutil.ignore_patterns("__pycache__"))
     for name in ("pyproject.toml", "README.md"):
         shutil.copy(REPO / name, source / name)
     subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", str(source),
                     "-w", str(tmp_path / "dist")], check=True, capture_output=True)
-    names = set(zipfile.ZipFile(next((tmp_path / "dist").glob("*.whl"))).namelist())
+    return next((tmp_path / "dist").glob("*.whl"))
+
+
+def test_the_wheel_holds_every_package_and_the_starter_files(wheel):
+    names = set(zipfile.ZipFile(wheel).namelist())
     for package in ("orchestrator", "orchestrator/transport", "worker", "worker/backends"):
         expected = {f"{package}/{p.name}" for p in (REPO / package).glob("*.py")}
         assert expected <= names, f"the wheel lacks {sorted(expected - names)}"
     assert "orchestrator/templates/hosts.yaml" in names and "orchestrator/templates/bench_script.py.j2" in names
     assert "orchestrator/templates/report.js" in names and "orchestrator/templates/report.html.j2" in names
     assert {f"orchestrator/sweeps/{p.name}" for p in (REPO / "sweeps").glob("*.yaml")} <= names
+    assert "orchestrator/requirements/host-constraints.txt" in names  # what provision pins the hosts to
+
+
+def test_provision_finds_its_pins_in_an_installed_wheel(wheel, tmp_path):
+    """A pip-installed (not editable) fleetbench has no requirements/ beside its packages: provision reads
+    the pins shipped inside the package."""
+    site = tmp_path / "site"
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(site), str(wheel)],
+                   check=True, capture_output=True)
+    code = ("import json, orchestrator.provision as p; "
+            "print(json.dumps([p.__file__, str(p.CONSTRAINTS), p.pinned_versions()]))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path,
+                          env={**os.environ, "PYTHONPATH": str(site)})
+    assert proc.returncode == 0, proc.stderr
+    module, constraints, pins = json.loads(proc.stdout)
+    assert Path(module).is_relative_to(site) and Path(constraints).is_relative_to(site)
+    assert pins == pinned_versions() and "torch" in pins
 
 
 def test_the_shipped_inventory_is_the_checkouts():
@@ -131,4 +158,6 @@ def test_init_says_when_the_local_host_has_no_torch(tmp_path, monkeypatch, capsy
     monkeypatch.chdir(tmp_path)
     assert main(["init"]) == 0
     out = capsys.readouterr().out
-    assert "has no torch: pip install 'fleetbench[worker]'" in out
+    torch_spec = re.search(r"^TORCH_SPEC \?= (\S+)$", (REPO / "Makefile").read_text(), re.M).group(1)
+    cpu, extra = out.find(f"pip install {torch_spec}\n"), out.find("pip install 'fleetbench[worker]'")
+    assert 0 <= cpu < extra, out  # the small CPU torch first: the extra alone pulls a CUDA build
