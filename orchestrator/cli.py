@@ -516,9 +516,10 @@ def cmd_init(args, io: Streams) -> int:
 
     if importlib.util.find_spec("torch") is None:
         # The `local` host runs the worker with this interpreter, and the controller never carries torch.
-        io.write("the `local` host runs the worker with this Python, which has no torch: pip install "
-                 "'fleetbench[worker]' here first (a CPU build: pip install torch --index-url "
-                 "https://download.pytorch.org/whl/cpu)\n")
+        # A laptop wants the small CPU torch (the Makefile's TORCH_SPEC): installed first, the extra keeps it.
+        io.write("the `local` host runs the worker with this Python, which has no torch. On a laptop, first "
+                 "the CPU torch: pip install torch==2.13.0\nthen the worker's other needs: "
+                 "pip install 'fleetbench[worker]' (alone, on a CUDA machine, it brings a multi-GB CUDA torch)\n")
     io.write(f"next: cd {args.folder} && fleetbench run sweeps/smoke.yaml   (the `local` host; edit hosts.yaml "
              "for a fleet)\n")
     return EXIT_OK
