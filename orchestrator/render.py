@@ -11,7 +11,7 @@ from pathlib import Path
 
 import jinja2
 
-from worker.protocol import EXIT_NEEDS_SYNC, HELLO_PREFIX
+from worker.protocol import EXIT_NEEDS_SYNC, HELLO_PREFIX, PROTOCOL_FD_ENV
 
 from .atomicfile import write_atomic
 from .bundle import WorkerBundle
@@ -49,6 +49,7 @@ def render_script(env: jinja2.Environment, layout: RemoteLayout, bundle_sha: str
         source = env.get_template(SCRIPT_TEMPLATE).render(
             worker_archive=login_relative(layout.worker_archive), worker_dir=login_relative(layout.worker_dir),
             worker_sha256=bundle_sha, exit_needs_sync=EXIT_NEEDS_SYNC, hello_prefix=HELLO_PREFIX,
+            protocol_fd_env=PROTOCOL_FD_ENV,
         )
     except jinja2.TemplateError as exc:
         line = getattr(exc, "lineno", None)

@@ -87,10 +87,31 @@ def test_an_exception_in_a_case_is_recorded_and_the_loop_goes_on(tmp_path, monke
     assert records[0].kind == "facts"
     assert records[1].status == "failed" and "kernel exploded" in records[1].reason
     assert "Traceback" in records[1].traceback
-    assert records[2].status == "ok"
-    # A second pass runs nothing: every case already has a record.
+    # A record per round: two with the rounds so far, then the complete one.
+    assert [(r.status, r.complete, len(r.timing.rounds)) for r in records[2:]] == \
+        [("ok", False, 1), ("ok", False, 2), ("ok", True, 3)]
+    # A second pass runs nothing: every case already has its final record.
     runner_mod.run_params(params, results)
-    assert len(results.read_text().splitlines()) == 3
+    assert len(results.read_text().splitlines()) == 5
+
+
+def test_a_case_with_rounds_already_timed_times_only_those_missing(tmp_path):
+    """A worker stopped after a case's first round keeps it; the next one goes on from there."""
+    from worker.schema import WorkerParams
+
+    case = CaseSpec(backend="torch-bf16", m=16, n=64, k=128, timing=FAST)
+    params = WorkerParams(run_id="r", host="h", device="cpu", cases=[case])
+    results = tmp_path / "results.jsonl"
+    runner_mod.run_params(params, results)
+    lines = results.read_text().splitlines()
+    first_round = parse_line(lines[1])
+    assert not first_round.complete and len(first_round.timing.rounds) == 1
+    results.write_text("\n".join(lines[:2]) + "\n")  # as if the host died in round 2
+    runner_mod.run_params(params, results)
+    final = parse_line(results.read_text().splitlines()[-1])
+    assert final.complete and len(final.timing.rounds) == 3
+    assert final.timing.rounds[0] == first_round.timing.rounds[0]  # kept, not timed again
+    assert len(results.read_text().splitlines()) == 4  # facts, round 1, round 2, complete
 
 
 def test_zeros_wrong_layout_and_nan_fail_loudly():

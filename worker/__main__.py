@@ -1,4 +1,5 @@
-"""`python -m worker ...`: stdout/stderr are logs; results go to a JSONL file.
+"""`python -m worker ...`: results go to a JSONL file and the protocol channel (worker/protocol.py);
+what `facts` and `check` answer goes on that channel; everything else is log.
 
   run       --params P --results R   run the cases of P without a record in R (one process)
   supervise --params P --results R   the same, restarting the worker after a crash
@@ -53,9 +54,13 @@ def main(argv: list[str] | None = None) -> int:
 
         from .env import readiness
 
-        print(json.dumps(readiness()))
+        from .protocol import write_line
+
+        write_line(json.dumps(readiness()))
         return 0
-    print(collect_facts(detect_device(args.device)).model_dump_json())
+    from .protocol import write_line
+
+    write_line(collect_facts(detect_device(args.device)).model_dump_json())
     return 0
 
 

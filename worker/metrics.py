@@ -72,3 +72,16 @@ def work_metrics(flops: float, nbytes: float, family: str, median_us: float, gpu
     return Metrics(flops=flops, bytes=nbytes, tflops=tflops, tb_per_s=tb_s,
                    pct_peak_flops=pct_flops, pct_peak_bw=pct_bw, sol_us=sol_us, sol_bound=bound,
                    pct_sol=100.0 * sol_us / median_us if sol_us is not None and median_us > 0 else None)
+
+
+def at_median(metrics: Metrics, median_us: float) -> Metrics:
+    """The same work's metrics at another median (rounds joined after the first were recorded)."""
+    seconds = median_us * 1e-6
+    tflops = metrics.flops / seconds / 1e12
+    tb_s = metrics.bytes / seconds / 1e12
+    scale = tflops / metrics.tflops if metrics.tflops else 0.0
+    return metrics.model_copy(update={
+        "tflops": tflops, "tb_per_s": tb_s,
+        "pct_peak_flops": None if metrics.pct_peak_flops is None else metrics.pct_peak_flops * scale,
+        "pct_peak_bw": None if metrics.pct_peak_bw is None else metrics.pct_peak_bw * scale,
+        "pct_sol": 100.0 * metrics.sol_us / median_us if metrics.sol_us is not None and median_us > 0 else None})

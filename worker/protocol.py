@@ -1,11 +1,16 @@
 """The one contract between a host and the controller: what crosses, and what each part means. Stdlib only.
 
 What crosses from a host to the controller is an exit status and two streams of lines:
-  stdout  the launcher's hello (first line, before anything can fail), progress events, result
-          records, and anything else (a library's own prints) as log;
-  stderr  log.
+  stdout  the protocol channel: the launcher's hello (first line, before anything can fail), progress
+          events and result records, and nothing else;
+  stderr  log: everything any code on the host prints, on either of its own streams.
+The rendered launcher writes its hello, then keeps the real stdout for the protocol alone (a file
+descriptor named by PROTOCOL_FD_ENV) and points file descriptor 1 at stderr: whatever a kernel, a
+library or a compiler prints, to sys.stdout or to fd 1 from C, is log and can never be read as a record
+or a progress line. The supervisor is the only writer of that channel: the case loop it runs gets a
+pipe of its own (PROTOCOL_FD_ENV again, in the child), and the supervisor forwards whole lines of it.
 Every record is appended to results.jsonl (fsynced: the host's file is the durable copy) and then
-echoed on stdout, so the controller usually has all results when the command ends and fetches the
+sent on the channel, so the controller usually has all results when the command ends and fetches the
 file only when the stream was cut short.
 
 The worker, the rendered launcher (whose template is given these constants by the controller) and the
@@ -29,6 +34,9 @@ MARKER = "@@fleetbench"
 HELLO_PREFIX = MARKER + "-launcher "
 PROGRESS_PREFIX = MARKER + "-progress "
 RECORD_PREFIX = MARKER + "-record "
+# The file descriptor of the protocol channel in a process the launcher (or the supervisor) started;
+# unset: stdout (a worker run by hand).
+PROTOCOL_FD_ENV = "FLEETBENCH_PROTOCOL_FD"
 # While it works, a host says so at least this often (a "heartbeat" progress event): the controller
 # calls a host silent for its stall timeout (default 60 s) stalled, and never one that keeps beating.
 HEARTBEAT_S = 5.0
@@ -131,21 +139,59 @@ def is_protocol_line(line: str) -> bool:
 
 
 # -- writing it (worker side) -----------------------------------------------------------------------
-# One line at a time on stdout within a process: a record can be larger than a pipe writes atomically,
-# and the heartbeat thread must not land in the middle of one. (One process writes at a time: the
-# supervisor stays quiet while its child runs.)
-_STDOUT_LOCK = threading.Lock()
+# One line at a time within a process: a record can be larger than a pipe writes atomically, and the
+# heartbeat thread must not land in the middle of one. Across processes the supervisor is the only
+# writer of the launcher's channel (module docstring).
+_CHANNEL_LOCK = threading.Lock()
+_channel: list = []  # the open protocol channel of this process, once opened
 
 
-def _write_line(line: str) -> None:
-    with _STDOUT_LOCK:
-        sys.stdout.write(line)
-        sys.stdout.flush()
+def _channel_file():
+    if not _channel:
+        fd = os.environ.get(PROTOCOL_FD_ENV)
+        _channel.append(os.fdopen(int(fd), "w", encoding="utf-8", closefd=False) if fd else sys.stdout)
+    return _channel[0]
+
+
+def write_line(line: str) -> None:
+    """One whole line on the protocol channel (a trailing newline is added when missing)."""
+    if not line.endswith("\n"):
+        line += "\n"
+    with _CHANNEL_LOCK:
+        out = _channel_file()
+        out.write(line)
+        out.flush()
+
+
+
+def separate_output() -> int:
+    """Launcher side: keep this process's stdout for the protocol alone and send fd 1 to stderr, so
+    that nothing run from here on can print onto the channel. Returns the channel's descriptor, also
+    named in the environment for the processes started from here."""
+    sys.stdout.flush()
+    channel = os.dup(1)
+    os.dup2(2, 1)
+    os.environ[PROTOCOL_FD_ENV] = str(channel)
+    os.set_inheritable(channel, True)
+    _channel[:] = [os.fdopen(channel, "w", encoding="utf-8", closefd=False)]
+    return channel
+
+
+def forward_lines(read_fd: int, on_line: Callable[[str], None]) -> None:
+    """Supervisor side: every whole line that arrives on `read_fd` (a child's protocol pipe), until it
+    closes, handed to `on_line`; a line cut short by the child's death is dropped."""
+    decoder = LineDecoder("child", lambda _stream, line: on_line(line))
+    with os.fdopen(read_fd, "rb", buffering=0) as pipe:
+        while True:
+            data = pipe.read(65536)
+            if not data:
+                break
+            decoder.feed(data)
 
 
 def emit_progress(**event) -> None:
     """One machine-readable line on stdout; the controller turns these into its live view."""
-    _write_line(PROGRESS_PREFIX + json.dumps(event, separators=(",", ":")) + "\n")
+    write_line(PROGRESS_PREFIX + json.dumps(event, separators=(",", ":")) + "\n")
 
 
 @contextlib.contextmanager
@@ -175,11 +221,11 @@ def append_line(path: Path, line: str) -> None:
         f.write(line + "\n")
         f.flush()
         os.fsync(f.fileno())
-    _write_line(RECORD_PREFIX + line + "\n")
+    write_line(RECORD_PREFIX + line + "\n")
 
 
 def done_case_ids(path: Path) -> set[str]:
-    """Ids of cases that already have a record (bad lines are skipped; the controller reports them)."""
+    """Ids of cases that have their final record (bad lines are skipped; the controller reports them)."""
     done: set[str] = set()
     if not path.exists():
         return done
@@ -188,7 +234,9 @@ def done_case_ids(path: Path) -> set[str]:
             obj = json.loads(line)
         except ValueError:
             continue
-        if isinstance(obj, dict) and obj.get("kind") == "case" and isinstance(obj.get("case_id"), str):
+        # An incomplete record (format >= 7) holds the rounds so far of a case still to be finished.
+        if isinstance(obj, dict) and obj.get("kind") == "case" and isinstance(obj.get("case_id"), str) \
+                and obj.get("complete", True) is not False:
             done.add(obj["case_id"])
     return done
 

@@ -4,11 +4,13 @@ Each case is timed in `timing.rounds` independent rounds, spread over the sweep:
 then round 2 of every case (in another order, so that each round has other neighbours), and so on;
 every round prepares its inputs and warms up again, so a case's rounds see what separate runs would
 see (clock and cache states, the neighbours it runs between) and their spread is honest about
-run-to-run variation. The first round also checks the result against the
-oracle; a wrong result is never timed. A case that raises is recorded as failed (with the traceback
-tail) and the loop goes on. Each record is appended, flushed and fsynced as its last round ends, so a
-dying host loses at most the rounds of unfinished cases; the id of the case in flight is kept in
-`<results>.inflight` for the supervisor to name it.
+run-to-run variation. The first round also checks the result against the oracle; a wrong result is
+never timed. A case that raises is recorded as failed (with the traceback tail) and the loop goes on.
+A record is appended, flushed and fsynced as each round ends (`complete: false` until the last one,
+worker/rounds.py), so a dying or stopped host loses at most the round in flight, and a case that has
+rounds already (a restart after a crash, a later attempt) times only those still missing. The case
+and round in flight are kept in `<results>.inflight` for the supervisor, which names a crash and stops
+a round past its limit (worker/supervise.py).
 """
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ from typing import Optional
 
 from .backends import CATALOG, ORACLE_BACKENDS, availability_problem, support_problem
 from .protocol import EXIT_CANNOT_START, append_line, done_case_ids, emit_progress, has_facts, heartbeat, now_iso
+from .rounds import add_rounds, rounds_in
 from .schema import CaseRecord, CaseSpec, FactsRecord, WorkerParams
 
 # Fault injection for reliability tests: "<action>:<backend>:<m>[,...]" with action one of
@@ -151,23 +154,6 @@ class CaseRunner:
         return gemm_metrics(case.m, case.n, case.k, spec.family, median_us, self.device.name or None,
                             out_bytes=out_bytes, calibration=calibration)
 
-    def finish(self, first: CaseRecord, later: list) -> CaseRecord:
-        """The case's record over all its rounds: first round's record, rounds combined."""
-        from .schema import Health
-        from .timing import combine_rounds
-
-        case, spec = first.case, _spec_of(first.case)
-        stats = combine_rounds([first.timing, *(s for s, _, _ in later)])
-        healths = [h for h in [first.health, *(h for _, h, _ in later)] if h is not None]
-        health = first.health
-        if healths and any(h.tainted for h in healths):
-            tainted = [h for h in healths if h.tainted]
-            health = Health(before=healths[0].before, after=healths[-1].after, tainted=True,
-                            taint_reason="; ".join(dict.fromkeys(h.taint_reason for h in tainted)))
-        return first.model_copy(update={"timing": stats, "health": health,
-                                        "metrics": self._metrics(case, spec, stats.median_us),
-                                        "duration_s": round(first.duration_s + sum(t for _, _, t in later), 4)})
-
     def _measure(self, case: CaseSpec, spec, record) -> CaseRecord:
         fn, sets, n_sets = self._prepare(case, spec)
         check_of = self._check_moe if case.workload == "moe" else self._check_gemm
@@ -253,20 +239,46 @@ def run_params(params: WorkerParams, results: Path) -> int:
                   "(install the worker's dependencies there, e.g. `fleetbench provision`)", file=sys.stderr, flush=True)
             return EXIT_CANNOT_START
         first_start = not has_facts(results)
+        inflight = results.with_name(results.name + ".inflight")
         # A restarted child (after a crash) reads the calibration its predecessor just cached.
         mode = params.calibration if first_start or params.calibration == "off" else "cached"
-        runner.calibration = _calibrate(runner, params.cases, mode)
+        runner.calibration = _calibrate(runner, params.cases, mode, inflight)
         if first_start:
             append_record(results, collect_facts(runner.device).model_copy(update={"calibration": runner.calibration}))
         done = done_case_ids(results)
         todo = [c for c in params.cases if c.case_id not in done]
-        inflight = results.with_name(results.name + ".inflight")
-        _run_cases(runner, todo, done, len(params.cases), results, inflight, seed=params.run_id)
+        _run_cases(runner, todo, done, len(params.cases), results, inflight, seed=params.run_id,
+                   partial=partial_records(results))
         inflight.unlink(missing_ok=True)
     return 0
 
 
-def _calibrate(runner: "CaseRunner", cases: list[CaseSpec], mode: str):
+def partial_records(results: Path) -> dict[str, CaseRecord]:
+    """The latest incomplete record of each case in `results` (its rounds so far)."""
+    from .schema import SCHEMA_VERSION
+
+    partial: dict[str, CaseRecord] = {}
+    if not results.exists():
+        return partial
+    for line in results.read_text(encoding="utf-8", errors="replace").splitlines():
+        if '"complete":false' not in line:
+            continue
+        try:
+            rec = CaseRecord.model_validate_json(line)
+        except ValueError:
+            continue
+        if rec.schema_version == SCHEMA_VERSION and rec.status == "ok":
+            partial[rec.case_id] = rec
+    return partial
+
+
+def mark_inflight(inflight: Path, case_id: str, what: str) -> None:
+    """Say which case (and which of its steps) runs now: the supervisor names it if the process dies,
+    and stops it when it outlives its limit (counted from this file's time)."""
+    inflight.write_text(f"{case_id}\n{what}\n", encoding="utf-8")
+
+
+def _calibrate(runner: "CaseRunner", cases: list[CaseSpec], mode: str, inflight: Path):
     """This GPU's peaks for the operand families of the cases that can run here (None on the CPU)."""
     if mode == "off" or runner.device.device != "cuda":
         return None
@@ -274,9 +286,12 @@ def _calibrate(runner: "CaseRunner", cases: list[CaseSpec], mode: str):
 
     families = set()
     for case in cases:
+        if case.kernel_sha256:  # loading a user's file runs its code: a hang there is that case's
+            mark_inflight(inflight, case.case_id, "loading its kernel file")
         spec = _spec_of(case)
         if not isinstance(spec, str) and spec.name != "noop":  # a plumbing check measures nothing
             families.add(spec.family)
+    inflight.unlink(missing_ok=True)
     if not families:
         return None
     emit_progress(event="calibrate", families=sorted(families), mode=mode)
@@ -299,10 +314,10 @@ def round_order(todo: list[CaseSpec], round_index: int, seed: str) -> list[CaseS
 
 
 def _run_cases(runner: "CaseRunner", todo: list[CaseSpec], done: set[str], total: int, results: Path,
-               inflight: Path, seed: str = "") -> None:
+               inflight: Path, seed: str = "", partial: Optional[dict[str, CaseRecord]] = None) -> None:
     """Round 1 of every case, then round 2 of those still timing (in another order), and so on
-    (module docstring)."""
-    pending: dict[str, tuple[CaseRecord, list]] = {}  # case id -> (first round's record, later rounds)
+    (module docstring). `partial`: cases with rounds already timed, which go on from there."""
+    pending: dict[str, CaseRecord] = {cid: rec for cid, rec in (partial or {}).items()}  # ok, rounds so far
 
     def end(rec: CaseRecord) -> None:
         append_record(results, rec)
@@ -311,32 +326,43 @@ def _run_cases(runner: "CaseRunner", todo: list[CaseSpec], done: set[str], total
         emit_progress(event="end", done=len(done), total=total, case_id=rec.case_id, status=rec.status,
                       reason=rec.reason[:200], median_us=rec.timing.median_us if rec.timing else None)
 
-    for r in range(max((c.timing.rounds for c in todo), default=1)):
+    def round_ended(rec: CaseRecord) -> None:
+        if rec.complete:
+            end(rec)
+        else:
+            append_record(results, rec)
+            pending[rec.case_id] = rec
+
+    def rounds_left(case: CaseSpec) -> int:
+        return case.timing.rounds - (rounds_in(pending[case.case_id]) if case.case_id in pending else 0)
+
+    passes = max((rounds_left(c) for c in todo), default=1)
+    for r in range(passes):
         for case in round_order(todo, r, seed):
-            if case.case_id in done or (r > 0 and case.case_id not in pending) or r >= case.timing.rounds:
+            first = pending.get(case.case_id)
+            if case.case_id in done or (r > 0 and first is None) or rounds_left(case) <= 0:
                 continue
+            this_round = case.timing.rounds - rounds_left(case) + 1
             emit_progress(event="start", done=len(done), total=total, case_id=case.case_id, backend=case.backend,
-                          m=case.m, n=case.n, k=case.k, round=r + 1, rounds=case.timing.rounds)
-            inflight.write_text(case.case_id, encoding="utf-8")
-            if r == 0:
+                          m=case.m, n=case.n, k=case.k, round=this_round, rounds=case.timing.rounds)
+            mark_inflight(inflight, case.case_id, f"round {this_round} of {case.timing.rounds}")
+            if first is None:
                 _inject_fault(case, results)
                 rec = runner.run(case)
-                if rec.status != "ok" or rec.timing is None or case.timing.rounds == 1:
+                if rec.status != "ok" or rec.timing is None:
                     end(rec)
                 else:
-                    pending[case.case_id] = (rec, [])
+                    round_ended(rec.model_copy(update={"complete": case.timing.rounds == 1}))
                 continue
-            first, later = pending[case.case_id]
             try:
-                later.append(runner.again(case))
+                stats, health, seconds = runner.again(case)
             except Exception as exc:
-                end(first.model_copy(update={"status": "failed", "timing": None, "metrics": None,
-                                             "reason": f"round {r + 1} of {case.timing.rounds}: "
+                end(first.model_copy(update={"status": "failed", "timing": None, "metrics": None, "complete": True,
+                                             "reason": f"round {this_round} of {case.timing.rounds}: "
                                                        f"{type(exc).__name__}: {exc}"[:500],
                                              "traceback": traceback.format_exc()[-4000:]}))
                 continue
-            if len(later) + 1 == case.timing.rounds:
-                end(runner.finish(first, later))
+            round_ended(add_rounds(first, stats, health, seconds, case.timing.rounds))
 
 
 def _spec_of(case: CaseSpec):
@@ -396,8 +422,9 @@ def load_params(path: Path) -> WorkerParams:
     return WorkerParams.model_validate_json(Path(path).read_text(encoding="utf-8"))
 
 
-def crashed_record(case: CaseSpec, reason: str) -> CaseRecord:
-    return CaseRecord(case_id=case.case_id, case=case, status="crashed", reason=reason,
+def crashed_record(case: CaseSpec, reason: str, status: str = "crashed") -> CaseRecord:
+    """What the supervisor records for a case its child did not finish (crashed, or hung and stopped)."""
+    return CaseRecord(case_id=case.case_id, case=case, status=status, reason=reason,
                       started_at=now_iso(), duration_s=0.0)
 
 

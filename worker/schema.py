@@ -26,6 +26,11 @@ run's records: reruns use the worker the run started with):
      in the case's own clock and power state (issue 21: a large GEMM read up to 5% differently after a
      heavy case). Stats.settle_ms and RoundStats.settle_ms say how long it ran. A record of an older
      version was not settled (settle_ms 0).
+  7  A record per finished round: a case timed in several rounds writes a record after each round that
+     is not its last, with `complete: false` and its rounds so far (a run stopped midway keeps them; a
+     rerun times only the rounds still missing, and the controller joins them: worker/rounds.py). The
+     status `hung`: a case stopped at its own limit (WorkerParams.case_timeout_s) while the host went
+     on with the next one. Records travel on a channel of their own (worker/protocol.py).
 """
 from __future__ import annotations
 
@@ -35,10 +40,10 @@ from typing import Annotated, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 
-Status = Literal["ok", "unsupported", "unavailable", "failed", "crashed"]
-STATUSES: tuple[str, ...] = ("ok", "unsupported", "unavailable", "failed", "crashed")
+# hung: stopped at the case's own time limit (the host went on with its next case).
+Status = Literal["ok", "unsupported", "unavailable", "failed", "crashed", "hung"]
 
 
 class _Strict(BaseModel):
@@ -269,6 +274,8 @@ class CaseRecord(_Strict):
     traceback: Optional[str] = None
     started_at: str
     duration_s: float
+    # False: written after a round while more rounds of the case were to come (format >= 7).
+    complete: bool = True
 
 
 Record = Annotated[Union[FactsRecord, CaseRecord], Field(discriminator="kind")]
@@ -287,3 +294,8 @@ class WorkerParams(_Strict):
     device: Literal["auto", "cuda", "cpu"] = "auto"
     # Speed-of-light peaks: the host's cached calibration (measured when missing), a fresh one, or none.
     calibration: Literal["cached", "fresh", "off"] = "cached"
+    # Seconds one round of a case may take before the supervisor stops it as hung and goes on with the
+    # next case; time while a compiler runs under the worker (a first JIT build) counts against
+    # build_timeout_s instead (format >= 7).
+    case_timeout_s: float = Field(default=300.0, gt=0)
+    build_timeout_s: float = Field(default=1800.0, gt=0)

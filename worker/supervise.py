@@ -1,8 +1,16 @@
-"""The supervisor: runs the case loop in a child process and survives its death.
+"""The supervisor: runs the case loop in a child process, survives its death, and stops a case that hangs.
 
 A segfault, CUDA fatal error or OOM kill takes the child down in the middle of one case. The supervisor
 reads which case was in flight, records it as crashed, and starts a fresh child for the cases without
-a record, at most `max_restarts` times. It is what the rendered script calls.
+a record, at most `max_restarts` times. A round that runs past its own limit (`case_timeout_s`; time
+while a compiler runs under the child, a first JIT build, counts against `build_timeout_s` instead) is
+stopped with the child and every process under it, recorded as hung, and a fresh child goes on with
+the next case: one hung kernel costs its case, not the host's sweep.
+
+The supervisor is the only writer of the protocol channel (worker/protocol.py): the child gets a pipe
+of its own, whose whole lines are forwarded, and the supervisor beats while it lives, so the
+controller's stall limit is about the host, and the case limit here about the kernel. It is what the
+rendered script calls.
 """
 from __future__ import annotations
 
@@ -72,8 +80,123 @@ def _supervise_locked(params_path: Path, results_path: Path) -> int:
         return _supervise_cases(params_path, results_path, settings["cases"])
 
 
+# Processes that mean the case is compiling (a JIT build), not hung: their time counts against the build limit.
+COMPILERS = frozenset({"ninja", "make", "cmake", "nvcc", "cicc", "ptxas", "nvlink", "fatbinary", "cudafe++",
+                       "cc", "c++", "gcc", "g++", "cc1", "cc1plus", "as", "ld", "collect2", "clang", "clang++"})
+POLL_S = 0.25
+
+
+class _Watch:
+    """How long the step in flight (a case's round, or the child's start-up before any case) has run,
+    build time apart: the inflight file names the step, and its change starts a new count."""
+
+    def __init__(self, inflight: Path):
+        self.inflight = inflight
+        self.key: object = None
+        self.running_s = 0.0
+        self.building_s = 0.0
+        self.announced = False
+
+    def tick(self, dt: float, building: bool) -> None:
+        try:
+            stat = self.inflight.stat()
+            key = (stat.st_mtime_ns, stat.st_size)
+        except OSError:
+            key = None
+        if key != self.key:
+            self.key, self.running_s, self.building_s, self.announced = key, 0.0, 0.0, False
+        if building:
+            self.building_s += dt
+        else:
+            self.running_s += dt
+
+    def step(self) -> tuple[str, str]:
+        """(case id or "", what it was doing)."""
+        try:
+            case_id, _, what = self.inflight.read_text(encoding="utf-8").partition("\n")
+        except OSError:
+            return "", "starting (imports, GPU start-up, calibration)"
+        return case_id.strip(), what.strip() or "running"
+
+
+def _process_tree() -> dict[int, list[int]]:
+    """Parent pid -> child pids, from /proc (empty where there is none)."""
+    children: dict[int, list[int]] = {}
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return children
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", encoding="utf-8", errors="replace") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        children.setdefault(ppid, []).append(int(entry))
+    return children
+
+
+def descendants(pid: int) -> list[int]:
+    tree, found, stack = _process_tree(), [], [pid]
+    while stack:
+        for child in tree.get(stack.pop(), []):
+            found.append(child)
+            stack.append(child)
+    return found
+
+
+def _compiling(pids: list[int]) -> bool:
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/comm", encoding="utf-8", errors="replace") as f:
+                if f.read().strip() in COMPILERS:
+                    return True
+        except OSError:
+            continue
+    return False
+
+
+def _kill_tree(child: subprocess.Popen) -> None:
+    """SIGKILL the child and every process under it (they share the launcher's process group, which
+    the controller stops as a whole; here only this child's part goes)."""
+    for pid in [*descendants(child.pid), child.pid]:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+    child.wait()
+
+
+def _wait(child: subprocess.Popen, watch: _Watch, case_timeout_s: float, build_timeout_s: float):
+    """The child's exit status, or (None, why) after stopping a step past its limit."""
+    from .protocol import emit_progress
+
+    while True:
+        try:
+            return child.wait(timeout=POLL_S), ""
+        except subprocess.TimeoutExpired:
+            pass
+        building = _compiling(descendants(child.pid))
+        watch.tick(POLL_S, building)
+        if building and not watch.announced:
+            watch.announced = True
+            emit_progress(event="building", case_id=watch.step()[0])
+        if watch.building_s > build_timeout_s:
+            why = f"still compiling after its {build_timeout_s:g} s build limit"
+        elif watch.running_s > case_timeout_s:
+            why = f"no result within its {case_timeout_s:g} s limit"
+        else:
+            continue
+        _kill_tree(child)
+        return None, why
+
+
 def _supervise_cases(params_path: Path, results_path: Path, n_cases: int) -> int:
-    from .protocol import done_case_ids
+    import threading
+
+    from .protocol import PROTOCOL_FD_ENV, done_case_ids, forward_lines, heartbeat, write_line
 
     inflight = results_path.with_name(results_path.name + ".inflight")
     worker_root = str(Path(__file__).resolve().parent.parent)
@@ -87,41 +210,66 @@ def _supervise_cases(params_path: Path, results_path: Path, n_cases: int) -> int
     added = stable_build_env(env)
     env.update(added, **{ADDED_VAR: encode_added(added, os.environ)})  # the facts' notes say what was added
     cmd = [sys.executable, "-m", "worker", "run", "--params", str(params_path), "--results", str(results_path)]
+    limits = _case_limits(params_path)
     restarts = 0
     params = None  # the validated params: loaded only after a child failed (importing pydantic is costly)
-    while True:
-        inflight.unlink(missing_ok=True)
-        child = subprocess.Popen(cmd, env=env)
-        try:
-            code = child.wait()
-        except KeyboardInterrupt:
-            child.terminate()
-            child.wait()
-            raise
-        done = done_case_ids(results_path)  # read once per child: the file can be large after long runs
-        if code == 0 and len(done) >= n_cases:
-            return 0
-        if code == EXIT_CANNOT_START:  # it said why on stderr; a fresh child would fail the same way
-            return EXIT_CANNOT_START
-        from .runner import append_record, crashed_record, find_case, load_params
+    with heartbeat():
+        while True:
+            inflight.unlink(missing_ok=True)
+            read_fd, write_fd = os.pipe()
+            child = subprocess.Popen(cmd, env=dict(env, **{PROTOCOL_FD_ENV: str(write_fd)}), pass_fds=(write_fd,))
+            os.close(write_fd)
+            forwarder = threading.Thread(target=forward_lines, args=(read_fd, write_line), daemon=True)
+            forwarder.start()
+            try:
+                code, hung = _wait(child, _Watch(inflight), *limits)
+            except KeyboardInterrupt:
+                _kill_tree(child)
+                raise
+            forwarder.join(timeout=5.0)  # the pipe closes with the child: what it sent is forwarded first
+            done = done_case_ids(results_path)  # read once per child: the file can be large after long runs
+            if code == 0 and len(done) >= n_cases:
+                return 0
+            if code == EXIT_CANNOT_START:  # it said why on stderr; a fresh child would fail the same way
+                return EXIT_CANNOT_START
+            from .runner import append_record, crashed_record, find_case, load_params
 
-        params = params or load_params(params_path)
-        if code == 0 and all(c.case_id in done for c in params.cases):
-            return 0
-        how = _describe_exit(code)
-        case = find_case(params, inflight.read_text().strip()) if inflight.exists() else None
-        if case is not None and case.case_id not in done:
-            append_record(results_path, crashed_record(case, f"worker process {how} during this case"))
-            done.add(case.case_id)
-            print(f"fleetbench: worker {how} in case {case.case_id} ({case.backend} "
-                  f"{case.m}x{case.n}x{case.k}); recorded as crashed", file=sys.stderr, flush=True)
-        else:
-            print(f"fleetbench: worker {how} outside any case", file=sys.stderr, flush=True)
-        if restarts >= params.max_restarts:
-            left = sum(c.case_id not in done for c in params.cases)
-            if left:
-                print(f"fleetbench: giving up after {restarts} restarts; {left} cases have no result",
-                      file=sys.stderr, flush=True)
-                return EXIT_INCOMPLETE
-            return 0
-        restarts += 1
+            params = params or load_params(params_path)
+            if code == 0 and all(c.case_id in done for c in params.cases):
+                return 0
+            case_id, what = _Watch(inflight).step()
+            case = find_case(params, case_id) if case_id else None
+            if hung:
+                if case is None:  # the start-up itself hangs: every case would wait on it
+                    print(f"fleetbench: the worker hung while {what}: {hung}; stopped", file=sys.stderr, flush=True)
+                    return EXIT_INCOMPLETE
+                if case.case_id not in done:
+                    append_record(results_path, crashed_record(case, f"hung: {hung} ({what}); stopped, and the "
+                                                                     "host went on with its next case", status="hung"))
+                print(f"fleetbench: case {case.case_id} ({case.backend} {case.m}x{case.n}x{case.k}) hung: {hung} "
+                      f"({what}); stopped", file=sys.stderr, flush=True)
+                continue  # a hang is the case's, not the worker's: no restart is counted
+            how = _describe_exit(code)
+            if case is not None and case.case_id not in done:
+                append_record(results_path, crashed_record(case, f"worker process {how} during this case ({what})"))
+                done.add(case.case_id)
+                print(f"fleetbench: worker {how} in case {case.case_id} ({case.backend} "
+                      f"{case.m}x{case.n}x{case.k}); recorded as crashed", file=sys.stderr, flush=True)
+            else:
+                print(f"fleetbench: worker {how} outside any case", file=sys.stderr, flush=True)
+            if restarts >= params.max_restarts:
+                left = sum(c.case_id not in done for c in params.cases)
+                if left:
+                    print(f"fleetbench: giving up after {restarts} restarts; {left} cases have no result",
+                          file=sys.stderr, flush=True)
+                    return EXIT_INCOMPLETE
+                return 0
+            restarts += 1
+
+
+def _case_limits(params_path: Path) -> tuple[float, float]:
+    """(case_timeout_s, build_timeout_s) read without the schema (this process stays stdlib-only)."""
+    import json
+
+    raw = json.loads(params_path.read_text(encoding="utf-8"))
+    return float(raw.get("case_timeout_s", 300.0)), float(raw.get("build_timeout_s", 1800.0))

@@ -77,23 +77,25 @@ def t95(df: float) -> float:
     return T95[max(d for d in T95 if d <= df)] if df <= 50 else 1.96
 
 
-def combine_rounds(rounds: list[Stats]) -> Stats:
+def combine_rounds(parts: list[Stats]) -> Stats:
     """One case's rounds as one Stats: the median of the round medians; the CI from how the rounds
     differ (t interval of their log medians: each round prepared and warmed on its own, so their spread
-    is what the next run will see too); the samples and round details of every round."""
-    if len(rounds) == 1:
-        return rounds[0]
-    medians = [r.median_us for r in rounds]
+    is what the next run will see too); the samples and round details of every round. A part may hold
+    several rounds already joined (a case resumed after an interruption): the result is over every
+    round of every part."""
+    if len(parts) == 1:
+        return parts[0]
+    medians = [r.median_us for p in parts for r in (p.rounds or [p])]
     logs = [math.log(m) for m in medians]
     half = t95(len(logs) - 1) * statistics.stdev(logs) / math.sqrt(len(logs))
-    samples = [s for r in rounds for s in r.samples_us]
+    samples = [s for p in parts for s in p.samples_us]
     ordered = sorted(samples)
-    first = rounds[0]
+    first = parts[0]
     return Stats(method=first.method, median_us=statistics.median(medians), p10_us=quantile(ordered, 0.10),
                  p90_us=quantile(ordered, 0.90), mean_us=statistics.fmean(ordered), stdev_us=statistics.stdev(ordered),
                  n=len(ordered), rel_ci=math.expm1(half), calls_per_sample=first.calls_per_sample, l2=first.l2,
-                 samples_us=samples, rounds=[x for r in rounds for x in r.rounds],
-                 settle_ms=None if any(r.settle_ms is None for r in rounds) else sum(r.settle_ms for r in rounds))
+                 samples_us=samples, rounds=[x for p in parts for x in p.rounds],
+                 settle_ms=None if any(p.settle_ms is None for p in parts) else sum(p.settle_ms for p in parts))
 
 
 def quantile(ordered: list[float], q: float) -> float:

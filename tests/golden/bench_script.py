@@ -23,6 +23,7 @@ WORKER_ARCHIVE = "fb/worker/abababababababab.tar.gz"
 WORKER_DIR = "fb/worker/abababababababab"
 WORKER_SHA256 = "abababababababababababababababababababababababababababababababab"
 EXIT_NEEDS_SYNC = 5  # tells the controller to upload the worker, then run again
+PROTOCOL_FD_ENV = "FLEETBENCH_PROTOCOL_FD"
 
 
 def worker_present():
@@ -81,6 +82,11 @@ def main(argv):
         argv.remove("--params-stdin")
         write_file(argv[argv.index("--params") + 1], sys.stdin.buffer.read())
     os.environ["FLEETBENCH_SCRIPT_STARTED"] = repr(STARTED)
+    # From here on stdout is the protocol channel alone: fd 1 points at stderr, so nothing the worker
+    # runs (a kernel, a library, a compiler) can print onto it.
+    channel = os.dup(1)
+    os.dup2(2, 1)
+    os.environ[PROTOCOL_FD_ENV] = str(channel)
     ensure_worker()
     sys.path.insert(0, os.path.abspath(WORKER_DIR))
     from worker.__main__ import main as worker_main
