@@ -10,14 +10,18 @@ opens anywhere, offline.
 from __future__ import annotations
 
 import json
+import sqlite3
 import statistics
 from collections import defaultdict
 from pathlib import Path
 from typing import Optional
 
+from worker.schema import FactsRecord
+
 from . import __version__
 from .atomicfile import write_atomic
 from .diff import across_hosts, compare_sides, resolve_side
+from .errors import InputError
 from .merge import Row, merged_rows
 from .render import template_environment
 from .store import now_iso
@@ -149,11 +153,15 @@ def chart_history(runs_dir: Path, rows: list[Row], threshold: float) -> list[dic
     from .history import Selection, history
     from .index import RunIndex
 
-    index = RunIndex.open(runs_dir)
     try:
-        hist = history(index, Selection(), threshold, with_steps=True)
-    finally:
-        index.close()
+        index = RunIndex.open(runs_dir)
+        try:
+            hist = history(index, Selection(), threshold, with_steps=True)
+        finally:
+            index.close()
+    except (sqlite3.Error, OSError, ValueError, ArithmeticError) as exc:  # whatever the index holds or lacks
+        raise InputError(f"--history: the history index of {runs_dir} cannot be read ({exc}); the report "
+                         "without --history needs no index") from None
     wanted = {r.case_id for r in rows if r.status == "ok"}
     series: dict[str, list] = defaultdict(list)
     for p in hist.points:
@@ -199,15 +207,27 @@ METHOD_NAMES = {"cuda-graph": "CUDA-graph replay", "cuda-events": "CUDA events",
 METHODS_SHORT = {"cuda-graph": "graph", "cuda-events": "events", "cpu-wallclock": "CPU clock"}
 
 
+def _measured_side(runs_dir: Path, ref: str):
+    """The side `ref` names; InputError for a dry run of `render`, where nothing was measured."""
+    side = resolve_side(runs_dir, ref)
+    if side.store.manifest().get("dry_run"):
+        raise InputError(f"run {side.store.run_id} is a dry run of `fleetbench render`: nothing ran, so there is "
+                         "nothing to report (report a run made by `fleetbench run`)")
+    return side
+
+
 def write_report(runs_dir: Path, run_ref: str, against: Optional[str], output: Path, threshold: float,
                  with_history: bool = False, baseline: Optional[str] = None) -> Path:
-    side = resolve_side(runs_dir, run_ref)
+    """Write the report of `run_ref` to `output`; returns the path. Raises InputError for a run that cannot
+    be reported (dry run, unknown baseline), an output that is a folder or not writable, or an unreadable
+    history index."""
+    if output.is_dir():
+        raise InputError(f"-o {output}: is a folder; name the HTML file to write (e.g. -o {output / 'report.html'})")
+    side = _measured_side(runs_dir, run_ref)
     store = side.store
     rows = merged_rows(store, side.slots)  # the side holds the slots asked for, results read once
     backends = list(dict.fromkeys(r.backend for r in rows))
     if baseline is not None and baseline not in backends:
-        from .errors import InputError
-
         raise InputError(f"--baseline {baseline!r} is not in run {store.run_id} (backends: {', '.join(backends)})")
     baseline = baseline or ("torch-bf16" if "torch-bf16" in backends else (backends[0] if backends else ""))
     counts = {}
@@ -221,9 +241,11 @@ def write_report(runs_dir: Path, run_ref: str, against: Optional[str], output: P
         charts += chart_history(runs_dir, rows, threshold)
     comparison = None
     if against:
-        comparison = compare_sides(resolve_side(runs_dir, against), side, threshold)
+        comparison = compare_sides(_measured_side(runs_dir, against), side, threshold)
         charts += chart_comparison(comparison)
-    facts = [{"slot": s.slot, "facts": s.facts.model_dump(exclude={"kind", "schema_version"}) if s.facts else {},
+    # A host that never said what it is (unreachable, stopped before its facts) gets every fact blank.
+    no_facts = dict.fromkeys(set(FactsRecord.model_fields) - {"kind", "schema_version"})
+    facts = [{"slot": s.slot, "facts": s.facts.model_dump(exclude={"kind", "schema_version"}) if s.facts else no_facts,
               "outcome": s.outcome.outcome if s.outcome else "not run",
               "error": s.outcome.error if s.outcome else ""} for s in side.slots]
     fleet = across_hosts(side, threshold) if len(side.slots) >= 3 else None
@@ -233,8 +255,10 @@ def write_report(runs_dir: Path, run_ref: str, against: Optional[str], output: P
         facts=facts, comparison=comparison, fleet=fleet, baseline=baseline, methods=methods,
         threshold=threshold,
     )
-    output.parent.mkdir(parents=True, exist_ok=True)
-    write_atomic(output, html.encode("utf-8"))
+    try:
+        write_atomic(output, html.encode("utf-8"))
+    except OSError as exc:
+        raise InputError(f"-o {output}: cannot write the report there ({exc.strerror or exc})") from None
     return output
 
 
