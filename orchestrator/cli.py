@@ -255,27 +255,40 @@ def args_runs(p):
 
 
 def cmd_runs(args, io: Streams) -> int:
+    from .merge import merged_rows
     from .output import write
-    from .store import RunStore, list_run_dirs
+    from .store import RunStore, existing_runs_dir, list_run_dirs, run_dirs_without_manifest
     from .views import runs_document
 
+    def counted(values) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for v in values:
+            counts[v] = counts.get(v, 0) + 1
+        return dict(sorted(counts.items(), key=lambda kv: (kv[0] != "ok", kv[0])))
+
+    def said(counts: dict[str, int]) -> str:
+        return ", ".join(f"{n} {k}" for k, n in counts.items())
+
+    runs_dir = existing_runs_dir(Path(args.runs_dir))
     entries = []
-    for run_dir in list_run_dirs(Path(args.runs_dir)):
+    for run_dir in sorted(list_run_dirs(runs_dir) + run_dirs_without_manifest(runs_dir)):
         store = RunStore(run_dir)
         try:
             manifest = store.manifest()
+            # A run is its cases: a host can end ok while every case it ran failed.
+            cases = {} if manifest.get("dry_run") else counted(r.status for r in merged_rows(store))
         except FleetbenchError as exc:
-            entries.append({"run_id": run_dir.name, "sweep": "?", "hosts": 0, "cases": 0, "summary": str(exc)})
+            entries.append({"run_id": run_dir.name, "sweep": "?", "hosts": 0, "cases": 0,
+                            "summary": f"unreadable: {exc}"})
             continue
+        hosts = counted(o.outcome for o in store.latest_outcomes().values())
         if manifest.get("dry_run"):
             summary = "rendered only (dry run)"
         else:
-            counts: dict[str, int] = {}
-            for o in store.latest_outcomes().values():
-                counts[o.outcome] = counts.get(o.outcome, 0) + 1
-            summary = ", ".join(f"{n} {k}" for k, n in sorted(counts.items())) or "not started"
+            summary = f"cases: {said(cases)}; hosts: {said(hosts)}" if hosts else "not started"
         entries.append({"run_id": store.run_id, "sweep": manifest["sweep_name"], "hosts": len(manifest.get("hosts", [])),
-                        "cases": sum(len(j["case_ids"]) for j in manifest.get("jobs", [])), "summary": summary})
+                        "cases": sum(len(j["case_ids"]) for j in manifest.get("jobs", [])), "summary": summary,
+                        "case_statuses": cases, "host_outcomes": hosts})
     io.write(write(runs_document(entries), args.format, io.width()))
     return EXIT_OK
 
@@ -362,7 +375,9 @@ def args_rerun(p):
 
 # -- prune ---------------------------------------------------------------------------------------------
 def args_prune(p):
-    p.add_argument("--keep", type=_positive_int, help="keep the newest N runs, prune the older ones")
+    p.add_argument("--keep", type=_positive_int,
+                   help="keep the newest N runs, prune the older ones (dry runs of `render` are counted apart: "
+                        "the newest N of them stay too)")
     p.add_argument("--older-than", metavar="DATE", help="prune runs created before DATE (2026-11-30[T12:00])")
     _opt_runs_dir(p)
     _opt_inventory(p, "hosts file (default: each run's own)")
@@ -390,7 +405,7 @@ def cmd_prune(args, io: Streams) -> int:
     for r in results:
         hosts = f" (and on {', '.join(r.hosts_cleaned)})" if r.hosts_cleaned else ""
         if r.removed:
-            io.write(f"{verb} {r.run_id}{hosts}\n")
+            io.write(f"{verb} {r.run_id}{' (dry run of render)' if r.dry_run else ''}{hosts}\n")
         for problem in r.problems:
             io.problem(f"{r.run_id}: {problem}")
     if not results:

@@ -1,6 +1,6 @@
 """`fleetbench prune`: remove old runs, here and on their hosts, never one that a command is running.
 
-Which runs: all but the newest `keep`, and/or those created before a date. A run's folders on its hosts
+Which runs: all but the newest `keep` (dry runs of `render` counted apart), and/or those created before a date. A run's folders on its hosts
 (<workdir>/runs/<id>, results and logs of every attempt) are removed first; the local run folder goes
 only when every host of the run was cleaned (or with `local_only`), so nothing is left that a later
 prune could no longer find. A run in progress holds its lock (store.RunStore.hold) and is skipped.
@@ -16,7 +16,7 @@ from typing import Callable, Optional
 from .errors import InputError
 from .inventory import Inventory
 from .remote import CLEANUP_LIMIT_S, bounded, layout_for
-from .store import RunStore, list_run_dirs
+from .store import RunStore, existing_runs_dir, list_run_dirs
 from .transport import TransportError, make_transport
 
 
@@ -24,6 +24,7 @@ from .transport import TransportError, make_transport
 class PruneResult:
     run_id: str
     removed: bool  # the local run folder is gone (or would be, in a dry run)
+    dry_run: bool = False  # the run was a dry run of `render` (counted apart from runs that ran)
     hosts_cleaned: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
 
@@ -38,14 +39,27 @@ def parse_date(text: str) -> _dt.datetime:
 
 
 def select_runs(stores: list[RunStore], keep: Optional[int], older_than: Optional[_dt.datetime]) -> list[RunStore]:
-    """The runs to prune, oldest first: beyond the newest `keep`, and (when given) created before the date."""
+    """The runs to prune, oldest first: beyond the newest `keep`, and (when given) created before the date.
+    Dry runs of `render` are counted apart: `keep` runs that ran stay, and `keep` dry runs beside them."""
     if keep is None and older_than is None:
         raise InputError("prune: say which runs go: --keep N (the newest N stay) and/or --older-than DATE")
-    chosen = stores[: max(0, len(stores) - keep)] if keep is not None else list(stores)
+    chosen = list(stores)
+    if keep is not None:
+        dry = [s for s in stores if is_dry_run(s)]
+        ran = [s for s in stores if s not in dry]
+        beyond = {s.run_id for group in (ran, dry) for s in group[: max(0, len(group) - keep)]}
+        chosen = [s for s in stores if s.run_id in beyond]
     if older_than is not None:
         created = {s.run_id: _created(s) for s in chosen}
         chosen = [s for s in chosen if created[s.run_id] is not None and created[s.run_id] < older_than]
     return chosen
+
+
+def is_dry_run(store: RunStore) -> bool:
+    try:
+        return bool(store.manifest().get("dry_run"))
+    except InputError:
+        return False  # an unreadable run counts as one that ran: it is never pruned for a dry run
 
 
 def _created(store: RunStore) -> Optional[_dt.datetime]:
@@ -60,16 +74,16 @@ def prune_runs(runs_dir, inventory_of: Callable[[RunStore], Inventory], *, keep:
                accept_new: bool = False) -> list[PruneResult]:
     """Prune the selected runs; `inventory_of(run)` gives the hosts to clean (raises InputError when
     it cannot: that run is then kept, with the reason)."""
-    stores = [RunStore(p) for p in list_run_dirs(runs_dir)]
+    stores = [RunStore(p) for p in list_run_dirs(existing_runs_dir(runs_dir))]
     results = []
     for store in select_runs(stores, keep, older_than):
-        result = PruneResult(store.run_id, removed=False)
+        result = PruneResult(store.run_id, removed=False, dry_run=is_dry_run(store))
         results.append(result)
         with store.hold(wait=False) as held:
             if not held:
                 result.problems.append("in progress (a command holds it): kept")
                 continue
-            if not local_only:
+            if not local_only and not result.dry_run:  # a dry run put nothing on its hosts
                 try:
                     _clean_hosts(store, inventory_of(store), result, dry_run, accept_new)
                 except InputError as exc:

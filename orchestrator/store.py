@@ -176,3 +176,22 @@ def list_run_dirs(runs_dir: Path) -> list[Path]:
     if not Path(runs_dir).is_dir():
         return []
     return sorted(p for p in Path(runs_dir).iterdir() if (p / "manifest.json").is_file())
+
+
+def run_dirs_without_manifest(runs_dir: Path) -> list[Path]:
+    """Folders that hold a run's parts (scripts/, hosts/) but no manifest.json: damaged runs, which a listing
+    names rather than leaving out."""
+    if not Path(runs_dir).is_dir():
+        return []
+    return sorted(p for p in Path(runs_dir).iterdir() if p.is_dir() and not (p / "manifest.json").exists()
+                  and ((p / "scripts").is_dir() or (p / "hosts").is_dir()))
+
+
+def existing_runs_dir(runs_dir: Path) -> Path:
+    """`runs_dir` when it is a folder; InputError saying what it is otherwise (a command that only reads
+    runs would otherwise succeed silently on a typo)."""
+    path = Path(runs_dir)
+    if path.is_dir():
+        return path
+    what = "is a file, not a folder of runs" if path.exists() else "does not exist (`fleetbench run` creates it)"
+    raise InputError(f"--runs-dir {path}: {what}")

@@ -78,3 +78,61 @@ def test_report_history_with_a_broken_index_is_one_error_line_or_a_report(tmp_pa
     assert main(["report", "r", "--history", "-o", str(tmp_path / "r.html"), "--runs-dir", str(tmp_path)]) == 2
     assert "the history index of" in one_error(capsys)
     assert main(["report", "r", "-o", str(tmp_path / "r.html"), "--runs-dir", str(tmp_path)]) == 0  # as it says
+
+
+# -- runs and prune -------------------------------------------------------------------------------------
+ZEROS = '''import torch
+FAMILY = "bf16"
+def prepare(a, b, out_dtype):
+    out = torch.zeros((a.shape[0], b.shape[0]), dtype=out_dtype)
+    return lambda: out
+'''
+
+
+def test_runs_counts_cases_by_status_and_names_a_run_whose_manifest_is_gone(tmp_path, capsys, local_inventory):
+    import yaml
+
+    from cli_output import cli_json
+
+    (tmp_path / "zeros.py").write_text(ZEROS)
+    sweep = tmp_path / "one.yaml"
+    sweep.write_text(yaml.safe_dump({"name": "one", "backends": [{"name": "zeros", "file": "zeros.py"}],
+                                     "shapes": [{"m": 16, "n": 64, "k": 128}],
+                                     "timing": {"budget_s": 0.05, "warmup_ms": 1, "min_samples": 3}}))
+    runs = tmp_path / "runs"
+    assert main(["run", str(sweep), "-i", str(local_inventory), "--runs-dir", str(runs), "--format", "json"]) == 1
+    assert main(["run", str(sweep), "-i", str(local_inventory), "--runs-dir", str(runs), "--format", "json"]) == 1
+    capsys.readouterr()
+    first, second = sorted(p for p in runs.iterdir() if p.is_dir())
+    assert main(["runs", "--runs-dir", str(runs), "--format", "json"]) == 0
+    listed = {e["run_id"]: e for e in cli_json(capsys.readouterr().out)}
+    assert listed[first.name]["summary"] == "cases: 1 failed; hosts: 1 ok"  # the host ended ok, its case did not
+    assert listed[first.name]["case_statuses"] == {"failed": 1}
+    (second / "manifest.json").unlink()
+    assert main(["runs", "--runs-dir", str(runs), "--format", "json"]) == 0
+    listed = {e["run_id"]: e for e in cli_json(capsys.readouterr().out)}
+    assert set(listed) == {first.name, second.name}
+    assert listed[second.name]["summary"].startswith("unreadable: ") and "no manifest.json" in listed[second.name]["summary"]
+
+
+def test_runs_and_prune_on_a_missing_folder_or_a_file_are_errors(tmp_path, capsys):
+    for command in (["runs"], ["prune", "--keep", "1"]):
+        assert main([*command, "--runs-dir", str(tmp_path / "nowhere")]) == 2
+        assert f"--runs-dir {tmp_path / 'nowhere'}: does not exist" in one_error(capsys)
+        (tmp_path / "a-file").write_text("")
+        assert main([*command, "--runs-dir", str(tmp_path / "a-file")]) == 2
+        assert "is a file, not a folder of runs" in one_error(capsys)
+
+
+def test_dry_runs_do_not_count_toward_prune_keep(tmp_path, capsys, local_inventory):
+    runs = tmp_path / "runs"
+    make_run(runs, "20260101-000000-old", {"h": 1.0}, seed=5)
+    make_run(runs, "20260102-000000-new", {"h": 1.0}, seed=6)
+    noop = str(Path(__file__).parent.parent / "sweeps" / "noop.yaml")
+    for _ in range(2):  # dry runs, newer than both runs
+        assert main(["render", noop, "-i", str(local_inventory), "--runs-dir", str(runs), "--quiet"]) == 0
+    dry = sorted(p.name for p in runs.iterdir() if p.name.startswith("2026") and "noop" in p.name)
+    capsys.readouterr()
+    assert main(["prune", "--keep", "1", "--runs-dir", str(runs), "--dry-run", "--local-only"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out == ["would prune 20260101-000000-old", f"would prune {dry[0]} (dry run of render)"]
