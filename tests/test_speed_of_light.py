@@ -69,6 +69,40 @@ def test_a_family_that_cannot_be_measured_is_a_problem_and_tried_again_next_time
     assert later.tflops["fp4"] == 2500.0 and later.problems == {}
 
 
+def test_a_hopper_calibrates_once_says_so_and_never_announces_fp4(tmp_path):
+    """Issue 27: on an H200 every run said `cached: false` and "calibrating bf16, fp4, fp8" while its bf16
+    and fp8 peaks were the cached ones: FP4 cannot run below compute capability 10.0, so it was retried
+    (and failed) every time. Now it is a problem without a measurement, and only what is measured is said."""
+    hopper = SimpleNamespace(device="cuda", compute_capability=(9, 0))
+    bench, told = Bench(), []
+
+    def run():
+        return calibrate(hopper, {"bf16", "fp8", "fp4"}, "cached", key="h200", measure=bench, datasheet=SHEET,
+                         cache=tmp_path / "calibration.json", on_measure=told.append)
+
+    first = run()
+    assert told == [["bf16", "copy", "fp8"]] and sorted(bench.calls) == ["bf16", "copy", "fp8"]
+    assert first.cached is False and "needs compute capability >= 10.0" in first.problems["fp4"]
+    again = run()
+    assert told == [["bf16", "copy", "fp8"]] and len(bench.calls) == 3  # nothing measured, nothing announced
+    assert again.cached is True and again.tflops == first.tflops and again.tb_s == first.tb_s
+    assert again.measured_at == first.measured_at and "fp4" in again.problems
+
+
+def test_a_family_retried_in_vain_is_announced_alone_and_the_peaks_stay_cached(tmp_path):
+    blackwell = SimpleNamespace(device="cuda", compute_capability=(10, 0))
+    bench, told = Bench(broken={"fp4"}), []
+
+    def run():
+        return calibrate(blackwell, {"bf16", "fp4"}, "cached", key="b200", measure=bench, datasheet=SHEET,
+                         cache=tmp_path / "calibration.json", on_measure=told.append)
+
+    first = run()
+    later = run()  # FlashInfer may have been installed since: fp4 is tried again, and only fp4
+    assert told == [["bf16", "copy", "fp4"], ["fp4"]] and bench.calls.count("bf16") == 1
+    assert later.cached is True and later.tflops == first.tflops and "no backend for fp4" in later.problems["fp4"]
+
+
 def test_no_calibration_on_a_cpu_or_when_off_and_a_torn_cache_is_measured_again(tmp_path):
     bench = Bench()
     assert calibrate(SimpleNamespace(device="cpu"), {"bf16"}, "cached", measure=bench) is None

@@ -46,14 +46,21 @@ def cache_key(gpu_uuid: str, driver: Optional[str], torch_version: str) -> str:
 
 def calibrate(device, families: set[str], mode: str, *, key: Optional[str] = None,
               measure: Optional[Callable[[str], tuple[float, str]]] = None,
-              datasheet: Optional[dict[str, float]] = None, cache: Optional[Path] = None) -> Optional[Calibration]:
+              datasheet: Optional[dict[str, float]] = None, cache: Optional[Path] = None,
+              on_measure: Optional[Callable[[list[str]], None]] = None) -> Optional[Calibration]:
     """The calibration for this GPU covering `families` (and the copy bandwidth), or None (CPU, `off`).
 
     mode: cached (use the host's entry, measuring only what it lacks) | fresh (measure all again).
     `measure(what)` -> (value, method) times one item ("copy" or a family) and raises when it cannot;
-    the default runs it on this GPU. key/datasheet/cache default to this GPU's; tests pass their own."""
+    the default runs it on this GPU. key/datasheet/cache default to this GPU's; tests pass their own.
+    `on_measure(items)` is told what is about to be measured (families, "copy"), and only when something
+    is: what it is not told was read from the cache. `cached` is True when no value was measured now.
+    A family none of whose backends runs on this GPU's compute capability (FP4 below 10.0) is a problem
+    without being measured, so it is never announced nor retried."""
     if mode == "off" or device.device != "cuda":
         return None
+    never_here = {f: why for f in sorted(families) if (why := _unsupported_here(device, f))}
+    families = set(families) - set(never_here)
     if key is None or datasheet is None:
         import torch
 
@@ -80,16 +87,20 @@ def calibrate(device, families: set[str], mode: str, *, key: Optional[str] = Non
         known |= {w for w, why in found.problems.items() if why.startswith(DIED)}
     missing = [w for w in wanted if w not in known]
     if found is not None and not missing:
-        return found.model_copy(update={"cached": True, "datasheet": datasheet})
-    cal = found.model_copy(update={"measured_at": now_iso()}) if found else Calibration(
-        key=key, measured_at=now_iso(), cached=False)
+        return found.model_copy(update={"cached": True, "datasheet": datasheet,
+                                        "problems": {**found.problems, **never_here}})
+    cal = found or Calibration(key=key, measured_at=now_iso(), cached=False)
     tflops, method = dict(cal.tflops), dict(cal.method)
     problems = {w: why for w, why in cal.problems.items() if w not in missing}
+    problems.update(never_here)
     tb_s = cal.tb_s
+    measured_now = False
     # A measurement that killed its process (a segfault in a GPU library) must not kill every restarted
     # worker in turn: each is marked in the cache while it runs, and a mark left behind is not retried.
     died_key = f"{key}|in flight"
     died = doc.get(died_key) if isinstance(doc.get(died_key), str) and mode == "cached" else None
+    if on_measure is not None and [w for w in missing if w != died]:
+        on_measure([w for w in missing if w != died])
     for what in missing:
         if what == died:
             problems[what] = DIED
@@ -102,16 +113,33 @@ def calibrate(device, families: set[str], mode: str, *, key: Optional[str] = Non
             problems[what] = f"{type(exc).__name__}: {exc}"[:300]
             continue
         method[what] = how
+        measured_now = True
         if what == "copy":
             tb_s = value
         else:
             tflops[what] = value
     cal = cal.model_copy(update={"tflops": tflops, "tb_s": tb_s, "method": method, "problems": problems,
-                                 "cached": False, "datasheet": datasheet})
+                                 "cached": not measured_now, "datasheet": datasheet,
+                                 "measured_at": now_iso() if measured_now else cal.measured_at})
     doc[key] = cal.model_dump(mode="json", exclude={"cached", "datasheet"})
     doc.pop(died_key, None)
     write_json(path, doc)
     return cal
+
+
+def _unsupported_here(device, family: str) -> Optional[str]:
+    """Why no backend of `family` can run on this GPU's compute capability, or None (also when unknown).
+    Pure: the catalog's rules, no GPU work, so a family that can never run here is not tried each sweep."""
+    from .backends import CATALOG, support_problem
+
+    cc = getattr(device, "compute_capability", None)
+    names = CALIBRATION_BACKENDS.get(family, ())
+    if cc is None or not names:
+        return None
+    reasons = [support_problem(CATALOG[n], GEMM_SIZE, GEMM_SIZE, GEMM_SIZE, cc) for n in names]
+    if not all(reasons):
+        return None
+    return "no backend for this family runs on this GPU (" + "; ".join(f"{n}: {r}" for n, r in zip(names, reasons)) + ")"
 
 
 def _measure_on_gpu(device, what: str) -> tuple[float, str]:
