@@ -10,6 +10,7 @@ or case failed, or a diff found a regression; 2 bad input (nothing was run); 130
 from __future__ import annotations
 
 import argparse
+import collections
 import logging
 import os
 import shutil
@@ -18,11 +19,11 @@ from pathlib import Path
 from typing import Callable, Optional, TextIO
 
 from . import __version__
-from .errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, FleetbenchError, InputError
+from .errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, FleetbenchError, InputError, RunInterrupted
 
 DEFAULT_INVENTORY = "hosts.yaml"
 DEFAULT_RUNS_DIR = "runs"
-BAD_CASE_STATUSES = {"failed", "crashed", "missing"}
+BAD_CASE_STATUSES = {"failed", "crashed", "hung", "missing", "incomplete"}
 FORMATS = ("table", "json", "csv", "md")
 
 EPILOG = """exit codes: 0 all ok, 1 some host or case failed, 2 bad input, 130 interrupted.
@@ -150,11 +151,36 @@ def cmd_run(args, io: Streams) -> int:
 
     inventory, sweep, hosts = _load(args)
     plan = build_plan(hosts, sweep, new_run_id(sweep.name), args.per_gpu, args.lock_timeout)
-    with LiveView(io.err, [j.slot for j in plan.jobs], f"fleetbench {sweep.name}") as view:
-        result = start_run(plan, sweep, inventory, Path(args.runs_dir), sweep_path=args.sweep,
-                           parallel=args.parallel, accept_new=args.accept_new, on_event=view.update)
+    try:
+        with LiveView(io.err, [j.slot for j in plan.jobs], f"fleetbench {sweep.name}") as view:
+            result = start_run(plan, sweep, inventory, Path(args.runs_dir), sweep_path=args.sweep,
+                               parallel=args.parallel, accept_new=args.accept_new, on_event=view.update)
+    except RunInterrupted as stop:
+        return _print_interrupted(stop.store, args.format, io)
     _index_landed(result.store, io)
     return _print_run(result.store, result.outcomes, args.format, io)
+
+
+def _rerun_hint(store) -> str:
+    return f"fleetbench rerun {store.dir.resolve()} --failed"
+
+
+def _print_interrupted(store, fmt: str, io: Streams) -> int:
+    """Ctrl-C: the hosts were stopped; show what finished (it is kept) and how to finish the rest."""
+    from .merge import merged_rows
+    from .output import write
+    from .views import rows_document
+
+    _index_landed(store, io)
+    rows = merged_rows(store)
+    io.write(write(rows_document(rows, title=f"run {store.run_id} (interrupted)"), fmt, io.width()))
+    kept = sum(r.status not in BAD_CASE_STATUSES for r in rows)
+    partial = sum(r.status == "incomplete" for r in rows)
+    io.problem(f"interrupted: remote work was stopped; {kept} of {len(rows)} cases are done"
+               + (f", {partial} more kept their finished rounds" if partial else "")
+               + f"; run {store.run_id} stored in {store.dir}")
+    io.problem(f"finish it with: {_rerun_hint(store)}")
+    return EXIT_INTERRUPTED
 
 
 def _print_run(store, outcomes, fmt: str, io: Streams) -> int:
@@ -182,13 +208,14 @@ def _print_run(store, outcomes, fmt: str, io: Streams) -> int:
             if (slot.slot, problem) not in reported and not superseded:
                 failed = True
                 io.problem(f"{slot.slot}: {problem}")
-    bad = [r for r in rows if r.status in BAD_CASE_STATUSES]
+    bad = collections.Counter(r.status for r in rows if r.status in BAD_CASE_STATUSES)
     if bad:
         failed = True
-        io.problem(f"{len(bad)} of {len(rows)} cases failed, crashed or are missing")
+        io.problem(f"{sum(bad.values())} of {len(rows)} cases are not done: "
+                   + ", ".join(f"{n} {status}" for status, n in sorted(bad.items())))
     io.problem(f"run {store.run_id} stored in {store.dir}")
-    if failed:
-        io.problem(f"complete it with: fleetbench rerun {store.dir.resolve()} --failed")
+    if bad:  # what `rerun --failed` finishes: every case that is not done, on any host
+        io.problem(f"complete it with: {_rerun_hint(store)}")
     return EXIT_FAILED if failed else EXIT_OK
 
 
@@ -364,9 +391,12 @@ def args_rerun(p):
     p.add_argument("run", help="run id, run folder or `latest`")
     _opt_inventory(p, "hosts file (default: the one the run was started with; its hosts must be the run's)")
     _opt_runs_dir(p)
-    p.add_argument("--failed", action="store_true", help="the hosts whose latest attempt did not end ok")
-    _opt_hosts(p, "these hosts (names, globs, label:NAME; !TERM leaves those out)")
-    p.add_argument("--resume", action="store_true", help="only the cases that have no result yet")
+    p.add_argument("--failed", action="store_true",
+                   help="every case that is not done, on any host: failed, crashed, hung or missing cases in "
+                        "full, and the rounds still missing of cases cut short (ok, unsupported and "
+                        "unavailable cases are done)")
+    _opt_hosts(p, "these hosts (names, globs, label:NAME; !TERM leaves those out); alone: all their cases afresh")
+    p.add_argument("--resume", action="store_true", help="the same as --failed (kept for scripts written for 0.2)")
     _opt_parallel(p)
     _opt_accept_new(p)
     p.add_argument("--lock-timeout", type=_seconds, help="seconds to wait for a busy GPU (default: the run's)")
@@ -433,10 +463,13 @@ def cmd_rerun(args, io: Streams) -> int:
     store = resolve_run(Path(args.runs_dir), args.run)
     inventory = load_inventory(Path(args.inventory or _run_inventory(store)))
     # The view gains a row per host as its first event arrives: which hosts rerun is decided in rerun().
-    with LiveView(io.err, [], f"fleetbench rerun {store.run_id}") as view:
-        result = rerun(store, inventory, failed=args.failed, hosts_selector=args.hosts, resume=args.resume,
-                       parallel=args.parallel, accept_new=args.accept_new, on_event=view.update,
-                       lock_timeout_s=args.lock_timeout)
+    try:
+        with LiveView(io.err, [], f"fleetbench rerun {store.run_id}") as view:
+            result = rerun(store, inventory, failed=args.failed, hosts_selector=args.hosts, resume=args.resume,
+                           parallel=args.parallel, accept_new=args.accept_new, on_event=view.update,
+                           lock_timeout_s=args.lock_timeout)
+    except RunInterrupted as stop:
+        return _print_interrupted(stop.store, args.format, io)
     _index_landed(result.store, io)
     return _print_run(result.store, list(store.latest_outcomes().values()), args.format, io)
 
@@ -583,21 +616,18 @@ def cmd_history(args, io: Streams) -> int:
     sel = Selection(backend=args.backend, m=args.m, n=args.n, k=args.k, label=args.label, host=args.host,
                     fleet=args.fleet, sweep=args.sweep, since=args.since, until=args.until, case_id=args.case_id,
                     versions=versions)
-    import sqlite3
-
     runs_dir = Path(args.runs_dir)
     if not runs_dir.is_dir():
         raise InputError(f"no runs folder {runs_dir} (give --runs-dir)")
     threshold = parse_threshold(args.threshold)
+    index = RunIndex.open(runs_dir, rebuild=args.rebuild)
     try:
-        index = RunIndex.open(runs_dir, rebuild=args.rebuild)
-        try:
-            hist = history(index, sel, threshold, args.steps)
-        finally:
-            index.close()
-    except (sqlite3.Error, OSError) as exc:  # a read-only runs folder, something else at the index's path
-        raise InputError(f"the history index in {runs_dir} cannot be used: {exc}") from None
+        hist = history(index, sel, threshold, args.steps)
+    finally:
+        index.close()
     io.write(write(history_document(hist), args.format, io.width()))
+    for note in hist.notes:
+        io.problem(f"note: {note}")
     for s in hist.new_regressions:
         last = s.steps[-1]
         io.problem(f"new step: {s.backend} {s.m}x{s.n}x{s.k} ({s.label}) on {s.host} at run {last['run_id']}: "
@@ -607,8 +637,6 @@ def cmd_history(args, io: Streams) -> int:
 
 def _index_landed(store, io: Streams) -> None:
     """Add a run that just landed to the history index; the run is stored whatever happens here."""
-    import sqlite3
-
     from .index import RunIndex
 
     try:
@@ -617,8 +645,8 @@ def _index_landed(store, io: Streams) -> None:
             index.update_run(store.dir)
         finally:
             index.close()
-    except (OSError, sqlite3.Error) as exc:
-        io.problem(f"note: the history index was not updated ({exc}); `fleetbench history` rebuilds it")
+    except InputError as exc:  # a damaged index was rebuilt; this one cannot be written at all
+        io.problem(f"note: {exc}; `fleetbench history` adds this run once the index can be written")
 
 
 # name -> (help, declare arguments, run)
@@ -675,9 +703,8 @@ def main(argv: Optional[list[str]] = None) -> int:
         for line in str(exc).splitlines() or ["error"]:
             io.problem(f"error: {line}")
         return exc.exit_code
-    except KeyboardInterrupt:
-        io.problem("interrupted: remote work was stopped; the run store is consistent "
-                   "(finish it with `fleetbench rerun RUN --failed`)")
+    except KeyboardInterrupt:  # run and rerun say what was kept and how to finish (RunInterrupted)
+        io.problem("interrupted")
         return EXIT_INTERRUPTED
     except BrokenPipeError:  # `fleetbench show ... | head`: the reader left; nothing to say
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

@@ -15,3 +15,13 @@ class FleetbenchError(Exception):
 
 class InputError(FleetbenchError):
     """Bad input: a file, a field, an argument."""
+
+
+class RunInterrupted(FleetbenchError):
+    """Ctrl-C during a run or rerun: its hosts were stopped, and what finished is stored in `store`."""
+
+    exit_code = EXIT_INTERRUPTED
+
+    def __init__(self, store):
+        super().__init__(f"interrupted: run {store.run_id}")
+        self.store = store

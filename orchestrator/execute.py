@@ -323,6 +323,8 @@ class _HostPipeline:
         if event.get("event") == "start":
             rounds = f" (round {event['round']}/{event['rounds']})" if event.get("rounds", 1) > 1 else ""
             progress["current"] = f"{event.get('backend')} {event.get('m')}x{event.get('n')}x{event.get('k')}{rounds}"
+        elif event.get("event") == "building":  # a compiler runs under the worker: a JIT build, not a hang
+            progress["current"] = (progress["current"] + " " if progress["current"] else "") + "(building)"
         elif event.get("event") == "calibrate":
             progress["current"] = "calibrating " + ", ".join(map(str, event.get("families", [])))
         else:

@@ -13,9 +13,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
+from worker.schema import CaseSpec
+
 from . import __version__
 from .bundle import WorkerBundle, build_worker_bundle
-from .errors import InputError
+from .errors import InputError, RunInterrupted
 from .execute import EventSink, Execution, JobTask, recover_attempts, run_tasks
 from .formats import MANIFEST_VERSION
 from .inventory import Host, Inventory, select_hosts
@@ -29,7 +31,7 @@ from .transport import make_transport
 
 
 class NothingToRerun(InputError):
-    """Every selected host finished (or, with --resume, every case has a result)."""
+    """Every selected case is done."""
 
 
 @dataclass
@@ -55,7 +57,8 @@ def _manifest(plan: Plan, sweep: Sweep, scripts: dict[str, RenderedScript], bund
         "per_gpu": plan.per_gpu,
         "stall_timeout": plan.stall_timeout,
         "worker": {"max_restarts": plan.worker.max_restarts, "device": plan.worker.device,
-                   "lock_timeout_s": plan.worker.lock_timeout_s, "calibration": plan.worker.calibration},
+                   "lock_timeout_s": plan.worker.lock_timeout_s, "calibration": plan.worker.calibration,
+                   "case_timeout_s": plan.worker.case_timeout_s, "build_timeout_s": plan.worker.build_timeout_s},
         "worker_sha256": bundle.sha256,
         "scripts": {name: {"path": f"scripts/{s.path.name}", "sha256": s.sha256} for name, s in scripts.items()},
         "cases": {cid: case.model_dump(mode="json") for cid, case in plan.cases().items()},
@@ -88,8 +91,11 @@ def start_run(plan: Plan, sweep: Sweep, inventory: Inventory, runs_dir: Path, *,
     store, scripts, bundle = prepare_run(plan, sweep, inventory, runs_dir, sweep_path=sweep_path)
     tasks = [JobTask(job=j, attempt=1, cases=j.cases) for j in plan.jobs]
     with store.hold():  # `prune` leaves a run alone while this holds it
-        outcomes = run_tasks(plan, store, scripts, bundle, tasks, parallel=parallel, accept_new=accept_new,
-                             on_event=on_event, execution=execution)
+        try:
+            outcomes = run_tasks(plan, store, scripts, bundle, tasks, parallel=parallel, accept_new=accept_new,
+                                 on_event=on_event, execution=execution)
+        except KeyboardInterrupt:  # the hosts were stopped; what finished is stored: say where
+            raise RunInterrupted(store) from None
     return RunResult(store=store, plan=plan, outcomes=outcomes)
 
 
@@ -158,10 +164,30 @@ def _same_host(store: RunStore, manifest: dict, host: Host, inventory_path: str)
                          f"{difference} (start a new run)")
 
 
+def cases_to_finish(planned: list[CaseSpec], records: dict) -> list[CaseSpec]:
+    """The cases of a job that are not done, as they should run now: missing, failed, crashed or hung
+    cases in full; a case whose rounds were cut short, for the rounds it still lacks (its case id is
+    the same whatever its rounds: worker/schema.py). Cases that are ok, unsupported or unavailable are done."""
+    from worker.rounds import rounds_in
+
+    todo = []
+    for case in planned:
+        found = records.get(case.case_id)
+        rec = found[1] if found else None
+        if rec is None or rec.status in ("failed", "crashed", "hung"):
+            todo.append(case)
+        elif rec.status == "ok" and not rec.complete:
+            left = max(1, case.timing.rounds - rounds_in(rec))
+            todo.append(case.model_copy(update={"timing": case.timing.model_copy(update={"rounds": left})}))
+    return todo
+
+
 def plan_rerun(store: RunStore, inventory: Inventory, *, failed: bool, hosts_selector: Optional[str],
                resume: bool, lock_timeout_s: Optional[float] = None
                ) -> tuple[Plan, dict[str, RenderedScript], WorkerBundle, list[JobTask]]:
-    """Which slots to run again, with which cases, reusing the run's own scripts and worker.
+    """Which slots to run again, with which cases, reusing the run's own scripts and worker:
+    with `failed` (or `resume`), every case that is not done, on any host (cases_to_finish); with only
+    `hosts_selector`, every case of those hosts, measured afresh.
 
     Raises InputError when nothing matches or the stored script no longer fits the inventory.
     """
@@ -181,16 +207,15 @@ def plan_rerun(store: RunStore, inventory: Inventory, *, failed: bool, hosts_sel
         data = slot_data.get(job["slot"])
         if selected_hosts is not None and job["host"] not in selected_hosts:
             continue
-        if failed and data is not None and data.outcome is not None and data.outcome.outcome == "ok":
-            continue
         cases = [planned[cid] for cid in job["case_ids"]]
-        if resume and data is not None:
-            cases = [c for c in cases if c.case_id not in data.records]
+        if failed or resume:
+            cases = cases_to_finish(cases, data.records if data is not None else {})
         if cases:
             chosen.append((job, cases))
     if not chosen:
-        what = "failed hosts" if failed else "matching hosts"
-        raise NothingToRerun(f"run {store.run_id}: nothing to rerun (no {what}{' with missing cases' if resume else ''})")
+        where = " on the selected hosts" if selected_hosts is not None else ""
+        raise NothingToRerun(f"run {store.run_id}: nothing to rerun: every case{where} is done "
+                             "(ok, unsupported or unavailable)")
 
     bundle = _stored_bundle(store, manifest)
     hosts, jobs, tasks, scripts = [], [], [], {}
@@ -206,8 +231,11 @@ def plan_rerun(store: RunStore, inventory: Inventory, *, failed: bool, hosts_sel
         jobs.append(job)
         tasks.append(JobTask(job=job, attempt=store.next_attempt(job.slot), cases=tuple(cases)))
     stored = manifest["worker"]
+    defaults = WorkerSettings()  # a run of format < 7 had no case limits: its own worker ignores them
     worker = WorkerSettings(max_restarts=stored["max_restarts"], device=stored["device"],
                             calibration=stored["calibration"],
+                            case_timeout_s=stored.get("case_timeout_s", defaults.case_timeout_s),
+                            build_timeout_s=stored.get("build_timeout_s", defaults.build_timeout_s),
                             lock_timeout_s=stored["lock_timeout_s"] if lock_timeout_s is None else lock_timeout_s)
     plan = Plan(run_id=store.run_id, sweep_name=manifest["sweep_name"], hosts=tuple(hosts), jobs=tuple(jobs),
                 worker=worker, per_gpu=manifest.get("per_gpu", "all"), stall_timeout=manifest.get("stall_timeout", 60.0))
@@ -235,6 +263,9 @@ def _rerun(store: RunStore, inventory: Inventory, *, failed: bool, hosts_selecto
                                                   resume=resume, lock_timeout_s=lock_timeout_s)
     except NothingToRerun:
         return RunResult(store=store, plan=plan, outcomes=[])
-    outcomes = run_tasks(plan, store, scripts, bundle, tasks, parallel=parallel, accept_new=accept_new,
-                         on_event=on_event, execution=execution)
+    try:
+        outcomes = run_tasks(plan, store, scripts, bundle, tasks, parallel=parallel, accept_new=accept_new,
+                             on_event=on_event, execution=execution)
+    except KeyboardInterrupt:
+        raise RunInterrupted(store) from None
     return RunResult(store=store, plan=plan, outcomes=outcomes)

@@ -1,13 +1,16 @@
-"""Pure analysis of a stored run: one row per planned (slot, case), the latest good result of each.
+"""Pure analysis of a stored run: one row per planned (slot, case), where each case stands over its attempts.
 
-A case with no record in any attempt still gets a row (status `missing`) whose reason is the host's
-outcome, so a table never silently drops what did not run.
+A case's records are joined across attempts (worker/rounds.py: rounds timed apart become one result; a
+later failure never hides a complete result). A case with no record in any attempt still gets a row
+(status `missing`) whose reason is the host's outcome, and one whose rounds were cut short gets a row
+`incomplete` with what it has, so a table never silently drops what did not run.
 """
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 from typing import Optional
 
+from worker.rounds import join_records, rounds_in
 from worker.schema import CaseRecord, CaseSpec, FactsRecord
 
 from .outcome import HostOutcome
@@ -93,15 +96,22 @@ def load_slots(store: RunStore) -> list[SlotData]:
             parsed = parse_results(store.attempt_dir(slot, attempt) / "results.jsonl")
             facts = parsed.facts or facts
             problems.extend(f"attempt {attempt}: {p}" for p in parsed.problems)
+            latest: dict[str, CaseRecord] = {}  # within an attempt, a case's last line says where it stands
             for rec in parsed.cases:
                 if rec.case_id not in cases_by_id:
                     problems.append(f"attempt {attempt}: a record of a case this run did not plan "
                                     f"({rec.case.backend} {rec.case.m}x{rec.case.n}x{rec.case.k})")
                     continue
-                previous = records.get(rec.case_id)
-                # Latest good wins; a later failure does not hide an earlier good result.
-                if previous is None or rec.status == "ok" or previous[1].status != "ok":
-                    records[rec.case_id] = (attempt, rec)
+                latest[rec.case_id] = rec
+            for cid, rec in latest.items():
+                previous = records.get(cid)
+                if previous is None:
+                    records[cid] = (attempt, rec)
+                    continue
+                joined = join_records(previous[1], rec, cases_by_id[cid].timing.rounds)
+                if joined is not previous[1]:
+                    records[cid] = (attempt, joined.model_copy(update={"case": cases_by_id[cid]})
+                                    if joined is not rec else rec)
         outcome = store.outcome(slot, attempts[-1]) if attempts else None
         slots.append(SlotData(slot=slot, host=job["host"], gpu=job.get("gpu"), planned=planned,
                               records=records, facts=facts, outcome=outcome, problems=problems))
@@ -138,10 +148,16 @@ def merged_rows(store: RunStore, slots: Optional[list[SlotData]] = None) -> list
                 continue
             attempt, rec = found
             t, mt, c = rec.timing, rec.metrics, rec.correctness
+            status, reason = rec.status, rec.reason
+            if rec.status == "ok" and not rec.complete:
+                status = "incomplete"
+                reason = f"{rounds_in(rec)} of {case.timing.rounds} rounds timed before attempt {attempt} ended"
+                if data.outcome is not None and data.outcome.attempt == attempt and data.outcome.outcome != "ok":
+                    reason += f" (host {data.outcome.outcome})"
             rows.append(Row(
                 run_id=store.run_id, host=data.host, gpu=data.gpu, slot=data.slot, gpu_name=gpu_name,
                 label=case.label, backend=case.backend, m=case.m, n=case.n, k=case.k,
-                status=rec.status, reason=rec.reason,
+                status=status, reason=reason,
                 median_us=t.median_us if t else None, p10_us=t.p10_us if t else None,
                 p90_us=t.p90_us if t else None, rel_ci=t.rel_ci if t else None, n_samples=t.n if t else None,
                 method=t.method if t else None, l2=t.l2 if t else None,

@@ -44,6 +44,8 @@ class WorkerSettings:
     device: str = "auto"  # auto | cuda | cpu
     lock_timeout_s: float = 600.0  # how long a job waits for its GPU while another sweep holds it
     calibration: str = "cached"  # cached | fresh | off: the GPU peaks speed of light is computed from
+    case_timeout_s: float = 300.0  # one round of a case, then it is stopped as hung (worker/supervise.py)
+    build_timeout_s: float = 1800.0  # the same while a compiler runs under the worker (a first JIT build)
 
 
 @dataclass(frozen=True)
@@ -97,7 +99,8 @@ def build_plan(hosts: list[Host], sweep: Sweep, run_id: str, per_gpu: PerGpu = "
     if waits:
         lock_timeout_s += max(waits)
     worker = WorkerSettings(max_restarts=sweep.max_restarts, device=sweep.device, lock_timeout_s=lock_timeout_s,
-                            calibration=sweep.calibration)
+                            calibration=sweep.calibration, case_timeout_s=sweep.case_timeout,
+                            build_timeout_s=sweep.build_timeout)
     return Plan(run_id=run_id, sweep_name=sweep.name, hosts=tuple(hosts), jobs=tuple(jobs), worker=worker,
                 per_gpu=per_gpu, stall_timeout=sweep.stall_timeout)
 

@@ -109,7 +109,8 @@ def job_params(plan: Plan, job: Job, cases=None) -> WorkerParams:
     return WorkerParams(run_id=plan.run_id, host=job.host.name, gpu=job.gpu,
                         cases=list(job.cases if cases is None else cases),
                         max_restarts=plan.worker.max_restarts, device=plan.worker.device,
-                        lock_timeout_s=plan.worker.lock_timeout_s, calibration=plan.worker.calibration)
+                        lock_timeout_s=plan.worker.lock_timeout_s, calibration=plan.worker.calibration,
+                        case_timeout_s=plan.worker.case_timeout_s, build_timeout_s=plan.worker.build_timeout_s)
 
 
 def write_params(path: Path, params: WorkerParams, worker_format: int = MANIFEST_VERSION) -> bytes:

@@ -33,7 +33,7 @@ def test_worker_crash_marks_the_case_crashed_and_the_rest_still_run(fleet, tmp_p
     assert code == 1
     assert rows[32]["status"] == "crashed" and "killed by SIGSEGV during this case" in rows[32]["reason"]
     assert rows[16]["status"] == rows[64]["status"] == "ok"
-    assert "1 of 3 cases failed, crashed or are missing" in err
+    assert "1 of 3 cases are not done: 1 crashed" in err
 
 
 def test_restart_budget_is_bounded(fleet, tmp_path, capsys):
