@@ -161,6 +161,28 @@ def test_a_case_that_hangs_in_its_call_or_at_import_costs_that_case_only(tmp_pat
     assert not processes_under(Path(os.environ["HOME"]) / ".fleetbench" / "runs" / rows[0]["run_id"])
 
 
+def test_a_first_jit_build_is_not_a_hang(tmp_path, capsys):
+    """Time while a compiler runs under the worker counts against the build limit, and the live view
+    hears that the case is building."""
+    compiler = tmp_path / "bin" / "ninja"  # a process named like a compiler, for 6 s
+    compiler.parent.mkdir()
+    compiler.write_text("#!/bin/sh\nsleep 6\n")
+    compiler.chmod(0o755)
+    builds = f'''import subprocess, torch
+FAMILY = "bf16"
+subprocess.run([{str(compiler)!r}], check=True)
+def prepare(a, b, out_dtype):
+    bt = b.t()
+    return lambda: torch.mm(a, bt).to(out_dtype)
+'''
+    spec = sweep(tmp_path, {"builds": builds}, builtins=(), extra={"case_timeout": 3, "build_timeout": 60})
+    code, rows, err = run(capsys, "run", spec, "--runs-dir", tmp_path / "runs", "--format", "json")
+    assert code == 0, err
+    assert rows[0]["status"] == "ok"
+    log = next((tmp_path / "runs").glob("*/hosts/local/attempt-1/log.txt")).read_text()
+    assert '"event":"building"' in log
+
+
 # -- Ctrl-C keeps finished rounds; the printed rerun times only the rounds still missing ----------------
 def test_ctrl_c_keeps_finished_rounds_and_the_printed_rerun_finishes_the_rest(tmp_path):
     spec = sweep(tmp_path, {}, rounds=3, ms=(16, 32, 48, 64), timing={"budget_s": 0.4, "min_samples": 3,
