@@ -8,7 +8,8 @@ hosts they share GPUs, and the host-side GPU lock serializes them. Mid-run, one 
     FLEETBENCH_SSHD=/path/sshd FLEETBENCH_SSH_KEYGEN=/path/ssh-keygen \\
       python benchmarks/gpu_fleet.py --hosts 2 --gpus 1 --sweep sweeps/glm5_tp8.yaml --out DIR
 
-Writes DIR/summary.md (tables and timings) and DIR/controller.log.
+Writes DIR/summary.md (tables and timings), DIR/controller.log, DIR/merged.csv and the run's own output
+(DIR/run.stdout.txt, DIR/run.stderr.txt).
 """
 from __future__ import annotations
 
@@ -63,19 +64,23 @@ def main() -> int:
     md = [f"# {args.hosts} sshd hosts on {args.gpus} GPU(s), sweep {args.sweep}", ""]
     try:
         victim = fleet.hosts[-1]
-        proc = subprocess.Popen([sys.executable, "-m", "orchestrator.cli", "run", args.sweep, "-i", inv,
-                                 "--runs-dir", runs, "--format", "md"], cwd=ROOT, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True)
-        t0 = time.perf_counter()
-        killed_at = None
-        while proc.poll() is None:
-            logs = list(runs.glob(f"*/hosts/{victim.name}/attempt-1/log.txt"))
-            if killed_at is None and logs and logs[0].read_text().count('"event":"end"') >= args.kill_after_cases:
-                victim.kill()
-                killed_at = time.perf_counter() - t0
-            time.sleep(0.2)
-        out, err = proc.communicate()
+        # The run's output goes to files, not pipes: nobody reads a pipe while the loop below watches the
+        # victim's log, and a child whose output outgrows the pipe's buffer would block on it forever.
+        out_path, err_path = args.out / "run.stdout.txt", args.out / "run.stderr.txt"
+        with open(out_path, "w") as out_file, open(err_path, "w") as err_file:
+            proc = subprocess.Popen([sys.executable, "-m", "orchestrator.cli", "run", args.sweep, "-i", inv,
+                                     "--runs-dir", runs, "--format", "md"], cwd=ROOT, stdout=out_file,
+                                    stderr=err_file, text=True)
+            t0 = time.perf_counter()
+            killed_at = None
+            while proc.poll() is None:
+                logs = list(runs.glob(f"*/hosts/{victim.name}/attempt-1/log.txt"))
+                if killed_at is None and logs and logs[0].read_text().count('"event":"end"') >= args.kill_after_cases:
+                    victim.kill()
+                    killed_at = time.perf_counter() - t0
+                time.sleep(0.2)
         wall = time.perf_counter() - t0
+        err = err_path.read_text()
         log.write(f"$ fleetbench run (exit {proc.returncode}, {wall:.1f} s)\n{err}\n")
         md += [f"## run: exit {proc.returncode}, {wall:.1f} s wall; {victim.name} killed at "
                f"{'%.1f s' % killed_at if killed_at else 'never'}", "", "```", err.strip(), "```", ""]

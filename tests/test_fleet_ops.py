@@ -215,3 +215,25 @@ def test_prune_removes_old_runs_here_and_on_their_hosts_but_never_one_in_progres
     assert code == 0 and out.strip() == f"pruned {ids[1]}"
     assert [p.name for p in list_run_dirs(runs)] == ids[2:]
     assert run_cli(capsys, "prune", "--runs-dir", runs)[0] == 2  # which runs? say it
+
+
+def test_the_gpu_fleet_benchmark_finishes_when_the_run_prints_more_than_a_pipe_holds(ssh_fleet, tmp_path):
+    """benchmarks/gpu_fleet.py watched its run without reading the run's output: a merged table larger
+    than the pipe's buffer (64 KiB) blocked the run, and the benchmark with it. 2 hosts x 700 no-op
+    cases print a table of about 130 KB."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parent.parent
+    sweep = tmp_path / "many.yaml"
+    sweep.write_text(yaml.safe_dump({"name": "many", "backends": ["noop"], "device": "cpu",
+                                     "shapes": [{"m": list(range(1, 701)), "n": 16, "k": 16, "label": "plumbing"}]}))
+    out = tmp_path / "out"
+    proc = subprocess.run([sys.executable, str(repo / "benchmarks" / "gpu_fleet.py"), "--hosts", "2", "--sweep",
+                           str(sweep), "--out", str(out), "--kill-after-cases", "100000"],
+                          capture_output=True, text=True, timeout=240, cwd=repo)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    summary = (out / "summary.md").read_text()
+    assert "## run: exit 0" in summary and "ssh1: ok (700/700)" in summary
+    assert (out / "run.stdout.txt").stat().st_size > 65536 and (out / "merged.csv").read_text().count("\n") > 1400
