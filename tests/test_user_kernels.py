@@ -64,9 +64,26 @@ def test_a_correct_and_a_wrong_kernel_on_the_local_host(tmp_path, capsys):
     assert by["zeros"]["status"] == "failed" and "wrong result" in by["zeros"]["reason"]
     assert by["zeros"]["median_us"] in (None, "") and float(by["zeros"]["rel_err"]) == 1.0  # never timed
     assert by["transposed"]["status"] == "failed"
-    assert by["broken"]["status"] == "unavailable" and "SyntaxError" in by["broken"]["reason"]
+    assert by["broken"]["status"] == "unavailable"
+    assert "line 2 (def prepare(a, b, out_dtype)): SyntaxError: expected ':'" in by["broken"]["reason"]
     assert by["needs-gpu"]["status"] == "unsupported" and "compute capability >= 9.0" in by["needs-gpu"]["reason"]
     assert by["no-prepare"]["status"] == "unavailable" and "prepare" in by["no-prepare"]["reason"]
+
+
+def test_a_kernel_that_does_not_import_is_unavailable_at_its_line_and_leaves_the_exit_status_alone(tmp_path, capsys):
+    """Exit policy: `unavailable` (a library or a user file that does not load) is not a failure, exit 0;
+    a `failed` case (an error or a wrong result) is, exit 1. The reason leads to the line to fix, whether
+    the file does not parse or raises while it is imported."""
+    raises = "FAMILY = 'bf16'\nimport torch\nSCALE = torch.tensor(1.0) / undefined_name\n"
+    sweep = sweep_with(tmp_path, {"broken": BROKEN, "raises": raises}, builtins=())
+    code, rows, err = run_json(capsys, "run", sweep, "--runs-dir", tmp_path / "runs", "--format", "json")
+    assert code == 0, err
+    by = {r["backend"]: r for r in rows}
+    assert by["broken"]["reason"].endswith("line 2 (def prepare(a, b, out_dtype)): SyntaxError: expected ':'")
+    assert ("line 3 (SCALE = torch.tensor(1.0) / undefined_name): NameError: name 'undefined_name' is not defined"
+            in by["raises"]["reason"])
+    sweep = sweep_with(tmp_path, {"zeros": ZEROS}, builtins=())
+    assert run_json(capsys, "run", sweep, "--runs-dir", tmp_path / "runs", "--format", "json")[0] == 1
 
 
 def test_the_kernel_file_travels_over_ssh_in_the_worker_bundle(fleet, tmp_path, capsys):

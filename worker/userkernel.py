@@ -10,7 +10,7 @@ file by hash (`CaseSpec.kernel_sha256`). The file's contract:
         return lambda: my_kernel(a, b)  # the callable that is timed; returns [M, N]
 
 A file that does not import, or breaks the contract, makes its backend `unavailable` with the error's
-last line; nothing else in the sweep is affected.
+last line and the line of the file it arose at; nothing else in the sweep is affected.
 """
 from __future__ import annotations
 
@@ -69,7 +69,7 @@ def _load(name: str, sha256: str) -> Union[UserKernel, str]:
         sys.modules.pop(module_name, None)
         if isinstance(exc, KeyboardInterrupt):
             raise
-        return f"{name}: its file does not import: {_last_line(exc)}"
+        return f"{name}: its file does not import: {_where(exc, path)}{_last_line(exc)}"
     family = getattr(module, "FAMILY", None)
     if family not in FAMILIES:
         return f"{name}: FAMILY must be one of {', '.join(FAMILIES)} (got {family!r})"
@@ -92,6 +92,22 @@ def _min_cc(value) -> Optional[tuple[int, int]] | str:
     if (isinstance(value, (tuple, list)) and len(value) == 2 and all(isinstance(v, int) for v in value)):
         return (value[0], value[1])
     return f"MIN_CC must be a (major, minor) pair of integers (got {value!r})"
+
+
+def _where(exc: BaseException, path: Path) -> str:
+    """`line N (source text): ` of the user's file where `exc` arose, or "" when it arose elsewhere. The
+    file travels under its hash, so the line and its text are what lead the user to their own file."""
+    line = None
+    if isinstance(exc, SyntaxError) and exc.filename == str(path):
+        line = exc.lineno
+    else:
+        frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename == str(path)]
+        line = frames[-1].lineno if frames else None
+    if not line:
+        return ""
+    lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+    text = lines[line - 1].strip() if 0 < line <= len(lines) else ""
+    return f"line {line}" + (f" ({text[:120]})" if text else "") + ": "
 
 
 def _last_line(exc: BaseException) -> str:
