@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Optional
 
 from .index import RunIndex
-from .steps import detect_steps
+from .steps import MIN_POINTS, detect_steps
 
 
 @dataclass
@@ -96,7 +96,8 @@ class History:
     points: list[Point]
     steps: list[SeriesSteps]
     threshold: float
-    index: dict  # what refresh() did
+    index: dict  # what refreshing the index did (RunIndex.counts)
+    notes: list[str] = field(default_factory=list)  # runs left out and why; what --steps could not judge
 
     @property
     def new_regressions(self) -> list[SeriesSteps]:
@@ -105,11 +106,11 @@ class History:
     def as_dict(self, points: Optional[list[dict]] = None) -> dict:
         return {"threshold": self.threshold, "index": self.index,
                 "points": points if points is not None else [p.as_dict() for p in self.points],
-                "steps": [asdict(s) for s in self.steps]}
+                "steps": [asdict(s) for s in self.steps], "notes": self.notes}
 
 
 def history(index: RunIndex, sel: Selection, threshold: float, with_steps: bool) -> History:
-    refreshed = index.refresh()
+    index.refresh()
     where, params = sel.sql()
     by_series: dict[str, list[Point]] = {}
     fleet_rows: dict[tuple[str, str], list] = {}
@@ -126,9 +127,10 @@ def history(index: RunIndex, sel: Selection, threshold: float, with_steps: bool)
         median = statistics.median(r["median_us"] for r, _ in rows)
         by_series.setdefault(key, []).append(_point(key, first, f"fleet ({len(rows)} hosts)", median, None,
                                                     sum(n for _, n in rows)))
-    points, found = [], []
+    points, found, lengths = [], [], []
     for key, series in by_series.items():
         if with_steps:
+            lengths.append(len(series))
             steps = detect_steps([p.median_us for p in series], threshold)
             for s in steps:
                 series[s.index].step = f"step ×{s.ratio:.3f}"
@@ -140,7 +142,36 @@ def history(index: RunIndex, sel: Selection, threshold: float, with_steps: bool)
                     steps=[{**s.as_dict(), "run_id": series[s.index].run_id} for s in steps],
                     new_slower=last.index == len(series) - 1 and last.ratio > 1 + threshold))
         points.extend(series)
-    return History(points=points, steps=found, threshold=threshold, index=refreshed)
+    notes = index_notes(index)
+    if with_steps:
+        notes += steps_notes(lengths, len(found))
+    return History(points=points, steps=found, threshold=threshold, index=dict(index.counts), notes=notes)
+
+
+def index_notes(index: RunIndex) -> list[str]:
+    """One line per stored run the history leaves out (or holds only in part), with the reason; and
+    whether the index had to be rebuilt."""
+    notes = [f"the history index was rebuilt from the run folders: {index.rebuilt_because}"] if index.rebuilt_because else []
+    for run in index.runs():
+        if run["state"] == "unreadable":
+            notes.append(f"run folder {run['run_id']} left out: {run['problem']}")
+        elif run["problem"]:
+            notes.append(f"run {run['run_id']}: {run['problem']}")
+    return notes
+
+
+def steps_notes(series_lengths: list[int], series_with_steps: int) -> list[str]:
+    """What --steps says beside the steps it found: the series it judged without finding one, and the
+    series too short to judge."""
+    short = [n for n in series_lengths if n < MIN_POINTS]
+    notes = []
+    if series_lengths and not series_with_steps:
+        notes.append(f"no step found in {len(series_lengths)} series")
+    if short:
+        runs = f"{min(short)}" if min(short) == max(short) else f"{min(short)} to {max(short)}"
+        notes.append(f"{len(short)} series {'has' if len(short) == 1 else 'have'} too few runs to judge "
+                     f"({runs}; a step needs at least {MIN_POINTS})")
+    return notes
 
 
 def _point(key: str, row, host: str, median: float, rel_ci, rounds: int) -> Point:

@@ -14,6 +14,7 @@ import statistics
 from dataclasses import asdict, dataclass
 
 Z_STEP = 4.0  # a step must stand this many standard errors above the series' noise
+MIN_POINTS = 3  # fewer values than this have no steps to speak of
 MIN_NOISE = 0.002  # 0.2%: below this, timing noise is not credible (identical values, a synthetic series)
 
 
@@ -41,8 +42,9 @@ def noise(logs: list[float]) -> float:
 
 def detect_steps(values: list[float], threshold: float, z_limit: float = Z_STEP) -> list[Step]:
     """Steps in `values` (positive numbers, oldest first), in order; a step is larger than `threshold`
-    (relative) and z_limit standard errors. Fewer than 3 values have no steps to speak of."""
-    if len(values) < 3 or any(v <= 0 for v in values):
+    (relative) and z_limit standard errors. Fewer than MIN_POINTS values, or any value that is not a
+    positive finite number, give none."""
+    if len(values) < MIN_POINTS or not all(0 < v < math.inf for v in values):
         return []
     logs = [math.log(v) for v in values]
     sigma = noise(logs)

@@ -2,9 +2,11 @@
 from __future__ import annotations
 
 import json
+import math
 import random
 import re
 import shutil
+import sqlite3
 from pathlib import Path
 
 import pytest
@@ -137,7 +139,10 @@ def test_history_of_a_missing_runs_folder_or_an_unusable_index_is_one_clear_line
     (runs / INDEX_NAME).mkdir()  # something that is not a database where the index belongs
     (runs / INDEX_NAME / "keep").write_text("x")
     assert main(["history", "--runs-dir", str(runs)]) == 2
-    assert "the history index in" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert f"error: the history index {runs / INDEX_NAME} cannot be used" in err and len(err.splitlines()) == 1
+    assert main(["report", "latest", "--history", "-o", str(tmp_path / "r.html"), "--runs-dir", str(runs)]) == 2
+    assert "cannot be used" in capsys.readouterr().err
 
 
 def test_fleet_history_is_the_median_over_hosts_per_run_and_csv_has_every_point(tmp_path, capsys):
@@ -155,3 +160,163 @@ def test_fleet_history_is_the_median_over_hosts_per_run_and_csv_has_every_point(
                  "--format", "csv"]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
     assert lines[0].startswith("series,run_id,created_at,host") and len(lines) == 1 + 3
+
+
+# -- issue 27: a history you can lean on ---------------------------------------------------------------
+def _three_runs(runs: Path) -> list[str]:
+    ids = [f"202612{d:02d}-000000-x-{d:04d}" for d in range(1, 4)]
+    for d, run_id in enumerate(ids, 1):
+        make_run(runs, run_id, {"h": 1.0}, seed=d)
+    return ids
+
+
+def _garble_the_results_table(index: Path) -> None:
+    """Overwrite the pages of the results table and its indexes, leaving the runs table readable: the
+    damage shows only when a query reads results."""
+    db = sqlite3.connect(index)
+    page_size = db.execute("PRAGMA page_size").fetchone()[0]
+    roots = [r for (r,) in db.execute("SELECT rootpage FROM sqlite_master WHERE tbl_name = 'results' AND rootpage > 0")]
+    db.close()
+    with open(index, "r+b") as f:
+        for root in roots:
+            f.seek((root - 1) * page_size)
+            f.write(b"\xff" * page_size)
+
+
+def _foreign_database(path: Path) -> None:
+    """Another program's SQLite file, with a key/value `meta` table as many have."""
+    path.unlink(missing_ok=True)
+    db = sqlite3.connect(path)
+    with db:
+        db.executescript("CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT); INSERT INTO meta VALUES ('format', '1');"
+                         "CREATE TABLE users (name TEXT);")
+    db.close()
+
+
+@pytest.mark.parametrize("damage", ["garbled results", "truncated", "foreign database"])
+def test_a_damaged_or_foreign_index_is_rebuilt_without_being_asked_by_history_and_report(tmp_path, capsys, damage):
+    runs = tmp_path / "runs"
+    ids = _three_runs(runs)
+    code, first = history_json(capsys, runs)
+    assert code == 0 and len({p["run_id"] for p in first["points"]}) == 3
+    index = runs / INDEX_NAME
+    for command in ("history", "report"):
+        if damage == "garbled results":
+            _garble_the_results_table(index)
+        elif damage == "truncated":
+            with open(index, "r+b") as f:
+                f.truncate(index.stat().st_size // 3)
+        else:
+            _foreign_database(index)
+        if command == "history":
+            code = main(["history", "--runs-dir", str(runs), "--format", "json"])
+            out, err = capsys.readouterr()
+            assert code == 0 and _points(cli_json(out)) == _points(first)
+            assert "note: the history index was rebuilt from the run folders" in err and "error" not in err
+        else:
+            html = tmp_path / "r.html"
+            code = main(["report", ids[-1], "--history", "-o", str(html), "--runs-dir", str(runs)])
+            assert code == 0 and '"kind":"trend"' in html.read_text(), capsys.readouterr().err
+    code, again = history_json(capsys, runs)
+    assert code == 0 and again["index"]["indexed"] == 0 and not again["notes"]  # sound again: nothing to redo
+
+
+def test_a_results_file_edited_in_place_is_reindexed(tmp_path, capsys):
+    runs = tmp_path / "runs"
+    ids = _three_runs(runs)
+    code, before = history_json(capsys, runs, "--backend", "torch-bf16", "--m", 16)
+    assert code == 0 and len(before["points"]) == 3
+    results = next((runs / ids[1] / "hosts").glob("*/attempt-1/results.jsonl"))
+    lines = results.read_text().splitlines(keepends=True)
+    edited = []
+    for line in lines:  # the m=16 torch-bf16 record made three times slower, written into the same file
+        record = json.loads(line)
+        if record.get("kind") == "case" and record["case"]["m"] == 16 and record["case"]["backend"] == "torch-bf16":
+            record["timing"]["median_us"] *= 3
+            line = json.dumps(record) + "\n"
+        edited.append(line)
+    with open(results, "r+", encoding="utf-8") as f:  # in place: same file, same folder
+        f.write("".join(edited))
+        f.truncate()
+    code, after = history_json(capsys, runs, "--backend", "torch-bf16", "--m", 16)
+    assert code == 0 and after["index"]["indexed"] == 1
+    medians = {p["run_id"]: p["median_us"] for p in after["points"]}
+    old = {p["run_id"]: p["median_us"] for p in before["points"]}
+    assert medians[ids[1]] == pytest.approx(3 * old[ids[1]]) and medians[ids[0]] == old[ids[0]]
+
+
+def _set_in_run(run_dir: Path, backend: str, m: int, change) -> None:
+    """change(case_spec_dict, record_dict_or_None) on one case, in the manifest and the results."""
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    for spec in manifest["cases"].values():
+        if spec["backend"] == backend and spec["m"] == m:
+            change(spec, None)
+    (run_dir / "manifest.json").write_text(json.dumps(manifest))
+    for results in (run_dir / "hosts").glob("*/attempt-*/results.jsonl"):
+        lines = []
+        for line in results.read_text().splitlines():
+            record = json.loads(line)
+            if record.get("kind") == "case" and record["case"]["backend"] == backend and record["case"]["m"] == m:
+                change(record["case"], record)
+            lines.append(json.dumps(record) + "\n")
+        results.write_text("".join(lines))
+
+
+def test_odd_stored_values_never_crash_history_and_are_named(tmp_path, capsys):
+    """A run from elsewhere may hold any number its format allows: a K beyond SQLite's integers (what a
+    sweep with k: 1e23 stored), a median that is no time at all."""
+    runs = tmp_path / "runs"
+    ids = _three_runs(runs)
+
+    def huge_k(spec, record):
+        spec["k"] = 10 ** 23
+
+    def absurd_median(spec, record):
+        if record is not None:
+            record["timing"]["median_us"] = 1e300
+
+    def infinite_median(spec, record):
+        if record is not None:
+            record["timing"]["median_us"] = math.inf
+
+    _set_in_run(runs / ids[2], "torch-bf16", 16, huge_k)
+    _set_in_run(runs / ids[2], "torch-bf16", 32, absurd_median)
+    _set_in_run(runs / ids[1], "torch-bf16", 32, infinite_median)
+    code = main(["history", "--runs-dir", str(runs), "--backend", "torch-bf16", "--steps", "--format", "json"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    doc = cli_json(out)
+    assert len(doc["points"]) == 3 * 100 - 3  # everything else is there
+    assert f"note: run {ids[2]}: 2 result(s) left out" in err and "K 100000000000000000000000 is out of range" in err
+    assert f"note: run {ids[1]}: 1 result(s) left out" in err and "median inf µs is not a kernel's time" in err
+
+
+def test_history_names_the_run_folders_it_cannot_read(tmp_path, capsys):
+    runs = tmp_path / "runs"
+    ids = _three_runs(runs)
+    (runs / ids[0] / "manifest.json").unlink()
+    (runs / ids[1] / "manifest.json").write_text("{ not json")
+    code = main(["history", "--runs-dir", str(runs), "--backend", "torch-bf16", "--m", "16"])
+    out, err = capsys.readouterr()
+    assert code == 0 and ids[2] in out and ids[0] not in out
+    notes = [line for line in err.splitlines() if line.startswith("note: run folder")]
+    assert notes == [f"note: run folder {ids[0]} left out: no manifest.json (the run's plan and cases are lost)",
+                     f"note: run folder {ids[1]} left out: {runs / ids[1] / 'manifest.json'}: unreadable manifest: "
+                     "Expecting property name enclosed in double quotes: line 1 column 3 (char 2)"]
+
+
+def test_history_steps_says_when_it_finds_no_step_and_when_runs_are_too_few(tmp_path, capsys):
+    for d in (1, 2):
+        make_run(tmp_path, f"202612{d:02d}-000000-x-{d:04d}", {"h1": 1.0, "h2": 1.0}, seed=d)
+    code = main(["history", "--runs-dir", str(tmp_path), "--backend", "torch-bf16", "--m", "16", "--steps"])
+    err = capsys.readouterr().err
+    assert code == 0
+    assert err.splitlines() == ["note: no step found in 2 series",
+                                "note: 2 series have too few runs to judge (2; a step needs at least 3)"]
+    make_run(tmp_path, "20261203-000000-x-0003", {"h1": 1.0}, seed=3)
+    code = main(["history", "--runs-dir", str(tmp_path), "--backend", "torch-bf16", "--m", "16", "--steps",
+                 "--format", "json"])
+    out, err = capsys.readouterr()
+    assert code == 0 and cli_json(out)["notes"] == ["no step found in 2 series",
+                                                    "1 series has too few runs to judge (2; a step needs at least 3)"]
+    assert err.splitlines() == [f"note: {n}" for n in cli_json(out)["notes"]]
