@@ -136,3 +136,36 @@ def test_dry_runs_do_not_count_toward_prune_keep(tmp_path, capsys, local_invento
     assert main(["prune", "--keep", "1", "--runs-dir", str(runs), "--dry-run", "--local-only"]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out == ["would prune 20260101-000000-old", f"would prune {dry[0]} (dry run of render)"]
+
+
+# -- two runs at once on a CPU host ----------------------------------------------------------------------
+def test_a_cpu_host_is_locked_like_a_gpu_and_a_second_run_waits_for_it(tmp_path, local_inventory):
+    """Two sweeps timing on one CPU measure each other: the second waits for the first (and says so), as
+    on a GPU, and gives up after --lock-timeout naming the holder."""
+    import time
+
+    from conftest import start_cli, write_sweep
+    from worker.gpulock import CPU, gpu_lock
+
+    sweep = write_sweep(tmp_path / "s.yaml", backends=("torch-bf16",))
+    runs = tmp_path / "runs"
+    with gpu_lock("the-other-run", "local", 0, ids=[CPU]):
+        proc = start_cli("run", sweep, "-i", local_inventory, "--runs-dir", runs, "--lock-timeout", "1")
+        out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 1, err
+    assert any("waiting" in line and "the-other-run" in line for line in err.splitlines()), err
+    assert "the CPU of host local is busy: locked by run the-other-run (host local" in err
+
+    runs = tmp_path / "waited"
+    held = gpu_lock("the-other-run", "local", 0, ids=[CPU])
+    held.__enter__()
+    try:
+        proc = start_cli("run", sweep, "-i", local_inventory, "--runs-dir", runs, "--lock-timeout", "120")
+        deadline = time.monotonic() + 60
+        while not any('"event":"lock-wait"' in log.read_text() for log in runs.glob("*/hosts/local/attempt-*/log.txt")):
+            assert proc.poll() is None and time.monotonic() < deadline, "the second run never waited for the lock"
+            time.sleep(0.1)
+    finally:
+        held.__exit__(None, None, None)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err

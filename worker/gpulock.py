@@ -3,7 +3,9 @@
 Two sweeps timing kernels on one GPU would each measure the other. The lock is an flock() on
 `<lock dir>/gpu-<id>.lock` (the GPU's UUID when NVML can tell it, else its index), so it is released by
 the kernel when the holder dies, crash or not. The holder writes who it is into the file; a waiter
-that gives up names that run.
+that gives up names that run. A host without a GPU times on its CPU, and two sweeps there would
+measure each other the same way: it locks `<lock dir>/cpu-<host>.lock` (the inventory's name for the
+host, so that hosts sharing one machine in a test fleet stay separate hosts).
 """
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ from typing import Iterator, Optional
 
 DEFAULT_LOCK_DIR = Path(tempfile.gettempdir()) / "fleetbench-locks"
 POLL_S = 0.2
+CPU = "cpu"  # the id locked where the cases are timed on the CPU
 
 
 class GpuLockTimeout(Exception):
@@ -53,18 +56,20 @@ def gpu_ids() -> list[str]:
     return uuids[:1] if uuids else []
 
 
-def _lock_name(gpu_id: str) -> str:
-    return "gpu-" + "".join(c if c.isalnum() or c in "-_" else "_" for c in gpu_id) + ".lock"
+def _lock_name(lock_id: str, host: str) -> str:
+    name = f"cpu-{host}" if lock_id == CPU else f"gpu-{lock_id}"
+    return "".join(c if c.isalnum() or c in "-_" else "_" for c in name) + ".lock"
 
 
 @contextlib.contextmanager
 def gpu_lock(run_id: str, host: str, timeout_s: float, lock_dir: Optional[Path] = None,
              ids: Optional[list[str]] = None, on_wait=None) -> Iterator[Optional[str]]:
-    """Hold the lock of this process's GPU; yields its id (None when there is no GPU to lock).
+    """Hold the lock of what this process times on: its GPU, or the host's CPU when it has no GPU (or
+    ids == [CPU]); yields the id locked (None for ids == []: nothing to lock).
 
     Raises GpuLockTimeout naming the holder when it is still held after `timeout_s`.
     """
-    ids = gpu_ids() if ids is None else ids
+    ids = (gpu_ids() or [CPU]) if ids is None else ids
     if not ids:
         yield None
         return
@@ -72,7 +77,7 @@ def gpu_lock(run_id: str, host: str, timeout_s: float, lock_dir: Optional[Path] 
     lock_dir.mkdir(parents=True, exist_ok=True)
     with contextlib.suppress(OSError):
         os.chmod(lock_dir, 0o1777)  # shared by every user's sweeps, like /tmp
-    path = lock_dir / _lock_name(ids[0])
+    path = lock_dir / _lock_name(ids[0], host)
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
     try:
         deadline = time.monotonic() + timeout_s
@@ -84,8 +89,9 @@ def gpu_lock(run_id: str, host: str, timeout_s: float, lock_dir: Optional[Path] 
             except BlockingIOError:
                 holder = _read_holder(path)
                 if time.monotonic() >= deadline:
+                    what = f"the CPU of host {host}" if ids[0] == CPU else f"GPU {ids[0]}"
                     raise GpuLockTimeout(
-                        f"GPU {ids[0]} is busy: locked by run {holder.get('run_id', '?')} "
+                        f"{what} is busy: locked by run {holder.get('run_id', '?')} "
                         f"(host {holder.get('host', '?')}, pid {holder.get('pid', '?')}, since "
                         f"{holder.get('since', '?')}); waited {timeout_s:g} s (--lock-timeout)") from None
                 if not waited and on_wait is not None:
