@@ -201,6 +201,10 @@ def _print_run(store, outcomes, fmt: str, io: Streams) -> int:
             failed = True
             reported.add((o.slot, f"attempt {o.attempt}: {problem}"))
             io.problem(f"{o.slot}: bad result line: {problem}")
+    for slot in slots:
+        for attempt, change in slot.changed.items():
+            io.problem(f"note: {slot.slot}: attempt {attempt} ran on other software than attempt 1 ({change}); "
+                       "its results are kept apart, never joined with earlier rounds")
     for slot in slots:  # what reading the stored run found beyond its outcomes (e.g. a record it never planned)
         latest = f"attempt {slot.outcome.attempt}: " if slot.outcome else None
         for problem in slot.problems:
@@ -500,7 +504,7 @@ def parse_threshold(text: str) -> float:
 def cmd_diff(args, io: Streams) -> int:
     from .diff import across_hosts, compare_sides, resolve_side
     from .output import write
-    from .views import comparison_document, comparison_summary, fleet_document
+    from .views import comparison_document, comparison_summary, fleet_document, interval_text, ratio_text
 
     threshold = parse_threshold(args.threshold)
     side_a = resolve_side(Path(args.runs_dir), args.a)
@@ -522,8 +526,8 @@ def cmd_diff(args, io: Streams) -> int:
     cmp = compare_sides(side_a, resolve_side(Path(args.runs_dir), args.b), threshold)
     io.write(write(comparison_document(cmp, only_changed=args.only_changed), args.format, io.width()))
     for c in cmp.regressions:
-        io.problem(f"regression: {c.backend} {c.m}x{c.n}x{c.k} ({c.label}) B/A {c.ratio:.3f} "
-                   f"[{c.ci_low:.3f}, {c.ci_high:.3f}]")
+        io.problem(f"regression: {c.backend} {c.m}x{c.n}x{c.k} ({c.label}) B/A {ratio_text(c.ratio)} "
+                   f"(95% CI {interval_text(c.ci_low, c.ci_high)})")
     if args.format != "table":  # the table carries it as its title; other formats get it on stderr
         io.problem(comparison_summary(cmp))
     return EXIT_FAILED if cmp.regressions else EXIT_OK

@@ -7,7 +7,7 @@ later failure never hides a complete result). A case with no record in any attem
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Optional
 
 from worker.rounds import join_records, rounds_in
@@ -77,11 +77,26 @@ class SlotData:
     facts: Optional[FactsRecord]
     outcome: Optional[HostOutcome]
     problems: list[str]
+    # attempt -> how its host differed from the slot's first attempt (library versions, driver, GPU)
+    changed: dict[int, str] = field(default_factory=dict)
+
+
+# What must be the same for two attempts' numbers to be one result (as pyperf checks metadata before it
+# merges runs): a rerun after a library upgrade is kept apart, and its rows say so.
+CHECKED_FACTS = ("gpu_name", "compute_capability", "driver", "cuda", "torch", "flashinfer", "sgl_kernel", "triton")
+
+
+def facts_change(before: Optional[FactsRecord], after: Optional[FactsRecord]) -> str:
+    """'' when both attempts ran on the same software and GPU, else what changed ("flashinfer 0.7.2 -> 0.7.3")."""
+    if before is None or after is None:
+        return ""
+    return ", ".join(f"{key} {getattr(before, key)} -> {getattr(after, key)}" for key in CHECKED_FACTS
+                     if getattr(before, key) != getattr(after, key))
 
 
 def load_slots(store: RunStore) -> list[SlotData]:
-    """Every job of the run with its best records across attempts; what it planned comes from the
-    manifest's stored cases."""
+    """Every job of the run with where each case stands across attempts (worker/rounds.py
+    join_records, within attempts on the same software); what it planned comes from the manifest."""
     manifest = store.manifest()
     cases_by_id = store.planned_cases()
     slots = []
@@ -90,11 +105,18 @@ def load_slots(store: RunStore) -> list[SlotData]:
         attempts = store.attempts(slot)
         planned: list[CaseSpec] = [cases_by_id[cid] for cid in job["case_ids"]]
         records: dict[str, tuple[int, CaseRecord]] = {}
-        facts = None
+        facts = first_facts = None
+        facts_of: dict[int, Optional[FactsRecord]] = {}
+        changed: dict[int, str] = {}
         problems: list[str] = [n for n in manifest.get("format_notes", []) if n.startswith(f"job {slot}:")]
         for attempt in attempts:
             parsed = parse_results(store.attempt_dir(slot, attempt) / "results.jsonl")
             facts = parsed.facts or facts
+            facts_of[attempt] = parsed.facts
+            first_facts = first_facts or parsed.facts
+            change = facts_change(first_facts, parsed.facts)
+            if change:
+                changed[attempt] = change
             problems.extend(f"attempt {attempt}: {p}" for p in parsed.problems)
             latest: dict[str, CaseRecord] = {}  # within an attempt, a case's last line says where it stands
             for rec in parsed.cases:
@@ -108,13 +130,19 @@ def load_slots(store: RunStore) -> list[SlotData]:
                 if previous is None:
                     records[cid] = (attempt, rec)
                     continue
+                if facts_change(facts_of.get(previous[0]), parsed.facts):
+                    # Other software: the later attempt's result stands on its own (a later failure
+                    # still hides no complete result).
+                    keep = previous[1].status == "ok" and previous[1].complete and rec.status != "ok"
+                    records[cid] = previous if keep else (attempt, rec)
+                    continue
                 joined = join_records(previous[1], rec, cases_by_id[cid].timing.rounds)
                 if joined is not previous[1]:
                     records[cid] = (attempt, joined.model_copy(update={"case": cases_by_id[cid]})
                                     if joined is not rec else rec)
         outcome = store.outcome(slot, attempts[-1]) if attempts else None
         slots.append(SlotData(slot=slot, host=job["host"], gpu=job.get("gpu"), planned=planned,
-                              records=records, facts=facts, outcome=outcome, problems=problems))
+                              records=records, facts=facts, outcome=outcome, problems=problems, changed=changed))
     return slots
 
 
@@ -154,6 +182,8 @@ def merged_rows(store: RunStore, slots: Optional[list[SlotData]] = None) -> list
                 reason = f"{rounds_in(rec)} of {case.timing.rounds} rounds timed before attempt {attempt} ended"
                 if data.outcome is not None and data.outcome.attempt == attempt and data.outcome.outcome != "ok":
                     reason += f" (host {data.outcome.outcome})"
+            if attempt in data.changed:  # a rerun on other software: this row's numbers are that attempt's alone
+                reason = "; ".join(filter(None, [reason, f"attempt {attempt} on other software: {data.changed[attempt]}"]))
             rows.append(Row(
                 run_id=store.run_id, host=data.host, gpu=data.gpu, slot=data.slot, gpu_name=gpu_name,
                 label=case.label, backend=case.backend, m=case.m, n=case.n, k=case.k,

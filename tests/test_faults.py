@@ -262,7 +262,8 @@ def test_corrupted_results_line_is_reported_and_the_rest_kept(fleet, tmp_path, c
     sweep = write_sweep(tmp_path / "s.yaml", backends=("torch-bf16",), ms=(16, 32))
     code, out, err = run_cli(capsys, "run", sweep, "-i", inv, "--runs-dir", tmp_path / "r", "--format", "json")
     assert code == 1
-    assert "ssh2: bad result line: results.jsonl line 2: not JSON" in err  # written in round 1 of M=32
+    # line 1 the facts, line 2 round 1 of M=16, line 3 the garbage written as round 1 of M=32 starts
+    assert "ssh2: bad result line: results.jsonl line 3: not JSON" in err
     assert {r["status"] for r in cli_json(out)} == {"ok"}
 
 

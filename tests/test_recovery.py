@@ -262,3 +262,24 @@ def test_what_rerun_failed_runs_of_each_case(status, complete, expected):
     todo = cases_to_finish([case], records)
     assert [c.timing.rounds for c in todo] == ([] if expected is None else [expected])
     assert all(c.case_id == case.case_id for c in todo)
+
+
+# -- a rerun on other software is kept apart -------------------------------------------------------------
+def test_a_rerun_on_other_software_is_never_joined_and_its_rows_say_so(tmp_path, capsys):
+    spec = sweep(tmp_path, {"flaky": FLAKY.format(marker=str(tmp_path / "called-once"))})
+    runs = tmp_path / "runs"
+    code, _, err = run(capsys, "run", spec, "--runs-dir", runs, "--format", "json")
+    assert code == 1
+    code, _, err = run(capsys, "rerun", "latest", "--failed", "--runs-dir", runs, "--format", "json")
+    assert code == 0, err
+    attempt2 = next(runs.glob("*/hosts/local/attempt-2/results.jsonl"))
+    lines = attempt2.read_text().splitlines()
+    facts = json.loads(lines[0])
+    facts["torch"] = "9.9.9"  # as if torch was upgraded on the host between the attempts
+    attempt2.write_text("\n".join([json.dumps(facts, separators=(",", ":")), *lines[1:]]) + "\n")
+    code, rows, err = run(capsys, "show", "latest", "--runs-dir", runs, "--format", "json")
+    by = {r["backend"]: r for r in rows}
+    assert by["flaky"]["status"] == "ok" and by["flaky"]["attempt"] == 2
+    assert "attempt 2 on other software: torch" in by["flaky"]["reason"] and "-> 9.9.9" in by["flaky"]["reason"]
+    assert by["torch-bf16"]["attempt"] == 1 and not by["torch-bf16"]["reason"]
+    assert "note: local: attempt 2 ran on other software than attempt 1 (torch" in err
