@@ -1,20 +1,23 @@
 """Compare measurements with statistics: run vs run (or host vs host), and every host vs the fleet.
 
-Ratios are B/A of per-call latency (> 1: B is slower). A case is timed in independent rounds spread over
-its run (worker/runner.py); the ratio's 95% confidence interval is a Welch t interval on the rounds'
-log medians, so it knows how much a case moves from one run to the next, not only the noise between
-consecutive samples of one run. (Records of format < 3 have one round: their interval is a bootstrap
-of the raw samples, and the note says it knows only the noise within a run.) The verdict against a
-threshold t:
-  SLOWER     the whole interval is above 1 + t        FASTER   the whole interval is below 1 - t
-  SAME       the whole interval lies within 1 ± t     AMBIGUOUS  anything else (too noisy to say)
-  UNSTABLE   SLOWER or FASTER, but the environment moved as much as the effect between the two sides
-             (the GPU's SM clock, throttling, other processes on it; for CPU-timed cases the CPU's own
-             speed on a fixed loop,
-             its load or steal time): is it the kernel, or the machine? Not a regression until a
-             stable re-run says so.
-A p-value (Welch's t on the round log medians, or Mann-Whitney U on samples) is reported beside it.
-Only a confirmed SLOWER makes `diff` exit 1.
+One statistic per comparison: A µs and B µs are each side's median (of its rounds' medians; of its
+samples for records of format < 3), and B/A is exactly B µs / A µs (> 1: B is slower). A case is timed in
+independent rounds spread over its run (worker/runner.py); the ratio's 95% interval comes from how much
+each side's rounds differ (the standard error of its log rounds), so it knows how much a case moves from
+one run to the next, not only the noise between consecutive samples of one run. (A side timed in one
+round: the standard error of its median from its samples, and the note says the interval knows only
+the noise within a run.) Sides swapped, the ratio and interval are exactly mirrored, and so is the
+verdict against a threshold t (t either way: B at least 1 + t times slower or faster than A):
+  SLOWER     the whole interval is above 1 + t        FASTER   the whole interval is below 1 / (1 + t)
+  SAME       the whole interval lies within those     AMBIGUOUS  anything else (the effect is near t)
+  UNSTABLE   not to be judged on this machine: a side's rounds are too noisy (CI beyond ±NOISE_LIMIT),
+             or a change with a side tainted (the GPU throttled), with a CPU-timed case on a busy CPU,
+             or with the environment moved as much as the effect (the GPU's SM clock, throttling, other
+             processes on it; for CPU-timed cases the CPU's own speed on a fixed loop, its load or
+             steal time): is it the kernel, or the machine? Not a regression until a stable re-run
+             says so.
+The same measurement on both sides (a run against itself) is SAME, whatever its noise. A p-value
+(Welch's t on the log medians) is reported beside it. Only a confirmed SLOWER makes `diff` exit 1.
 
 Cases match by case id: what is measured (worker/schema.py IDENTITY_FIELDS), never how it was timed.
 Timing options that differ between the sides are listed as settings, beside the host facts that
@@ -34,10 +37,10 @@ from worker.schema import CaseRecord
 from .errors import InputError
 from .merge import SlotData, load_slots
 from .store import RunStore, resolve_run
+from .views import NOISY_REL_CI, plus_minus
 
 FACT_FIELDS = ("gpu_name", "compute_capability", "driver", "cuda", "torch", "flashinfer", "sgl_kernel", "triton",
                "python", "worker_version", "device", "sm_count", "gpu_memory_gb")
-BOOTSTRAP_RESAMPLES = 2000
 MAD_SCALE = 1.4826  # MAD of a normal distribution -> its standard deviation
 OUTLIER_Z = 3.5
 
@@ -80,14 +83,18 @@ class CaseDiff:
     k: int
     a_us: Optional[float]
     b_us: Optional[float]
-    ratio: Optional[float]
-    ci_low: Optional[float]
+    ratio: Optional[float]  # b_us / a_us
+    ci_low: Optional[float]  # its 95% interval, as computed however wide (views bound what they print)
     ci_high: Optional[float]
     p_value: Optional[float]
     verdict: str  # FASTER SLOWER SAME AMBIGUOUS UNSTABLE; ONLY-A / ONLY-B (on one side only); NOT-OK;
     #               NOT-RUN (unsupported or unavailable on both sides: nothing was asked of the kernel)
     note: str = ""
     host: str = ""  # the slot, when the sides are matched host by host
+    a_rel_ci: Optional[float] = None  # each side's own noise: its median's CI half-width, as `show` gives it
+    b_rel_ci: Optional[float] = None
+    noisy: str = ""  # the sides whose rel_ci is beyond NOISY_REL_CI: "", "A", "B" or "A, B"
+    tainted: str = ""  # the sides timed while the GPU throttled (the record's health check), same form
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -101,6 +108,7 @@ class Comparison:
     facts: list[FactDiff] = field(default_factory=list)
     settings: list[FactDiff] = field(default_factory=list)  # timing options that differ between the sides
     cases: list[CaseDiff] = field(default_factory=list)
+    same_run: bool = False  # both sides are the same slots of the same run: each case against itself
 
     @property
     def regressions(self) -> list[CaseDiff]:
@@ -154,31 +162,55 @@ def fact_differences(a: Side, b: Side) -> list[FactDiff]:
     return [FactDiff(f, fa.get(f, "?"), fb.get(f, "?")) for f in FACT_FIELDS if fa.get(f) != fb.get(f)]
 
 
-def ratio_ci(a: list[float], b: list[float], seed: int = 0) -> tuple[float, float, float]:
-    """(ratio of medians b/a, 95% CI low, high) by a percentile bootstrap over both sample sets."""
-    xa, xb = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
-    point = float(np.median(xb) / np.median(xa))
-    if len(xa) < 2 or len(xb) < 2:
-        return point, 0.0, float("inf")
-    res = stats.bootstrap((xa, xb), lambda x, y, axis: np.median(y, axis=axis) / np.median(x, axis=axis),
-                          n_resamples=BOOTSTRAP_RESAMPLES, method="percentile", vectorized=True,
-                          random_state=np.random.default_rng(seed), paired=False)
-    return point, float(res.confidence_interval.low), float(res.confidence_interval.high)
+MEDIAN_SE_FACTOR = math.sqrt(math.pi / 2)  # standard error of a median / that of a mean, normal data
 
 
-def rounds_ratio_ci(a: list[float], b: list[float]) -> tuple[float, float, float, float]:
-    """(ratio B/A, 95% CI low, high, p-value) from per-round medians of both sides (>= 2 each): Welch's
-    t on log medians, so the ratio is that of geometric means of the rounds."""
-    la, lb = np.log(np.asarray(a, dtype=float)), np.log(np.asarray(b, dtype=float))
-    diff = float(lb.mean() - la.mean())
-    va, vb = la.var(ddof=1) / len(la), lb.var(ddof=1) / len(lb)
-    se = float(np.sqrt(va + vb))
+@dataclass
+class Spread:
+    """How precisely one side knows its median, on the log scale: a standard error and its degrees of
+    freedom (inf: from many samples)."""
+
+    log_se: float
+    df: float
+
+
+def spread_of(timing) -> Optional[Spread]:
+    """From the rounds' log medians (>= 2 rounds), else from the samples' log spread (their MAD); None
+    when a single sample leaves nothing to estimate."""
+    medians = [r.median_us for r in timing.rounds]
+    if len(medians) >= 2:
+        logs = np.log(np.asarray(medians, dtype=float))
+        return Spread(float(logs.std(ddof=1) / math.sqrt(len(logs))), len(logs) - 1.0)
+    if len(timing.samples_us) < 2:
+        return None
+    logs = np.log(np.asarray(timing.samples_us, dtype=float))
+    mad = float(np.median(np.abs(logs - np.median(logs)))) * MAD_SCALE
+    return Spread(MEDIAN_SE_FACTOR * mad / math.sqrt(len(logs)), math.inf)
+
+
+@dataclass
+class LogInterval:
+    """log(B/A) and its 95% interval; p the two-sided p-value of no difference."""
+
+    point: float
+    low: float
+    high: float
+    p: float
+
+
+def log_ratio_interval(a_median: float, b_median: float, sa: Spread, sb: Spread) -> LogInterval:
+    """Welch's t on the two log medians; swapping the sides mirrors it exactly (every term is symmetric
+    in the sides and the point only changes sign)."""
+    point = math.log(b_median) - math.log(a_median)
+    va, vb = sa.log_se ** 2, sb.log_se ** 2
+    se = math.sqrt(va + vb)
     if se == 0:
-        return float(np.exp(diff)), float(np.exp(diff)), float(np.exp(diff)), (1.0 if diff == 0 else 0.0)
-    df = (va + vb) ** 2 / (va ** 2 / (len(la) - 1) + vb ** 2 / (len(lb) - 1))
+        return LogInterval(point, point, point, 1.0 if point == 0 else 0.0)
+    parts = (va ** 2 / sa.df if sa.df < math.inf else 0.0) + (vb ** 2 / sb.df if sb.df < math.inf else 0.0)
+    df = (va + vb) ** 2 / parts if parts > 0 else math.inf
     half = float(stats.t.ppf(0.975, df)) * se
-    p = float(stats.ttest_ind(lb, la, equal_var=False).pvalue)
-    return float(np.exp(diff)), float(np.exp(diff - half)), float(np.exp(diff + half)), p
+    p = float(2 * stats.t.sf(abs(point) / se, df))
+    return LogInterval(point, point - half, point + half, p)
 
 
 # How far the environment may move before a verdict is UNSTABLE (see environment_moved).
@@ -186,10 +218,14 @@ CLOCK_SHARE_OF_EFFECT = 0.5  # a clock (or CPU speed) change this share of the e
 BUSY_LOAD_PER_CORE = 0.75  # a host this loaded (1-minute load average per CPU) is busy ...
 LOAD_DIFFERENCE = 0.25  # ... and a difference this large between the sides moves CPU timings
 STEAL_PCT = 2.0  # CPU time stolen by the hypervisor during a round
+# A side whose median is known no better than this (its rel_ci) cannot confirm or rule out a change of a
+# few percent: a busy 2-core CPU gives rounds ±50% apart and more.
+NOISE_LIMIT = 0.25
 
 
 def environment_moved(ra: CaseRecord, rb: CaseRecord, ratio: float) -> Optional[str]:
-    """Why the two sides' environments differ as much as the effect between them, or None."""
+    """Why the machine rather than the kernel may explain the effect between the sides (their environments
+    differ as much as the effect, or a CPU-timed case shared a busy CPU), or None."""
     rounds_a, rounds_b = ra.timing.rounds, rb.timing.rounds
     effect = abs(float(np.log(ratio)))
 
@@ -217,20 +253,38 @@ def environment_moved(ra: CaseRecord, rb: CaseRecord, ratio: float) -> Optional[
     steal = max((r.steal_pct for r in [*rounds_a, *rounds_b] if r.steal_pct is not None), default=0.0)
     if steal >= STEAL_PCT:
         return f"CPU steal {steal:.1f}%"
+    if "cpu-wallclock" in (ra.timing.method, rb.timing.method):  # other processes share its cores
+        busy = max((r.load_per_core for r in [*rounds_a, *rounds_b] if r.load_per_core is not None), default=None)
+        if busy is not None and busy >= BUSY_LOAD_PER_CORE:
+            return f"a busy CPU (load per core up to {busy:.2f})"
     return None
 
 
+def _sides(flags: tuple[bool, bool]) -> str:
+    return ", ".join(side for side, flagged in zip("AB", flags) if flagged)
+
+
 def classify(low: float, high: float, threshold: float) -> str:
-    if low > 1 + threshold:
+    """The verdict of an interval of B/A (ratios) against ±threshold."""
+    return classify_log(math.log(low), math.log(high), threshold)
+
+
+def classify_log(low: float, high: float, threshold: float) -> str:
+    """The verdict of an interval of log(B/A): the threshold is the same factor either way, so swapping
+    the sides swaps SLOWER and FASTER and leaves the others."""
+    bound = math.log1p(threshold)
+    if low > bound:
         return "SLOWER"
-    if high < 1 - threshold:
+    if high < -bound:
         return "FASTER"
-    if low >= 1 - threshold and high <= 1 + threshold:
+    if low >= -bound and high <= bound:
         return "SAME"
     return "AMBIGUOUS"
 
 
-def compare_records(key: str, ra: Optional[CaseRecord], rb: Optional[CaseRecord], threshold: float) -> CaseDiff:
+def compare_records(key: str, ra: Optional[CaseRecord], rb: Optional[CaseRecord], threshold: float,
+                    same_run: bool = False) -> CaseDiff:
+    """One case's row. same_run: the sides are known to be one run (its rows need no note of their own)."""
     case = (ra or rb).case
     base = dict(key=key, label=case.label, backend=case.backend, m=case.m, n=case.n, k=case.k,
                 host=key.split("/", 1)[0] if "/" in key else "")
@@ -245,24 +299,44 @@ def compare_records(key: str, ra: Optional[CaseRecord], rb: Optional[CaseRecord]
     if ra.status != "ok" or rb.status != "ok" or not ra.timing or not rb.timing:
         return CaseDiff(**base, a_us=a_us, b_us=b_us, ratio=None, ci_low=None, ci_high=None, p_value=None,
                         verdict="NOT-OK", note=f"A {ra.status}, B {rb.status}")
+    ta, tb = ra.timing, rb.timing
+    flags = dict(a_rel_ci=ta.rel_ci, b_rel_ci=tb.rel_ci, noisy=_sides((ta.rel_ci > NOISY_REL_CI, tb.rel_ci > NOISY_REL_CI)),
+                 tainted=_sides((bool(ra.health and ra.health.tainted), bool(rb.health and rb.health.tainted))))
+    ratio = b_us / a_us
+    if ta == tb:  # one measurement on both sides: nothing moved, whatever its noise
+        return CaseDiff(**base, a_us=a_us, b_us=b_us, ratio=ratio, ci_low=ratio, ci_high=ratio, p_value=1.0,
+                        verdict="SAME", note="" if same_run else "the same measurement on both sides", **flags)
     notes = []
-    ma, mb = [r.median_us for r in ra.timing.rounds], [r.median_us for r in rb.timing.rounds]
-    if len(ma) >= 2 and len(mb) >= 2:
-        ratio, low, high, p = rounds_ratio_ci(ma, mb)
-    else:
-        ratio, low, high = ratio_ci(ra.timing.samples_us, rb.timing.samples_us)
-        p = float(stats.mannwhitneyu(ra.timing.samples_us, rb.timing.samples_us, alternative="two-sided").pvalue)
+    sa, sb = spread_of(ta), spread_of(tb)
+    if sa is None or sb is None:
+        return CaseDiff(**base, a_us=a_us, b_us=b_us, ratio=ratio, ci_low=None, ci_high=None, p_value=None,
+                        verdict="AMBIGUOUS", note="a single sample: no interval", **flags)
+    interval = log_ratio_interval(a_us, b_us, sa, sb)
+    verdict = classify_log(interval.low, interval.high, threshold)
+    why_unstable = None
+    if verdict != "SAME" and max(ta.rel_ci, tb.rel_ci) > NOISE_LIMIT:
+        why_unstable = f"too noisy to judge (A {plus_minus(ta.rel_ci)}, B {plus_minus(tb.rel_ci)})"
+    elif verdict in ("SLOWER", "FASTER"):
+        if flags["tainted"]:
+            why_unstable = f"tainted on {flags['tainted']}"
+        else:
+            moved = environment_moved(ra, rb, ratio)
+            if moved:
+                why_unstable = f"{moved}: the machine, not only the kernel, may explain it"
+    if why_unstable:
+        verdict = "UNSTABLE"
+        notes.append(why_unstable)
+    elif flags["noisy"]:
+        notes.append(f"noisy (A {plus_minus(ta.rel_ci)}, B {plus_minus(tb.rel_ci)})")
+    for side, rec in zip("AB", (ra, rb)):
+        if rec.health and rec.health.tainted:
+            notes.append(f"TAINTED on {side}: {rec.health.taint_reason or 'GPU throttled during timing'}")
+    if len(ta.rounds) < 2 or len(tb.rounds) < 2:
         notes.append("one round: the interval knows only the noise within a run")
-    if (ra.timing.method, ra.timing.l2) != (rb.timing.method, rb.timing.l2):
+    if (ta.method, ta.l2) != (tb.method, tb.l2):
         notes.append("timing methods differ")
-    verdict = classify(low, high, threshold)
-    if verdict in ("SLOWER", "FASTER"):
-        moved = environment_moved(ra, rb, ratio)
-        if moved:
-            verdict = "UNSTABLE"
-            notes.insert(0, f"{moved}: as much as the effect")
-    return CaseDiff(**base, a_us=a_us, b_us=b_us, ratio=ratio, ci_low=low, ci_high=high, p_value=p,
-                    verdict=verdict, note="; ".join(notes))
+    return CaseDiff(**base, a_us=a_us, b_us=b_us, ratio=ratio, ci_low=math.exp(interval.low),
+                    ci_high=math.exp(interval.high), p_value=interval.p, verdict=verdict, note="; ".join(notes), **flags)
 
 
 def compare_sides(a: Side, b: Side, threshold: float) -> Comparison:
@@ -283,10 +357,11 @@ def compare_sides(a: Side, b: Side, threshold: float) -> Comparison:
     if not set(ia) & set(ib):
         raise NothingCompared(f"{a.label} and {b.label} share no case ({len(ia)} and {len(ib)} cases with a "
                               "result): nothing to compare")
+    same_run = a.store.dir.resolve() == b.store.dir.resolve() and [s.slot for s in a.slots] == [s.slot for s in b.slots]
     keys = list(dict.fromkeys([*ia, *ib]))
-    cases = [compare_records(k, ia.get(k), ib.get(k), threshold) for k in keys]
+    cases = [compare_records(k, ia.get(k), ib.get(k), threshold, same_run) for k in keys]
     return Comparison(a=a.label, b=b.label, threshold=threshold, facts=fact_differences(a, b),
-                      settings=setting_differences(a, b), cases=cases)
+                      settings=setting_differences(a, b), cases=cases, same_run=same_run)
 
 
 def _settings_of(side: Side) -> dict[str, str]:

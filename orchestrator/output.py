@@ -25,8 +25,10 @@ class Section:
     styles: dict[int, dict[str, str]] = field(default_factory=dict)
     caption: str = ""
     # Headers a table may leave out, first to go first, when the terminal is too narrow for all of
-    # them (json, csv and md always have every column).
+    # them (json, csv and md always have every column); `last_resort` ones go only once the table is
+    # drawn compact (no borders) and still does not fit.
     optional: tuple[str, ...] = ()
+    last_resort: tuple[str, ...] = ()
 
 
 @dataclass
@@ -43,8 +45,10 @@ class Document:
 
 
 COMPACT_JSON_ABOVE = 2000  # records
-# Cells that are names or single words: never broken.
-NAME_COLUMNS = {"host", "backend", "run", "slot", "fact", "setting", "peak", "status", "verdict", "check"}
+# Cells that are names or single words: never wrapped. In any other column a word is never broken either;
+# only the spaces between words wrap.
+NAME_COLUMNS = {"host", "backend", "run", "slot", "fact", "setting", "peak", "status", "verdict", "check",
+                "started (UTC)"}
 TEXT_ROOM = 20  # what a wrapping text column (a note, a reason) needs at least to stay readable
 
 
@@ -99,60 +103,118 @@ def _markdown(doc: Document) -> str:
     return "\n".join(out).rstrip("\n") + "\n"
 
 
+@dataclass
+class _Layout:
+    """How a Section is drawn at a width: the columns kept and their widths, the columns said once
+    instead (the same value on every row), those left out, and whether it is drawn without borders."""
+
+    keep: list[int]
+    widths: dict[int, int]
+    folded: list[int]
+    dropped: list[int]
+    compact: bool
+
+
 def _table(doc: Document, width: int) -> str:
+    from rich import box
     from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
 
     console = Console(width=width, record=True, file=io.StringIO(), force_terminal=False)
     for s in doc.sections:
-        keep = _columns_that_fit(s, width)
-        dropped = [h for i, h in enumerate(s.headers) if i not in keep]
-        caption = s.caption
-        if dropped:
-            caption = (caption + "\n" if caption else "") + (f"left out at {width} columns: {', '.join(dropped)} "
-                                                              "(a wider terminal, or --format md|csv|json, has them)")
-        table = Table(title=s.title or None, header_style="bold", caption=caption or None)
-        for i in keep:
+        layout = _layout(s, width)
+        captions = [s.caption] if s.caption else []
+        if layout.folded:
+            said = [f"{s.headers[i]}={s.rows[0][i]}" for i in layout.folded if s.rows[0][i]]
+            empty = [s.headers[i] for i in layout.folded if not s.rows[0][i]]
+            captions.append("; ".join(([f"every row: {', '.join(said)}"] if said else [])
+                                      + ([f"no row has: {', '.join(empty)}"] if empty else [])))
+        if layout.dropped:
+            captions.append(f"left out at {width} columns: {', '.join(s.headers[i] for i in layout.dropped)} "
+                            "(a wider terminal, or --format md|csv|json, has them)")
+        caption = "\n".join(captions)
+        style = dict(box=box.SIMPLE_HEAD, show_edge=False, padding=(0, 0)) if layout.compact else {}
+        # A title or caption as wide as the table at least as its longest word: never broken either.
+        longest = max((len(w) for text in (s.title, caption) for w in text.split()), default=0)
+        table = Table(title=s.title or None, header_style="bold", caption=caption or None,
+                      min_width=min(width, longest), **style)
+        for i in layout.keep:
             h = s.headers[i]
-            table.add_column(h, justify="right" if h in s.right else "left", overflow="fold",
-                             min_width=_min_width(s, i), no_wrap=h in NAME_COLUMNS or h in s.right)
+            # As wide as its longest word at least, so only spaces wrap: a name or number, as wide as its
+            # longest cell, never does.
+            table.add_column(h, justify="right" if h in s.right else "left", width=layout.widths[i], overflow="fold")
         for row in s.rows:
             cells = [escape(c) for c in row]
             for col, styles in s.styles.items():
-                style = styles.get(row[col])
-                if style:
-                    cells[col] = f"[{style}]{cells[col]}[/]"
-            table.add_row(*(cells[i] for i in keep))
+                style_of = styles.get(row[col])
+                if style_of:
+                    cells[col] = f"[{style_of}]{cells[col]}[/]"
+            table.add_row(*(cells[i] for i in layout.keep))
         console.print(table)
     for n in doc.notes:
         console.print(n, markup=False, highlight=False)
     return console.export_text()
 
 
+def _unbreakable(s: Section, i: int) -> bool:
+    return s.headers[i] in NAME_COLUMNS or s.headers[i] in s.right
+
+
+def _cells(s: Section, i: int) -> list[str]:
+    return [row[i] for row in s.rows if i < len(row)]
+
+
 def _min_width(s: Section, i: int) -> int:
-    """Names and numbers are never broken: such a column is as wide as its longest value; any column
-    at least as wide as its header's longest word (text between words wraps)."""
-    h = s.headers[i]
-    width = max((len(w) for w in h.split()), default=1)
-    if h in NAME_COLUMNS or h in s.right:
-        width = max([width, *(len(row[i]) for row in s.rows if i < len(row))])
-    return width
+    """The narrowest a column can be without breaking a word: a name or a number whole, any other
+    column its longest word (and at least TEXT_ROOM, or its longest cell, to stay readable)."""
+    words = [len(w) for text in [s.headers[i], *_cells(s, i)] for w in text.split()]
+    width = max(words, default=1)
+    if _unbreakable(s, i):
+        return max([width, *(len(c) for c in _cells(s, i))])
+    return max(width, min(TEXT_ROOM, max((len(c) for c in _cells(s, i)), default=0)))
 
 
-def _columns_that_fit(s: Section, width: int) -> list[int]:
-    """Indexes of the columns to draw: all, less optional ones (in their order) while the unbreakable
-    minimum (widths + 3 per column for borders and padding) exceeds the width."""
-    def needs(i: int) -> int:
-        h = s.headers[i]
-        if h in NAME_COLUMNS or h in s.right:
-            return _min_width(s, i)
-        return max(_min_width(s, i), min(TEXT_ROOM, max((len(row[i]) for row in s.rows if i < len(row)), default=0)))
+def _layout(s: Section, width: int) -> _Layout:
+    """Every column when they fit; else, in turn: columns with one value on every row said once below
+    the table, `optional` columns left out, the table drawn without borders, `last_resort` columns left
+    out, and finally columns from the right. No column is ever narrower than its _min_width."""
+    n = len(s.headers)
+    need = [_min_width(s, i) for i in range(n)]
+    same = [i for i in range(n) if len(s.rows) > 1 and len({row[i] for row in s.rows}) == 1]
 
-    keep = list(range(len(s.headers)))
-    for h in s.optional:
-        if sum(needs(i) + 3 for i in keep) + 1 <= width:
+    def room(keep: list[int], compact: bool) -> int:
+        borders = len(keep) - 1 if compact else 3 * len(keep) + 1
+        return width - borders - sum(need[i] for i in keep)
+
+    def shed(keep: list[int], compact: bool, headers: tuple[str, ...]) -> None:
+        for h in headers:
+            if room(keep, compact) >= 0:
+                return
+            if h in s.headers and s.headers.index(h) in keep:
+                keep.remove(s.headers.index(h))
+
+    keep = list(range(n))
+    compact = False
+    if room(keep, compact) < 0:
+        keep = [i for i in keep if i not in same]
+        shed(keep, compact, s.optional)
+        if room(keep, compact) < 0:
+            keep, compact = [i for i in range(n) if i not in same], True
+            shed(keep, compact, s.optional + s.last_resort)
+            while room(keep, compact) < 0 and len(keep) > 1:
+                keep.pop()
+    widths = {i: need[i] for i in keep}
+    # What room is left goes to wrapping columns, a character at a time to the narrowest, up to their longest cell.
+    spare = room(keep, compact)
+    growing = [i for i in keep if not _unbreakable(s, i)]
+    longest = {i: max([len(s.headers[i]), *(len(c) for c in _cells(s, i))]) for i in growing}
+    while spare > 0:
+        short = [i for i in growing if widths[i] < longest[i]]
+        if not short:
             break
-        if h in s.headers:
-            keep.remove(s.headers.index(h))
-    return keep
+        widths[min(short, key=lambda i: widths[i])] += 1
+        spare -= 1
+    folded = [i for i in same if i not in keep]
+    return _Layout(keep=keep, widths=widths, folded=folded,
+                   dropped=[i for i in range(n) if i not in keep and i not in folded], compact=compact)

@@ -2,6 +2,7 @@
 the inventory and the stored runs. Pure: data in, documents out; output.write prints them."""
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Optional
 
 from .output import Document, Section
@@ -14,8 +15,51 @@ _STATUS_STYLE = {"ok": "green", "unsupported": "dim", "unavailable": "yellow", "
 _VERDICT_STYLE = {"SLOWER": "bold red", "FASTER": "green", "AMBIGUOUS": "yellow", "UNSTABLE": "yellow"}
 
 
+# A row is noisy when its median's CI half-width (rel_ci) is beyond this: `show` notes it, `diff` names it.
+NOISY_REL_CI = 0.05
+
+
+def plus_minus(rel: float, decimals: int = 0) -> str:
+    """A CI half-width relative to its median, `±12%`; beyond ±100% the exact width says nothing more
+    (the rounds disagree wildly; JSON keeps the number)."""
+    return f"±{rel:.{decimals}%}" if rel <= 1 else "wider than ±100%"
+
+
 def _num(v: Optional[float], fmt: str) -> str:
     return "" if v is None else format(v, fmt)
+
+
+def significant(v: Optional[float], digits: int) -> str:
+    """`v` in fixed point with `digits` significant digits (every digit before the point kept): 1421,
+    57.20, 0.0733, 0.000526; a CPU's 0.0005 TFLOPS is not `0.0`. "" for None."""
+    if v is None:
+        return ""
+    if v == 0 or not math.isfinite(v):
+        return format(v, "g")
+    return format(v, f".{max(0, digits - 1 - math.floor(math.log10(abs(v))))}f")
+
+
+US_DIGITS = 4  # a latency: to 0.1% (beyond the noise of a good GPU measurement)
+TFLOPS_DIGITS = 3
+
+
+def ratio_text(v: Optional[float]) -> str:
+    """A ratio to 0.1% of 1 (a threshold is a few percent), or three significant digits below 0.1."""
+    if v is None:
+        return ""
+    return f"{v:.3f}" if v >= 0.1 else significant(v, 3)
+
+
+# An interval whose ends are further apart than this factor is not printed as numbers (JSON keeps them).
+READABLE_INTERVAL = 10.0
+
+
+def interval_text(low: Optional[float], high: Optional[float]) -> str:
+    if low is None or high is None:
+        return ""
+    if not (low > 0 and math.isfinite(high)) or high / low > READABLE_INTERVAL:
+        return "too wide to read"
+    return f"{ratio_text(low)}–{ratio_text(high)}"
 
 
 def _note(row: Row) -> str:
@@ -24,9 +68,8 @@ def _note(row: Row) -> str:
         parts.append(row.reason)
     if row.tainted:
         parts.append("TAINTED: GPU throttled during timing")
-    if row.rel_ci is not None and row.rel_ci > 0.05:
-        # Beyond ±100% the exact width says nothing more (the rounds disagree wildly); JSON keeps it.
-        parts.append(f"noisy (CI ±{row.rel_ci:.0%})" if row.rel_ci <= 1 else "noisy (CI wider than ±100%)")
+    if row.rel_ci is not None and row.rel_ci > NOISY_REL_CI:
+        parts.append(f"noisy (CI {plus_minus(row.rel_ci)})")
     return "; ".join(parts)
 
 
@@ -40,11 +83,13 @@ def _sol(row: Row) -> str:
 
 
 def rows_document(rows: list[Row], title: str = "") -> Document:
-    cells = [[r.slot, r.label, r.backend, str(r.m), str(r.n), str(r.k), r.status, _num(r.median_us, ".2f"),
-              _num(r.tflops, ".1f"), _sol(r), _num(r.rel_err, ".2e"), r.verdict or "", _note(r)] for r in rows]
+    cells = [[r.slot, r.label, r.backend, str(r.m), str(r.n), str(r.k), r.status, significant(r.median_us, US_DIGITS),
+              significant(r.tflops, TFLOPS_DIGITS), _sol(r), _num(r.rel_err, ".2e"), r.verdict or "", _note(r)]
+             for r in rows]
+    # The shape columns stay: a row without its shape is no result at all.
     section = Section(ROW_HEADERS, cells, title=title,
                       right=("M", "N", "K", "median µs", "TFLOPS", "% SoL", "rel_err"), styles={6: _STATUS_STYLE},
-                      optional=("rel_err", "TFLOPS", "% SoL", "check", "label", "N", "K"),
+                      optional=("rel_err", "check", "% SoL", "TFLOPS", "label"), last_resort=("note", "host"),
                       caption="% SoL: speed of light (this GPU's measured peaks) / median; "
                               "m = math-bound, b = memory-bound" if any(r.pct_sol is not None for r in rows) else "")
     data = [r.as_dict() for r in rows]
@@ -61,7 +106,9 @@ def _pivot_cell(row: Optional[Row], speedup: Optional[float], best: bool = False
         return ""
     if row.status != "ok":
         return _SHORT.get(row.status, row.status) + "*"
-    text = ("BEST " if best else "") + f"{row.median_us:.2f} µs {row.tflops:.0f} TF"
+    text = ("BEST " if best else "") + f"{significant(row.median_us, US_DIGITS)} µs"
+    if row.tflops is not None:
+        text += f" {significant(row.tflops, TFLOPS_DIGITS)} TF"
     if row.pct_sol is not None:
         text += f" {row.pct_sol:.0f}%SoL"
     if row.verdict == "fail":
@@ -115,16 +162,26 @@ def pivot_document(rows: list[Row], baseline: Optional[str] = None, per_host: bo
               sorted({(b, s, why) for b, s, why in nowhere})]
     legend = ("cells: median latency, TFLOPS, BEST = the fastest correct backend of the row" + (", % of speed of light" if any(r.pct_sol is not None for r in rows) else "") + (f", speedup over {baseline} (×>1: faster)" if baseline else "")
               + "; WRONG = failed the correctness check")
-    section = Section(["host", "label", "M", "N", "K", *backends], body, caption=legend)
+    section = Section(["host", "label", "M", "N", "K", *backends], body, caption=legend, right=("M", "N", "K"),
+                      optional=("label",), last_resort=("host", *backends[:0:-1]))
     return Document([section], data=records, records=records, notes=notes, kind="pivot")
 
 
 # -- diff and fleet outliers --------------------------------------------------------------------------
 def comparison_summary(cmp) -> str:
-    """The closing count: every verdict, rows on one side only included."""
+    """The closing count: every verdict, rows on one side only included, and the rows to read with care
+    (noisy: a side's CI beyond ±5%; tainted: a side timed while the GPU throttled)."""
     names = {"ONLY-A": "only in A", "ONLY-B": "only in B", "NOT-RUN": "not run on either side"}
-    return (f"A = {cmp.a}, B = {cmp.b}, threshold ±{cmp.threshold:.1%}: "
+    text = (f"A = {cmp.a}, B = {cmp.b}, threshold ±{cmp.threshold:.1%}: "
             + ", ".join(f"{n} {names.get(v, v)}" for v, n in cmp.counts().items()))
+    if cmp.same_run:
+        text += " (A and B are the same run: each case against itself)"
+    noisy, tainted = sum(bool(c.noisy) for c in cmp.cases), sum(bool(c.tainted) for c in cmp.cases)
+    if noisy:
+        text += f"; {noisy} noisy (a side's CI beyond ±{NOISY_REL_CI:.0%})"
+    if tainted:
+        text += f"; {tainted} tainted (the GPU throttled while timing)"
+    return text
 
 
 UNCHANGED = ("SAME", "NOT-RUN")
@@ -132,13 +189,13 @@ UNCHANGED = ("SAME", "NOT-RUN")
 
 def comparison_document(cmp, only_changed: bool = False) -> Document:
     """Facts and settings that differ, then one row per case (with only_changed, none that is SAME or
-    was run on neither side), then per backend the geometric mean of B/A."""
-    f = lambda v, p: "" if v is None else format(v, p)  # noqa: E731
+    was run on neither side), then per backend the geometric mean of B/A. A µs and B µs are the medians
+    B/A is the ratio of."""
     summary = comparison_summary(cmp)
     shown = [c for c in cmp.cases if not (only_changed and c.verdict in UNCHANGED)]
-    case_rows = [[c.host, c.label, c.backend, str(c.m), str(c.n), str(c.k), f(c.a_us, ".2f"),
-                  f(c.b_us, ".2f"), f(c.ratio, ".3f"),
-                  "" if c.ci_low is None else f"{c.ci_low:.3f}–{c.ci_high:.3f}", f(c.p_value, ".2g"), c.verdict, c.note]
+    case_rows = [[c.host, c.label, c.backend, str(c.m), str(c.n), str(c.k), significant(c.a_us, US_DIGITS),
+                  significant(c.b_us, US_DIGITS), ratio_text(c.ratio), interval_text(c.ci_low, c.ci_high),
+                  _num(c.p_value, ".2g"), c.verdict, c.note]
                  for c in shown]
     sections = []
     if cmp.facts:
@@ -149,14 +206,17 @@ def comparison_document(cmp, only_changed: bool = False) -> Document:
                                 title="settings that differ (cases match across them)"))
     title = summary + (f" (showing the {len(shown)} that changed or did not compare)" if only_changed else "")
     sections.append(Section(["host", "label", "backend", "M", "N", "K", "A µs", "B µs", "B/A", "95% CI", "p",
-                             "verdict", "note"], case_rows, title=title, styles={11: _VERDICT_STYLE}))
+                             "verdict", "note"], case_rows, title=title, styles={11: _VERDICT_STYLE},
+                            right=("M", "N", "K", "A µs", "B µs", "B/A", "p"),
+                            optional=("p", "label", "95% CI"), last_resort=("note", "A µs", "B µs", "host")))
     backends = cmp.by_backend()
     sections.append(Section(["backend", "cases compared", "geomean B/A", "slower", "faster", "not ok"],
-                            [[b["backend"], str(b["compared"]), f(b["geomean_ratio"], ".3f"), str(b["slower"]),
+                            [[b["backend"], str(b["compared"]), ratio_text(b["geomean_ratio"]), str(b["slower"]),
                               str(b["faster"]), str(b["not_ok"])] for b in backends],
                             title="per backend (geometric mean of B/A over the cases timed on both sides)",
                             right=("cases compared", "geomean B/A", "slower", "faster", "not ok")))
-    data = {"a": cmp.a, "b": cmp.b, "threshold": cmp.threshold, "summary": cmp.counts(),
+    data = {"a": cmp.a, "b": cmp.b, "threshold": cmp.threshold, "same_run": cmp.same_run, "summary": cmp.counts(),
+            "noisy": sum(bool(c.noisy) for c in shown), "tainted": sum(bool(c.tainted) for c in shown),
             "facts": [vars(x) for x in cmp.facts], "settings": [vars(x) for x in cmp.settings],
             "cases": [c.as_dict() for c in shown], "backends": backends}
     return Document(sections, data=data, records=[c.as_dict() for c in shown], headline=summary, kind="diff")
@@ -165,13 +225,15 @@ def comparison_document(cmp, only_changed: bool = False) -> Document:
 def fleet_document(report) -> Document:
     host_rows = [[slot, str(h["cases"]), str(h["flagged"]), f"{h['score']:.0%}", "OUTLIER" if h["outlier"] else ""]
                  for slot, h in report.hosts.items()]
-    dev_rows = [[d.slot, d.backend, str(d.m), str(d.n), str(d.k), f"{d.median_us:.2f}", f"{d.fleet_median_us:.2f}",
+    dev_rows = [[d.slot, d.backend, str(d.m), str(d.n), str(d.k), significant(d.median_us, US_DIGITS),
+                 significant(d.fleet_median_us, US_DIGITS),
                  f"{d.median_us / d.fleet_median_us:.3f}", f"{d.robust_z:+.1f}"] for d in report.deviations]
     sections = [Section(["host", "cases", "flagged", "score", ""], host_rows,
                         title=f"hosts vs the fleet median (flag: |robust z| > 3.5 and off by > {report.threshold:.0%})")]
     if dev_rows:
         sections.append(Section(["host", "backend", "M", "N", "K", "µs", "fleet µs", "ratio", "robust z"], dev_rows,
-                                title="cases that make them so"))
+                                title="cases that make them so",
+                                right=("M", "N", "K", "µs", "fleet µs", "ratio", "robust z")))
     if report.calibration:
         sections.append(Section(
             ["host", "GPU", "peak", "measured", "fleet median", "ratio", ""],
@@ -194,12 +256,18 @@ def inventory_document(hosts) -> Document:
 
     rows = [[h.name, h.transport, h.address, h.python, h.workdir, gpus(h), ",".join(h.labels)] for h in hosts]
     data = [h.public_view() for h in hosts]
-    return Document([Section(["host", "transport", "address", "python", "workdir", "gpus", "labels"], rows)],
+    return Document([Section(["host", "transport", "address", "python", "workdir", "gpus", "labels"], rows,
+                             optional=("labels", "python", "gpus"), last_resort=("workdir", "transport"))],
                     data=data, records=[{**d, "env": ",".join(d["env"])} for d in data], kind="inventory")
 
 
 CHECK_COLUMNS = ("host", "ready", "python", "venv", "worker", "torch", "flashinfer", "sgl-kernel", "GPU", "CC",
                  "driver", "CUDA", "free disk GB", "GPU procs", "problem")
+
+
+# Left out first at narrow widths: what `--format json` has in full and a problem line names anyway.
+CHECK_OPTIONAL = ("free disk GB", "GPU procs", "sgl-kernel", "flashinfer", "torch", "worker", "CUDA", "driver", "venv",
+                  "CC")
 
 
 def host_check_document(statuses, skew: list[str]) -> Document:
@@ -217,26 +285,32 @@ def host_check_document(statuses, skew: list[str]) -> Document:
     data = [vars(s) for s in statuses]
     records = [{"host": s.name, "ready": s.ready, "state": s.state, "problem": s.problem,
                 **{k: v for k, v in s.facts.items() if not isinstance(v, (dict, list))}} for s in statuses]
-    return Document([Section(list(CHECK_COLUMNS), rows, styles=styles)], data=data, records=records,
+    return Document([Section(list(CHECK_COLUMNS), rows, styles=styles, optional=CHECK_OPTIONAL,
+                             last_resort=("GPU", "python"))], data=data, records=records,
                     kind="host-check")
 
 
 def history_document(hist) -> Document:
     """Points oldest first per series; steps marked on the first point at a new level and listed."""
     rows = [[p.run_id, p.created_at[:16].replace("T", " "), p.host, p.backend, p.label, str(p.m), str(p.n), str(p.k),
-             f"{p.median_us:.2f}", "" if p.rel_ci is None else f"±{p.rel_ci:.1%}",
+             significant(p.median_us, US_DIGITS), "" if p.rel_ci is None else plus_minus(p.rel_ci, 1),
              "" if p.pct_sol is None else f"{p.pct_sol:.0f}%", p.torch or "", p.flashinfer or "", p.step]
             for p in hist.points]
     sections = [Section(["run", "started (UTC)", "host", "backend", "label", "M", "N", "K", "median µs", "CI",
                          "% SoL", "torch", "flashinfer", "step"], rows,
-                        right=("M", "N", "K", "median µs", "CI", "% SoL"))]
-    step_rows = [[s.host, s.backend, s.label, str(s.m), str(s.n), str(s.k), st["run_id"], f"{st['before']:.2f}",
-                  f"{st['after']:.2f}", f"×{st['ratio']:.3f}", f"{st['low']:.3f}–{st['high']:.3f}",
+                        right=("M", "N", "K", "median µs", "CI", "% SoL"),
+                        optional=("flashinfer", "torch", "% SoL", "label", "CI"),
+                        last_resort=("host", "step", "run", "started (UTC)"))]
+    step_rows = [[s.host, s.backend, s.label, str(s.m), str(s.n), str(s.k), st["run_id"],
+                  significant(st["before"], US_DIGITS), significant(st["after"], US_DIGITS), f"×{ratio_text(st['ratio'])}",
+                  interval_text(st["low"], st["high"]),
                   "NEW, SLOWER" if s.new_slower and st is s.steps[-1] else ""]
                  for s in hist.steps for st in s.steps]
     if step_rows:
         sections.append(Section(["host", "backend", "label", "M", "N", "K", "at run", "before µs", "after µs", "ratio",
                                  "95% interval", ""], step_rows,
+                                right=("M", "N", "K", "before µs", "after µs", "ratio"),
+                                optional=("label", "95% interval", "host"), last_resort=("before µs", "after µs"),
                                 title=f"steps (beyond ±{hist.threshold:.0%} and 4 standard errors of the series' noise)"))
     notes = [] if hist.points else ["no stored result matches this selection"]
     points = [p.as_dict() for p in hist.points]

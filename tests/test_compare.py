@@ -1,5 +1,7 @@
 """Comparisons on stored synthetic runs with known distributions: no false verdicts on identical
-distributions, a 5% shift is SLOWER, noise is AMBIGUOUS; fleet outliers; pivot; the HTML report."""
+distributions, a 5% shift is SLOWER, noise is AMBIGUOUS or UNSTABLE, never a verdict; B/A is the printed
+B over the printed A; verdicts mirror when the sides swap; a run against itself is SAME; a busy CPU's
+re-run is no regression; fleet outliers; pivot; the HTML report."""
 from __future__ import annotations
 
 import json
@@ -15,8 +17,9 @@ from orchestrator.cli import main
 from orchestrator.diff import classify, compare_sides, resolve_side
 from orchestrator.store import RunStore
 from orchestrator.sweep import Sweep
-from worker.schema import SCHEMA_VERSION, Calibration, CaseRecord, FactsRecord, Metrics
-from worker.timing import summarize
+from worker.schema import (SCHEMA_VERSION, Calibration, CaseRecord, CaseSpec, FactsRecord, Health, HealthSnapshot,
+                           Metrics, RoundStats)
+from worker.timing import combine_rounds, summarize
 from cli_output import cli_json
 
 REPO = Path(__file__).resolve().parent.parent
@@ -24,8 +27,22 @@ REPO = Path(__file__).resolve().parent.parent
 MS = [16 * (i + 1) for i in range(100)]  # x 2 backends = 200 cases
 
 
-def sweep(backends=("torch-bf16", "torch-fp8")) -> Sweep:
-    return Sweep(name="synthetic", backends=list(backends), shapes=[{"m": MS, "n": 2048, "k": 6144, "label": "syn"}])
+def sweep(backends=("torch-bf16", "torch-fp8"), ms=MS) -> Sweep:
+    return Sweep(name="synthetic", backends=list(backends), shapes=[{"m": ms, "n": 2048, "k": 6144, "label": "syn"}])
+
+
+def in_rounds(round_samples: list[list[float]], *, method: str = "cuda-graph", load: float | None = None):
+    """Stats of a case timed in rounds (as worker/runner.py joins them), each round with its environment."""
+    rounds = []
+    for xs in round_samples:
+        one = summarize(xs, method=method, calls_per_sample=100, l2="cold")
+        env = RoundStats(median_us=one.median_us, n=one.n, rel_ci=one.rel_ci, load_per_core=load)
+        rounds.append(one.model_copy(update={"rounds": [env]}))
+    return combine_rounds(rounds)
+
+
+TAINT = Health(before=HealthSnapshot(), after=HealthSnapshot(throttle_reasons=["sw_thermal"]), tainted=True,
+               taint_reason="GPU throttled (sw_thermal) during timing")
 
 
 def base_us(case) -> float:
@@ -34,10 +51,14 @@ def base_us(case) -> float:
 
 def make_run(runs_dir: Path, run_id: str, hosts: dict[str, float], *, seed: int, sigma: float = 0.01,
              samples: int = 40, noisy: dict | None = None, facts: dict | None = None, statuses: dict | None = None,
-             calibration: dict | None = None) -> RunStore:
-    """A stored run: per host a slowdown factor; samples are lognormal around base_us(case) * factor."""
+             calibration: dict | None = None, ms=MS, rounds: int = 1, round_sigma: float = 0.0,
+             method: str = "cuda-graph", load: float | None = None, tainted: set = frozenset()) -> RunStore:
+    """A stored run: per host a slowdown factor; samples are lognormal around base_us(case) * factor.
+    With rounds > 1 each case is timed in rounds whose medians spread lognormally by round_sigma (a busy
+    machine), each round of samples // rounds samples with the CPU load `load`; `tainted` holds the
+    (host, M) whose GPU throttled."""
     rng = np.random.default_rng(seed)
-    sw = sweep()
+    sw = sweep(ms=ms)
     cases = sw.cases()
     store = RunStore.create(runs_dir, run_id)
     store.write_manifest({"run_id": run_id, "sweep_name": sw.name, "sweep": sw.model_dump(mode="json"), "hosts": [],
@@ -55,10 +76,16 @@ def make_run(runs_dir: Path, run_id: str, hosts: dict[str, float], *, seed: int,
                                         started_at="t", duration_s=0).model_dump_json())
                 continue
             s = (noisy or {}).get(c.m, sigma)
-            xs = list(base_us(c) * factor * rng.lognormal(0.0, s, samples))
-            stats = summarize(xs, method="cuda-graph", calls_per_sample=100, l2="cold")
+            if rounds == 1:
+                xs = list(base_us(c) * factor * rng.lognormal(0.0, s, samples))
+                stats = summarize(xs, method=method, calls_per_sample=100, l2="cold")
+            else:
+                centres = base_us(c) * factor * rng.lognormal(0.0, round_sigma, rounds)
+                stats = in_rounds([list(x * rng.lognormal(0.0, s, samples // rounds)) for x in centres], method=method,
+                                  load=load)
             flops = 2.0 * c.m * c.n * c.k
             lines.append(CaseRecord(case_id=c.case_id, case=c, status="ok", timing=stats, started_at="t", duration_s=0.1,
+                                    health=TAINT if (host, c.m) in tainted else None,
                                     metrics=Metrics(flops=flops, bytes=1.0, tflops=flops / stats.median_us / 1e6,
                                                     tb_per_s=0.1, pct_peak_flops=10.0)).model_dump_json())
         d = store.attempt_dir(host, 1)
@@ -70,7 +97,7 @@ def make_run(runs_dir: Path, run_id: str, hosts: dict[str, float], *, seed: int,
 
 
 def test_schema_version_of_synthetic_records_is_current():
-    assert SCHEMA_VERSION == 6
+    assert SCHEMA_VERSION == 7
 
 
 def test_identical_distributions_flag_nothing(tmp_path):
@@ -96,15 +123,17 @@ def test_a_five_percent_shift_is_slower_and_exits_1(tmp_path, capsys):
     assert "200 FASTER" in capsys.readouterr().out
 
 
-def test_a_noisy_case_is_ambiguous_not_a_false_verdict(tmp_path):
-    noisy = {16: 0.35, 32: 0.35}
-    make_run(tmp_path, "a", {"h": 1.0}, seed=3, noisy=noisy, samples=12)
-    make_run(tmp_path, "b", {"h": 1.0}, seed=4, noisy=noisy, samples=12)
+def test_a_noisy_case_is_ambiguous_or_too_noisy_to_judge_never_a_verdict(tmp_path):
+    noisy = {16: 0.35, 32: 0.35, 48: 0.1}
+    make_run(tmp_path, "a", {"h": 1.0}, seed=3, noisy=noisy, samples=12, ms=[16, 32, 48, 64])
+    make_run(tmp_path, "b", {"h": 1.0}, seed=4, noisy=noisy, samples=12, ms=[16, 32, 48, 64])
     cmp = compare_sides(resolve_side(tmp_path, "a"), resolve_side(tmp_path, "b"), 0.03)
-    by_m = {}
-    for c in cmp.cases:
-        by_m.setdefault(c.m, set()).add(c.verdict)
-    assert by_m[16] == {"AMBIGUOUS"} and by_m[32] == {"AMBIGUOUS"}
+    noisy_rows = [c for c in cmp.cases if c.m in noisy]
+    assert {c.verdict for c in noisy_rows} == {"AMBIGUOUS", "UNSTABLE"}
+    for c in noisy_rows:  # beyond ±25% on a side the row says it cannot be judged; below, it is ambiguous
+        too_noisy = max(c.a_rel_ci, c.b_rel_ci) > 0.25
+        assert (c.verdict == "UNSTABLE") == too_noisy and ("too noisy to judge" in c.note) == too_noisy, c
+        assert c.noisy and "noisy" in c.note
 
 
 def test_classify_boundaries():
@@ -112,6 +141,9 @@ def test_classify_boundaries():
     assert classify(0.90, 0.95, 0.03) == "FASTER"
     assert classify(0.99, 1.01, 0.03) == "SAME"
     assert classify(1.01, 1.05, 0.03) == "AMBIGUOUS"
+    # The threshold is one factor either way: B 3.03% slower than A is A 3.03% slower than B.
+    assert classify(1.0303, 1.04, 0.03) == "SLOWER" and classify(1 / 1.04, 1 / 1.0303, 0.03) == "FASTER"
+    assert classify(1 / 1.0299, 1.0299, 0.03) == "SAME"
 
 
 def test_host_vs_host_diff_shows_differing_facts_first(tmp_path, capsys):
@@ -332,24 +364,6 @@ def test_the_pivot_shows_the_fleet_per_shape_marks_the_best_and_folds_backends_t
     assert "| flashinfer-fp4-cutlass |" not in out.splitlines()[0] and "BEST" in out
 
 
-@pytest.mark.parametrize("width", [90, 100, 140])
-def test_tables_fit_the_terminal_and_never_break_a_name(width, stored_runs):
-    from orchestrator.merge import merged_rows
-    from orchestrator.output import write
-    from orchestrator.store import RunStore
-    from orchestrator.views import pivot_document, rows_document
-
-    rows = merged_rows(RunStore(stored_runs / "runs-v4" / "20261203-133700-smoke-byo-4073"))
-    for doc in (rows_document(rows), pivot_document(rows, "torch-bf16")):
-        lines = write(doc, "table", width).splitlines()
-        assert max(len(line) for line in lines) <= width
-        text = "\n".join(lines)
-        for name in ("reference-nvfp4", "my-torch-mm", "my-zeros"):
-            assert name in text  # whole, on one line
-    narrow = write(rows_document(rows), "table", 90)
-    assert "left out at 90 columns: label" in narrow and "--format md|csv|json" in narrow
-
-
 def test_columns_sets_the_width_of_piped_tables(stored_runs, monkeypatch, capsys):
     """COLUMNS=100 fleetbench show / show --pivot / diff | less: no line wider than 100 characters."""
     run = str(stored_runs / "runs-v4" / "20261203-133700-smoke-byo-4073")
@@ -367,7 +381,7 @@ def test_the_report_says_how_rows_were_timed_and_takes_any_baseline(tmp_path, ca
     make_run(tmp_path, "r", {"h1": 1.0}, seed=41)
     html = tmp_path / "r.html"
     assert main(["report", "r", "--baseline", "torch-fp8", "-o", str(html), "--runs-dir", str(tmp_path)]) == 0
-    text = html.read_text()
+    text = " ".join(html.read_text().split())  # the page's prose may wrap anywhere
     assert "timed by CUDA-graph replay (200 results)" in text and "Speedup over torch-fp8" in text
     assert ">None<" not in text
     assert main(["report", "r", "--baseline", "nope", "-o", str(html), "--runs-dir", str(tmp_path)]) == 2
@@ -383,3 +397,172 @@ def test_the_report_needs_no_plotting_library(tmp_path):
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
     assert proc.returncode == 0, proc.stderr
     assert 'id="fleetbench-data"' in (tmp_path / "r.html").read_text()
+
+
+# -- one statistic, symmetric verdicts, a run against itself, a busy CPU ----------------------------------
+MIRROR = {"SLOWER": "FASTER", "FASTER": "SLOWER", "SAME": "SAME", "AMBIGUOUS": "AMBIGUOUS", "UNSTABLE": "UNSTABLE"}
+
+
+def md_rows(text: str, first_header: str) -> list[dict]:
+    """The rows of the Markdown table whose header starts with `first_header`, as header -> cell."""
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(f"| {first_header} |"))
+    headers = [h.strip() for h in lines[start].strip("|").split("|")]
+    rows = []
+    for line in lines[start + 2:]:
+        if not line.startswith("|"):
+            break
+        rows.append(dict(zip(headers, (c.strip() for c in line.strip("|").split("|")))))
+    return rows
+
+
+def test_b_over_a_is_the_printed_b_divided_by_the_printed_a(tmp_path, capsys):
+    """Rounds far apart (a busy machine) are where a geometric mean of round ratios and the medians
+    disagree most: the ratio is that of the medians shown, in every format."""
+    ms = [16 * (i + 1) for i in range(20)]
+    make_run(tmp_path, "a", {"h": 1.0}, seed=61, ms=ms, rounds=3, round_sigma=0.5)
+    make_run(tmp_path, "b", {"h": 1.0}, seed=62, ms=ms, rounds=3, round_sigma=0.5)
+    main(["diff", "a", "b", "--runs-dir", str(tmp_path), "--format", "json"])
+    cases = cli_json(capsys.readouterr().out)["cases"]
+    assert len(cases) == 40 and all(c["ratio"] == c["b_us"] / c["a_us"] for c in cases)
+    main(["diff", "a", "b", "--runs-dir", str(tmp_path), "--format", "md"])
+    rows = md_rows(capsys.readouterr().out, "host")
+    for row in rows:
+        a, b, ratio = float(row["A µs"]), float(row["B µs"]), float(row["B/A"])
+        assert b / a == pytest.approx(ratio, rel=2e-3), row  # four digits each side, a ratio to 0.001
+    main(["diff", "a", "b", "--runs-dir", str(tmp_path), "--format", "csv"])
+    import csv
+    import io
+    for row in csv.DictReader(io.StringIO(capsys.readouterr().out)):
+        assert float(row["ratio"]) == pytest.approx(float(row["b_us"]) / float(row["a_us"]), rel=1e-12)
+
+
+def random_record(rng, centre: float, method: str) -> CaseRecord:
+    """A case timed in 1-5 rounds, their spread from tight to wild, with or without environment facts."""
+    spec = CaseSpec(backend="torch-bf16", m=64, n=2048, k=6144, label="prop")
+    round_spread = rng.choice([0.0005, 0.01, 0.05, 0.3, 1.0])
+    rounds = []
+    for med in centre * rng.lognormal(0.0, round_spread, int(rng.integers(1, 6))):
+        xs = list(med * rng.lognormal(0.0, rng.choice([0.001, 0.02, 0.2]), int(rng.integers(2, 30))))
+        one = summarize(xs, method=method, calls_per_sample=10, l2="cold")
+        env = RoundStats(median_us=one.median_us, n=one.n, rel_ci=one.rel_ci,
+                         sm_clock_mhz=rng.choice([None, 1980, 1755]), load_per_core=rng.choice([None, 0.1, 0.5, 1.2]),
+                         steal_pct=rng.choice([None, 0.0, 3.0]), gpu_processes=rng.choice([None, 0, 0, 1]),
+                         throttle_reasons=["sw_thermal"] if rng.random() < 0.05 else [])
+        rounds.append(one.model_copy(update={"rounds": [env]}))
+    return CaseRecord(case_id=spec.case_id, case=spec, status="ok", timing=combine_rounds(rounds), started_at="t",
+                      duration_s=1.0, health=TAINT if rng.random() < 0.05 else None)
+
+
+def test_verdicts_mirror_when_the_sides_swap():
+    """Property over many generated pairs: B against A is A against B mirrored, verdict, ratio, interval
+    and p-value alike (SLOWER <-> FASTER; SAME, AMBIGUOUS and UNSTABLE stay)."""
+    from orchestrator.diff import compare_records
+
+    rng = np.random.default_rng(2027)
+    seen = set()
+    for _ in range(1500):
+        method = rng.choice(["cuda-graph", "cpu-wallclock"])
+        centre = float(rng.uniform(5, 500))
+        a = random_record(rng, centre, method)
+        b = random_record(rng, centre * float(np.exp(rng.normal(0, 0.06))), method) if rng.random() < 0.9 else a
+        threshold = float(rng.choice([0.01, 0.03, 0.1]))
+        ab, ba = compare_records("k", a, b, threshold), compare_records("k", b, a, threshold)
+        assert ba.verdict == MIRROR[ab.verdict], (ab, ba)
+        assert ab.ratio * ba.ratio == pytest.approx(1.0, rel=1e-12)
+        assert ab.ci_low * ba.ci_high == pytest.approx(1.0, rel=1e-9) and ab.p_value == pytest.approx(ba.p_value)
+        seen.add(ab.verdict)
+    assert seen == set(MIRROR)  # the generator reached every verdict
+
+
+@pytest.mark.parametrize("run", ["runs-v1/20261203-081621-smoke-a967", "runs-v2/20261203-082541-smoke-2f18",
+                                 "runs-v3/20261203-094347-smoke-636e", "runs-v4/20261203-133700-smoke-byo-4073",
+                                 "runs-v5/20261203-155636-smoke-moe-v5-280c"])
+def test_a_run_against_itself_is_the_same_in_every_row_and_says_so(run, stored_runs, capsys):
+    path = str(stored_runs / run)
+    assert main(["diff", path, path, "--format", "json"]) == 0
+    captured = capsys.readouterr()
+    report = cli_json(captured.out)
+    timed = [c for c in report["cases"] if c["ratio"] is not None]
+    assert timed and {c["verdict"] for c in timed} == {"SAME"} and report["same_run"] is True
+    assert all(c["ratio"] == 1.0 and c["ci_low"] == c["ci_high"] == 1.0 for c in timed)
+    assert "A and B are the same run" in captured.err
+    assert main(["diff", path, path, "--format", "md"]) == 0
+    assert "A and B are the same run: each case against itself" in capsys.readouterr().out
+
+
+def test_a_copy_of_a_run_is_the_same_measurement_on_both_sides(tmp_path, capsys):
+    make_run(tmp_path, "a", {"h": 1.0}, seed=63, ms=[16, 32], rounds=3, round_sigma=0.4)
+    shutil.copytree(tmp_path / "a", tmp_path / "b")
+    assert main(["diff", "a", "b", "--runs-dir", str(tmp_path), "--format", "json"]) == 0
+    report = cli_json(capsys.readouterr().out)
+    assert report["same_run"] is False
+    assert all(c["verdict"] == "SAME" and c["note"].startswith("the same measurement on both sides")
+               for c in report["cases"])
+
+
+def test_intervals_are_bounded_and_readable_and_json_keeps_them_whole(tmp_path, capsys):
+    """Two rounds far apart give a t interval with one degree of freedom: a factor of thousands wide."""
+    import re
+
+    ms = [16, 32, 48, 64]
+    make_run(tmp_path, "a", {"h": 1.0}, seed=64, ms=ms, rounds=2, round_sigma=1.5)
+    make_run(tmp_path, "b", {"h": 1.0}, seed=65, ms=ms, rounds=2, round_sigma=1.5)
+    assert main(["diff", "a", "b", "--runs-dir", str(tmp_path), "--format", "json"]) == 0
+    cases = cli_json(capsys.readouterr().out)["cases"]
+    assert max(c["ci_high"] / c["ci_low"] for c in cases) > 1000  # the raw interval, whole
+    assert main(["diff", "a", "b", "--runs-dir", str(tmp_path), "--format", "md"]) == 0
+    rows = md_rows(capsys.readouterr().out, "host")
+    for row in rows:
+        assert row["95% CI"] == "too wide to read" or re.fullmatch(r"\d+\.\d+–\d+\.\d+", row["95% CI"]), row
+        low, _, high = row["95% CI"].partition("–")
+        assert row["95% CI"] == "too wide to read" or float(high) / float(low) <= 10
+        assert "wider than ±100%" in row["note"] or re.search(r"±\d{1,3}%", row["note"]), row
+    assert any(row["95% CI"] == "too wide to read" for row in rows)
+
+
+def test_tainted_and_noisy_rows_are_named_in_each_row_and_the_summary(tmp_path, capsys):
+    ms = [16, 32, 48]
+    make_run(tmp_path, "a", {"h": 1.0}, seed=66, ms=ms, noisy={48: 0.2})
+    make_run(tmp_path, "b", {"h": 1.10}, seed=67, ms=ms, noisy={48: 0.2}, tainted={("h", 32)})
+    assert main(["diff", "a", "b", "--runs-dir", str(tmp_path), "--format", "json"]) == 1  # M=16 is slower
+    captured = capsys.readouterr()
+    report = cli_json(captured.out)
+    by_m = {(c["m"], c["backend"]): c for c in report["cases"]}
+    for backend in ("torch-bf16", "torch-fp8"):
+        assert by_m[(16, backend)]["verdict"] == "SLOWER" and not by_m[(16, backend)]["tainted"]
+        tainted = by_m[(32, backend)]
+        assert tainted["tainted"] == "B" and tainted["verdict"] == "UNSTABLE"  # a throttled GPU confirms nothing
+        assert "TAINTED on B: GPU throttled (sw_thermal) during timing" in tainted["note"]
+        assert by_m[(48, backend)]["noisy"] == "A, B" and "noisy" in by_m[(48, backend)]["note"]
+    assert report["tainted"] == 2 and report["noisy"] == 2
+    assert "2 noisy (a side's CI beyond ±5%); 2 tainted (the GPU throttled while timing)" in captured.err
+
+
+def test_an_identical_rerun_on_a_busy_cpu_is_never_a_regression(tmp_path, capsys):
+    """Two runs of the same code on a busy 2-core CPU: rounds far apart, the load high. Nothing may exit 1."""
+    ms = [16 * (i + 1) for i in range(40)]
+    busy = dict(method="cpu-wallclock", rounds=3, round_sigma=0.4, load=1.3, ms=ms, sigma=0.1)
+    make_run(tmp_path, "a", {"local": 1.0}, seed=71, **busy)
+    make_run(tmp_path, "b", {"local": 1.0}, seed=72, **busy)
+    for a, b in (("a", "b"), ("b", "a")):
+        assert main(["diff", a, b, "--runs-dir", str(tmp_path), "--format", "json"]) == 0
+        captured = capsys.readouterr()
+        verdicts = [c["verdict"] for c in cli_json(captured.out)["cases"]]
+        assert "SLOWER" not in verdicts and "FASTER" not in verdicts and "regression" not in captured.err
+        assert verdicts.count("UNSTABLE") >= len(verdicts) // 2
+
+
+def test_a_whole_run_slowed_by_a_busy_cpu_is_unstable_and_the_same_on_a_quiet_one_is_slower(tmp_path, capsys):
+    """Tight rounds, every one of B's 5x slower: on a busy CPU that is the machine (exit 0, the load
+    named); on a quiet one it is a regression (exit 1)."""
+    ms = [16, 32]
+    for name, load in (("busy", 1.3), ("quiet", 0.1)):
+        make_run(tmp_path, f"{name}-a", {"local": 1.0}, seed=73, method="cpu-wallclock", rounds=3, load=load, ms=ms)
+        make_run(tmp_path, f"{name}-b", {"local": 5.0}, seed=74, method="cpu-wallclock", rounds=3, load=load, ms=ms)
+    assert main(["diff", "busy-a", "busy-b", "--runs-dir", str(tmp_path), "--format", "json"]) == 0
+    cases = cli_json(capsys.readouterr().out)["cases"]
+    assert {c["verdict"] for c in cases} == {"UNSTABLE"}
+    assert all("a busy CPU (load per core up to 1.30)" in c["note"] for c in cases)
+    assert main(["diff", "quiet-a", "quiet-b", "--runs-dir", str(tmp_path), "--format", "json"]) == 1
+    assert {c["verdict"] for c in cli_json(capsys.readouterr().out)["cases"]} == {"SLOWER"}
