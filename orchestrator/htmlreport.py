@@ -10,6 +10,7 @@ opens anywhere, offline.
 from __future__ import annotations
 
 import json
+import math
 import sqlite3
 import statistics
 from collections import defaultdict
@@ -135,13 +136,14 @@ def chart_heatmap(rows: list[Row]) -> list[dict]:
 
 
 def chart_comparison(cmp) -> list[dict]:
-    cases = [c for c in cmp.cases if c.ratio is not None]
+    cases = [c for c in cmp.cases if c.ratio is not None and c.ratio > 0]
     if not cases:
         return []
-    # The cases that moved most; the table below lists all of them.
-    cases = sorted(cases, key=lambda c: abs(c.ratio - 1), reverse=True)[:MAX_PLOTTED_CASES]
+    # The cases that moved most, either way (half as slow moved as much as twice as slow); the table
+    # below lists all of them.
+    cases = sorted(cases, key=lambda c: abs(math.log(c.ratio)), reverse=True)[:MAX_PLOTTED_CASES]
     return [{"kind": "forest", "title": f"{cmp.b} vs {cmp.a}: the {len(cases)} cases that moved most",
-             "x_label": "B / A latency, 95% CI (right of 1: B slower)", "threshold": cmp.threshold,
+             "x_label": "B / A latency, 95% CI, log scale (right of 1: B slower)", "threshold": cmp.threshold,
              "rows": [{"name": f"{c.host + ' ' if c.host else ''}{c.backend} {c.m}x{c.n}x{c.k}", "ratio": c.ratio,
                        "lo": c.ci_low, "hi": c.ci_high, "verdict": c.verdict, "a_us": c.a_us, "b_us": c.b_us}
                       for c in cases]}]
@@ -186,7 +188,7 @@ def chart_history(runs_dir: Path, rows: list[Row], threshold: float) -> list[dic
         charts.append({"kind": "trend", "title": f"History ({len(charts) + 1} of the {len(chosen)} cases of this run "
                                                   f"that moved most over {len(runs)} stored runs): "
                                                   f"{first.backend} {first.m}x{first.n}x{first.k}",
-                       "x_label": f"stored runs, oldest first ({len(runs)})", "y_label": "median µs", "unit": "µs",
+                       "x_label": f"stored runs, oldest first ({len(runs)})", "y_label": "µs (median of rounds)", "unit": "µs",
                        "runs": runs,
                        "series": [{"name": host, "points": [{"x": runs.index(p.run_id), "y": p.median_us, "run": p.run_id,
                                                              "step": p.step or ""} for p in pts]}
@@ -201,6 +203,17 @@ def page_data(charts: list[dict], rows: list[Row]) -> str:
     backends = list(dict.fromkeys(r.backend for r in rows))
     text = json.dumps({"hosts": hosts, "backends": backends, "charts": charts}, separators=(",", ":"), allow_nan=False)
     return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+
+
+def significant(value: Optional[float], digits: int) -> str:
+    """`value` to `digits` significant digits, in plain notation and never cutting its integer part:
+    0.000412, 3.213, 272.6, 12346 ("" for None). A CPU's 0.004 TFLOPS is not 0.0."""
+    if value is None:
+        return ""
+    if value == 0 or not math.isfinite(value):
+        return f"{value:g}"
+    decimals = max(0, digits - 1 - math.floor(math.log10(abs(value))))
+    return f"{value:.{decimals}f}"
 
 
 METHOD_NAMES = {"cuda-graph": "CUDA-graph replay", "cuda-events": "CUDA events", "cpu-wallclock": "CPU wall clock"}
@@ -253,7 +266,7 @@ def write_report(runs_dir: Path, run_ref: str, against: Optional[str], output: P
         run_id=store.run_id, sweep=store.manifest()["sweep"]["name"], generated=now_iso(), version=__version__,
         rows=rows, methods_short=METHODS_SHORT, charts=charts, data=page_data(charts, rows), script=_script(),
         facts=facts, comparison=comparison, fleet=fleet, baseline=baseline, methods=methods,
-        threshold=threshold,
+        threshold=threshold, sig=significant,
     )
     try:
         write_atomic(output, html.encode("utf-8"))

@@ -300,21 +300,44 @@
     fig.appendChild(scale);
   }
 
+  // Ratios on a log axis: B twice as slow (2) and twice as fast (0.5) lie as far from 1. Interval ends
+  // beyond RATIO_LIMIT (or unbounded) are drawn to the axis's edge with an arrow.
+  var RATIO_LIMIT = 64;
+  var RATIO_TICKS = [1 / 64, 1 / 32, 1 / 16, 1 / 8, 0.25, 0.5, 0.67, 0.8, 0.9, 0.95, 0.98, 1, 1.02, 1.05, 1.1,
+                     1.25, 1.5, 2, 4, 8, 16, 32, 64];
+  function ratioText(v) { return v < 0.25 ? "1/" + Math.round(1 / v) : String(+v.toPrecision(3)); }
+  function ratioValue(v) {  // a ratio in the tooltip: three decimals, as in the table
+    return v === null || v === undefined || !isFinite(v) ? "–" : Math.abs(v) >= 1000 ? v.toExponential(2) : v.toFixed(3);
+  }
+  function ratioTicks(x, lo, hi, minGap) {
+    // 1 first, then outwards, each tick at least minGap pixels from those kept.
+    var inside = RATIO_TICKS.filter(function (v) { return v >= lo && v <= hi; });
+    inside.sort(function (a, b) { return Math.abs(Math.log(a)) - Math.abs(Math.log(b)); });
+    var kept = [];
+    inside.forEach(function (v) {
+      if (kept.every(function (k) { return Math.abs(x(k) - x(v)) >= minGap; })) kept.push(v);
+    });
+    return kept.sort(function (a, b) { return a - b; });
+  }
+
   function drawForest(fig, chart) {
     var rows = chart.rows.filter(function (r) { return !chart.hidden.has(r.verdict); });
     var rh = 20, left = 300, h = M.t + rh * Math.max(rows.length, 1) + M.b, w = W + 120;
     var svg = el("svg", {width: w, height: h, "class": "fb", "data-kind": "forest"}, fig);
-    var lo = Math.min(1 - chart.threshold, Math.min.apply(null, rows.map(function (r) { return r.lo; }).concat([1])));
-    var hi = Math.max(1 + chart.threshold, Math.max.apply(null, rows.map(function (r) { return r.hi; }).concat([1])));
-    var pad = (hi - lo) * 0.06;
-    var x = linear(lo - pad, hi + pad, left, w - M.r);
+    var band = [Math.max(1 - chart.threshold, 1 / (1 + chart.threshold)), 1 + chart.threshold];
+    function clamp(v) { return Math.min(RATIO_LIMIT, Math.max(1 / RATIO_LIMIT, v)); }
+    function usable(v) { return v !== null && v !== undefined && isFinite(v) && v > 0; }
+    var ends = band.concat([1]);
+    rows.forEach(function (r) { [r.ratio, r.lo, r.hi].forEach(function (v) { if (usable(v)) ends.push(clamp(v)); }); });
+    var lo = Math.min.apply(null, ends), hi = Math.max.apply(null, ends), pad = Math.pow(hi / lo, 0.06);
+    var x = logScale(10, lo / pad, hi * pad, left, w - M.r);
     var bottom = M.t + rh * Math.max(rows.length, 1);
-    el("rect", {x: x(1 - chart.threshold), y: M.t, width: x(1 + chart.threshold) - x(1 - chart.threshold),
-                height: bottom - M.t, fill: "#888", "fill-opacity": 0.15}, svg);
+    el("rect", {x: x(band[0]), y: M.t, width: x(band[1]) - x(band[0]), height: bottom - M.t, fill: "#888",
+                "fill-opacity": 0.15}, svg);
     el("line", {x1: x(1), x2: x(1), y1: M.t, y2: bottom, stroke: "#000"}, svg);
     var ax = el("g", {"class": "axis"}, svg);
-    x.ticks().forEach(function (v) {
-      el("text", {x: x(v), y: bottom + 16, "text-anchor": "middle"}, ax, fmt(v));
+    ratioTicks(x, lo / pad, hi * pad, 36).forEach(function (v) {
+      el("text", {x: x(v), y: bottom + 16, "text-anchor": "middle", "data-ratio": v}, ax, ratioText(v));
       el("line", {x1: x(v), x2: x(v), y1: bottom, y2: bottom + 4}, ax);
     });
     el("text", {x: (left + w) / 2, y: bottom + 36, "text-anchor": "middle"}, ax, chart.x_label);
@@ -322,9 +345,16 @@
       var cy = M.t + rh * i + rh / 2, color = VERDICT_COLORS[r.verdict] || "#000";
       var g = el("g", {"class": "series", "data-series": r.verdict}, svg);
       el("text", {x: left - 8, y: cy + 4, "text-anchor": "end"}, g, r.name.length > 44 ? r.name.slice(0, 43) + "…" : r.name);
-      el("line", {x1: x(r.lo), x2: x(r.hi), y1: cy, y2: cy, stroke: color, "stroke-width": 2}, g);
-      hover(marker(g, "circle", x(r.ratio), cy, color, 4.5), r.name + "\n" + r.verdict + ": B/A " + r.ratio.toFixed(3) +
-            " (95% CI " + r.lo.toFixed(3) + " .. " + r.hi.toFixed(3) + ")\nA " + fmt(r.a_us) + " µs, B " + fmt(r.b_us) + " µs");
+      var hasCI = r.lo !== null && r.lo !== undefined && r.hi !== null && r.hi !== undefined;
+      if (hasCI) {
+        var x0 = x(usable(r.lo) ? clamp(r.lo) : 1 / RATIO_LIMIT), x1 = x(usable(r.hi) ? clamp(r.hi) : RATIO_LIMIT);
+        el("line", {x1: x0, x2: x1, y1: cy, y2: cy, stroke: color, "stroke-width": 2}, g);
+        if (!usable(r.lo) || r.lo < 1 / RATIO_LIMIT) el("path", {d: "M" + (x0 + 6) + "," + (cy - 4) + "L" + x0 + "," + cy + "L" + (x0 + 6) + "," + (cy + 4), fill: "none", stroke: color}, g);
+        if (!usable(r.hi) || r.hi > RATIO_LIMIT) el("path", {d: "M" + (x1 - 6) + "," + (cy - 4) + "L" + x1 + "," + cy + "L" + (x1 - 6) + "," + (cy + 4), fill: "none", stroke: color}, g);
+      }
+      hover(marker(g, "circle", x(clamp(r.ratio)), cy, color, 4.5), r.name + "\n" + r.verdict + ": B/A " + ratioValue(r.ratio) +
+            (hasCI ? " (95% CI " + ratioValue(r.lo) + " .. " + ratioValue(r.hi) + ")" : " (no interval)") +
+            "\nA " + fmt(r.a_us) + " µs, B " + fmt(r.b_us) + " µs");
     });
     var verdicts = [];
     chart.rows.forEach(function (r) { if (verdicts.indexOf(r.verdict) < 0) verdicts.push(r.verdict); });

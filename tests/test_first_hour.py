@@ -169,3 +169,56 @@ def test_a_cpu_host_is_locked_like_a_gpu_and_a_second_run_waits_for_it(tmp_path,
         held.__exit__(None, None, None)
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 0, err
+
+
+# -- what the report says ---------------------------------------------------------------------------------
+def test_the_report_says_median_of_rounds_and_gives_cpu_numbers_their_digits(tmp_path, capsys, local_inventory):
+    import re
+
+    runs = tmp_path / "runs"
+    sweep = Path(__file__).parent.parent / "sweeps" / "smoke.yaml"
+    assert main(["run", str(sweep), "-i", str(local_inventory), "--runs-dir", str(runs), "--format", "json"]) == 0
+    page = tmp_path / "r.html"
+    assert main(["report", "latest", "-o", str(page), "--runs-dir", str(runs)]) == 0
+    text = page.read_text()
+    assert "medians of raw samples" not in text and "median of rounds" in text
+    table = text[text.index("<h2>Results and verdicts</h2>"):]
+    header = re.findall(r"<th>(.*?)</th>", table.split("</tr>")[0])
+    at = {name: i for i, name in enumerate(header)}
+    ok_rows = [re.findall(r"<td[^>]*>(.*?)</td>", row, re.S) for row in table.split("</tr>")[1:] if ">ok<" in row]
+    assert ok_rows
+    for cells in ok_rows:  # a CPU's TFLOPS are small, never "0.0"; three significant digits each
+        tflops, us = cells[at["TFLOPS"]], cells[at["µs (median of rounds)"]]
+        assert float(tflops) > 0 and len(tflops.lstrip("0.").replace(".", "")) >= 3, tflops
+        assert float(us) > 0 and len(us.lstrip("0.").replace(".", "")) >= 4, us
+
+
+def test_the_forest_plot_draws_ratios_on_a_log_axis(tmp_path):
+    """B 4x slower on one host, the same on another: 1, 2 and 4 are evenly spaced on the axis (a linear
+    axis put 4 twice as far from 2 as 2 from 1)."""
+    import html as htmlmod
+    import json
+    import re
+
+    from test_compare import chromium, headless
+
+    browser = chromium()
+    if browser is None:
+        pytest.skip("chromium not installed")
+    make_run(tmp_path, "a", {"h1": 1.0, "h2": 1.0}, seed=61)
+    make_run(tmp_path, "b", {"h1": 4.0, "h2": 1.0}, seed=62)
+    page = tmp_path / "r.html"
+    assert main(["report", "b", "--against", "a", "-o", str(page), "--runs-dir", str(tmp_path)]) == 0
+    probe = """<script>(function () {
+      var ticks = {};
+      document.querySelectorAll('figure.chart[data-kind="forest"] g.axis text').forEach(function (t) {
+        if (t.getAttribute("x") && /^[0-9.\\/]+$/.test(t.textContent)) ticks[t.textContent] = +t.getAttribute("x"); });
+      var pre = document.createElement("pre"); pre.id = "probe"; pre.textContent = JSON.stringify(ticks);
+      document.body.appendChild(pre); })();</script>"""
+    (tmp_path / "probe.html").write_text(page.read_text().replace("</body>", probe + "</body>"))
+    proc = headless(browser, tmp_path / "probe.html", tmp_path, "--dump-dom")
+    found = re.search(r'<pre id="probe">(.*?)</pre>', proc.stdout, re.S)
+    assert found, proc.stderr[-2000:]
+    x = json.loads(htmlmod.unescape(found.group(1)))
+    assert {"1", "2", "4"} <= set(x), x
+    assert abs((x["4"] - x["2"]) - (x["2"] - x["1"])) < 1.0, x
