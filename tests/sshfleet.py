@@ -139,15 +139,33 @@ class SshFleet:
     def host(self, name: str) -> SshHost:
         return next(h for h in self.hosts if h.name == name)
 
+    def ssh_config(self, path: Path, *, jump: Optional[str] = None) -> Path:
+        """Write an OpenSSH client config that names every host by its own name (address, port, user,
+        key); with `jump`, every other host is reached through that one (ProxyJump), as behind a bastion."""
+        stanzas = []
+        for h in self.hosts:
+            lines = [f"Host {h.name}", "  HostName 127.0.0.1", f"  Port {h.port}", f"  User {self.user}",
+                     f"  IdentityFile {self.client_key}"]
+            if jump is not None and h.name != jump:
+                lines.append(f"  ProxyJump {jump}")
+            stanzas.append("\n".join(lines))
+        path.write_text("\n\n".join(stanzas) + "\n")
+        return path
+
     def inventory(self, path: Path, names: Optional[list[str]] = None, *, local: bool = False,
-                  known_hosts: Optional[Path] = None, **host_overrides) -> Path:
-        """Write a hosts.yaml for these hosts (and the local one); overrides apply to every ssh host."""
+                  known_hosts: Optional[Path] = None, ssh_config: Optional[Path] = None, **host_overrides) -> Path:
+        """Write a hosts.yaml for these hosts (and the local one); overrides apply to every ssh host.
+        With `ssh_config` (see `SshFleet.ssh_config`), hosts are named by their alias there and reached
+        as it says."""
         entries = []
         for h in self.hosts:
             if names is not None and h.name not in names:
                 continue
             entry = {"name": h.name, "hostname": "127.0.0.1", "port": h.port, "workdir": str(h.workdir),
                      "labels": ["sshd"]}
+            if ssh_config is not None:
+                entry.update(hostname=h.name, ssh_config=str(ssh_config))
+                del entry["port"]
             entry.update(host_overrides)
             entries.append(entry)
         if local:

@@ -7,7 +7,7 @@ import paramiko
 import pytest
 
 from orchestrator.transport import TransportError
-from orchestrator.transport.hostkeys import KnownHosts, load_known_hosts
+from orchestrator.transport.hostkeys import AcceptNewPolicy, KnownHosts, load_known_hosts
 
 
 @pytest.fixture(scope="module")
@@ -75,3 +75,42 @@ def test_missing_and_unreadable_files(tmp_path):
         locked.chmod(0)
         with pytest.raises(TransportError, match="cannot read known_hosts file"):
             load_known_hosts(client, str(locked), "gpu1")
+
+
+def test_accept_new_records_an_unknown_key_once_when_two_connections_meet_it(tmp_path, keys):
+    """Two hosts behind one jump host meet its unknown key at the same time: one line, not two."""
+    a = keys[0]
+    path = tmp_path / "known_hosts"
+    path.write_text("")
+    for _ in range(2):  # each client loaded the file before the other one recorded the key
+        client = paramiko.SSHClient()
+        AcceptNewPolicy(str(path)).missing_host_key(client, "[127.0.0.1]:2201", a)
+        assert client.get_host_keys().lookup("[127.0.0.1]:2201")["ecdsa-sha2-nistp256"] == a
+    assert path.read_text() == line("[127.0.0.1]:2201", a)
+
+
+@pytest.mark.parametrize("presented", ["same type", "other type"])
+def test_accept_new_never_records_a_key_for_a_name_known_with_another(tmp_path, keys, presented):
+    """A known name showing a key it is not known by is a changed key, whatever the key's type (paramiko
+    asks the policy when only the type differs)."""
+    a, b, _ = keys
+    path = tmp_path / "known_hosts"
+    path.write_text(line("[127.0.0.1]:2201", a))
+    before = path.read_text()
+    shown = b if presented == "same type" else paramiko.Ed25519Key.from_private_key(ed25519_private_key())
+    with pytest.raises(paramiko.BadHostKeyException) as refused:
+        AcceptNewPolicy(str(path)).missing_host_key(paramiko.SSHClient(), "[127.0.0.1]:2201", shown)
+    assert refused.value.hostname == "[127.0.0.1]:2201" and refused.value.expected_key == a
+    assert path.read_text() == before
+
+
+def ed25519_private_key():
+    """An Ed25519 key (paramiko cannot generate one) as an OpenSSH private key file."""
+    import io
+
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    pem = Ed25519PrivateKey.generate().private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH,
+                                                     serialization.NoEncryption())
+    return io.StringIO(pem.decode())

@@ -80,22 +80,32 @@ class KnownHosts:
 
 
 class AcceptNewPolicy:
-    """OpenSSH's StrictHostKeyChecking=accept-new: record an unknown key, never replace a known one."""
+    """OpenSSH's StrictHostKeyChecking=accept-new: record an unknown key, never replace a known one.
+
+    paramiko asks this policy also when the name is known with a key of another type only; that is a
+    changed key, refused as such. Connections through one jump host ask at the same time: the file is
+    read again under the lock, so a key recorded meanwhile is written once, and a different one is refused.
+    """
 
     def __init__(self, known_hosts: str):
         self.known_hosts = known_hosts
 
     def missing_host_key(self, client, hostname, key) -> None:
+        from paramiko import BadHostKeyException
+
+        with KNOWN_HOSTS_LOCK:
+            known = KnownHosts.of(self.known_hosts)
+            recorded = known.keys_for(hostname) if known is not None else {}
+            if recorded.get(key.get_name()) != key:
+                if recorded:
+                    raise BadHostKeyException(hostname, key, next(iter(recorded.values())))
+                os.makedirs(os.path.dirname(os.path.abspath(self.known_hosts)), exist_ok=True)
+                with open(self.known_hosts, "a", encoding="utf-8") as f:
+                    f.write(f"{hostname} {key.get_name()} {key.get_base64()}\n")
         client.get_host_keys().add(hostname, key.get_name(), key)
-        os.makedirs(os.path.dirname(os.path.abspath(self.known_hosts)), exist_ok=True)
-        with KNOWN_HOSTS_LOCK, open(self.known_hosts, "a", encoding="utf-8") as f:
-            f.write(f"{hostname} {key.get_name()} {key.get_base64()}\n")
 
 
-KNOWN_HOSTS_LOCK = threading.Lock()
-_FABRIC_CONFIGS: dict = {}
-_FABRIC_CONFIGS_LOCK = threading.Lock()
-
+KNOWN_HOSTS_LOCK = threading.RLock()  # reentrant: the policy reads the file (KnownHosts.of) while holding it
 
 
 def host_key_name(target: str) -> str:

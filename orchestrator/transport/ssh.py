@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import errno
 import os
+import shlex
 import socket
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -32,6 +34,7 @@ class FabricTransport:
         self.host = host
         self.accept_new = accept_new
         self._conn = None
+        self._chain: list = []  # the jump hosts' connections, first one first, then the host's
         self._sftp = None
 
     # -- connection -------------------------------------------------------------------------------
@@ -51,33 +54,41 @@ class FabricTransport:
         config = _fabric_config(h.ssh_config)  # an explicit file, else ~/.ssh/config as usual
         gateway = None
         if h.proxy_jump:
-            # The jump host is reached with the same key and known_hosts as the target.
             gateway = Connection(h.proxy_jump, connect_kwargs=dict(connect_kwargs), config=config)
         kwargs = dict(connect_kwargs=connect_kwargs, user=h.user, port=h.port, gateway=gateway)
         conn = Connection(h.hostname, config=config, **{k: v for k, v in kwargs.items() if v is not None})
-        client = conn.client
-        # fabric installs a policy that accepts any unknown key; replace it before anything connects.
-        client.set_missing_host_key_policy(AcceptNewPolicy(known_hosts) if self.accept_new else paramiko.RejectPolicy())
-        target = f"{conn.host}:{conn.port}"
-        load_known_hosts(client, known_hosts, host_key_name(target))
-        # A gateway may also come from ProxyJump in ssh_config: verify its key the same way.
-        if isinstance(conn.gateway, Connection):
-            conn.gateway.client.set_missing_host_key_policy(paramiko.RejectPolicy())
-            load_known_hosts(conn.gateway.client, known_hosts, host_key_name(f"{conn.gateway.host}:{conn.gateway.port}"))
+        self._chain = chain = _connection_chain(conn)
+        for hop in chain:
+            if hop is not conn:
+                # A jump host from ssh_config gets only what ssh_config says: add the timeouts (and the
+                # inventory's key where ssh_config names none), else a jump host that stops answering
+                # holds the run for paramiko's defaults (an hour, to open the channel to the host).
+                hop.connect_kwargs = {**connect_kwargs, **hop.connect_kwargs}
+            # fabric installs a policy that accepts any unknown key; replace it before anything connects.
+            hop.client.set_missing_host_key_policy(AcceptNewPolicy(known_hosts) if self.accept_new
+                                                   else paramiko.RejectPolicy())
+            load_known_hosts(hop.client, known_hosts, host_key_name(f"{hop.host}:{hop.port}"))
+        first = chain[0]
         try:
-            if not conn.gateway:
-                conn.connect_kwargs["sock"] = _nodelay_socket(conn.host, conn.port, ct)
+            if not first.gateway:  # connected to from here (not through a ProxyCommand)
+                where = _endpoint(first, is_jump=first is not conn).label()
+                first.connect_kwargs["sock"] = _nodelay_socket(first.host, first.port, ct, where)
             conn.open()
         except TransportError:
+            self.close()
             raise
         except Exception as exc:
+            # The first machine on the way that did not let us in is the one that failed.
+            failed = next((hop for hop in chain if not _logged_in(hop)), conn)
             # paramiko's reader thread keeps the root cause (e.g. no banner) and the caller sees a
             # generic "No existing session": classify the cause.
-            cause = getattr(client.get_transport(), "saved_exception", None) or exc
-            raise classify_connect_error(cause, h, target, known_hosts) from None
+            cause = getattr(failed.client.get_transport(), "saved_exception", None) or exc
+            self.close()
+            raise classify_connect_error(cause, h, _endpoint(failed, is_jump=failed is not conn),
+                                         known_hosts) from None
         # Keepalives make a dead peer (host down, network cut) an error on the connection instead of a
         # silent one; a frozen peer is caught by the stall timeout of the command that waits on it.
-        client.get_transport().set_keepalive(KEEPALIVE_S)
+        conn.client.get_transport().set_keepalive(KEEPALIVE_S)
         self._conn = conn
 
     def _sftp_client(self):
@@ -190,11 +201,12 @@ class FabricTransport:
         return f"ssh {self.host.address}: " + shell_command([self.path(a) if a.startswith("~") else a for a in argv], env)
 
     def close(self) -> None:
-        try:
-            if self._conn is not None:
-                self._conn.close()
-        except Exception:
-            pass
+        # fabric closes a connection without its gateway: close the jump hosts' connections too.
+        for conn in reversed(self._chain):
+            try:
+                conn.close()
+            except Exception:
+                pass
 
 
 def _pump_channel(chan, deadline: Optional[float], on_line: LineSink, stall_timeout: StallLimit) -> CommandResult:
@@ -263,7 +275,7 @@ class _QuickAckSocket(socket.socket):
         return data
 
 
-def _nodelay_socket(host: str, port: int, timeout: float) -> socket.socket:
+def _nodelay_socket(host: str, port: int, timeout: float, where: str) -> socket.socket:
     # paramiko leaves Nagle on; with it each small SSH packet waits for an ACK.
     # An ASCII name goes in as bytes: a str is IDNA-encoded, and that codec is slow to import.
     sock = socket.create_connection((host.encode("ascii") if host.isascii() else host, port), timeout=timeout)
@@ -279,7 +291,7 @@ def _nodelay_socket(host: str, port: int, timeout: float) -> socket.socket:
             raise ConnectionRefusedError("closed before the SSH banner")
     except socket.timeout:
         sock.close()
-        raise TransportError("timeout", f"{host}:{port} accepted the connection but sent no SSH banner within "
+        raise TransportError("timeout", f"{where} accepted the connection but sent no SSH banner within "
                              f"{timeout:g} s (host frozen or overloaded?)") from None
     return sock
 
@@ -301,39 +313,113 @@ def _fabric_config(ssh_config: Optional[str]):
         return config
 
 
-def classify_connect_error(exc: BaseException, host: Host, target: str, known_hosts: str) -> TransportError:
-    """Map socket / paramiko exceptions to an outcome and a sentence that says what to do."""
+def _connection_chain(conn) -> list:
+    """The connections on the way to `conn` (its jump hosts, first one first), then `conn` itself. A
+    ProxyCommand gateway is a command, not a connection: nothing of it to check."""
+    from fabric import Connection
+
+    chain = [conn]
+    while isinstance(chain[0].gateway, Connection):
+        chain.insert(0, chain[0].gateway)
+    return chain
+
+
+def _logged_in(conn) -> bool:
+    transport = conn.client.get_transport()
+    return transport is not None and transport.is_authenticated()
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """A machine SSH talks to on the way to a host: the host itself, or a jump host in front of it."""
+
+    address: str  # host:port, as connected to
+    user: Optional[str]
+    spec: str  # as ssh_config or the inventory names it ([user@]host[:port] or an alias)
+    is_jump: bool
+    via: Optional["Endpoint"] = None  # the jump host it is reached through
+
+    @property
+    def key_name(self) -> str:
+        return host_key_name(self.address)
+
+    def label(self, *, key: bool = False) -> str:
+        """Its address (or with `key`, its known_hosts name), saying what it is: a jump host, behind one."""
+        name = self.key_name if key else self.address
+        text = f"jump host {name}" if self.is_jump else name
+        return text + (f" (behind {self.via.label(key=key)})" if self.via else "")
+
+
+def _endpoint(conn, *, is_jump: bool) -> Endpoint:
+    from fabric import Connection
+
+    via = _endpoint(conn.gateway, is_jump=True) if isinstance(conn.gateway, Connection) else None
+    return Endpoint(address=f"{conn.host}:{conn.port}", user=conn.user, spec=conn.original_host,
+                    is_jump=is_jump, via=via)
+
+
+def keyscan_command(endpoint: Endpoint, host: Host, known_hosts: str) -> Optional[str]:
+    """A command that appends `endpoint`'s host keys to known_hosts, run where its address means that
+    machine: here, or on the jump host in front of it (over ssh). None beyond one jump host: ssh passes
+    neither the key nor the known_hosts file on to the jump hosts it goes through."""
+    hostname, port = endpoint.address.rsplit(":", 1)
+    scan = ["ssh-keyscan", "-p", port, hostname]
+    if endpoint.via is not None:
+        if endpoint.via.via is not None:
+            return None
+        ssh = ["ssh", "-o", f"UserKnownHostsFile={known_hosts}"]
+        ssh += ["-F", host.ssh_config] if host.ssh_config else []
+        ssh += ["-i", host.identity_file] if host.identity_file else []
+        scan = ssh + [f"ssh://{endpoint.via.spec}", *scan]
+    return f"{shlex.join(scan)} >> {shlex.quote(known_hosts)}"
+
+
+def classify_connect_error(exc: BaseException, host: Host, endpoint: Endpoint, known_hosts: str) -> TransportError:
+    """Map socket / paramiko exceptions to an outcome and a sentence that says what to do. Each names the
+    machine it is about: the host, or the jump host on the way to it."""
     import paramiko
 
-    name = host_key_name(target)
-    hostname, port = target.rsplit(":", 1)
+    where = endpoint.label()
     if isinstance(exc, socket.gaierror):
-        return TransportError("unreachable", f"cannot resolve host name {host.hostname!r}")
-    if isinstance(exc, ConnectionRefusedError):
-        return TransportError("unreachable", f"connection refused by {target} (is sshd running?)")
+        hostname = endpoint.address.rsplit(":", 1)[0]
+        return TransportError("unreachable", f"cannot resolve host name {hostname!r}"
+                              + (f" of jump host {endpoint.spec}" if endpoint.is_jump else ""))
+    # paramiko wraps a refused connection (to a jump host) in one error per address tried.
+    causes = exc.errors.values() if isinstance(exc, paramiko.ssh_exception.NoValidConnectionsError) else [exc]
+    if all(isinstance(cause, ConnectionRefusedError) for cause in causes):
+        return TransportError("unreachable", f"connection refused by {where} (is sshd running?)")
     if isinstance(exc, paramiko.ssh_exception.NoValidConnectionsError):
-        return TransportError("unreachable", f"cannot connect to {target}: {exc}")
+        return TransportError("unreachable", f"cannot connect to {where}: {exc}")
+    if isinstance(exc, paramiko.ChannelException) and endpoint.via is not None:
+        return TransportError("unreachable", f"jump host {endpoint.via.address} could not connect to "
+                              f"{endpoint.address}: {exc.text}")
     if isinstance(exc, (socket.timeout, TimeoutError)):
-        return TransportError("unreachable", f"no answer from {target} within {host.connect_timeout:g} s")
+        return TransportError("unreachable", f"no answer from {where} within {host.connect_timeout:g} s")
     if isinstance(exc, OSError) and not isinstance(exc, paramiko.SSHException):
-        return TransportError("unreachable", f"cannot connect to {target}: {getattr(exc, 'strerror', None) or exc}")
+        return TransportError("unreachable", f"cannot connect to {where}: {getattr(exc, 'strerror', None) or exc}")
+    whose_key = endpoint.label(key=True)
     if isinstance(exc, paramiko.BadHostKeyException):
-        return TransportError("auth-failed", f"host key for {name} CHANGED (possible man-in-the-middle); "
-                              f"if the host was reinstalled: ssh-keygen -f {known_hosts} -R '{name}'")
+        remove = shlex.join(["ssh-keygen", "-f", known_hosts, "-R", endpoint.key_name])
+        return TransportError("auth-failed", f"host key for {whose_key} CHANGED (possible man-in-the-middle); "
+                              f"if the host was reinstalled: {remove}")
     if isinstance(exc, paramiko.AuthenticationException):
-        who = f"{host.user or os.environ.get('USER', '?')}@{target}"
+        who = f"{endpoint.user or os.environ.get('USER', '?')}@{endpoint.address}"
+        if endpoint.is_jump:
+            return TransportError("auth-failed", f"authentication failed for jump host {who}")
         key = f" with key {host.identity_file}" if host.identity_file else ""
         return TransportError("auth-failed", f"authentication failed for {who}{key}")
     text = str(exc)
     if "No authentication methods available" in text:
-        return TransportError("auth-failed", f"no key to offer to {target}: set identity_file, or load a key "
+        return TransportError("auth-failed", f"no key to offer to {where}: set identity_file, or load a key "
                               "into ssh-agent (SSH_AUTH_SOCK)")
     if "not found in known_hosts" in text:
-        return TransportError("auth-failed", f"unknown host key for {name}: verify it, then run with --accept-new "
-                              f"or add it: ssh-keyscan -p {port} {hostname} >> {known_hosts}")
-    if "banner" in text.lower():
-        return TransportError("timeout", f"{target} accepted the connection but sent no SSH banner within "
+        scan = keyscan_command(endpoint, host, known_hosts)
+        return TransportError("auth-failed", f"unknown host key for {whose_key}: verify it, then run with "
+                              "--accept-new" + (f" or add it: {scan}" if scan else ""))
+    if "No existing session" in text:  # paramiko's handshake ran out of time before the reader thread did
+        return TransportError("timeout", f"{where} did not complete the SSH handshake within "
                               f"{host.connect_timeout:g} s (host frozen or overloaded?)")
-    return TransportError("unreachable", f"SSH to {target} failed: {type(exc).__name__}: {text}")
-
-
+    if "banner" in text.lower():
+        return TransportError("timeout", f"{where} accepted the connection but sent no SSH banner within "
+                              f"{host.connect_timeout:g} s (host frozen or overloaded?)")
+    return TransportError("unreachable", f"SSH to {where} failed: {type(exc).__name__}: {text}")
