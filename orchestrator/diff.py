@@ -300,6 +300,9 @@ def compare_records(key: str, ra: Optional[CaseRecord], rb: Optional[CaseRecord]
         return CaseDiff(**base, a_us=a_us, b_us=b_us, ratio=None, ci_low=None, ci_high=None, p_value=None,
                         verdict="NOT-OK", note=f"A {ra.status}, B {rb.status}")
     ta, tb = ra.timing, rb.timing
+    if min([ta.median_us, tb.median_us, *ta.samples_us, *tb.samples_us]) <= 0:
+        return CaseDiff(**base, a_us=a_us, b_us=b_us, ratio=None, ci_low=None, ci_high=None, p_value=None,
+                        verdict="NOT-OK", note="a time of 0 µs or less on a side: not a measurement")
     flags = dict(a_rel_ci=ta.rel_ci, b_rel_ci=tb.rel_ci, noisy=_sides((ta.rel_ci > NOISY_REL_CI, tb.rel_ci > NOISY_REL_CI)),
                  tainted=_sides((bool(ra.health and ra.health.tainted), bool(rb.health and rb.health.tainted))))
     ratio = b_us / a_us
@@ -331,6 +334,9 @@ def compare_records(key: str, ra: Optional[CaseRecord], rb: Optional[CaseRecord]
     for side, rec in zip("AB", (ra, rb)):
         if rec.health and rec.health.tainted:
             notes.append(f"TAINTED on {side}: {rec.health.taint_reason or 'GPU throttled during timing'}")
+    for side, rec in zip("AB", (ra, rb)):
+        if not rec.complete:
+            notes.append(f"incomplete on {side}: {len(rec.timing.rounds)} rounds timed before it stopped")
     if len(ta.rounds) < 2 or len(tb.rounds) < 2:
         notes.append("one round: the interval knows only the noise within a run")
     if (ta.method, ta.l2) != (tb.method, tb.l2):

@@ -126,8 +126,9 @@ def _table(doc: Document, width: int) -> str:
         layout = _layout(s, width)
         captions = [s.caption] if s.caption else []
         if layout.folded:
-            said = [f"{s.headers[i]}={s.rows[0][i]}" for i in layout.folded if s.rows[0][i]]
-            empty = [s.headers[i] for i in layout.folded if not s.rows[0][i]]
+            said = [f"{s.headers[i]}={s.rows[0][i]}" if s.headers[i] else s.rows[0][i]
+                    for i in layout.folded if s.rows[0][i]]
+            empty = [s.headers[i] for i in layout.folded if not s.rows[0][i] and s.headers[i]]
             captions.append("; ".join(([f"every row: {', '.join(said)}"] if said else [])
                                       + ([f"no row has: {', '.join(empty)}"] if empty else [])))
         if layout.dropped:
@@ -205,12 +206,12 @@ def _layout(s: Section, width: int) -> _Layout:
             while room(keep, compact) < 0 and len(keep) > 1:
                 keep.pop()
     widths = {i: need[i] for i in keep}
-    # What room is left goes to wrapping columns, a character at a time to the narrowest, up to their longest cell.
+    # What room is left goes a character at a time to the narrowest column, up to its longest cell or
+    # header: headers unwrapped, then notes on fewer lines.
     spare = room(keep, compact)
-    growing = [i for i in keep if not _unbreakable(s, i)]
-    longest = {i: max([len(s.headers[i]), *(len(c) for c in _cells(s, i))]) for i in growing}
+    longest = {i: max([len(s.headers[i]), *(len(c) for c in _cells(s, i))]) for i in keep}
     while spare > 0:
-        short = [i for i in growing if widths[i] < longest[i]]
+        short = [i for i in keep if widths[i] < longest[i]]
         if not short:
             break
         widths[min(short, key=lambda i: widths[i])] += 1

@@ -228,7 +228,7 @@ def fleet_document(report) -> Document:
     dev_rows = [[d.slot, d.backend, str(d.m), str(d.n), str(d.k), significant(d.median_us, US_DIGITS),
                  significant(d.fleet_median_us, US_DIGITS),
                  f"{d.median_us / d.fleet_median_us:.3f}", f"{d.robust_z:+.1f}"] for d in report.deviations]
-    sections = [Section(["host", "cases", "flagged", "score", ""], host_rows,
+    sections = [Section(["host", "cases", "flagged", "score", "verdict"], host_rows,
                         title=f"hosts vs the fleet median (flag: |robust z| > 3.5 and off by > {report.threshold:.0%})")]
     if dev_rows:
         sections.append(Section(["host", "backend", "M", "N", "K", "µs", "fleet µs", "ratio", "robust z"], dev_rows,
@@ -236,7 +236,7 @@ def fleet_document(report) -> Document:
                                 right=("M", "N", "K", "µs", "fleet µs", "ratio", "robust z")))
     if report.calibration:
         sections.append(Section(
-            ["host", "GPU", "peak", "measured", "fleet median", "ratio", ""],
+            ["host", "GPU", "peak", "measured", "fleet median", "ratio", "verdict"],
             [[c["slot"], c["gpu_name"], c["peak"], f"{c['value']:.2f}", f"{c['fleet_median']:.2f}", f"{c['ratio']:.3f}",
               "SLOW GPU" if c["flagged"] else ""] for c in report.calibration],
             title="calibration (each GPU's own measured peaks): a host slow here is the machine, not the kernel"))
@@ -308,7 +308,7 @@ def history_document(hist) -> Document:
                  for s in hist.steps for st in s.steps]
     if step_rows:
         sections.append(Section(["host", "backend", "label", "M", "N", "K", "at run", "before µs", "after µs", "ratio",
-                                 "95% interval", ""], step_rows,
+                                 "95% interval", "verdict"], step_rows,
                                 right=("M", "N", "K", "before µs", "after µs", "ratio"),
                                 optional=("label", "95% interval", "host"), last_resort=("before µs", "after µs"),
                                 title=f"steps (beyond ±{hist.threshold:.0%} and 4 standard errors of the series' noise)"))

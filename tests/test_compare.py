@@ -566,3 +566,22 @@ def test_a_whole_run_slowed_by_a_busy_cpu_is_unstable_and_the_same_on_a_quiet_on
     assert all("a busy CPU (load per core up to 1.30)" in c["note"] for c in cases)
     assert main(["diff", "quiet-a", "quiet-b", "--runs-dir", str(tmp_path), "--format", "json"]) == 1
     assert {c["verdict"] for c in cli_json(capsys.readouterr().out)["cases"]} == {"SLOWER"}
+
+
+def test_a_time_of_zero_is_not_a_measurement_and_an_incomplete_side_is_said(tmp_path):
+    from orchestrator.diff import compare_records
+
+    spec = CaseSpec(backend="torch-bf16", m=16, n=2048, k=6144, label="zero")
+    good = in_rounds([[10.0, 10.1, 9.9]] * 3)
+
+    def rec(timing, complete=True):
+        return CaseRecord(case_id=spec.case_id, case=spec, status="ok", timing=timing, started_at="t", duration_s=1,
+                          complete=complete)
+
+    zero = good.model_copy(update={"median_us": 0.0, "samples_us": [0.0] * 9})
+    for a, b in ((rec(good), rec(zero)), (rec(zero), rec(good))):
+        row = compare_records("k", a, b, 0.03)
+        assert row.verdict == "NOT-OK" and "0 µs or less" in row.note and row.ratio is None
+    two_rounds = in_rounds([[10.0, 10.1, 9.9]] * 2)
+    row = compare_records("k", rec(good), rec(two_rounds, complete=False), 0.03)
+    assert "incomplete on B: 2 rounds timed before it stopped" in row.note
