@@ -233,16 +233,22 @@ def test_a_key_the_bastion_refuses_names_the_bastion(fleet, tmp_path, capsys):
     assert f"ssh1: auth-failed: authentication failed for jump host {fleet.user}@127.0.0.1:{bastion.port}" in err
 
 
+def two_jump_hosts(fleet, tmp_path) -> Path:
+    """An ssh_config that reaches ssh1 through ssh2, and ssh2 through the bastion."""
+    config = fleet.ssh_config(tmp_path / "ssh_config", jump=BASTION)
+    edit_stanza(config, "ssh1", f"ProxyJump {BASTION}", "ProxyJump ssh2")
+    return config
+
+
 def test_two_jump_hosts_in_a_row(fleet, tmp_path, capsys):
     """ssh1 behind ssh2 behind the bastion. The middle one's key is scanned from the bastion; for ssh1 no
     keyscan is offered (ssh would carry neither the key nor known_hosts two hops on), and accept-new
     records it."""
     bastion, middle, target = fleet.host(BASTION), fleet.host("ssh2"), fleet.host("ssh1")
-    config = fleet.ssh_config(tmp_path / "ssh_config", jump=BASTION)
-    edit_stanza(config, "ssh1", f"ProxyJump {BASTION}", "ProxyJump ssh2")
     known = tmp_path / "known_hosts"
     known.write_text(bastion.host_key_line + "\n")
-    inv = fleet.inventory(tmp_path / "hosts.yaml", names=["ssh1"], known_hosts=known, ssh_config=config)
+    inv = fleet.inventory(tmp_path / "hosts.yaml", names=["ssh1"], known_hosts=known,
+                          ssh_config=two_jump_hosts(fleet, tmp_path))
     sweep = write_sweep(tmp_path / "s.yaml", backends=("torch-bf16",))
 
     code, _, err = run_cli(capsys, "run", sweep, "-i", inv, "--runs-dir", tmp_path / "runs")
@@ -260,3 +266,17 @@ def test_two_jump_hosts_in_a_row(fleet, tmp_path, capsys):
     code, _, err = run_cli(capsys, "run", sweep, "-i", inv, "--runs-dir", tmp_path / "runs", "--accept-new")
     assert code == 0, err
     assert known_lines(known) == [bastion.host_key_line, middle.host_key_line, target.host_key_line]
+
+
+def test_the_first_of_two_jump_hosts_is_checked_too(fleet, tmp_path, capsys):
+    """Every machine on the way has its key checked, not only the jump host next to the target."""
+    bastion, middle, target = fleet.host(BASTION), fleet.host("ssh2"), fleet.host("ssh1")
+    someone_else = fleet.host("ssh3").host_key_line.split(" ", 1)[1]
+    known = tmp_path / "known_hosts"
+    known.write_text(f"{key_name(bastion)} {someone_else}\n{middle.host_key_line}\n{target.host_key_line}\n")
+    inv = fleet.inventory(tmp_path / "hosts.yaml", names=["ssh1"], known_hosts=known,
+                          ssh_config=two_jump_hosts(fleet, tmp_path))
+    code, _, err = run_cli(capsys, "run", write_sweep(tmp_path / "s.yaml", backends=("torch-bf16",)), "-i", inv,
+                           "--runs-dir", tmp_path / "runs", "--accept-new")
+    assert code == 1
+    assert f"ssh1: auth-failed: host key for jump host {key_name(bastion)} CHANGED" in err
