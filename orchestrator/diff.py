@@ -341,8 +341,13 @@ def compare_records(key: str, ra: Optional[CaseRecord], rb: Optional[CaseRecord]
         notes.append("one round: the interval knows only the noise within a run")
     if (ta.method, ta.l2) != (tb.method, tb.l2):
         notes.append("timing methods differ")
-    return CaseDiff(**base, a_us=a_us, b_us=b_us, ratio=ratio, ci_low=math.exp(interval.low),
-                    ci_high=math.exp(interval.high), p_value=interval.p, verdict=verdict, note="; ".join(notes), **flags)
+    return CaseDiff(**base, a_us=a_us, b_us=b_us, ratio=ratio, ci_low=_exp(interval.low), ci_high=_exp(interval.high),
+                    p_value=interval.p, verdict=verdict, note="; ".join(notes), **flags)
+
+
+def _exp(x: float) -> float:
+    """exp, held within floats: an interval from wildly edited records must not overflow (JSON has no inf)."""
+    return math.exp(max(-700.0, min(700.0, x)))
 
 
 def compare_sides(a: Side, b: Side, threshold: float) -> Comparison:

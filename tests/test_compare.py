@@ -585,3 +585,18 @@ def test_a_time_of_zero_is_not_a_measurement_and_an_incomplete_side_is_said(tmp_
     two_rounds = in_rounds([[10.0, 10.1, 9.9]] * 2)
     row = compare_records("k", rec(good), rec(two_rounds, complete=False), 0.03)
     assert "incomplete on B: 2 rounds timed before it stopped" in row.note
+
+
+def test_rounds_worlds_apart_give_a_finite_interval_not_an_overflow():
+    """A results file edited by hand: rounds 1e-200 and 1e200 µs. Still one row, finite numbers."""
+    from orchestrator.diff import compare_records
+
+    spec = CaseSpec(backend="torch-bf16", m=16, n=2048, k=6144, label="edited")
+    calm = in_rounds([[10.0] * 3, [10.1] * 3])
+    wild = calm.model_copy(update={"rel_ci": 1e300, "rounds": [calm.rounds[0].model_copy(update={"median_us": us})
+                                                              for us in (1e-200, 1e200)]})
+    a, b = (CaseRecord(case_id=spec.case_id, case=spec, status="ok", timing=t, started_at="t", duration_s=1)
+            for t in (calm, wild))
+    row = compare_records("k", a, b, 0.03)
+    assert row.verdict == "UNSTABLE" and 0 < row.ci_low < row.ci_high < float("inf")
+    json.dumps(row.as_dict(), allow_nan=False)
