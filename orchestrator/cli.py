@@ -673,7 +673,8 @@ COMMANDS: dict[str, tuple[str, Callable, Callable]] = {
 _EPILOGS = {
     "diff": "A and B: RUN, RUN:host or RUN:host:gpu. Cases match by what they measure, whatever the timing "
             "settings (those that differ are listed). Exit 1 when B is confirmed SLOWER than A in any case "
-            "(for CI gates); exit 2 when the two sides share no case.",
+            "(for CI gates); UNSTABLE rows (too noisy, tainted, a busy CPU) exit 0, and a run against itself is SAME; "
+            "exit 2 when the two sides share no case.",
     "hosts": "exit 1 when --check finds a host that is not ready (or version skew with --strict)",
     "history": "Reads the index RUNS_DIR/.index.sqlite, brought up to date with the run folders first (they are "
                "the source of truth; a missing or damaged index is rebuilt). Exit 1 with --steps when a step at "

@@ -15,7 +15,7 @@ from __future__ import annotations
 import collections
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor  # a host's own slots, within its pipeline
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
@@ -24,7 +24,10 @@ from worker import protocol
 from worker.schema import CaseSpec
 
 from .bundle import WorkerBundle
+from .demux import StreamDemux
+from .fanout import fan_out
 from .inventory import Host
+from .launchers import job_name, launcher_for
 from .outcome import AttemptEnd, HostOutcome, explain_stderr, judge
 from .plan import Job, Plan, wall_clock_limit
 from .records import parse_results
@@ -110,24 +113,14 @@ def run_tasks(plan: Plan, store: RunStore, scripts: dict[str, RenderedScript], b
         for outcome in pipeline.run():
             results[(outcome.slot, outcome.attempt)] = outcome
 
-    with ThreadPoolExecutor(max_workers=max(1, min(parallel, len(by_host)))) as pool:
-        futures = [pool.submit(host_pipeline, name) for name in by_host]
-        try:
-            for f in futures:
-                while True:
-                    try:
-                        f.result(timeout=0.2)  # a short wait keeps the main thread responsive to Ctrl-C
-                        break
-                    except TimeoutError:
-                        continue
-        except KeyboardInterrupt:
-            execution.stop_all()
-            for f in futures:
-                try:
-                    f.result(timeout=CLEANUP_LIMIT_S * 2)
-                except Exception:
-                    pass
-            raise
+    # Ctrl-C: flag every host, stop every remote process group that runs, then raise (fanout.fan_out).
+    done = fan_out(list(by_host), host_pipeline, parallel=parallel, name_of=str, cancel=execution.cancel,
+                   on_interrupt=execution.stop_all)
+    for host_result in done:  # a pipeline that raised (a bug) still gives each of its jobs an outcome
+        for task in by_host[host_result.name]:
+            if (task.job.slot, task.attempt) not in results:
+                why = host_result.describe_error() or "the host's pipeline ended without an outcome"
+                results[(task.job.slot, task.attempt)] = _HostPipeline.failed_outcome(store, task, why)
     return [results[(t.job.slot, t.attempt)] for t in tasks]
 
 
@@ -151,6 +144,7 @@ class _HostPipeline:
         self.timeout_s = host.timeout or wall_clock_limit([c for t in tasks for c in t.cases],
                                                            plan.worker.lock_timeout_s)
         self.stall_timeout_s = host.stall_timeout or plan.stall_timeout
+        self.launcher = launcher_for(host)
         self.deadline = self.started + self.timeout_s
         self.bytes_uploaded = 0
         self._sync_lock = threading.Lock()  # slots of one host share one upload
@@ -183,61 +177,37 @@ class _HostPipeline:
                 self._synced = True
 
     def _run_job(self, transport: Transport, task: JobTask, started_at: str) -> HostOutcome:
+        """One attempt of one job: launch it (uploading what the host lacks), demultiplex what it says,
+        collect what the stream missed, and judge how it ended."""
         job, slot, attempt = task.job, task.job.slot, task.attempt
         local = self.store.attempt_dir(slot, attempt)
         params = write_params(local / "params.json", job_params(self.plan, job, task.cases), self.params_format)
         results_local = local / "results.jsonl"
-        stderr_tail: collections.deque[str] = collections.deque(maxlen=30)
-        progress = {"done": 0, "current": "", "hello": False}
+        progress = {"done": 0, "current": ""}
         argv = job_argv(job, self.script, attempt)
-        queue = None
-        if self.host.transport == "slurm":
-            from .slurm import QueueClock
+        watch = self.launcher.watch(launched=time.monotonic())
 
-            queue = QueueClock(launched=time.monotonic())
+        def on_launcher(said: str) -> None:  # the launcher's own news: waiting in a queue, or started
+            state = "queued" if watch.waiting() else "running"
+            self.emit(JobEvent(slot, state, total=len(task.cases), current=said if watch.waiting() else ""))
 
         with open(local / "log.txt", "w", encoding="utf-8", buffering=1) as log, \
                 open(results_local, "w", encoding="utf-8") as results:
-            def on_line(stream: str, line: str) -> None:
-                kind, payload = protocol.decode_stdout(line) if stream == "stdout" else (protocol.LINE_LOG, line)
-                if kind == protocol.LINE_RECORD:
-                    results.write(payload + "\n")
-                    results.flush()
-                    return
-                log.write(f"{time.strftime('%H:%M:%S')} {stream}: {line}\n")
-                if stream == "stderr" and queue is not None and queue.see(line, time.monotonic()):
-                    if queue.allocated_at is None:
-                        self.emit(JobEvent(slot, "queued", total=len(task.cases), current=f"slurm job {queue.job_id}"))
-                    else:
-                        log.write(f"{time.strftime('%H:%M:%S')} controller: slurm job {queue.job_id} waited "
-                                  f"{queue.pending_s():.1f} s in the queue\n")
-                        self.emit(JobEvent(slot, "running", total=len(task.cases)))
-                    return
-                if stream == "stderr":
-                    stderr_tail.append(line)
-                elif kind == protocol.LINE_HELLO:
-                    progress["hello"] = True
-                elif kind == protocol.LINE_PROGRESS:
-                    self._progress(task, payload, progress)
+            demux = StreamDemux(log, results, watch, lambda event: self._progress(task, event, progress),
+                                on_launcher)
 
             def launch() -> Optional[CommandResult]:
                 remaining = self.deadline - time.monotonic()
                 if remaining <= 0 or self.execution.cancel.is_set():
                     return CommandResult(exit_code=-1, timed_out=remaining <= 0)
                 self.bytes_uploaded += len(params)
-                # srun is silent while its job waits in Slurm's queue: no stall check then (the wall-clock
-                # limit, which counts the wait, still ends it); from the allocation on, as for any job.
-                stall = self.stall_timeout_s if queue is None else \
-                    (lambda: None if queue.waiting() else self.stall_timeout_s)
-                return transport.run(argv, env=job.env, timeout=remaining, on_line=on_line, stdin=params,
-                                     stall_timeout=stall)
+                return transport.run(argv, env=job.env, timeout=remaining, on_line=demux.on_line, stdin=params,
+                                     stall_timeout=self.launcher.stall_limit(watch, self.stall_timeout_s))
 
             def resync() -> None:
-                log.write(f"{time.strftime('%H:%M:%S')} controller: the host lacks this script or worker "
-                          "version: uploading, then starting again\n")
+                demux.note("the host lacks this script or worker version: uploading, then starting again")
                 self.emit(JobEvent(slot, "syncing", total=len(task.cases)))
-                stderr_tail.clear()
-                progress["hello"] = False
+                demux.restart()
                 self._sync(transport)
                 self.emit(JobEvent(slot, "running", total=len(task.cases)))
 
@@ -245,14 +215,14 @@ class _HostPipeline:
             with self.execution.lock:
                 self.execution.running[slot] = _Running(transport, self.host, self.layout, slot, attempt)
             try:
-                if queue is not None:  # an allocation may wait long in the queue: never spend one on a miss
+                if self.launcher.upload_first:
                     self._sync(transport)
-                result = run_first(launch, lambda r: lacks_files(r, progress["hello"]), resync)
+                result = run_first(launch, lambda r: lacks_files(r, demux.hello), resync)
             except TransportError as exc:
                 return self._finish(task, exc.outcome, str(exc), started_at)
             except Exception as exc:
                 result = None
-                stderr_tail.append(f"{type(exc).__name__}: {exc}")
+                demux.stderr_tail.append(f"{type(exc).__name__}: {exc}")
             finally:
                 with self.execution.lock:
                     self.execution.running.pop(slot, None)
@@ -277,36 +247,20 @@ class _HostPipeline:
             else:
                 fetched_path.unlink(missing_ok=True)
         parsed = parse_results(results_local)
-        done_ids = {r.case_id for r in parsed.cases if r.case_id in wanted}
-        statuses = collections.Counter(r.status for r in parsed.cases if r.case_id in wanted)
+        final = {r.case_id: r for r in parsed.cases if r.case_id in wanted}  # a case's last line says where it is
+        done_ids = {cid for cid, r in final.items() if r.complete}
+        statuses = collections.Counter(r.status if r.complete else "incomplete" for r in final.values())
         end = AttemptEnd(total=len(task.cases), done=len(done_ids), cancelled=self.execution.cancel.is_set(),
                          started=result is not None, timed_out=bool(result and result.timed_out),
                          stalled=bool(result and result.stalled), stall_timeout_s=self.stall_timeout_s,
-                         exit_code=result.exit_code if result else -1, hello_seen=progress["hello"],
-                         fetched=fetched, stderr_tail=explain_stderr(stderr_tail), python=self.host.python,
+                         exit_code=result.exit_code if result else -1, hello_seen=demux.hello,
+                         fetched=fetched, stderr_tail=explain_stderr(demux.stderr_tail), python=self.host.python,
                          timeout_s=self.timeout_s)
         outcome, error = judge(end)
-        queue_s = None
-        if queue is not None:
-            queue_s = round(queue.pending_s(), 3)
-            if outcome != "ok":
-                outcome, error = self._slurm_verdict(transport, task, outcome, error, end)
+        outcome, error = self.launcher.verdict(transport, job_name(self.layout.run_id, slot, attempt), outcome,
+                                               error, end.total - end.done, end.total, end.cancelled)
         return self._finish(task, outcome, error, started_at, done=len(done_ids), statuses=dict(statuses),
-                            problems=parsed.problems, queue_s=queue_s)
-
-    def _slurm_verdict(self, transport: Transport, task: JobTask, outcome: str, error: str,
-                       end: AttemptEnd) -> tuple[str, str]:
-        """A Slurm job that Slurm itself ended (cancelled, time limit, node failure, preemption) fails
-        with Slurm's state and reason, whatever the worker managed before."""
-        from .slurm import job_name, settled_jobs
-
-        name = job_name(self.layout.run_id, task.job.slot, task.attempt)
-        jobs = bounded(lambda: settled_jobs(transport, self.host, name), CLEANUP_LIMIT_S * 2) or []
-        ended = [j for j in jobs if j.ended_by_slurm()]
-        if not ended or end.cancelled:
-            return outcome, error
-        missing = end.total - end.done
-        return "failed", f"{ended[-1].describe()}; {missing} of {end.total} cases have no result"
+                            problems=parsed.problems, queue_s=watch.queue_s())
 
     def _progress(self, task: JobTask, event: dict, progress: dict) -> None:
         if event.get("event") == "lock-wait":
@@ -332,6 +286,13 @@ class _HostPipeline:
         total = int(event.get("total", len(task.cases)))
         self.emit(JobEvent(task.job.slot, "running", done=progress["done"], total=total, current=progress["current"]))
 
+    @staticmethod
+    def failed_outcome(store: RunStore, task: JobTask, error: str) -> HostOutcome:
+        result = HostOutcome(slot=task.job.slot, host=task.job.host.name, gpu=task.job.gpu, attempt=task.attempt,
+                             outcome="failed", error=error, cases_total=len(task.cases), started_at=now_iso())
+        store.write_outcome(result)
+        return result
+
     def _finish(self, task: JobTask, outcome: str, error: str, started_at: str, *, done: int = 0,
                 statuses: Optional[dict] = None, problems: Optional[list] = None,
                 queue_s: Optional[float] = None) -> HostOutcome:
@@ -344,15 +305,15 @@ class _HostPipeline:
         )
         self.store.write_outcome(result)
         message = error
-        if queue_s is not None:  # Slurm: the wait apart from the run
-            message = (f"{error}; " if error else "") + f"{queue_s:.1f} s queued in Slurm, " \
-                                                        f"{max(0.0, duration - queue_s):.1f} s running"
+        if queue_s is not None:  # a launcher with a queue: the wait apart from the run
+            message = "; ".join(filter(None, [error, self.launcher.describe_wait(queue_s, duration)]))
         self.emit(JobEvent(task.job.slot, outcome, done=done, total=len(task.cases), message=message))
         return result
 
 
 def recover_attempts(plan: Plan, store: RunStore, scripts: dict[str, RenderedScript], *, accept_new: bool = False,
-                     transport_factory: Callable[..., Transport] = make_transport) -> dict[str, int]:
+                     parallel: int = 64, transport_factory: Callable[..., Transport] = make_transport
+                     ) -> dict[str, int]:
     """Before a rerun: stop what earlier unfinished attempts still run on their hosts, and fetch the
     result lines they wrote that never reached the controller (a host that died mid-fetch, a
     controller killed mid-run). Returns recovered line counts per slot; unreachable hosts are skipped."""
@@ -386,6 +347,5 @@ def recover_attempts(plan: Plan, store: RunStore, scripts: dict[str, RenderedScr
         finally:
             transport.close()
 
-    with ThreadPoolExecutor(max_workers=max(1, min(64, len(plan.hosts)))) as pool:
-        list(pool.map(per_host, plan.hosts))
+    fan_out(list(plan.hosts), per_host, parallel=parallel)
     return recovered

@@ -8,18 +8,22 @@ from __future__ import annotations
 
 import collections
 import json
+import os
 import tempfile
-from concurrent.futures import ThreadPoolExecutor
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 from worker import protocol
 from worker.backends import unknown_flashinfer_backends
 
 from .bundle import build_worker_bundle
 from .inventory import Host
-from .remote import check_argv, lacks_files, layout_for, run_first, sync_script
+from .launchers import job_name, launcher_for
+from .fanout import fan_out
+from .remote import (CLEANUP_LIMIT_S, check_argv, lacks_files, layout_for, run_first, stop_remote,
+                     sync_script)
 from .render import render_script, template_environment, write_script
 from .transport import TransportError, make_transport
 
@@ -38,29 +42,45 @@ class HostStatus:
     notes: list[str] = field(default_factory=list)  # worth knowing, not a reason to call the host unready
 
 
-def check_host(host: Host, bundle_path: Path, bundle_sha: str, script_dir: Path, accept_new: bool) -> HostStatus:
+class RunningChecks:
+    """The probes running now, to stop them on Ctrl-C (their process groups, or their scheduler jobs)."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._running: dict[str, Callable[[], bool]] = {}
+
+    def add(self, name: str, stop: Callable[[], bool]) -> None:
+        with self._lock:
+            self._running[name] = stop
+
+    def remove(self, name: str) -> None:
+        with self._lock:
+            self._running.pop(name, None)
+
+    def stop_all(self) -> None:
+        with self._lock:
+            stops = list(self._running.values())
+        threads = [threading.Thread(target=stop, daemon=True) for stop in stops]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(CLEANUP_LIMIT_S * 2)
+
+
+def check_host(host: Host, bundle_path: Path, bundle_sha: str, script_dir: Path, accept_new: bool,
+               running: Optional[RunningChecks] = None) -> HostStatus:
+    running = running or RunningChecks()
     layout = layout_for(host, CHECK_RUN_ID, bundle_sha)
     script = write_script(script_dir / f"{host.name}.py", render_script(template_environment(), layout, bundle_sha),
                           host.name, layout)
     transport = make_transport(host, accept_new=accept_new)
     lines: list[tuple[str, str]] = []
-    argv = check_argv(host, script)
-    partition = ""
-    if host.transport == "slurm":
-        # The check runs where a job would: on a node Slurm allocates, after the partition says it can.
-        from .slurm import cancel, job_name, partition_report, srun_prefix
-
-        name = job_name(CHECK_RUN_ID, host.name, 1)
-        argv = srun_prefix(host, name) + argv
-        try:
-            transport.connect()
-            usable, partition = partition_report(transport, host)
-        except TransportError as exc:
-            transport.close()
-            return HostStatus(host.name, False, exc.outcome, str(exc))
-        if not usable:
-            transport.close()
-            return HostStatus(host.name, False, "failed", partition)
+    launcher = launcher_for(host)
+    name = job_name(CHECK_RUN_ID, host.name, 1)
+    # The check runs where a job would (on a node a scheduler allocates, after it says it can).
+    slot = f"check-{os.getpid()}"  # two checks at once (two controllers) keep apart
+    argv = launcher.argv(check_argv(host, script, layout.pidfile(slot, 1)), name)
+    note = ""
 
     def hello_seen() -> bool:
         return any(s == "stdout" and protocol.decode_stdout(l)[0] == protocol.LINE_HELLO for s, l in lines)
@@ -70,9 +90,15 @@ def check_host(host: Host, bundle_path: Path, bundle_sha: str, script_dir: Path,
         sync_script(transport, bundle_path, script)
 
     result = None
+    connected = False
     try:
-        if host.transport != "slurm":  # a Slurm host's login node is connected above
-            transport.connect()
+        transport.connect()
+        connected = True
+        usable, note = launcher.before_check(transport)
+        if not usable:
+            return HostStatus(host.name, False, "failed", note)
+        running.add(host.name, lambda: launcher.stop(transport, name,
+                                                      lambda: stop_remote(transport, layout.pidfile(slot, 1))))
         # As a sweep does: run first, upload only what the launcher says is missing, then run again.
         result = run_first(
             lambda: transport.run(argv, env=host.env, timeout=min(host.timeout or CHECK_TIMEOUT_S, CHECK_TIMEOUT_S),
@@ -84,8 +110,9 @@ def check_host(host: Host, bundle_path: Path, bundle_sha: str, script_dir: Path,
     except Exception as exc:
         return HostStatus(host.name, False, "failed", f"{type(exc).__name__}: {exc}")
     finally:
-        if host.transport == "slurm" and (result is None or result.exit_code != 0):
-            cancel(transport, host, name)  # a check that waited past its limit leaves no job behind
+        running.remove(host.name)
+        if connected:
+            launcher.after_check(transport, name, result is not None and result.exit_code == 0)
         transport.close()
     stdout = [l for s, l in lines if s == "stdout" and l.startswith("{")]
     stderr = [l for s, l in lines if s == "stderr" and l.strip()]
@@ -103,7 +130,7 @@ def check_host(host: Host, bundle_path: Path, bundle_sha: str, script_dir: Path,
     problems = list(facts.get("problems", []))
     if facts.get("gpu_processes"):
         problems.append(f"{facts['gpu_processes']} other processes on the GPU")
-    notes = readiness_notes(facts) + ([f"slurm {partition}"] if partition else [])
+    notes = readiness_notes(facts) + ([note] if note else [])
     return HostStatus(host.name, not problems, "ok", "; ".join(problems), facts, notes)
 
 
@@ -117,11 +144,14 @@ def readiness_notes(facts: dict) -> list[str]:
 
 
 def check_hosts(hosts: list[Host], *, accept_new: bool = False, parallel: int = 64) -> list[HostStatus]:
+    """One status per host, in order; Ctrl-C stops every probe still running, then raises."""
     bundle = build_worker_bundle()
+    running = RunningChecks()
     with tempfile.TemporaryDirectory(prefix="fleetbench-check-") as tmp:
         bundle_path = bundle.write(Path(tmp) / "worker.tar.gz")
-        with ThreadPoolExecutor(max_workers=max(1, min(parallel, len(hosts)))) as pool:
-            return list(pool.map(lambda h: check_host(h, bundle_path, bundle.sha256, Path(tmp), accept_new), hosts))
+        results = fan_out(hosts, lambda h: check_host(h, bundle_path, bundle.sha256, Path(tmp), accept_new, running),
+                          parallel=parallel, on_interrupt=running.stop_all)
+    return [r.value if r.ok else HostStatus(r.name, False, "failed", r.describe_error()) for r in results]
 
 
 def version_skew(statuses: list[HostStatus]) -> list[str]:

@@ -21,12 +21,12 @@ import os
 import re
 import sys
 from pathlib import Path
-from typing import Literal, Optional
+from typing import Annotated, Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator
 
 from .errors import InputError
-from .yamlfile import describe_validation, read_yaml_mapping
+from .yamlfile import PrintableText, describe_validation, read_yaml_mapping
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 
@@ -36,11 +36,13 @@ class SlurmSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    partition: Optional[str] = None  # None: the cluster's default partition
+    partition: Optional[PrintableText] = None  # None: the cluster's default partition
     gpus: int = Field(default=0, ge=0)  # GPUs per job (srun --gpus)
-    account: Optional[str] = None
-    time: Optional[str] = None  # srun --time, e.g. "00:30:00"
-    options: tuple[str, ...] = ()  # more srun/sbatch options, as an argv list, e.g. ["--qos=bench"]
+    account: Optional[PrintableText] = None
+    time: Optional[PrintableText] = None  # srun --time, e.g. "00:30:00"
+    # More srun/sbatch options, as an argv list, e.g. ["--qos=bench"] (YAML's list made the tuple a
+    # frozen model keeps, also under strict validation).
+    options: Annotated[tuple[PrintableText, ...], BeforeValidator(lambda v: tuple(v) if isinstance(v, list) else v)] = ()
 
     @field_validator("options")
     @classmethod
@@ -57,21 +59,21 @@ class HostFields(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     port: Optional[int] = Field(default=None, ge=1, le=65535)
-    user: Optional[str] = None
-    identity_file: Optional[str] = None
-    python: Optional[str] = None
-    workdir: Optional[str] = None
-    env: Optional[dict[str, str]] = None
+    user: Optional[PrintableText] = None
+    identity_file: Optional[PrintableText] = None
+    python: Optional[PrintableText] = None
+    workdir: Optional[PrintableText] = None
+    env: Optional[dict[str, str]] = None  # values are never shown (they may be secrets)
     gpus: Optional[list[int]] = None
-    labels: Optional[list[str]] = None
+    labels: Optional[list[PrintableText]] = None
     transport: Optional[Literal["ssh", "local", "slurm"]] = None
     slurm: Optional[SlurmSettings] = None  # with transport slurm: partition, gpus per job, account, time, options
     connect_timeout: Optional[float] = Field(default=None, gt=0)
     timeout: Optional[float] = Field(default=None, gt=0)  # per-host wall-clock limit, s (default: from the sweep)
     stall_timeout: Optional[float] = Field(default=None, ge=15)  # silent this long (s): stalled (default: the sweep's)
-    known_hosts: Optional[str] = None
-    proxy_jump: Optional[str] = None  # [user@]host[:port] of a jump host (like ssh -J)
-    ssh_config: Optional[str] = None  # an OpenSSH client config file (default: ~/.ssh/config)
+    known_hosts: Optional[PrintableText] = None
+    proxy_jump: Optional[PrintableText] = None  # [user@]host[:port] of a jump host (like ssh -J)
+    ssh_config: Optional[PrintableText] = None  # an OpenSSH client config file (default: ~/.ssh/config)
 
     @field_validator("env")
     @classmethod
@@ -87,8 +89,8 @@ class EnvironmentEntry(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    python: str
-    pins: list[str] = Field(default_factory=list)  # requirement pins "name==version" over the host constraints
+    python: PrintableText
+    pins: list[PrintableText] = Field(default_factory=list)  # requirement pins "name==version" over the host constraints
     env: Optional[dict[str, str]] = None
 
     _env_names = field_validator("env")(HostFields._env_names.__func__)
@@ -105,7 +107,7 @@ class EnvironmentEntry(BaseModel):
 
 class HostEntry(HostFields):
     name: str
-    hostname: Optional[str] = None
+    hostname: Optional[PrintableText] = None
     environments: Optional[dict[str, EnvironmentEntry]] = None
 
     @field_validator("environments")
@@ -167,6 +169,11 @@ class Host(BaseModel):
         return self.login if self.transport == "slurm" else self.transport
 
     @property
+    def launcher(self) -> str:
+        """How its jobs start on that machine: direct, or slurm (orchestrator/launchers)."""
+        return "slurm" if self.transport == "slurm" else "direct"
+
+    @property
     def machine(self) -> str:
         """The inventory entry this host comes from (its name without @environment)."""
         return self.name.split("@", 1)[0]
@@ -211,8 +218,9 @@ def load_inventory(path: Path) -> Inventory:
     if not isinstance(hosts_raw, list) or not hosts_raw:
         raise InputError(f"{path}: field 'hosts': a non-empty list of hosts is required")
     problems = []
+    # Strict: a value is taken as written, never converted (true is not port 1, "0" is not GPU 0).
     try:
-        defaults = HostFields.model_validate(raw.get("defaults") or {})
+        defaults = HostFields.model_validate(raw.get("defaults") or {}, strict=True)
     except ValidationError as exc:
         problems.append(describe_validation(path, exc, prefix="defaults: "))
         defaults = HostFields()
@@ -223,7 +231,7 @@ def load_inventory(path: Path) -> Inventory:
     for i, item in enumerate(hosts_raw):
         label = item.get("name") if isinstance(item, dict) and isinstance(item.get("name"), str) else f"#{i + 1}"
         try:
-            entries.append(HostEntry.model_validate(item))
+            entries.append(HostEntry.model_validate(item, strict=True))
         except ValidationError as exc:
             problems.append(describe_validation(path, exc, prefix=f"host '{label}': "))
     if problems:

@@ -256,7 +256,7 @@ def _rerun(store: RunStore, inventory: Inventory, *, failed: bool, hosts_selecto
            lock_timeout_s: Optional[float]) -> RunResult:
     plan, scripts, _, _ = plan_rerun(store, inventory, failed=failed, hosts_selector=hosts_selector,
                                      resume=resume, lock_timeout_s=lock_timeout_s)
-    recover_attempts(plan, store, scripts, accept_new=accept_new)
+    recover_attempts(plan, store, scripts, accept_new=accept_new, parallel=parallel)
     # Recovered lines change what is missing, so the cases to run are decided after recovery.
     try:
         plan, scripts, bundle, tasks = plan_rerun(store, inventory, failed=failed, hosts_selector=hosts_selector,

@@ -20,6 +20,7 @@ from worker.schema import WorkerParams
 from .atomicfile import write_atomic
 from .formats import MANIFEST_VERSION, params_for_worker
 from .inventory import Host
+from .launchers import job_name, launcher_for
 from .plan import Job, Plan
 from .transport import CommandResult, Transport, login_relative
 
@@ -86,23 +87,20 @@ class RenderedScript:
 
 # -- the commands ------------------------------------------------------------------------------------
 def job_argv(job: Job, script: RenderedScript, attempt: int) -> list[str]:
-    """The command a job runs on its host, as an argv list; its params arrive on stdin. A Slurm host
-    runs the same command under srun (orchestrator/slurm.py), on a node Slurm allocates."""
+    """The command a job runs on its host, as an argv list, as its launcher starts it (orchestrator/
+    launchers: the command itself, or under a scheduler); its params arrive on stdin."""
     layout = script.layout
-    prefix: list[str] = []
-    if job.host.transport == "slurm":
-        from .slurm import job_name, srun_prefix
-
-        prefix = srun_prefix(job.host, job_name(layout.run_id, job.slot, attempt))
-    return [*prefix, job.host.python, login_relative(script.remote), "supervise",
-            "--pidfile", login_relative(layout.pidfile(job.slot, attempt)),
-            "--params", login_relative(layout.params(job.slot, attempt)), "--params-stdin",
-            "--results", login_relative(layout.results(job.slot, attempt))]
+    command = [job.host.python, login_relative(script.remote), "supervise",
+               "--pidfile", login_relative(layout.pidfile(job.slot, attempt)),
+               "--params", login_relative(layout.params(job.slot, attempt)), "--params-stdin",
+               "--results", login_relative(layout.results(job.slot, attempt))]
+    return launcher_for(job.host).argv(command, job_name(layout.run_id, job.slot, attempt))
 
 
-def check_argv(host: Host, script: RenderedScript) -> list[str]:
-    """The readiness probe of `hosts --check`: facts and readiness as one JSON line on stdout."""
-    return [host.python, login_relative(script.remote), "check"]
+def check_argv(host: Host, script: RenderedScript, pidfile: str) -> list[str]:
+    """The readiness probe of `hosts --check`: facts and readiness as one JSON line on stdout; its
+    process group goes into `pidfile`, so a Ctrl-C can stop it as it stops a job."""
+    return [host.python, login_relative(script.remote), "check", "--pidfile", login_relative(pidfile)]
 
 
 def job_params(plan: Plan, job: Job, cases=None) -> WorkerParams:
@@ -156,14 +154,10 @@ def run_first(launch: Callable[[], Optional[CommandResult]], lacks: Callable[[Co
 
 # -- stopping ----------------------------------------------------------------------------------------
 def stop_job(transport: Transport, host: Host, layout: RemoteLayout, slot: str, attempt: int) -> bool:
-    """Stop a job wherever it runs: scancel for a Slurm host (its job runs on a node, not where the
-    controller's commands run), else its process group. Returns whether something was found."""
-    if host.transport == "slurm":
-        from .slurm import cancel, job_name
-
-        return bool(bounded(lambda: cancel(transport, host, job_name(layout.run_id, slot, attempt)),
-                            CLEANUP_LIMIT_S * 2))
-    return stop_remote(transport, layout.pidfile(slot, attempt))
+    """Stop a job wherever its launcher started it (its process group, or a scheduler's job). Returns
+    whether something was found."""
+    return launcher_for(host).stop(transport, job_name(layout.run_id, slot, attempt),
+                                   lambda: stop_remote(transport, layout.pidfile(slot, attempt)))
 
 
 def stop_remote(transport: Transport, pidfile: str) -> bool:
