@@ -330,6 +330,7 @@ def args_hosts(p):
     _opt_hosts(p)
     p.add_argument("--check", action="store_true", help="contact every host in parallel")
     _opt_accept_new(p)
+    _opt_parallel(p)
     p.add_argument("--strict", action="store_true", help="with --check: version skew also fails")
     _opt_format(p, ("table", "json", "csv", "md"))
 
@@ -347,7 +348,7 @@ def cmd_hosts(args, io: Streams) -> int:
     from .hostcheck import check_hosts, version_skew
     from .views import host_check_document
 
-    statuses = check_hosts(hosts, accept_new=args.accept_new)
+    statuses = check_hosts(hosts, accept_new=args.accept_new, parallel=args.parallel)
     skew = version_skew(statuses)
     io.write(write(host_check_document(statuses, skew), args.format, io.width()))
     for s in statuses:
@@ -372,6 +373,7 @@ def args_provision(p):
     p.add_argument("--dry-run", action="store_true",
                    help="resolve the pinned profile on each host (pip --dry-run) and report it: nothing is installed")
     _opt_accept_new(p)
+    _opt_parallel(p)
 
 
 def cmd_provision(args, io: Streams) -> int:
@@ -380,7 +382,7 @@ def cmd_provision(args, io: Streams) -> int:
 
     hosts = select_hosts(load_inventory(inventory_path(args.inventory)), args.hosts)
     results = provision_hosts(hosts, profile=args.profile, wheelhouse=args.wheelhouse, base_python=args.base_python,
-                              accept_new=args.accept_new, dry_run=args.dry_run)
+                              accept_new=args.accept_new, dry_run=args.dry_run, parallel=args.parallel)
     for r in results:
         line = f"{r.name}: {'ok' if r.ok else 'FAILED'}: {'; '.join(r.actions)}" + (f"; {r.problem}" if r.problem else "")
         if r.ok:
@@ -418,6 +420,7 @@ def args_prune(p):
     p.add_argument("--local-only", action="store_true", help="remove the run folders here only, not on the hosts")
     p.add_argument("--dry-run", action="store_true", help="say what would go; remove nothing")
     _opt_accept_new(p)
+    _opt_parallel(p)
 
 
 def cmd_prune(args, io: Streams) -> int:
@@ -434,7 +437,8 @@ def cmd_prune(args, io: Streams) -> int:
         return loaded[path]
 
     results = prune_runs(Path(args.runs_dir), inventory_of, keep=args.keep, older_than=older_than,
-                         dry_run=args.dry_run, local_only=args.local_only, accept_new=args.accept_new)
+                         dry_run=args.dry_run, local_only=args.local_only, accept_new=args.accept_new,
+                         parallel=args.parallel)
     verb = "would prune" if args.dry_run else "pruned"
     for r in results:
         hosts = f" (and on {', '.join(r.hosts_cleaned)})" if r.hosts_cleaned else ""

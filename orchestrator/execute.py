@@ -1,13 +1,14 @@
-"""Fan-out: each host's pipeline in a bounded thread pool; every host ends in an outcome, none raises.
+"""Execute a plan: each host's pipeline, in the one fan-out (fanout.py); every job ends in an outcome.
 
 Per host: connect once -> per GPU slot: one exec of [python, script, supervise ...] with the params
 on its stdin, streaming each output line into log.txt and the live view and each result record into
 results.jsonl -> validate -> outcome.json. In the steady state that exec is the only remote round
 trip after the handshake: the script and the worker are content-addressed on the host. When the host
 lacks either (the exit status says so: worker.protocol.classify_exit) they are uploaded once and the
-command runs again. The host's results.jsonl is fetched only when the stream was cut short. A host
-silent for its stall timeout, and a per-host wall-clock deadline over all of it, end the attempt.
-Stopping (Ctrl-C, a stall or a deadline) kills the remote process group through the pid file the
+command runs again. The host's results.jsonl is fetched only when the stream was cut short. A job
+silent for its stall timeout, and its wall-clock limit over all of it (both resolved in the plan:
+plan.Job), end the attempt. How the job starts and is stopped is its launcher's (orchestrator/
+launchers); what its output lines mean is the demultiplexer's (demux.py). Stopping (Ctrl-C, a stall or a deadline) kills the remote process group through the pid file the
 script wrote, then fetches whatever results exist.
 """
 from __future__ import annotations
@@ -29,7 +30,7 @@ from .fanout import fan_out
 from .inventory import Host
 from .launchers import job_name, launcher_for
 from .outcome import AttemptEnd, HostOutcome, explain_stderr, judge
-from .plan import Job, Plan, wall_clock_limit
+from .plan import Job, Plan
 from .records import parse_results
 from .remote import (CLEANUP_LIMIT_S, RemoteLayout, RenderedScript, bounded, job_argv, job_params, lacks_files,
                      run_first, stop_job, sync_script, write_params)
@@ -140,12 +141,7 @@ class _HostPipeline:
         self.execution = execution
         self.factory = factory
         self.started = time.monotonic()
-        # No wall-clock limit set for the host: one derived from its own cases (plan.wall_clock_limit).
-        self.timeout_s = host.timeout or wall_clock_limit([c for t in tasks for c in t.cases],
-                                                           plan.worker.lock_timeout_s)
-        self.stall_timeout_s = host.stall_timeout or plan.stall_timeout
         self.launcher = launcher_for(host)
-        self.deadline = self.started + self.timeout_s
         self.bytes_uploaded = 0
         self._sync_lock = threading.Lock()  # slots of one host share one upload
         self._synced = False
@@ -197,12 +193,12 @@ class _HostPipeline:
                                 on_launcher)
 
             def launch() -> Optional[CommandResult]:
-                remaining = self.deadline - time.monotonic()
+                remaining = self.started + job.timeout_s - time.monotonic()
                 if remaining <= 0 or self.execution.cancel.is_set():
                     return CommandResult(exit_code=-1, timed_out=remaining <= 0)
                 self.bytes_uploaded += len(params)
                 return transport.run(argv, env=job.env, timeout=remaining, on_line=demux.on_line, stdin=params,
-                                     stall_timeout=self.launcher.stall_limit(watch, self.stall_timeout_s))
+                                     stall_timeout=self.launcher.stall_limit(watch, job.stall_timeout_s))
 
             def resync() -> None:
                 demux.note("the host lacks this script or worker version: uploading, then starting again")
@@ -252,10 +248,10 @@ class _HostPipeline:
         statuses = collections.Counter(r.status if r.complete else "incomplete" for r in final.values())
         end = AttemptEnd(total=len(task.cases), done=len(done_ids), cancelled=self.execution.cancel.is_set(),
                          started=result is not None, timed_out=bool(result and result.timed_out),
-                         stalled=bool(result and result.stalled), stall_timeout_s=self.stall_timeout_s,
+                         stalled=bool(result and result.stalled), stall_timeout_s=job.stall_timeout_s,
                          exit_code=result.exit_code if result else -1, hello_seen=demux.hello,
                          fetched=fetched, stderr_tail=explain_stderr(demux.stderr_tail), python=self.host.python,
-                         timeout_s=self.timeout_s)
+                         timeout_s=job.timeout_s)
         outcome, error = judge(end)
         outcome, error = self.launcher.verdict(transport, job_name(self.layout.run_id, slot, attempt), outcome,
                                                error, end.total - end.done, end.total, end.cancelled)
@@ -265,11 +261,11 @@ class _HostPipeline:
     def _progress(self, task: JobTask, event: dict, progress: dict) -> None:
         if event.get("event") == "lock-wait":
             progress["current"] = f"held by run {event.get('holder')}"
-            self.emit(JobEvent(task.job.slot, "waiting for GPU lock", done=progress["done"], total=len(task.cases),
+            self.emit(JobEvent(task.job.slot, "waiting for the host's lock", done=progress["done"], total=len(task.cases),
                                current=progress["current"]))
             return
         if event.get("event") == "heartbeat":  # alive (the transport saw the bytes): the view may say so
-            state = "waiting for GPU lock" if event.get("state") == "lock-wait" else "running"
+            state = "waiting for the host's lock" if event.get("state") == "lock-wait" else "running"
             self.emit(JobEvent(task.job.slot, state, done=progress["done"], total=len(task.cases),
                                current=progress["current"]))
             return

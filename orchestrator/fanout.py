@@ -23,6 +23,33 @@ Value = TypeVar("Value")
 STOP_GRACE_S = 20.0
 
 
+class Running:
+    """What runs on the hosts now, each with how to stop it: `fan_out`'s `on_interrupt` for commands
+    that start work on hosts (stop_all stops every entry at once, each within its own bound)."""
+
+    def __init__(self, limit_s: float = STOP_GRACE_S):
+        self._lock = threading.Lock()
+        self._stops: dict[str, Callable[[], object]] = {}
+        self.limit_s = limit_s
+
+    def add(self, name: str, stop: Callable[[], object]) -> None:
+        with self._lock:
+            self._stops[name] = stop
+
+    def remove(self, name: str) -> None:
+        with self._lock:
+            self._stops.pop(name, None)
+
+    def stop_all(self) -> None:
+        with self._lock:
+            stops = list(self._stops.values())
+        threads = [threading.Thread(target=stop, daemon=True) for stop in stops]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(self.limit_s)
+
+
 class Cancelled(Exception):
     """The work of a host that Ctrl-C reached before it started."""
 

@@ -10,10 +10,9 @@ import collections
 import json
 import os
 import tempfile
-import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Optional
 
 from worker import protocol
 from worker.backends import unknown_flashinfer_backends
@@ -21,9 +20,8 @@ from worker.backends import unknown_flashinfer_backends
 from .bundle import build_worker_bundle
 from .inventory import Host
 from .launchers import job_name, launcher_for
-from .fanout import fan_out
-from .remote import (CLEANUP_LIMIT_S, check_argv, lacks_files, layout_for, run_first, stop_remote,
-                     sync_script)
+from .fanout import Running, fan_out
+from .remote import check_argv, lacks_files, layout_for, run_first, stop_remote, sync_script
 from .render import render_script, template_environment, write_script
 from .transport import TransportError, make_transport
 
@@ -42,34 +40,9 @@ class HostStatus:
     notes: list[str] = field(default_factory=list)  # worth knowing, not a reason to call the host unready
 
 
-class RunningChecks:
-    """The probes running now, to stop them on Ctrl-C (their process groups, or their scheduler jobs)."""
-
-    def __init__(self):
-        self._lock = threading.Lock()
-        self._running: dict[str, Callable[[], bool]] = {}
-
-    def add(self, name: str, stop: Callable[[], bool]) -> None:
-        with self._lock:
-            self._running[name] = stop
-
-    def remove(self, name: str) -> None:
-        with self._lock:
-            self._running.pop(name, None)
-
-    def stop_all(self) -> None:
-        with self._lock:
-            stops = list(self._running.values())
-        threads = [threading.Thread(target=stop, daemon=True) for stop in stops]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(CLEANUP_LIMIT_S * 2)
-
-
 def check_host(host: Host, bundle_path: Path, bundle_sha: str, script_dir: Path, accept_new: bool,
-               running: Optional[RunningChecks] = None) -> HostStatus:
-    running = running or RunningChecks()
+               running: Optional[Running] = None) -> HostStatus:
+    running = running or Running()
     layout = layout_for(host, CHECK_RUN_ID, bundle_sha)
     script = write_script(script_dir / f"{host.name}.py", render_script(template_environment(), layout, bundle_sha),
                           host.name, layout)
@@ -146,7 +119,7 @@ def readiness_notes(facts: dict) -> list[str]:
 def check_hosts(hosts: list[Host], *, accept_new: bool = False, parallel: int = 64) -> list[HostStatus]:
     """One status per host, in order; Ctrl-C stops every probe still running, then raises."""
     bundle = build_worker_bundle()
-    running = RunningChecks()
+    running = Running()
     with tempfile.TemporaryDirectory(prefix="fleetbench-check-") as tmp:
         bundle_path = bundle.write(Path(tmp) / "worker.tar.gz")
         results = fan_out(hosts, lambda h: check_host(h, bundle_path, bundle.sha256, Path(tmp), accept_new, running),

@@ -22,7 +22,7 @@ from .execute import EventSink, Execution, JobTask, recover_attempts, run_tasks
 from .formats import MANIFEST_VERSION
 from .inventory import Host, Inventory, select_hosts
 from .outcome import HostOutcome
-from .plan import Job, Plan, WorkerSettings
+from .plan import Job, Plan, WorkerSettings, with_limits
 from .remote import RenderedScript, job_argv, layout_for
 from .render import render_plan, render_script, template_environment
 from .store import RunStore, now_iso
@@ -65,8 +65,8 @@ def _manifest(plan: Plan, sweep: Sweep, scripts: dict[str, RenderedScript], bund
         # User kernels: their files are inside worker.tar.gz (worker/user/k<sha[:16]>.py).
         "user_kernels": {b.name: {"sha256": sweep.user_kernels()[b.name][0], "file": b.file}
                          for b in sweep.backends if isinstance(b, UserBackend)},
-        "jobs": [{"slot": j.slot, "host": j.host.name, "gpu": j.gpu, "case_ids": [c.case_id for c in j.cases]}
-                 for j in plan.jobs],
+        "jobs": [{"slot": j.slot, "host": j.host.name, "gpu": j.gpu, "case_ids": [c.case_id for c in j.cases],
+                  "timeout_s": j.timeout_s, "stall_timeout_s": j.stall_timeout_s} for j in plan.jobs],
     }
 
 
@@ -218,6 +218,7 @@ def plan_rerun(store: RunStore, inventory: Inventory, *, failed: bool, hosts_sel
                              "(ok, unsupported or unavailable)")
 
     bundle = _stored_bundle(store, manifest)
+    lock_timeout = manifest["worker"]["lock_timeout_s"] if lock_timeout_s is None else lock_timeout_s
     hosts, jobs, tasks, scripts = [], [], [], {}
     for job_info, cases in chosen:
         host = by_name.get(job_info["host"])
@@ -227,7 +228,9 @@ def plan_rerun(store: RunStore, inventory: Inventory, *, failed: bool, hosts_sel
             _same_host(store, manifest, host, inventory.path)
             scripts[host.name] = _stored_script(store, manifest, host, bundle)
             hosts.append(host)
-        job = Job(host=host, gpu=job_info.get("gpu"), cases=tuple(cases))
+        # Limits for what runs now: the host's own settings, else derived from these cases.
+        job = with_limits(Job(host=host, gpu=job_info.get("gpu"), cases=tuple(cases)), lock_timeout,
+                          manifest.get("stall_timeout", 60.0))
         jobs.append(job)
         tasks.append(JobTask(job=job, attempt=store.next_attempt(job.slot), cases=tuple(cases)))
     stored = manifest["worker"]
@@ -236,7 +239,7 @@ def plan_rerun(store: RunStore, inventory: Inventory, *, failed: bool, hosts_sel
                             calibration=stored["calibration"],
                             case_timeout_s=stored.get("case_timeout_s", defaults.case_timeout_s),
                             build_timeout_s=stored.get("build_timeout_s", defaults.build_timeout_s),
-                            lock_timeout_s=stored["lock_timeout_s"] if lock_timeout_s is None else lock_timeout_s)
+                            lock_timeout_s=lock_timeout)
     plan = Plan(run_id=store.run_id, sweep_name=manifest["sweep_name"], hosts=tuple(hosts), jobs=tuple(jobs),
                 worker=worker, per_gpu=manifest.get("per_gpu", "all"), stall_timeout=manifest.get("stall_timeout", 60.0))
     return plan, scripts, bundle, tasks

@@ -59,7 +59,7 @@ class LiveView:
             if self._live is not None:
                 return
             changed = self._last_printed.get(event.slot) != event.state and (
-                event.state in OUTCOMES or event.state in ("running", "queued", "waiting for GPU lock"))
+                event.state in OUTCOMES or event.state in ("running", "queued", "waiting for the host's lock"))
             # Off a terminal a long run must not look dead: its progress, at most every PLAIN_EVERY_S.
             due = (event.state == "running" and event.current
                    and now - self._last_line_at.get(event.slot, now) >= PLAIN_EVERY_S)

@@ -4,7 +4,7 @@ from __future__ import annotations
 import datetime as _dt
 import re
 import secrets
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal, Optional
 
 from worker.schema import CaseSpec
@@ -22,6 +22,11 @@ class Job:
     host: Host
     gpu: Optional[int]
     cases: tuple[CaseSpec, ...]
+    # Its limits, resolved when it is planned and stored in the manifest: the wall clock for the whole
+    # attempt (the host's `timeout`, else derived from its cases: wall_clock_limit), and the silence
+    # after which it is stalled (the host's `stall_timeout`, else the sweep's).
+    timeout_s: float = 0.0
+    stall_timeout_s: float = 60.0
 
     @property
     def slot(self) -> str:
@@ -98,6 +103,7 @@ def build_plan(hosts: list[Host], sweep: Sweep, run_id: str, per_gpu: PerGpu = "
     waits = [sum(wall_clock_limit(j.cases) for j in group[1:]) for group in turns.values() if len(group) > 1]
     if waits:
         lock_timeout_s += max(waits)
+    jobs = [with_limits(j, lock_timeout_s, sweep.stall_timeout) for j in jobs]
     worker = WorkerSettings(max_restarts=sweep.max_restarts, device=sweep.device, lock_timeout_s=lock_timeout_s,
                             calibration=sweep.calibration, case_timeout_s=sweep.case_timeout,
                             build_timeout_s=sweep.build_timeout)
@@ -115,3 +121,9 @@ def wall_clock_limit(cases, lock_timeout_s: float = 0.0) -> float:
     """Seconds a host may take for `cases` when its inventory sets no `timeout`: the start-up allowance,
     the GPU lock wait, and per case its timing budget (in every round) plus a fixed allowance."""
     return START_ALLOWANCE_S + lock_timeout_s + sum(PER_CASE_S + 3 * c.timing.budget_s for c in cases)
+
+
+def with_limits(job: Job, lock_timeout_s: float, stall_timeout_s: float) -> Job:
+    """`job` with its limits resolved (see Job): a host's own settings first."""
+    return replace(job, timeout_s=job.host.timeout or wall_clock_limit(job.cases, lock_timeout_s),
+                   stall_timeout_s=job.host.stall_timeout or stall_timeout_s)

@@ -11,12 +11,12 @@ import json
 import posixpath
 import shutil
 import tempfile
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
 from .errors import InputError
+from .fanout import Running, fan_out
 from .inventory import Host
 from .resources import data_dir
 from .transport import TransportError, make_transport
@@ -88,9 +88,12 @@ def resolution_problems(report: dict, profile: str, constraints: Path = CONSTRAI
 
 
 def provision_host(host: Host, *, profile: str, wheelhouse: Optional[Path], base_python: str,
-                   accept_new: bool, constraints: Path = CONSTRAINTS, dry_run: bool = False) -> ProvisionResult:
+                   accept_new: bool, constraints: Path = CONSTRAINTS, dry_run: bool = False,
+                   running: Optional[Running] = None) -> ProvisionResult:
     result = ProvisionResult(host.name, False)
     transport = make_transport(host, accept_new=accept_new)
+    if running is not None:  # Ctrl-C closes the connection: its commands stop (fanout.Running)
+        running.add(host.name, transport.close)
     merged_dir: Optional[Path] = None  # the environment's constraints file, removed at the end
     lines: list[str] = []
 
@@ -156,6 +159,8 @@ def provision_host(host: Host, *, profile: str, wheelhouse: Optional[Path], base
     except Exception as exc:
         result.problem = f"{type(exc).__name__}: {exc}"
     finally:
+        if running is not None:
+            running.remove(host.name)
         transport.close()
         if merged_dir is not None:
             shutil.rmtree(merged_dir, ignore_errors=True)
@@ -169,6 +174,8 @@ def provision_hosts(hosts: list[Host], *, profile: str = "gpu", wheelhouse: Opti
         raise InputError(f"--profile {profile!r}: one of {', '.join(PROFILES)}")
     if wheelhouse is not None and not wheelhouse.is_dir():
         raise InputError(f"--wheelhouse {wheelhouse}: not a folder")
-    with ThreadPoolExecutor(max_workers=max(1, min(parallel, len(hosts)))) as pool:
-        return list(pool.map(lambda h: provision_host(h, profile=profile, wheelhouse=wheelhouse, base_python=base_python,
-                                                      accept_new=accept_new, dry_run=dry_run), hosts))
+    running = Running()
+    results = fan_out(hosts, lambda h: provision_host(h, profile=profile, wheelhouse=wheelhouse, base_python=base_python,
+                                                      accept_new=accept_new, dry_run=dry_run, running=running),
+                      parallel=parallel, on_interrupt=running.stop_all)
+    return [r.value if r.ok else ProvisionResult(r.name, False, problem=r.describe_error()) for r in results]

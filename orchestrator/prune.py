@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import datetime as _dt
 import shutil
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
 from .errors import InputError
+from .fanout import Running, fan_out
 from .inventory import Inventory
 from .remote import CLEANUP_LIMIT_S, bounded, layout_for
 from .store import RunStore, existing_runs_dir, list_run_dirs
@@ -71,9 +71,9 @@ def _created(store: RunStore) -> Optional[_dt.datetime]:
 
 def prune_runs(runs_dir, inventory_of: Callable[[RunStore], Inventory], *, keep: Optional[int],
                older_than: Optional[_dt.datetime], dry_run: bool = False, local_only: bool = False,
-               accept_new: bool = False) -> list[PruneResult]:
+               accept_new: bool = False, parallel: int = 64) -> list[PruneResult]:
     """Prune the selected runs; `inventory_of(run)` gives the hosts to clean (raises InputError when
-    it cannot: that run is then kept, with the reason)."""
+    it cannot: that run is then kept, with the reason), at most `parallel` at once."""
     stores = [RunStore(p) for p in list_run_dirs(existing_runs_dir(runs_dir))]
     results = []
     for store in select_runs(stores, keep, older_than):
@@ -85,7 +85,7 @@ def prune_runs(runs_dir, inventory_of: Callable[[RunStore], Inventory], *, keep:
                 continue
             if not local_only and not result.dry_run:  # a dry run put nothing on its hosts
                 try:
-                    _clean_hosts(store, inventory_of(store), result, dry_run, accept_new)
+                    _clean_hosts(store, inventory_of(store), result, dry_run, accept_new, parallel)
                 except InputError as exc:
                     result.problems.append(f"{exc}: kept (or --local-only)")
             if result.problems and not local_only:
@@ -96,7 +96,8 @@ def prune_runs(runs_dir, inventory_of: Callable[[RunStore], Inventory], *, keep:
     return results
 
 
-def _clean_hosts(store: RunStore, inventory: Inventory, result: PruneResult, dry_run: bool, accept_new: bool) -> None:
+def _clean_hosts(store: RunStore, inventory: Inventory, result: PruneResult, dry_run: bool, accept_new: bool,
+                 parallel: int) -> None:
     manifest = store.manifest()
     by_name = {h.name: h for h in inventory.hosts}
     hosts = []
@@ -115,6 +116,7 @@ def _clean_hosts(store: RunStore, inventory: Inventory, result: PruneResult, dry
         if dry_run:
             return None
         transport = make_transport(host, accept_new=accept_new)
+        running.add(host.name, transport.close)  # Ctrl-C closes the connection: its command stops
         try:
             transport.connect()
             quiet = lambda stream, line: None  # noqa: E731
@@ -126,11 +128,13 @@ def _clean_hosts(store: RunStore, inventory: Inventory, result: PruneResult, dry
         except TransportError as exc:
             return f"host '{host.name}': {exc}: kept"
         finally:
+            running.remove(host.name)
             transport.close()
 
-    with ThreadPoolExecutor(max_workers=max(1, min(16, len(hosts)))) as pool:
-        for host, problem in zip(hosts, pool.map(clean, hosts)):
-            if problem:
-                result.problems.append(problem)
-            else:
-                result.hosts_cleaned.append(host.name)
+    running = Running()
+    for host_result in fan_out(hosts, clean, parallel=parallel, on_interrupt=running.stop_all):
+        problem = host_result.value if host_result.ok else f"host '{host_result.name}': {host_result.describe_error()}: kept"
+        if problem:
+            result.problems.append(problem)
+        else:
+            result.hosts_cleaned.append(host_result.name)

@@ -75,3 +75,61 @@ def test_ctrl_c_during_hosts_check_stops_every_probe_on_the_hosts(fleet, tmp_pat
     while time.monotonic() < deadline and any(processes_under(w) for w in workdirs):
         time.sleep(0.1)
     assert not any(processes_under(w) for w in workdirs)
+
+
+def _slow_program(path: Path) -> Path:
+    """A program that says it started (a file beside it), then takes two minutes; its command line names it."""
+    import sys
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(f"#!{sys.executable}\nimport pathlib, time\n"
+                    f"pathlib.Path({str(path) + '.started'!r}).touch()\ntime.sleep(120)\n")
+    path.chmod(0o755)
+    return path
+
+
+def _interrupt_when_running(proc, slow: Path, timeout: float = 60) -> str:
+    started = Path(str(slow) + ".started")
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and not started.exists():
+        time.sleep(0.1)
+    assert started.exists(), "the slow command never started"
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    return err
+
+
+def test_ctrl_c_during_provision_stops_what_it_runs(tmp_path):
+    slow = _slow_program(tmp_path / "bin" / "python3")  # creates the venv: here, for two minutes
+    inv = tmp_path / "hosts.yaml"
+    inv.write_text(f"hosts: [{{name: local, transport: local, python: {tmp_path}/venv/bin/python3, "
+                   f"workdir: {tmp_path}/work}}]\n")
+    proc = start_cli("provision", "-i", inv, "--profile", "minimal", "--base-python", slow)
+    err = _interrupt_when_running(proc, slow)
+    assert proc.returncode == 130, err
+    time.sleep(0.5)
+    assert not processes_under(slow)
+
+
+def test_ctrl_c_during_prune_stops_what_it_runs(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    from conftest import REPO
+
+    runs = tmp_path / "runs"
+    inv = tmp_path / "hosts.yaml"
+    inv.write_text(f"hosts: [{{name: local, transport: local, workdir: {tmp_path}/work}}]\n")
+    done = subprocess.run([sys.executable, "-m", "orchestrator.cli", "run", str(REPO / "sweeps" / "noop.yaml"),
+                           "-i", str(inv), "--runs-dir", str(runs)], cwd=REPO, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    slow = _slow_program(tmp_path / "bin" / "rm")  # removing the run's folder on the host: two minutes
+    proc = subprocess.Popen([sys.executable, "-m", "orchestrator.cli", "prune", "--older-than", "2999-01-01",
+                             "--runs-dir", str(runs)], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=dict(os.environ, PATH=f"{slow.parent}:{os.environ['PATH']}"))
+    err = _interrupt_when_running(proc, slow)
+    assert proc.returncode == 130, err
+    time.sleep(0.5)
+    assert not processes_under(slow)
+    assert list(runs.iterdir())  # interrupted: the run is kept

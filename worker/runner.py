@@ -294,8 +294,9 @@ def _calibrate(runner: "CaseRunner", cases: list[CaseSpec], mode: str, inflight:
     inflight.unlink(missing_ok=True)
     if not families:
         return None
-    emit_progress(event="calibrate", families=sorted(families), mode=mode)
-    return calibrate(runner.device, families, mode)
+    # Announced only for what is measured now (a cached peak is read, not measured).
+    return calibrate(runner.device, families, mode,
+                     on_measure=lambda items: emit_progress(event="calibrate", families=items, mode=mode))
 
 
 def round_order(todo: list[CaseSpec], round_index: int, seed: str) -> list[CaseSpec]:

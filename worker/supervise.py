@@ -60,11 +60,12 @@ def _lock_settings(params_path: Path) -> dict:
 def _supervise_locked(params_path: Path, results_path: Path) -> int:
     import contextlib
 
-    from .gpulock import GpuLockTimeout, gpu_lock
+    from .gpulock import CPU, GpuLockTimeout, gpu_lock
     from .protocol import emit_progress, heartbeat
 
     settings = _lock_settings(params_path)
-    ids = [] if settings["device"] == "cpu" else None  # None: find this process's GPU (none on a CPU host)
+    # None: find this process's GPU (a host without one locks its CPU); a CPU sweep locks the CPU.
+    ids = [CPU] if settings["device"] == "cpu" else None
     held = contextlib.ExitStack()
     try:
         # The supervisor beats only while it waits for the GPU: once a child runs, the child beats (one

@@ -19,6 +19,7 @@ class LocalTransport:
 
     def __init__(self, host: Host):
         self.host = host
+        self._running: set[subprocess.Popen] = set()
 
     def connect(self) -> None:
         pass
@@ -67,6 +68,7 @@ class LocalTransport:
             raise TransportError("failed", f"interpreter not found: {argv[0]}") from None
         except PermissionError:
             raise TransportError("failed", f"interpreter not executable: {argv[0]}") from None
+        self._running.add(proc)
         last_heard = [time.monotonic()]
         readers = [threading.Thread(target=_pump, args=(stream, name, on_line, last_heard), daemon=True)
                    for stream, name in ((proc.stdout, "stdout"), (proc.stderr, "stderr"))]
@@ -98,6 +100,8 @@ class LocalTransport:
             _kill_group(proc)
             proc.wait()
             raise
+        finally:
+            self._running.discard(proc)
         for r in readers:
             r.join(timeout=5)
         if timed_out or stalled:
@@ -108,7 +112,9 @@ class LocalTransport:
         return shell_command(argv, env)
 
     def close(self) -> None:
-        pass
+        """Stop every command still running through this connector (Ctrl-C: nothing is left behind)."""
+        for proc in list(self._running):
+            _kill_group(proc)
 
 
 def _pump(stream, name: str, on_line: LineSink, last_heard: list) -> None:
