@@ -14,7 +14,8 @@ from orchestrator.cli import main
 from orchestrator.store import resolve_run
 from cli_output import cli_json
 
-HOSTILE = "{'Desc':40s} | \"it's\" \n $(touch /tmp/pwned) `id` ünïcode"
+# Every quote and shell metacharacter a label may hold (control characters are refused at load).
+HOSTILE = "{'Desc':40s} | \"it's\" ; $(touch /tmp/pwned) `id` && ünïcode"
 
 
 def run_cli(capsys, *argv) -> tuple[int, str, str]:
