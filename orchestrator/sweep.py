@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import fnmatch
 import hashlib
+import json
 import math
 from pathlib import Path
-from typing import Literal, Optional, Union
+from typing import Annotated, Literal, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
 
 from worker.backends import CATALOG, MOE_CATALOG
 from worker.routing import describe as describe_routing
@@ -28,9 +29,26 @@ from worker.routing import draw_counts, read_counts_file
 from worker.schema import CaseSpec, MoeSpec, TimingOptions
 
 from .errors import InputError
-from .yamlfile import describe_validation, read_yaml_mapping
+from .yamlfile import PrintableText, describe_validation, read_yaml_mapping
 
-IntList = Union[int, list[int]]
+# GEMM libraries take their sizes as 32-bit integers (cuBLAS's m, n, k): a larger size is a typo.
+MAX_SIZE = 2 ** 31 - 1
+# An MoE layer draws a routing over all its experts and runs a GEMM for each.
+MAX_EXPERTS = 65536
+
+
+def _sizes(value):
+    """One whole number or a list of them, none above MAX_SIZE. YAML's true/false, 16.0 and '1e23' are
+    not sizes: refused here, before a looser reading could turn them into 1 or 10**23."""
+    for v in value if isinstance(value, list) else [value]:
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise ValueError(f"expected a whole number or a list of them, got {json.dumps(v, default=str)}")
+        if v > MAX_SIZE:
+            raise ValueError(f"{v} is larger than {MAX_SIZE}, the largest size GEMM libraries take")
+    return value
+
+
+IntList = Annotated[Union[int, list[int]], BeforeValidator(_sizes)]
 
 # Named shape sets: (label, Ms, N, K).
 GLM5_M = [16, 32, 64, 128, 256, 512, 1024]
@@ -69,6 +87,12 @@ class MoE(BaseModel):
     top_k: int = Field(gt=0)
     experts: int = Field(gt=0)
 
+    @model_validator(mode="after")
+    def _top_k_fits(self) -> "MoE":
+        if self.top_k > self.experts:
+            raise ValueError("'top_k' must not exceed 'experts' (each token goes to top_k distinct experts)")
+        return self
+
     def ms(self) -> list[tuple[int, int]]:
         return [(b, math.ceil(b * self.top_k / self.experts)) for b in _as_list(self.batch)]
 
@@ -92,12 +116,12 @@ class MoeLayer(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     preset: Optional[str] = None
-    experts: Optional[int] = Field(default=None, gt=0)
+    experts: Optional[int] = Field(default=None, gt=0, le=MAX_EXPERTS)
     top_k: Optional[int] = Field(default=None, gt=0)
     tokens: Optional[IntList] = None
     routing: Literal["uniform", "zipf", "file"] = "uniform"
     skew: float = Field(default=1.0, ge=0)
-    counts_file: Optional[str] = None
+    counts_file: Optional[PrintableText] = None
     _counts: Optional[list[int]] = PrivateAttr(default=None)  # read by load_sweep from counts_file
 
     @model_validator(mode="after")
@@ -144,7 +168,7 @@ class ShapeEntry(BaseModel):
     moe_layer: Optional[MoeLayer] = None
     n: Optional[IntList] = None
     k: Optional[IntList] = None
-    label: str = ""
+    label: PrintableText = ""
 
     @model_validator(mode="after")
     def _one_kind(self) -> "ShapeEntry":
@@ -212,13 +236,13 @@ class UserBackend(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
-    file: str = Field(min_length=1)
+    file: PrintableText = Field(min_length=1)
 
 
 class Sweep(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    name: str = Field(min_length=1, max_length=80)
+    name: PrintableText = Field(min_length=1, max_length=80)
     description: str = ""
     backends: list[Union[str, UserBackend]] = Field(min_length=1)
     shapes: list[ShapeEntry] = Field(min_length=1)
@@ -295,7 +319,8 @@ def load_sweep(path: Path) -> Sweep:
     """Read and validate a sweep spec. Raises InputError naming the file and the field."""
     raw = read_yaml_mapping(Path(path), "sweep")
     try:
-        sweep = Sweep.model_validate(raw)
+        # Strict: a value is taken as written, never converted (true is not 1, "16" is not 16).
+        sweep = Sweep.model_validate(raw, strict=True)
     except ValidationError as exc:
         raise InputError(describe_validation(Path(path), exc)) from None
     unknown, user = [], []

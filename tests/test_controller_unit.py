@@ -189,7 +189,53 @@ BAD_INPUTS = [
      "field 'stall_timeout': Input should be greater than or equal to 15"),
     ("host stall timeout too short", "hosts: [{name: local, transport: local, stall_timeout: 2}]\n", GOOD_SWEEP,
      "field 'stall_timeout'"),
+    # issue 27: values are taken as written; no key twice; no control characters in what tables show
+    ("boolean for a size", GOOD_HOSTS, "name: s\nbackends: [torch-bf16]\nshapes: [{m: true, n: 64, k: 64}]\n",
+     "field 'shapes.0.m': expected a whole number or a list of them, got true"),
+    ("boolean among sizes", GOOD_HOSTS, "name: s\nbackends: [torch-bf16]\nshapes: [{m: [16, yes], n: 64, k: 64}]\n",
+     "field 'shapes.0.m': expected a whole number or a list of them, got true"),
+    ("boolean for a timing count", GOOD_HOSTS, GOOD_SWEEP + "timing: {rounds: true}\n",
+     "field 'timing.rounds': Input should be a valid integer, got true"),
+    ("string for a seed", GOOD_HOSTS, GOOD_SWEEP + "seed: '3'\n", "field 'seed': Input should be a valid integer, got \"3\""),
+    ("boolean for a port", "hosts: [{name: a, hostname: h, port: true}]\n", GOOD_SWEEP,
+     "host 'a': field 'port': Input should be a valid integer, got true"),
+    ("string for a GPU index", "hosts: [{name: a, hostname: h, gpus: ['0']}]\n", GOOD_SWEEP,
+     "host 'a': field 'gpus.0': Input should be a valid integer, got \"0\""),
+    ("size beyond 32 bits", GOOD_HOSTS, "name: s\nbackends: [torch-bf16]\nshapes: [{m: 16, n: 64, k: 100000000000000000000000}]\n",
+     "field 'shapes.0.k': 100000000000000000000000 is larger than 2147483647, the largest size GEMM libraries take"),
+    ("size as a float (k: 1.0e+23)", GOOD_HOSTS, "name: s\nbackends: [torch-bf16]\nshapes: [{m: 16, n: 64, k: 1.0e+23}]\n",
+     "field 'shapes.0.k': expected a whole number or a list of them, got 1e+23"),
+    ("size YAML reads as a string (k: 1e23)", GOOD_HOSTS, "name: s\nbackends: [torch-bf16]\nshapes: [{m: 16, n: 64, k: 1e23}]\n",
+     "field 'shapes.0.k': expected a whole number or a list of them, got \"1e23\""),
+    ("MoE batch beyond 32 bits", GOOD_HOSTS, "name: s\nbackends: [torch-bf16]\nshapes: [{moe: {batch: 4294967296, top_k: 8, "
+     "experts: 256}, n: 64, k: 64}]\n", "field 'shapes.0.moe.batch': 4294967296 is larger than 2147483647"),
+    ("MoE top_k above experts", GOOD_HOSTS, "name: s\nbackends: [torch-bf16]\nshapes: [{moe: {batch: 64, top_k: 300, "
+     "experts: 8}, n: 64, k: 64}]\n", "field 'shapes.0.moe': 'top_k' must not exceed 'experts'"),
+    ("MoE layer with absurd experts", GOOD_HOSTS, "name: s\nbackends: [moe-reference]\nshapes: [{moe_layer: {experts: 100000000, "
+     "top_k: 2, tokens: 16}, n: 64, k: 64}]\n", "field 'shapes.0.moe_layer.experts': Input should be less than or equal to 65536"),
+    ("sweep key given twice", GOOD_HOSTS, GOOD_SWEEP + "name: other\n",
+     "malformed YAML at line 4, column 1: key 'name' given twice (first at line 1)"),
+    ("host key given twice", "hosts: [{name: a, hostname: h, hostname: g}]\n", GOOD_SWEEP,
+     "key 'hostname' given twice (first at line 1)"),
+    ("ANSI escape in a label", GOOD_HOSTS, 'name: s\nbackends: [torch-bf16]\nshapes: [{m: 16, n: 64, k: 64, label: "a\\x1b[31mred"}]\n',
+     "field 'shapes.0.label': 'a\\x1b[31mred' holds the control character '\\x1b': only printable text is allowed here"),
+    ("newline in a sweep name", GOOD_HOSTS, 'name: "s\\nfake line"\nbackends: [torch-bf16]\nshapes: [{m: 16, n: 64, k: 64}]\n',
+     "field 'name': 's\\nfake line' holds the control character '\\n'"),
+    ("ANSI escape in a hostname", 'hosts: [{name: a, hostname: "h\\x1b[2J"}]\n', GOOD_SWEEP,
+     "host 'a': field 'hostname': 'h\\x1b[2J' holds the control character '\\x1b'"),
+    ("bidi override in a host label", 'hosts: [{name: a, hostname: h, labels: ["rtx\\u202e"]}]\n', GOOD_SWEEP,
+     "host 'a': field 'labels.0': 'rtx\\u202e' holds the control character '\\u202e'"),
 ]
+
+
+def test_yaml_merge_keys_may_override_what_they_merge_in(tmp_path):
+    """A key given twice is refused; a key that `<<` merged in may be given again (what merges are for)."""
+    inv = load_inventory(write(tmp_path / "hosts.yaml", """
+hosts:
+  - &a {name: a, hostname: h, port: 2222}
+  - {<<: *a, name: b, port: 2223}
+"""))
+    assert [(h.name, h.hostname, h.port) for h in inv.hosts] == [("a", "h", 2222), ("b", "h", 2223)]
 
 
 @pytest.mark.parametrize("what,hosts,sweep,message", BAD_INPUTS, ids=[b[0] for b in BAD_INPUTS])
