@@ -12,7 +12,7 @@ import statistics
 from dataclasses import asdict, dataclass, field
 from typing import Optional
 
-from .index import RunIndex
+from .index import LARGEST_INTEGER, RunIndex
 from .steps import MIN_POINTS, detect_steps
 
 
@@ -35,7 +35,9 @@ class Selection:
         clauses, params = ["r.status = 'ok'", "r.median_us IS NOT NULL"], []
         for column, value in (("r.backend", self.backend), ("r.m", self.m), ("r.n", self.n), ("r.k", self.k),
                               ("r.slot", self.host), ("runs.sweep", self.sweep), ("r.case_id", self.case_id)):
-            if value is not None:
+            if isinstance(value, int) and value > LARGEST_INTEGER:
+                clauses.append("0")  # SQLite cannot hold it: no stored size is that large
+            elif value is not None:
                 clauses.append(f"{column} = ?")
                 params.append(value)
         if self.label:

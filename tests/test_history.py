@@ -289,6 +289,8 @@ def test_odd_stored_values_never_crash_history_and_are_named(tmp_path, capsys):
     assert len(doc["points"]) == 3 * 100 - 3  # everything else is there
     assert f"note: run {ids[2]}: 2 result(s) left out" in err and "K 100000000000000000000000 is out of range" in err
     assert f"note: run {ids[1]}: 1 result(s) left out" in err and "median inf µs is not a kernel's time" in err
+    code, doc = history_json(capsys, runs, "--k", 10 ** 23)  # asking for such a size finds nothing
+    assert code == 0 and doc["points"] == []
 
 
 def test_history_names_the_run_folders_it_cannot_read(tmp_path, capsys):
