@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 from typing import Callable, Optional, TextIO
 
-from . import __version__
+from . import __version__, defaults
 from .errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, FleetbenchError, InputError, RunInterrupted
 
 DEFAULT_INVENTORY = "hosts.yaml"
@@ -129,7 +129,7 @@ def args_run(p):
     p.add_argument("sweep", help="sweep spec (YAML), e.g. sweeps/smoke.yaml")
     for opt in (_opt_inventory, _opt_runs_dir, _opt_hosts, _opt_per_gpu, _opt_parallel, _opt_accept_new):
         opt(p)
-    p.add_argument("--lock-timeout", type=_seconds, default=600.0,
+    p.add_argument("--lock-timeout", type=_seconds, default=defaults.LOCK_TIMEOUT_S,
                    help="seconds a host waits for its GPU while another sweep holds it (default: 600)")
     _opt_format(p)
 
@@ -307,18 +307,18 @@ def cmd_runs(args, io: Streams) -> int:
         try:
             manifest = store.manifest()
             # A run is its cases: a host can end ok while every case it ran failed.
-            cases = {} if manifest.get("dry_run") else counted(r.status for r in merged_rows(store))
+            cases = {} if manifest.dry_run else counted(r.status for r in merged_rows(store))
         except FleetbenchError as exc:
             entries.append({"run_id": run_dir.name, "sweep": "?", "hosts": 0, "cases": 0,
                             "summary": f"unreadable: {exc}"})
             continue
         hosts = counted(o.outcome for o in store.latest_outcomes().values())
-        if manifest.get("dry_run"):
+        if manifest.dry_run:
             summary = "rendered only (dry run)"
         else:
             summary = f"cases: {said(cases)}; hosts: {said(hosts)}" if hosts else "not started"
-        entries.append({"run_id": store.run_id, "sweep": manifest["sweep_name"], "hosts": len(manifest.get("hosts", [])),
-                        "cases": sum(len(j["case_ids"]) for j in manifest.get("jobs", [])), "summary": summary,
+        entries.append({"run_id": store.run_id, "sweep": manifest.sweep_name, "hosts": len(manifest.hosts),
+                        "cases": sum(len(j.case_ids) for j in manifest.jobs), "summary": summary,
                         "case_statuses": cases, "host_outcomes": hosts})
     io.write(write(runs_document(entries), args.format, io.width()))
     return EXIT_OK
@@ -453,7 +453,7 @@ def cmd_prune(args, io: Streams) -> int:
 
 def _run_inventory(store) -> str:
     """The inventory file a run was started with; InputError when it is gone."""
-    stored = store.manifest().get("inventory_path")
+    stored = store.manifest().inventory_path
     if not stored or not Path(stored).is_file():
         raise InputError(f"run {store.run_id} was started with inventory {stored or '(not recorded)'}, which is not "
                          "there any more: name one with -i (it must hold the run's hosts)")

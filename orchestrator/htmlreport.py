@@ -223,7 +223,7 @@ METHODS_SHORT = {"cuda-graph": "graph", "cuda-events": "events", "cpu-wallclock"
 def _measured_side(runs_dir: Path, ref: str):
     """The side `ref` names; InputError for a dry run of `render`, where nothing was measured."""
     side = resolve_side(runs_dir, ref)
-    if side.store.manifest().get("dry_run"):
+    if side.store.manifest().dry_run:
         raise InputError(f"run {side.store.run_id} is a dry run of `fleetbench render`: nothing ran, so there is "
                          "nothing to report (report a run made by `fleetbench run`)")
     return side
@@ -263,7 +263,7 @@ def write_report(runs_dir: Path, run_ref: str, against: Optional[str], output: P
               "error": s.outcome.error if s.outcome else ""} for s in side.slots]
     fleet = across_hosts(side, threshold) if len(side.slots) >= 3 else None
     html = template_environment().get_template(REPORT_TEMPLATE).render(
-        run_id=store.run_id, sweep=store.manifest()["sweep"]["name"], generated=now_iso(), version=__version__,
+        run_id=store.run_id, sweep=store.manifest().sweep_name, generated=now_iso(), version=__version__,
         rows=rows, methods_short=METHODS_SHORT, charts=charts, data=page_data(charts, rows), script=_script(),
         facts=facts, comparison=comparison, fleet=fleet, baseline=baseline, methods=methods,
         threshold=threshold, sig=significant,

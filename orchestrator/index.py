@@ -172,7 +172,7 @@ class RunIndex:
         with self.db:
             self._delete(run_dir.name)
             self.db.execute("INSERT INTO runs VALUES (?, ?, ?, ?, ?, ?)",
-                            (run_dir.name, None, _created_at(run_dir.name, {}), "unreadable", problem[:500], fp))
+                            (run_dir.name, None, _created_at(run_dir.name, None), "unreadable", problem[:500], fp))
 
     def _index_run(self, run_dir: Path, fp: str) -> None:
         from .errors import FleetbenchError
@@ -185,12 +185,12 @@ class RunIndex:
         store = RunStore(run_dir)
         try:
             manifest = store.manifest()
-            slots = [] if manifest.get("dry_run") else load_slots(store)
+            slots = [] if manifest.dry_run else load_slots(store)
         except (FleetbenchError, OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
             self._unreadable(run_dir, fp, str(exc))
             return
         outcomes = [s.outcome.outcome if s.outcome else "not run" for s in slots]
-        state = ("dry-run" if manifest.get("dry_run") else "complete" if outcomes and all(o == "ok" for o in outcomes)
+        state = ("dry-run" if manifest.dry_run else "complete" if outcomes and all(o == "ok" for o in outcomes)
                  else "partial" if any(o == "ok" for o in outcomes) else "failed")
         hosts, results, left_out = [], [], []
         for s in slots:
@@ -211,12 +211,12 @@ class RunIndex:
                                 mt.pct_sol if mt else None, mt.tflops if mt else None, c.timing.budget_s))
         problem = (f"{len(left_out)} result(s) left out, their values cannot be a measurement: "
                    + "; ".join(left_out[:3]) + ("; ..." if len(left_out) > 3 else "")) if left_out else ""
-        sweep = manifest.get("sweep_name")
+        sweep = manifest.sweep_name or None
         with self.db:
             self._delete(run_dir.name)
             self.db.execute("INSERT INTO runs VALUES (?, ?, ?, ?, ?, ?)",
                             (run_dir.name, sweep if isinstance(sweep, str) else None,
-                             _created_at(run_dir.name, manifest), state, problem[:500], fp))
+                             _created_at(run_dir.name, manifest.created_at), state, problem[:500], fp))
             self.db.executemany("INSERT INTO hosts VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", hosts)
             self.db.executemany("INSERT OR REPLACE INTO results VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                                 results)
@@ -298,10 +298,10 @@ def _unusable(path: Path, exc: Exception) -> InputError:
     return InputError(f"the history index {path} cannot be used: {exc}")
 
 
-def _created_at(run_id: str, manifest: dict) -> str:
+def _created_at(run_id: str, created_at: Optional[str]) -> str:
     """When the run started: the manifest says so (format 2 on); a run id starts with its UTC time."""
-    if manifest.get("created_at"):
-        return str(manifest["created_at"])
+    if created_at:
+        return str(created_at)
     stamp = run_id[:15]  # 20261203-081621
     if len(stamp) == 15 and stamp[8] == "-" and stamp.replace("-", "").isdigit():
         return f"{stamp[:4]}-{stamp[4:6]}-{stamp[6:8]}T{stamp[9:11]}:{stamp[11:13]}:{stamp[13:15]}+00:00"

@@ -21,6 +21,7 @@ from .errors import InputError, RunInterrupted
 from .execute import EventSink, Execution, JobTask, recover_attempts, run_tasks
 from .formats import MANIFEST_VERSION
 from .inventory import Host, Inventory, select_hosts
+from .manifest import Manifest
 from .outcome import HostOutcome
 from .plan import Job, Plan, WorkerSettings, with_limits
 from .remote import RenderedScript, job_argv, layout_for
@@ -120,44 +121,44 @@ def describe_commands(plan: Plan, scripts: dict[str, RenderedScript]) -> list[st
 
 
 # -- rerun ------------------------------------------------------------------------------------------
-def _stored_bundle(store: RunStore, manifest: dict) -> WorkerBundle:
+def _stored_bundle(store: RunStore, manifest: Manifest) -> WorkerBundle:
     path = store.dir / "worker.tar.gz"
     try:
         data = path.read_bytes()
     except OSError as exc:
         raise InputError(f"{path}: the run's worker archive cannot be read: {exc.strerror or exc}") from None
     bundle = WorkerBundle(data=data, sha256=hashlib.sha256(data).hexdigest(), files=0,
-                          params_format=manifest.get("written_as", MANIFEST_VERSION))
-    if bundle.sha256 != manifest["worker_sha256"]:
+                          params_format=manifest.written_as)
+    if bundle.sha256 != manifest.worker_sha256:
         raise InputError(f"{path}: worker archive does not match the manifest's sha256")
     return bundle
 
 
-def _stored_script(store: RunStore, manifest: dict, host: Host, bundle: WorkerBundle) -> RenderedScript:
+def _stored_script(store: RunStore, manifest: Manifest, host: Host, bundle: WorkerBundle) -> RenderedScript:
     """The run's own script for `host`, checked against the manifest and against the host's workdir."""
-    stored = manifest["scripts"][host.name]
-    path = store.dir / stored["path"]
-    if not path.exists() or hashlib.sha256(path.read_bytes()).hexdigest() != stored["sha256"]:
+    stored = manifest.scripts[host.name]
+    path = store.dir / stored.path
+    if not path.exists() or hashlib.sha256(path.read_bytes()).hexdigest() != stored.sha256:
         raise InputError(f"{path}: the run's script is missing or was modified")
     layout = layout_for(host, store.run_id, bundle.sha256)
-    if manifest.get("written_as", MANIFEST_VERSION) == MANIFEST_VERSION:
+    if manifest.written_as == MANIFEST_VERSION:
         # Today's template renders the same bytes for an unchanged workdir; an older run's template
         # differs anyway, so there only the stored layout is checked.
         current = hashlib.sha256(render_script(template_environment(), layout, bundle.sha256).encode()).hexdigest()
-        if current != stored["sha256"]:
+        if current != stored.sha256:
             raise InputError(f"host '{host.name}': its workdir changed since run {store.run_id}; "
                              "the stored script no longer fits it (start a new run)")
     else:
-        stored_host = next((h for h in manifest.get("hosts", []) if h.get("name") == host.name), {})
+        stored_host = manifest.stored_host(host.name) or {}
         if stored_host.get("workdir") not in (None, host.workdir):
             raise InputError(f"host '{host.name}': its workdir changed since run {store.run_id} "
                              f"({stored_host.get('workdir')} -> {host.workdir}); start a new run")
-    return RenderedScript(host=host.name, path=path, sha256=stored["sha256"], layout=layout)
+    return RenderedScript(host=host.name, path=path, sha256=stored.sha256, layout=layout)
 
 
-def _same_host(store: RunStore, manifest: dict, host: Host, inventory_path: str) -> None:
+def _same_host(store: RunStore, manifest: Manifest, host: Host, inventory_path: str) -> None:
     """A rerun completes a run on its own hosts: refuse an inventory whose host of that name is another machine."""
-    stored = next((h for h in manifest.get("hosts", []) if h.get("name") == host.name), None)
+    stored = manifest.stored_host(host.name)
     difference = host.differs_from(stored) if stored else None
     if difference:
         raise InputError(f"host '{host.name}' in {inventory_path} is not the host run {store.run_id} ran on: "
@@ -198,16 +199,16 @@ def plan_rerun(store: RunStore, inventory: Inventory, *, failed: bool, hosts_sel
     by_name = {h.name: h for h in inventory.hosts}
     selected_hosts = None
     if hosts_selector:
-        run_hosts = [h for h in inventory.hosts if h.name in {j["host"] for j in manifest["jobs"]}]
+        run_hosts = [h for h in inventory.hosts if h.name in {j.host for j in manifest.jobs}]
         selected_hosts = {h.name for h in select_hosts(Inventory(path=inventory.path, hosts=tuple(run_hosts)),
                                                        hosts_selector)}
     slot_data = {d.slot: d for d in load_slots(store)}
     chosen = []
-    for job in manifest["jobs"]:
-        data = slot_data.get(job["slot"])
-        if selected_hosts is not None and job["host"] not in selected_hosts:
+    for job in manifest.jobs:
+        data = slot_data.get(job.slot)
+        if selected_hosts is not None and job.host not in selected_hosts:
             continue
-        cases = [planned[cid] for cid in job["case_ids"]]
+        cases = [planned[cid] for cid in job.case_ids]
         if failed or resume:
             cases = cases_to_finish(cases, data.records if data is not None else {})
         if cases:
@@ -218,30 +219,27 @@ def plan_rerun(store: RunStore, inventory: Inventory, *, failed: bool, hosts_sel
                              "(ok, unsupported or unavailable)")
 
     bundle = _stored_bundle(store, manifest)
-    lock_timeout = manifest["worker"]["lock_timeout_s"] if lock_timeout_s is None else lock_timeout_s
+    lock_timeout = manifest.worker.lock_timeout_s if lock_timeout_s is None else lock_timeout_s
     hosts, jobs, tasks, scripts = [], [], [], {}
     for job_info, cases in chosen:
-        host = by_name.get(job_info["host"])
+        host = by_name.get(job_info.host)
         if host is None:
-            raise InputError(f"host '{job_info['host']}' of run {store.run_id} is not in {inventory.path}")
+            raise InputError(f"host '{job_info.host}' of run {store.run_id} is not in {inventory.path}")
         if host.name not in scripts:
             _same_host(store, manifest, host, inventory.path)
             scripts[host.name] = _stored_script(store, manifest, host, bundle)
             hosts.append(host)
         # Limits for what runs now: the host's own settings, else derived from these cases.
-        job = with_limits(Job(host=host, gpu=job_info.get("gpu"), cases=tuple(cases)), lock_timeout,
-                          manifest.get("stall_timeout", 60.0))
+        job = with_limits(Job(host=host, gpu=job_info.gpu, cases=tuple(cases)), lock_timeout,
+                          manifest.stall_timeout)
         jobs.append(job)
         tasks.append(JobTask(job=job, attempt=store.next_attempt(job.slot), cases=tuple(cases)))
-    stored = manifest["worker"]
-    defaults = WorkerSettings()  # a run of format < 7 had no case limits: its own worker ignores them
-    worker = WorkerSettings(max_restarts=stored["max_restarts"], device=stored["device"],
-                            calibration=stored["calibration"],
-                            case_timeout_s=stored.get("case_timeout_s", defaults.case_timeout_s),
-                            build_timeout_s=stored.get("build_timeout_s", defaults.build_timeout_s),
+    stored = manifest.worker
+    worker = WorkerSettings(max_restarts=stored.max_restarts, device=stored.device, calibration=stored.calibration,
+                            case_timeout_s=stored.case_timeout_s, build_timeout_s=stored.build_timeout_s,
                             lock_timeout_s=lock_timeout)
-    plan = Plan(run_id=store.run_id, sweep_name=manifest["sweep_name"], hosts=tuple(hosts), jobs=tuple(jobs),
-                worker=worker, per_gpu=manifest.get("per_gpu", "all"), stall_timeout=manifest.get("stall_timeout", 60.0))
+    plan = Plan(run_id=store.run_id, sweep_name=manifest.sweep_name, hosts=tuple(hosts), jobs=tuple(jobs),
+                worker=worker, per_gpu=manifest.per_gpu, stall_timeout=manifest.stall_timeout)
     return plan, scripts, bundle, tasks
 
 

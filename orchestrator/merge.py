@@ -100,15 +100,15 @@ def load_slots(store: RunStore) -> list[SlotData]:
     manifest = store.manifest()
     cases_by_id = store.planned_cases()
     slots = []
-    for job in manifest.get("jobs", []):
-        slot = job["slot"]
+    for job in manifest.jobs:
+        slot = job.slot
         attempts = store.attempts(slot)
-        planned: list[CaseSpec] = [cases_by_id[cid] for cid in job["case_ids"]]
+        planned: list[CaseSpec] = [cases_by_id[cid] for cid in job.case_ids]
         records: dict[str, tuple[int, CaseRecord]] = {}
         facts = first_facts = None
         facts_of: dict[int, Optional[FactsRecord]] = {}
         changed: dict[int, str] = {}
-        problems: list[str] = [n for n in manifest.get("format_notes", []) if n.startswith(f"job {slot}:")]
+        problems: list[str] = [n for n in manifest.format_notes if n.startswith(f"job {slot}:")]
         for attempt in attempts:
             parsed = parse_results(store.attempt_dir(slot, attempt) / "results.jsonl")
             facts = parsed.facts or facts
@@ -141,7 +141,7 @@ def load_slots(store: RunStore) -> list[SlotData]:
                     records[cid] = (attempt, joined.model_copy(update={"case": cases_by_id[cid]})
                                     if joined is not rec else rec)
         outcome = store.outcome(slot, attempts[-1]) if attempts else None
-        slots.append(SlotData(slot=slot, host=job["host"], gpu=job.get("gpu"), planned=planned,
+        slots.append(SlotData(slot=slot, host=job.host, gpu=job.gpu, planned=planned,
                               records=records, facts=facts, outcome=outcome, problems=problems, changed=changed))
     return slots
 

@@ -10,6 +10,7 @@ from typing import Literal, Optional
 from worker.schema import CaseSpec
 
 from .inventory import Host
+from . import defaults
 from .sweep import Sweep
 
 PerGpu = Literal["all", "shard"]
@@ -26,7 +27,7 @@ class Job:
     # attempt (the host's `timeout`, else derived from its cases: wall_clock_limit), and the silence
     # after which it is stalled (the host's `stall_timeout`, else the sweep's).
     timeout_s: float = 0.0
-    stall_timeout_s: float = 60.0
+    stall_timeout_s: float = defaults.STALL_TIMEOUT_S
 
     @property
     def slot(self) -> str:
@@ -47,10 +48,10 @@ class WorkerSettings:
 
     max_restarts: int = 2  # fresh worker processes after a crash, per job
     device: str = "auto"  # auto | cuda | cpu
-    lock_timeout_s: float = 600.0  # how long a job waits for its GPU while another sweep holds it
+    lock_timeout_s: float = defaults.LOCK_TIMEOUT_S  # a job's wait for its GPU while another sweep holds it
     calibration: str = "cached"  # cached | fresh | off: the GPU peaks speed of light is computed from
-    case_timeout_s: float = 300.0  # one round of a case, then it is stopped as hung (worker/supervise.py)
-    build_timeout_s: float = 1800.0  # the same while a compiler runs under the worker (a first JIT build)
+    case_timeout_s: float = defaults.CASE_TIMEOUT_S  # one round, then it is stopped as hung (worker/supervise.py)
+    build_timeout_s: float = defaults.BUILD_TIMEOUT_S  # the same while a compiler runs (a first JIT build)
 
 
 @dataclass(frozen=True)
@@ -64,7 +65,7 @@ class Plan:
     jobs: tuple[Job, ...]
     worker: WorkerSettings = WorkerSettings()
     per_gpu: PerGpu = "all"
-    stall_timeout: float = 60.0  # seconds of silence after which a host is stalled (a host may set its own)
+    stall_timeout: float = defaults.STALL_TIMEOUT_S  # silence after which a host is stalled (a host may set its own)
 
     def jobs_of(self, host: Host) -> list[Job]:
         return [j for j in self.jobs if j.host.name == host.name]
@@ -82,7 +83,7 @@ def new_run_id(sweep_name: str, now: Optional[_dt.datetime] = None) -> str:
 
 
 def build_plan(hosts: list[Host], sweep: Sweep, run_id: str, per_gpu: PerGpu = "all",
-               lock_timeout_s: float = 600.0) -> Plan:
+               lock_timeout_s: float = defaults.LOCK_TIMEOUT_S) -> Plan:
     """Every host gets every case; a host with `gpus` gets one job per GPU, with all the cases
     (`all`: compare GPUs) or a round-robin share (`shard`: finish sooner)."""
     cases = tuple(sweep.cases())

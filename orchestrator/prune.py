@@ -57,14 +57,14 @@ def select_runs(stores: list[RunStore], keep: Optional[int], older_than: Optiona
 
 def is_dry_run(store: RunStore) -> bool:
     try:
-        return bool(store.manifest().get("dry_run"))
+        return store.manifest().dry_run
     except InputError:
         return False  # an unreadable run counts as one that ran: it is never pruned for a dry run
 
 
 def _created(store: RunStore) -> Optional[_dt.datetime]:
     try:
-        return parse_date(store.manifest()["created_at"])
+        return parse_date(store.manifest().created_at or "")
     except Exception:
         return None
 
@@ -101,7 +101,7 @@ def _clean_hosts(store: RunStore, inventory: Inventory, result: PruneResult, dry
     manifest = store.manifest()
     by_name = {h.name: h for h in inventory.hosts}
     hosts = []
-    for stored in manifest.get("hosts", []):
+    for stored in manifest.hosts:
         host = by_name.get(stored["name"])
         difference = host.differs_from(stored) if host is not None else None
         if host is None:
@@ -112,7 +112,7 @@ def _clean_hosts(store: RunStore, inventory: Inventory, result: PruneResult, dry
             hosts.append(host)
 
     def clean(host) -> Optional[str]:
-        remote_run = layout_for(host, store.run_id, manifest.get("worker_sha256", "")).run_dir
+        remote_run = layout_for(host, store.run_id, manifest.worker_sha256).run_dir
         if dry_run:
             return None
         transport = make_transport(host, accept_new=accept_new)

@@ -23,6 +23,7 @@ from worker.schema import CaseSpec
 from .atomicfile import write_json
 from .errors import InputError
 from .formats import MANIFEST_VERSION, upgrade_manifest
+from .manifest import Manifest, load_manifest
 from .outcome import HostOutcome
 
 
@@ -33,8 +34,7 @@ def now_iso() -> str:
 class RunStore:
     def __init__(self, run_dir: Path):
         self.dir = Path(run_dir)
-        self._manifest: Optional[dict] = None
-        self._cases: Optional[dict[str, CaseSpec]] = None
+        self._manifest: Optional[Manifest] = None
 
     @property
     def run_id(self) -> str:
@@ -61,8 +61,8 @@ class RunStore:
                              f"({exc.strerror or type(exc).__name__})") from None
         return cls(run_dir)
 
-    def manifest(self) -> dict:
-        """The manifest as the current format (older formats upgraded on read; formats.py), read once."""
+    def manifest(self) -> Manifest:
+        """The run's typed manifest (any stored format, upgraded on read: formats.py, manifest.py), read once."""
         if self._manifest is None:
             try:
                 data = json.loads(self.manifest_path.read_text(encoding="utf-8"))
@@ -70,7 +70,7 @@ class RunStore:
                 raise InputError(f"{self.dir}: not a fleetbench run (no manifest.json)") from None
             except (ValueError, OSError) as exc:
                 raise InputError(f"{self.manifest_path}: unreadable manifest: {exc}") from None
-            self._manifest = upgrade_manifest(data, str(self.manifest_path))
+            self._manifest = load_manifest(upgrade_manifest(data, str(self.manifest_path)), str(self.manifest_path))
         return self._manifest
 
     def write_manifest(self, manifest: dict) -> None:
@@ -79,19 +79,7 @@ class RunStore:
 
     def planned_cases(self) -> dict[str, CaseSpec]:
         """Every case the run planned, by case id, as stored (never re-expanded from the sweep)."""
-        if self._cases is None:
-            manifest = self.manifest()
-            try:
-                cases = {cid: CaseSpec.model_validate(spec) for cid, spec in manifest["cases"].items()}
-            except ValueError as exc:
-                raise InputError(f"{self.manifest_path}: damaged manifest: a stored case is invalid: {exc}") from None
-            for job in manifest.get("jobs", []):
-                unknown = [cid for cid in job["case_ids"] if cid not in cases]
-                if unknown:
-                    raise InputError(f"{self.manifest_path}: damaged manifest: job {job['slot']} names cases "
-                                     f"that are not stored ({', '.join(unknown[:3])})")
-            self._cases = cases
-        return self._cases
+        return self.manifest().cases
 
     @contextlib.contextmanager
     def hold(self, wait: bool = True):
@@ -139,10 +127,10 @@ class RunStore:
     def latest_outcomes(self) -> dict[str, HostOutcome]:
         """Per slot, the outcome of its latest attempt (slots from the manifest's job list)."""
         result = {}
-        for job in self.manifest().get("jobs", []):
-            attempts = self.attempts(job["slot"])
+        for job in self.manifest().jobs:
+            attempts = self.attempts(job.slot)
             if attempts:
-                result[job["slot"]] = self.outcome(job["slot"], attempts[-1])
+                result[job.slot] = self.outcome(job.slot, attempts[-1])
         return result
 
 
@@ -154,7 +142,7 @@ def resolve_run(runs_dir: Path, ref: str) -> RunStore:
         for run_dir in reversed(list_run_dirs(runs_dir)):
             store = RunStore(run_dir)
             try:
-                if store.manifest().get("dry_run"):
+                if store.manifest().dry_run:
                     continue
             except InputError:
                 pass  # an unreadable run is still the latest: showing it says what is wrong with it

@@ -28,6 +28,7 @@ from worker.routing import describe as describe_routing
 from worker.routing import draw_counts, read_counts_file
 from worker.schema import CaseSpec, MoeSpec, TimingOptions
 
+from . import defaults
 from .errors import InputError
 from .yamlfile import PrintableText, describe_validation, read_yaml_mapping
 
@@ -255,11 +256,11 @@ class Sweep(BaseModel):
     calibration: Literal["cached", "fresh", "off"] = "cached"
     max_restarts: int = Field(default=2, ge=0, le=20)
     # A host that sends nothing (no output, no heartbeat) for this long is stalled: its run ends there.
-    stall_timeout: float = Field(default=60.0, ge=15.0)
+    stall_timeout: float = Field(default=defaults.STALL_TIMEOUT_S, ge=15.0)
     # One round of one case may take this long before its host stops it as hung and goes on with the
     # next case; while a compiler runs under the worker (a first JIT build), build_timeout counts instead.
-    case_timeout: float = Field(default=300.0, ge=1.0)
-    build_timeout: float = Field(default=1800.0, ge=1.0)
+    case_timeout: float = Field(default=defaults.CASE_TIMEOUT_S, ge=1.0)
+    build_timeout: float = Field(default=defaults.BUILD_TIMEOUT_S, ge=1.0)
     _kernels: Optional[dict[str, tuple[str, bytes]]] = PrivateAttr(default=None)
 
     def backend_names(self) -> list[str]:

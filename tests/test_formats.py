@@ -58,8 +58,8 @@ def test_every_stored_run_shows_all_its_planned_cases(run, runs, capsys):
 def test_format_1_runs_mean_today_what_they_meant_when_written(runs):
     store = RunStore(runs(V1_DONE))
     manifest = store.manifest()
-    assert manifest["manifest_version"] == MANIFEST_VERSION and manifest["written_as"] == 1
-    assert manifest["format_notes"] == []
+    assert manifest.manifest_version == MANIFEST_VERSION and manifest.written_as == 1
+    assert manifest.format_notes == []
     planned = store.planned_cases()
     assert [(c.backend, c.m) for c in planned.values()][:3] == [("torch-bf16", 16), ("reference-nvfp4", 16),
                                                                  ("torch-fp8", 16)]
@@ -153,7 +153,7 @@ def test_a_format_5_run_reads_as_not_settled_and_keeps_its_moe_cases(runs, capsy
     """Format 6 added timing.settle_ms (default 100 ms today); a format-5 run was timed without it,
     and its records and manifest say 0, not today's default."""
     store = RunStore(runs(V5_MOE))
-    assert store.manifest()["written_as"] == 5
+    assert store.manifest().written_as == 5
     planned = store.planned_cases()
     assert {c.timing.settle_ms for c in planned.values()} == {0.0}
     assert sum(c.workload == "moe" for c in planned.values()) == 2
@@ -206,7 +206,7 @@ def test_format_4_runs_with_user_kernels_read_and_diff_today(runs, capsys):
     calibration, and diffs the correct user kernel's cases against themselves."""
     run = runs(V4_USER_KERNELS)
     manifest = RunStore(run).manifest()
-    assert manifest["written_as"] == 4 and manifest["worker"]["calibration"] == "off"
+    assert manifest.written_as == 4 and manifest.worker.calibration == "off"
     assert main(["show", str(run), "--format", "json"]) == 1  # the zeros kernel failed
     rows = cli_json(capsys.readouterr().out)
     by = {(r["backend"], r["m"]): r for r in rows}
