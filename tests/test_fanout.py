@@ -62,10 +62,10 @@ def test_ctrl_c_during_hosts_check_stops_every_probe_on_the_hosts(fleet, tmp_pat
     proc = start_cli("hosts", "--check", "-i", inv, "--accept-new")
     workdirs = [fleet.host(name).workdir for name in ("ssh0", "ssh1")]
     deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and not all(
-            any(Path(p).exists() for p in w.glob("runs/hostcheck/check-*/pid")) for w in workdirs):
+    while time.monotonic() < deadline and not all(processes_under(w) for w in workdirs):
         time.sleep(0.1)
     assert all(processes_under(w) for w in workdirs), "the probes did not start"
+    time.sleep(1.0)  # past the launcher's first lines: its process group is in its pid file
     t0 = time.monotonic()
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=60)
