@@ -61,11 +61,16 @@ def test_ctrl_c_during_hosts_check_stops_every_probe_on_the_hosts(fleet, tmp_pat
     inv = fleet.inventory(tmp_path / "hosts.yaml", names=["ssh0", "ssh1"], env={"PYTHONPATH": str(slow)})
     proc = start_cli("hosts", "--check", "-i", inv, "--accept-new")
     workdirs = [fleet.host(name).workdir for name in ("ssh0", "ssh1")]
+    started = time.time() - 1
+
+    def probing(workdir: Path) -> bool:  # its probe runs and has written its process group (earlier checks left theirs)
+        fresh = [p for p in workdir.glob("runs/hostcheck/check-*/pid") if p.stat().st_mtime >= started]
+        return bool(fresh and processes_under(workdir))
+
     deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and not all(processes_under(w) for w in workdirs):
+    while time.monotonic() < deadline and not all(probing(w) for w in workdirs):
         time.sleep(0.1)
-    assert all(processes_under(w) for w in workdirs), "the probes did not start"
-    time.sleep(1.0)  # past the launcher's first lines: its process group is in its pid file
+    assert all(probing(w) for w in workdirs), "the probes did not start"
     t0 = time.monotonic()
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=60)
