@@ -32,7 +32,7 @@ NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 
 
 class SlurmSettings(BaseModel):
-    """How a `transport: slurm` host's jobs ask Slurm for a node (orchestrator/slurm.py)."""
+    """How a `launcher: slurm` host's jobs ask Slurm for a node (orchestrator/launchers/slurm.py)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -66,8 +66,11 @@ class HostFields(BaseModel):
     env: Optional[dict[str, str]] = None  # values are never shown (they may be secrets)
     gpus: Optional[list[int]] = None
     labels: Optional[list[PrintableText]] = None
+    # Where commands run (ssh | local) and how a job starts there (direct | slurm): two axes. `transport:
+    # slurm` (fleetbench 0.2) still reads, as launcher slurm from a login node over SSH (or this machine).
     transport: Optional[Literal["ssh", "local", "slurm"]] = None
-    slurm: Optional[SlurmSettings] = None  # with transport slurm: partition, gpus per job, account, time, options
+    launcher: Optional[Literal["direct", "slurm"]] = None
+    slurm: Optional[SlurmSettings] = None  # with launcher slurm: partition, gpus per job, account, time, options
     connect_timeout: Optional[float] = Field(default=None, gt=0)
     timeout: Optional[float] = Field(default=None, gt=0)  # per-host wall-clock limit, s (default: from the sweep)
     stall_timeout: Optional[float] = Field(default=None, ge=15)  # silent this long (s): stalled (default: the sweep's)
@@ -141,7 +144,8 @@ class Host(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     name: str
-    transport: Literal["ssh", "local", "slurm"]
+    transport: Literal["ssh", "local"]  # where its commands run: this machine, or over SSH (a Slurm login node)
+    launcher: Literal["direct", "slurm"] = "direct"  # how a job starts there (orchestrator/launchers)
     hostname: str
     port: Optional[int]  # None: whatever ssh_config says, else 22
     user: Optional[str]
@@ -159,19 +163,7 @@ class Host(BaseModel):
     ssh_config: Optional[str]
     environment: Optional[str] = None  # of a host with `environments`: this one's name (the host is name@environment)
     pins: tuple[str, ...] = ()  # this environment's pins over the host constraints
-    slurm: Optional[SlurmSettings] = None  # transport slurm: how its jobs ask for a node
-    login: Literal["ssh", "local"] = "local"  # transport slurm: how the login node is reached
-
-    @property
-    def connector(self) -> str:
-        """How the controller reaches the machine it runs commands on: ssh or local (a Slurm host's
-        login node)."""
-        return self.login if self.transport == "slurm" else self.transport
-
-    @property
-    def launcher(self) -> str:
-        """How its jobs start on that machine: direct, or slurm (orchestrator/launchers)."""
-        return "slurm" if self.transport == "slurm" else "direct"
+    slurm: Optional[SlurmSettings] = None  # launcher slurm: how its jobs ask for a node
 
     @property
     def machine(self) -> str:
@@ -187,15 +179,16 @@ class Host(BaseModel):
     def differs_from(self, stored: dict) -> Optional[str]:
         """How this host is another machine than `stored` (a public_view kept with a run), or None."""
         current = self.public_view()
-        for field in ("transport", "hostname", "port", "user"):
+        stored = _two_axes(stored)
+        for field in ("transport", "launcher", "hostname", "port", "user"):
             if field in stored and stored[field] != current.get(field):
                 return f"{field} {current.get(field)!r}, the run's {stored[field]!r}"
         return None
 
     @property
     def address(self) -> str:
-        if self.connector == "local":
-            return "local" if self.transport == "local" else "local login"
+        if self.transport == "local":
+            return "local" if self.launcher == "direct" else "local login"
         return f"{self.user + '@' if self.user else ''}{self.hostname}" + (f":{self.port}" if self.port else "")
 
 
@@ -259,26 +252,31 @@ def _pick(entry: HostEntry, defaults: HostFields, field: str):
 
 
 def _resolve(path: Path, entry: HostEntry, defaults: HostFields) -> Host:
-    transport = _pick(entry, defaults, "transport") or ("local" if entry.hostname is None and entry.name == "local" else "ssh")
     where = f"{path}: host '{entry.name}'"
+    transport = _pick(entry, defaults, "transport")
+    launcher = _pick(entry, defaults, "launcher") or "direct"
+    if transport == "slurm":  # fleetbench 0.2: the Slurm launcher, from a login node over SSH or this machine
+        if entry.launcher not in (None, "slurm"):
+            raise InputError(f"{where}: field 'transport': 'slurm' is a launcher (launcher: slurm), not a transport")
+        transport, launcher = ("ssh" if entry.hostname else "local"), "slurm"
+    transport = transport or ("local" if entry.hostname is None and (entry.name == "local" or launcher == "slurm")
+                              else "ssh")
     if transport == "ssh" and not entry.hostname:
         raise InputError(f"{where}: field 'hostname': required for transport ssh")
-    # A Slurm host's login node: over SSH when it has a hostname, else this machine.
-    login = "ssh" if transport == "ssh" or (transport == "slurm" and entry.hostname) else "local"
     slurm = _pick(entry, defaults, "slurm")
-    if transport == "slurm":
+    if launcher == "slurm":
         slurm = slurm or SlurmSettings()
         if _pick(entry, defaults, "gpus") is not None:
             raise InputError(f"{where}: field 'gpus': a Slurm host's jobs get their GPUs from Slurm "
                              "(slurm: {gpus: N}); one job per host entry")
     elif entry.slurm is not None:
-        raise InputError(f"{where}: field 'slurm': only for transport slurm")
+        raise InputError(f"{where}: field 'slurm': only for launcher slurm")
     else:
         slurm = None
     identity = _pick(entry, defaults, "identity_file")
     if identity is not None:
         identity = _relative_to(path, os.path.expanduser(identity))
-        if login == "ssh" and not os.path.isfile(identity):
+        if transport == "ssh" and not os.path.isfile(identity):
             raise InputError(f"{where}: field 'identity_file': key file not found: {identity}")
     known_hosts = _pick(entry, defaults, "known_hosts")
     if known_hosts is not None:
@@ -291,7 +289,7 @@ def _resolve(path: Path, entry: HostEntry, defaults: HostFields) -> Host:
     python = _pick(entry, defaults, "python")
     if python is None:
         # The local host runs the controller's own interpreter unless told otherwise.
-        python = sys.executable if login == "local" else "python3"
+        python = sys.executable if transport == "local" else "python3"
     workdir = _pick(entry, defaults, "workdir") or "~/.fleetbench"
     env = dict(defaults.env or {})
     env.update(entry.env or {})
@@ -301,6 +299,7 @@ def _resolve(path: Path, entry: HostEntry, defaults: HostFields) -> Host:
     return Host(
         name=entry.name,
         transport=transport,
+        launcher=launcher,
         hostname=entry.hostname or "localhost",
         port=_pick(entry, defaults, "port"),
         user=_pick(entry, defaults, "user"),
@@ -317,8 +316,14 @@ def _resolve(path: Path, entry: HostEntry, defaults: HostFields) -> Host:
         proxy_jump=_pick(entry, defaults, "proxy_jump"),
         ssh_config=ssh_config,
         slurm=slurm,
-        login=login,
     )
+
+
+def _two_axes(stored: dict) -> dict:
+    """A host as stored by a run of fleetbench 0.2 (`transport: slurm`, `login`) in today's two axes."""
+    if stored.get("transport") != "slurm":
+        return stored
+    return {**stored, "transport": stored.get("login", "local"), "launcher": "slurm"}
 
 
 def _relative_to(inventory_path: Path, value: str) -> str:

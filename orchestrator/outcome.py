@@ -35,7 +35,7 @@ class HostOutcome(BaseModel):
     started_at: str = ""
     duration_s: float = 0.0
     bytes_uploaded: int = 0
-    queue_s: Optional[float] = None  # a Slurm host: seconds its job waited in the queue (in duration_s)
+    queue_s: Optional[float] = None  # a launcher with a queue: seconds the job waited there (in duration_s)
 
 
 @dataclass(frozen=True)

@@ -22,10 +22,9 @@ from .formats import MANIFEST_VERSION, params_for_worker
 from .inventory import Host
 from .launchers import job_name, launcher_for
 from .plan import Job, Plan
-from .transport import CommandResult, Transport, login_relative
+from .transport import CLEANUP_LIMIT_S, CommandResult, Transport, bounded, login_relative  # noqa: F401 (re-exported)
 
 STOP_GRACE_S = 3.0
-CLEANUP_LIMIT_S = 8.0  # per cleanup step on a host that may no longer answer
 
 
 @dataclass(frozen=True)
@@ -176,22 +175,3 @@ def stop_remote(transport: Transport, pidfile: str) -> bool:
             return True
         time.sleep(STOP_GRACE_S)
     return True
-
-
-def bounded(fn, seconds: float):
-    """Run fn in a thread and give up after `seconds` (an SFTP call to a frozen host never returns).
-    Returns fn's value, or None when it raised or did not finish in time."""
-    box: list = []
-
-    def target():
-        try:
-            box.append(fn())
-        except Exception as exc:  # cleanup is best effort: report None
-            box.append(exc)
-
-    t = threading.Thread(target=target, daemon=True)
-    t.start()
-    t.join(seconds)
-    if not box or isinstance(box[0], Exception):
-        return None
-    return box[0]

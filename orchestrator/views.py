@@ -250,14 +250,18 @@ def fleet_document(report) -> Document:
 # -- inventory and stored runs --------------------------------------------------------------------------
 def inventory_document(hosts) -> Document:
     def gpus(h) -> str:
-        if h.slurm is not None:  # Slurm picks them: how many each job asks for
-            return f"{h.slurm.gpus} per job" if h.slurm.gpus else ""
+        from .launchers import launcher_for
+
+        per_job = launcher_for(h).gpus_per_job()  # a scheduler picks them: how many each job asks for
+        if per_job is not None:
+            return f"{per_job} per job" if per_job else ""
         return ",".join(map(str, h.gpus)) if h.gpus else ""
 
-    rows = [[h.name, h.transport, h.address, h.python, h.workdir, gpus(h), ",".join(h.labels)] for h in hosts]
+    rows = [[h.name, h.transport, h.launcher, h.address, h.python, h.workdir, gpus(h), ",".join(h.labels)]
+            for h in hosts]
     data = [h.public_view() for h in hosts]
-    return Document([Section(["host", "transport", "address", "python", "workdir", "gpus", "labels"], rows,
-                             optional=("labels", "python", "gpus"), last_resort=("workdir", "transport"))],
+    return Document([Section(["host", "transport", "launcher", "address", "python", "workdir", "gpus", "labels"], rows,
+                             optional=("labels", "python", "gpus", "launcher"), last_resort=("workdir", "transport"))],
                     data=data, records=[{**d, "env": ",".join(d["env"])} for d in data], kind="inventory")
 
 

@@ -23,7 +23,7 @@ from sshfleet import wait_until
 
 
 def inventory(path: Path, cluster, *, local: bool = False, **slurm) -> Path:
-    hosts = [{"name": "slurm1", "transport": "slurm", "python": sys.executable,
+    hosts = [{"name": "slurm1", "launcher": "slurm", "python": sys.executable,
               "workdir": str(path.parent / "slurm-workdir"), "env": cluster.env,
               "slurm": {"partition": cluster.partition, **slurm}}]
     if local:
@@ -41,17 +41,23 @@ def cli(capsys, *argv) -> tuple[int, str, str]:
 def test_a_slurm_host_entry_is_validated_and_builds_one_srun_step(tmp_path):
     inv = tmp_path / "hosts.yaml"
     inv.write_text(yaml.safe_dump({"hosts": [
-        {"name": "c1", "transport": "slurm", "hostname": "login.example", "python": "/shared/venv/bin/python",
+        {"name": "c1", "transport": "ssh", "launcher": "slurm", "hostname": "login.example",
+         "python": "/shared/venv/bin/python",
          "slurm": {"partition": "gpu", "gpus": 1, "account": "perf", "time": "00:30:00", "options": ["--qos=bench"]}},
-        {"name": "c2", "transport": "slurm"}]}))
-    c1, c2 = load_inventory(inv).hosts
-    assert c1.connector == "ssh" and c2.connector == "local"  # the login node: over SSH, or this machine
+        {"name": "c2", "launcher": "slurm"},
+        # fleetbench 0.2's form: `transport: slurm`, the login node over SSH when a hostname is given
+        {"name": "c3", "transport": "slurm", "hostname": "login.example"}, {"name": "c4", "transport": "slurm"}]}))
+    c1, c2, c3, c4 = load_inventory(inv).hosts
+    assert (c1.transport, c1.launcher) == ("ssh", "slurm") and (c2.transport, c2.launcher) == ("local", "slurm")
+    assert (c3.transport, c3.launcher) == ("ssh", "slurm") and (c4.transport, c4.launcher) == ("local", "slurm")
+    # A run stored by 0.2 names the host as it was then: the same machine today.
+    assert c3.differs_from({**c3.public_view(), "transport": "slurm", "login": "ssh", "launcher": None}) is None
     assert srun_prefix(c1, "job") == ["srun", "--job-name=job", "--nodes=1", "--ntasks=1", "--kill-on-bad-exit=1",
                                       "--partition=gpu", "--account=perf", "--time=00:30:00", "--gpus=1",
                                       "--qos=bench", "--"]
     bad = tmp_path / "bad.yaml"
     for host, message in [({"name": "x", "transport": "slurm", "gpus": [0, 1]}, "get their GPUs from Slurm"),
-                          ({"name": "x", "transport": "ssh", "hostname": "h", "slurm": {}}, "only for transport slurm"),
+                          ({"name": "x", "transport": "ssh", "hostname": "h", "slurm": {}}, "only for launcher slurm"),
                           ({"name": "x", "transport": "slurm", "slurm": {"options": ["--qos bench; rm"]}}, None),
                           ({"name": "x", "transport": "slurm", "slurm": {"options": ["qos=bench"]}}, "each item is one option")]:
         bad.write_text(yaml.safe_dump({"hosts": [host]}))

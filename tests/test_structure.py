@@ -217,3 +217,36 @@ def test_history_reads_the_index_without_the_ssh_stack_torch_or_plots(tmp_path, 
     rc, modules = _modules_after(["history", "--runs-dir", str(runs), "--format", "json", "--steps"], tmp_path)
     assert rc == 0
     assert not modules & (SSH_STACK | {"torch", "matplotlib", "rich", "scipy"}), sorted(modules)
+
+
+def test_only_the_slurm_launcher_and_the_inventorys_slurm_section_name_slurm():
+    """Where commands run and how a job starts are two axes: no `if slurm` anywhere else."""
+    allowed = {"orchestrator/launchers/slurm.py", "orchestrator/launchers/__init__.py", "orchestrator/inventory.py"}
+    named = sorted(str(p.relative_to(REPO)) for p in (REPO / "orchestrator").rglob("*.py")
+                   if "slurm" in p.read_text(encoding="utf-8").lower() and str(p.relative_to(REPO)) not in allowed)
+    assert named == []
+
+
+def test_every_multi_host_command_fans_out_through_the_one_pool():
+    pools = sorted(str(p.relative_to(REPO)) for p in (REPO / "orchestrator").rglob("*.py")
+                   if "ThreadPoolExecutor(" in p.read_text(encoding="utf-8"))
+    # fanout.py is the pool; execute.py's is a host's own GPU slots inside that host's pipeline.
+    assert pools == ["orchestrator/execute.py", "orchestrator/fanout.py"]
+
+
+def test_the_demultiplexer_routes_each_line_where_it_belongs():
+    import io
+
+    from orchestrator.demux import StreamDemux
+    from orchestrator.launchers import LaunchWatch
+
+    log, results, events, news = io.StringIO(), io.StringIO(), [], []
+    demux = StreamDemux(log, results, LaunchWatch(), events.append, news.append)
+    demux.on_line("stdout", '@@fleetbench-launcher abc')
+    demux.on_line("stdout", '@@fleetbench-record {"kind":"case"}')
+    demux.on_line("stdout", '@@fleetbench-progress {"event":"start"}')
+    demux.on_line("stderr", '@@fleetbench-record {"forged":true}')  # stderr is log, whatever it says
+    demux.on_line("stderr", 'Traceback: boom')
+    assert demux.hello and results.getvalue() == '{"kind":"case"}\n' and events == [{"event": "start"}]
+    assert "stderr: @@fleetbench-record" in log.getvalue() and list(demux.stderr_tail)[-1] == "Traceback: boom"
+    assert news == []

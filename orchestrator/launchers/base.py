@@ -60,6 +60,10 @@ class Launcher:
     def describe_wait(self, queue_s: float, duration_s: float) -> str:
         return ""
 
+    def gpus_per_job(self) -> Optional[int]:
+        """GPUs a scheduler gives each job (None: the host's own `gpus`, one job per GPU)."""
+        return None
+
     def before_check(self, transport: Transport) -> tuple[bool, str]:
         """For `hosts --check`: (usable, a note) about where jobs would run, before the probe runs."""
         return True, ""

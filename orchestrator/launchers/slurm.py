@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Callable, Optional
 
 from ..inventory import Host
-from ..transport import Transport
+from ..transport import CLEANUP_LIMIT_S, Transport, bounded
 from .base import Launcher, LaunchWatch, job_name  # noqa: F401 (job_name: tests find jobs by it)
 
 # srun's own lines about the allocation (stderr, default verbosity): the wait in the queue.
@@ -181,16 +181,13 @@ class SlurmLauncher(Launcher):
         return lambda: None if watch.waiting() else stall_timeout_s
 
     def stop(self, transport: Transport, job_name: str, stop_process_group: Callable[[], bool]) -> bool:
-        from ..remote import CLEANUP_LIMIT_S, bounded  # the job runs on a node, not where the commands run
-
+        # The job runs on a node, not where the commands run: Slurm stops it.
         return bool(bounded(lambda: cancel(transport, self.host, job_name), CLEANUP_LIMIT_S * 2))
 
     def verdict(self, transport: Transport, job_name: str, outcome: str, error: str, missing: int, total: int,
                 cancelled: bool) -> tuple[str, str]:
         """A job that Slurm itself ended (cancelled, time limit, node failure, preemption) fails with
         Slurm's state and reason, whatever the worker managed before."""
-        from ..remote import CLEANUP_LIMIT_S, bounded
-
         if outcome == "ok" or cancelled:
             return outcome, error
         jobs = bounded(lambda: settled_jobs(transport, self.host, job_name), CLEANUP_LIMIT_S * 2) or []
@@ -198,6 +195,9 @@ class SlurmLauncher(Launcher):
         if not ended:
             return outcome, error
         return "failed", f"{ended[-1].describe()}; {missing} of {total} cases have no result"
+
+    def gpus_per_job(self) -> Optional[int]:
+        return self.host.slurm.gpus if self.host.slurm else 0
 
     def describe_wait(self, queue_s: float, duration_s: float) -> str:
         return f"{queue_s:.1f} s queued in Slurm, {max(0.0, duration_s - queue_s):.1f} s running"

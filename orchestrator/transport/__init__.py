@@ -3,15 +3,17 @@ with host-key handling beside the SSH connector (.hostkeys). Only .ssh imports p
 from __future__ import annotations
 
 from ..inventory import Host
-from .base import CommandResult, LineSink, Transport, TransportError, login_relative, shell_command
+from .base import (CLEANUP_LIMIT_S, CommandResult, LineSink, Transport, TransportError, bounded, login_relative,
+                   shell_command)
 
-__all__ = ["CommandResult", "LineSink", "Transport", "TransportError", "login_relative", "make_transport",
-           "shell_command"]
+__all__ = ["CLEANUP_LIMIT_S", "CommandResult", "LineSink", "Transport", "TransportError", "bounded", "login_relative",
+           "make_transport", "shell_command"]
 
 
 def make_transport(host: Host, *, accept_new: bool = False) -> Transport:
-    """The connector for `host` (for a Slurm host: to its login node); nothing connects until .connect()."""
-    if host.connector == "local":
+    """The connector for `host`: where its commands run (for a host whose jobs a scheduler starts, its
+    login node); nothing connects until .connect()."""
+    if host.transport == "local":
         from .local import LocalTransport
 
         return LocalTransport(host)

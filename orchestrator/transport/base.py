@@ -9,13 +9,14 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
+import threading
 from typing import Callable, Mapping, Optional, Protocol, Sequence, Union
 
 from ..inventory import Host
 
 LineSink = Callable[[str, str], None]  # (stream name "stdout"/"stderr", line without newline)
 # Seconds of silence that mean stalled: a number, None (never), or a function asked at each check (a
-# Slurm job is silent while it waits in the queue, and only then).
+# job a scheduler queues is silent while it waits there, and only then: launchers.Launcher.stall_limit).
 StallLimit = Union[None, float, Callable[[], Optional[float]]]
 
 
@@ -75,3 +76,24 @@ class Transport(Protocol):
     def close(self) -> None: ...
 
 
+# Per cleanup step (stop, fetch) on a host that may no longer answer.
+CLEANUP_LIMIT_S = 8.0
+
+
+def bounded(fn, seconds: float):
+    """Run fn in a thread and give up after `seconds` (an SFTP call to a frozen host never returns).
+    Returns fn's value, or None when it raised or did not finish in time."""
+    box: list = []
+
+    def target():
+        try:
+            box.append(fn())
+        except Exception as exc:  # cleanup is best effort: report None
+            box.append(exc)
+
+    t = threading.Thread(target=target, daemon=True)
+    t.start()
+    t.join(seconds)
+    if not box or isinstance(box[0], Exception):
+        return None
+    return box[0]
