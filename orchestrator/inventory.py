@@ -131,13 +131,6 @@ class HostEntry(HostFields):
         return name
 
 
-class InventoryFile(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    defaults: HostFields = Field(default_factory=HostFields)
-    hosts: list[HostEntry]
-
-
 class Host(BaseModel):
     """A host with every default applied: what the rest of the controller works with."""
 

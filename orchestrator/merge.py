@@ -17,11 +17,6 @@ from .outcome import HostOutcome
 from .records import parse_results
 from .store import RunStore
 
-ROW_FIELDS = ("run_id", "host", "gpu", "slot", "gpu_name", "label", "backend", "workload", "m", "n", "k",
-              "experts", "top_k", "routing", "active_experts", "max_expert_m", "status",
-              "reason", "median_us", "p10_us", "p90_us", "rel_ci", "n_samples", "method", "l2", "tflops",
-              "tb_per_s", "pct_peak", "sol_us", "pct_sol", "sol_bound", "rel_err", "cosine", "verdict", "tainted", "attempt", "case_id")
-
 
 @dataclass
 class Row:

@@ -15,8 +15,6 @@ from worker import protocol
 Outcome = Literal["ok", "partial", "failed", "timeout", "stalled", "unreachable", "auth-failed", "interrupted"]
 OUTCOMES: tuple[str, ...] = ("ok", "partial", "failed", "timeout", "stalled", "unreachable", "auth-failed",
                              "interrupted")
-# Outcomes the connection step itself can end in (transport.TransportError.outcome); a subset of OUTCOMES.
-CONNECT_OUTCOMES: tuple[str, ...] = ("unreachable", "auth-failed", "timeout", "failed")
 
 
 class HostOutcome(BaseModel):

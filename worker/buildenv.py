@@ -1,10 +1,10 @@
 """The build environment the worker gives FlashInfer's JIT, kept the same across shell and SSH sessions.
 
 FlashInfer writes the compiler (CC / CXX), the toolkit path (CUDA_HOME) and its own flag variables into
-each JIT module's build file, and ninja rebuilds a module (~40 s on the H200) whenever that file changes.
-Measured on the H200 (benchmarks/jit_cache.py): its shell sets CC=/opt/gcc/bin/gcc,
-CXX=/opt/gcc/bin/g++ and CUDA_HOME=/usr/local/cuda (a symlink), an SSH session sets none of them, and
-every switch between the two rebuilt the module the other had built.
+each JIT module's build file, and ninja rebuilds a module (tens of seconds) whenever that file changes.
+A login shell and an SSH session often differ in exactly these (one sets CC, CXX and a symlinked
+CUDA_HOME, the other none), and every switch between the two rebuilt the module the other had built
+(benchmarks/jit_cache.py; the figures are in benchmarks/RESULTS.md).
 
 So, for the worker's child only:
 - CUDA_HOME is the real path (symlinks resolved) of the toolkit FlashInfer would find;

@@ -301,8 +301,8 @@ def _calibrate(runner: "CaseRunner", cases: list[CaseSpec], mode: str, inflight:
 
 def round_order(todo: list[CaseSpec], round_index: int, seed: str) -> list[CaseSpec]:
     """The order of one round: round 1 as planned, each later round a permutation seeded by the run
-    and the round. On the H200 a large GEMM read up to 5% differently depending on the case before it
-    (benchmarks/RESULTS.md, issue 21); settling (worker/timing.py) removes that. Rounds with other
+    and the round. A large GEMM reads differently depending on the case before it (benchmarks/RESULTS.md,
+    "Order-independent timing"); settling (worker/timing.py) removes that. Rounds with other
     neighbours stay as a second line: whatever a predecessor still leaves becomes spread between
     rounds, which verdicts see, instead of a bias set by the sweep's order."""
     if round_index == 0:

@@ -1,27 +1,24 @@
 """Honest timing: CUDA-graph replay (default), per-call CUDA events, or wall clock on a CPU.
 
 Decode-size GEMMs last a few microseconds, less than a launch: timed call by call they measure the
-launcher, not the kernel (7.7 us true vs 40 us naive at 16x2048x6144 on an H200). Graph mode captures
-`calls_per_sample` back-to-back calls in one CUDA graph and divides one replay's event time by that
-count. Cold L2 rotates through input sets whose total size is several times the L2, so no call finds
-its weights cached. Samples are collected until the median's 95% confidence interval is narrower than
-`target_rel_ci` or the budget runs out; every raw sample is kept.
+launcher, not the kernel. Graph mode captures `calls_per_sample` back-to-back calls in one CUDA graph and
+divides one replay's event time by that count. Cold L2 rotates through input sets whose total size is
+several times the L2, so no call finds its weights cached. Samples are collected until the median's 95%
+confidence interval is narrower than `target_rel_ci` or the budget runs out; every raw sample is kept.
 
-A case's number must not depend on what ran before it in the process. Measured on an H200
-(benchmarks/first_case.py, issue 21; RESULTS.md): cuBLAS GEMM graphs replay ~1 us per call faster
-(11.0 vs 12.0 us at 16x2048x6144, an independent plain replay too) for as long as the process has run
-cuBLAS eagerly on at most one stream other than the default one; from the second such stream on, every
-graph reads 12.0, for the rest of the process. So every timing runs the case eagerly on two streams
-before capturing: its warm-up on the process's one capture stream, and one call on a fresh side stream.
-Every case is then measured in the state that any process using more than one stream (a serving
-engine) is in. The first graph timing of a process still read ~1 us low with that alone (what exactly
+A case's number must not depend on what ran before it in the process. cuBLAS graphs replay faster for
+as long as the process has run cuBLAS eagerly on at most one side stream (benchmarks/first_case.py;
+docs/TIMING.md and benchmarks/RESULTS.md give the figures). So every timing runs the case eagerly on two
+streams before capturing: its warm-up on the process's one capture stream, and one call on a fresh
+side stream. Every case is then measured in the state that any process using more than one stream (a
+serving engine) is in. The first graph timing of a process still read low with that alone (what exactly
 flips the state is not isolated), so each process's first graph timing is a discarded priming pass.
 
-A case must not read what the case before it left behind either: on the H200 a large GEMM read 34.7 us
-after light cases and 35.8-37.2 after a heavy one (the GPU's clock and power state follow the load of
-the last ~100 ms). So before its samples every timing settles: it replays its own graph for at least
-`settle_ms` of GPU time, and on until its per-call time stops drifting (`settle`), so it is sampled in
-its own steady state whatever ran before.
+A case must not read what the case before it left behind either: a large GEMM reads slower after a
+heavy neighbour (the GPU's clock and power state follow the load of the last ~100 ms;
+benchmarks/neighbour.py). So before its samples every timing settles: it replays its own graph for at
+least `settle_ms` of GPU time, and on until its per-call time stops drifting (`settle`), so it is
+sampled in its own steady state whatever ran before.
 """
 from __future__ import annotations
 
@@ -32,7 +29,7 @@ from typing import Callable, Optional
 
 from .schema import Stats, TimingOptions
 
-# One sample (one graph replay) should last long enough that event resolution (~0.5 us), replay
+# One sample (one graph replay) should last long enough that event resolution, replay
 # jitter and the replay's launch cost vanish next to it.
 TARGET_SAMPLE_S = 2e-3
 MIN_CALLS_PER_SAMPLE = 32
