@@ -1,0 +1,39 @@
+"""`fleetbench provision`: create each host's venv and install the worker's pinned dependencies."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..errors import EXIT_FAILED, EXIT_OK
+from .common import Streams, opt_inventory, inventory_path, opt_hosts, opt_accept_new, opt_parallel
+
+HELP = "create each host's venv and install the worker's pinned dependencies"
+EPILOG = ("versions: requirements/host-constraints.txt. Idempotent. Exit 1 when a host failed.")
+
+
+def declare(p):
+    opt_inventory(p)
+    opt_hosts(p)
+    p.add_argument("--wheelhouse", type=Path, help="a folder of wheels to upload and install from (no internet)")
+    p.add_argument("--profile", default="gpu", choices=["minimal", "worker", "gpu"],
+                   help="minimal: pydantic only (plumbing); worker: + torch; gpu: + FlashInfer, sgl-kernel, NVML")
+    p.add_argument("--base-python", default="python3", help="interpreter that creates missing venvs on the hosts")
+    p.add_argument("--dry-run", action="store_true",
+                   help="resolve the pinned profile on each host (pip --dry-run) and report it: nothing is installed")
+    opt_accept_new(p)
+    opt_parallel(p)
+
+
+def run(args, io: Streams) -> int:
+    from ..inventory import load_inventory, select_hosts
+    from ..provision import provision_hosts
+
+    hosts = select_hosts(load_inventory(inventory_path(args.inventory)), args.hosts)
+    results = provision_hosts(hosts, profile=args.profile, wheelhouse=args.wheelhouse, base_python=args.base_python,
+                              accept_new=args.accept_new, dry_run=args.dry_run, parallel=args.parallel)
+    for r in results:
+        line = f"{r.name}: {'ok' if r.ok else 'FAILED'}: {'; '.join(r.actions)}" + (f"; {r.problem}" if r.problem else "")
+        if r.ok:
+            io.write(line + "\n")
+        else:
+            io.problem(line)
+    return EXIT_OK if all(r.ok for r in results) else EXIT_FAILED
