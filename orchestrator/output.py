@@ -60,10 +60,29 @@ def write(doc: Document, fmt: str, width: int = 200) -> str:
     if fmt == "csv":
         return _csv(doc.records or [])
     if fmt == "md":
-        return _markdown(doc)
+        return _markdown(_shown(doc))
     if fmt == "table":
-        return _table(doc, width)
+        return _table(_shown(doc), width)
     raise ValueError(f"unknown output format {fmt!r} (known: {', '.join(FORMATS)})")
+
+
+def printable(text: str) -> str:
+    """`text` with control and format characters (an ANSI escape, a bidi override) written out as escapes:
+    what a run stored (a label written before they were refused, a kernel's error text) never drives
+    the terminal it is shown on."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() or c == " " else c.encode("unicode_escape").decode("ascii") for c in text)
+
+
+def _shown(doc: Document) -> Document:
+    """The human forms of `doc`, every cell and note printable."""
+    sections = [Section(**{**s.__dict__, "rows": [[printable(c) for c in row] for row in s.rows],
+                           "title": printable(s.title), "caption": printable(s.caption),
+                           "styles": {i: {printable(k): v for k, v in m.items()} for i, m in s.styles.items()}})
+                for s in doc.sections]
+    return Document(sections=sections, data=doc.data, records=doc.records, notes=[printable(n) for n in doc.notes],
+                    kind=doc.kind, headline=printable(doc.headline))
 
 
 def envelope(doc: Document) -> dict:

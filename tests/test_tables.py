@@ -182,3 +182,13 @@ def test_cpu_rows_give_tflops_and_microseconds_with_meaningful_digits(stored_run
         assert float(row["median µs"]) == pytest.approx(record.median_us, rel=5e-4), row
     assert [significant(v, 3) for v in (0.000526, 0.0733, 1.5, 272.58, 12345.6, 0.0)] == \
         ["0.000526", "0.0733", "1.50", "273", "12346", "0"]
+
+
+def test_control_characters_in_stored_text_never_reach_the_terminal():
+    from orchestrator.output import Document, Section, write
+
+    doc = Document([Section(["label", "note"], [["a\x1b[31mred", "line\nbreak \u202eevil"]])], notes=["n\x07"])
+    for fmt in ("table", "md"):
+        text = write(doc, fmt, 120)
+        assert "\x1b" not in text and "\u202e" not in text and "\x07" not in text
+        assert "\\x1b[31mred" in text

@@ -98,9 +98,10 @@ class CaseSpec(_Strict):
 
     workload: Literal["gemm", "moe"] = "gemm"
     backend: str
-    m: int = Field(gt=0)
-    n: int = Field(gt=0)
-    k: int = Field(gt=0)
+    # GEMM libraries take sizes as 32-bit integers: a larger one is a typo, never stored.
+    m: int = Field(gt=0, le=2**31 - 1)
+    n: int = Field(gt=0, le=2**31 - 1)
+    k: int = Field(gt=0, le=2**31 - 1)
     label: str = ""
     out_dtype: Literal["bfloat16", "float16"] = "bfloat16"
     seed: int = 0
