@@ -107,9 +107,11 @@ class CaseRunner:
         from .schema import RoundStats
         from .timing import time_cpu, time_cuda
 
+        t0 = time.perf_counter()
         ref_before = host_reference_us()
         cpu_before = cpu_counters()
         before = self.probe.snapshot() if self.probe else None
+        t_timing = time.perf_counter()
         if self.device.device == "cuda":
             # Health is judged over the samples: settling brings the GPU to the case's own clock, which
             # for a heavy GEMM is its power-limited one, and that fall is what it should be measured at.
@@ -120,6 +122,7 @@ class CaseRunner:
             stats = time_cuda(fn, n_sets, case.timing, settled)
         else:
             stats = time_cpu(fn, n_sets, case.timing)
+        timing_s = time.perf_counter() - t_timing
         after = self.probe.snapshot() if self.probe else None
         health = assess(before, after) if before is not None and after is not None else None
         env = round_environment(cpu_before, cpu_counters(), before, after, (ref_before + host_reference_us()) / 2)
@@ -128,17 +131,24 @@ class CaseRunner:
 
             env["gpu_processes"] = gpu_processes()
         one = RoundStats(median_us=stats.median_us, n=stats.n, rel_ci=stats.rel_ci, settle_ms=stats.settle_ms,
-                         **env)
+                         timing_s=round(timing_s, 4), probe_s=round(time.perf_counter() - t0 - timing_s, 4), **env)
         return stats.model_copy(update={"rounds": [one]}), health
+
+    @staticmethod
+    def _costs(stats, **phases):
+        """`stats` with where its (one) round's time went before the timing: prepare_s, check_s."""
+        one = stats.rounds[0].model_copy(update={k: round(v, 4) for k, v in phases.items()})
+        return stats.model_copy(update={"rounds": [one]})
 
     def again(self, case: CaseSpec) -> tuple:
         """A later round of a case whose first round was ok: (Stats, Health or None, seconds taken)."""
         t0 = time.perf_counter()
         spec = _spec_of(case)
         fn, sets, n_sets = self._prepare(case, spec)
+        prepared = time.perf_counter()
         stats, health = self._time(case, fn, n_sets)
         del fn, sets
-        return stats, health, time.perf_counter() - t0
+        return self._costs(stats, prepare_s=prepared - t0), health, time.perf_counter() - t0
 
     def _metrics(self, case: CaseSpec, spec, median_us: float):
         import torch
@@ -155,13 +165,17 @@ class CaseRunner:
                             out_bytes=out_bytes, calibration=calibration)
 
     def _measure(self, case: CaseSpec, spec, record) -> CaseRecord:
+        t0 = time.perf_counter()
         fn, sets, n_sets = self._prepare(case, spec)
+        prepared = time.perf_counter()
         check_of = self._check_moe if case.workload == "moe" else self._check_gemm
         check = check_of(case, spec, fn, sets[0])
         if check.verdict == "fail":
             # A wrong answer is not timed: a fast wrong kernel is not a result.
             return record("failed", f"wrong result: {check.detail}", correctness=check)
+        checked = time.perf_counter()
         stats, health = self._time(case, fn, n_sets)
+        stats = self._costs(stats, prepare_s=prepared - t0, check_s=checked - prepared)
         metrics = self._metrics(case, spec, stats.median_us)
         del fn, sets
         return record("ok", "", timing=stats, metrics=metrics, correctness=check, health=health)

@@ -153,6 +153,13 @@ class RoundStats(_Strict):
     steal_pct: Optional[float] = None  # CPU time stolen by the hypervisor during the round, in percent
     host_ref_us: Optional[float] = None  # a fixed pure-Python loop, best of 10, around the round: the CPU's speed
     settle_ms: Optional[float] = None  # GPU time the round ran the case before its samples (format >= 6)
+    # Where the round's wall time went (format >= 7): inputs and the backend prepared, the oracle check
+    # (round 1 only), the timing itself (warm-up, capture, settling, samples), and the health and
+    # environment probes around it. benchmarks/sweep_cost.py adds them up over a run.
+    prepare_s: Optional[float] = None
+    check_s: Optional[float] = None
+    timing_s: Optional[float] = None
+    probe_s: Optional[float] = None
 
 
 class Stats(_Strict):

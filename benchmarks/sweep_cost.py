@@ -1,0 +1,79 @@
+"""Where a sweep's wall time goes: per host, the controller and the worker's start-up apart from the cases,
+and per case round its phases (prepare, oracle check, timing with its settling, health probes), from the
+records a run of format >= 7 stores. Prints Markdown tables.
+
+    python benchmarks/sweep_cost.py RUN_DIR [--top 10]
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from orchestrator.merge import load_slots  # noqa: E402
+from orchestrator.store import RunStore  # noqa: E402
+
+PHASES = ("prepare_s", "check_s", "timing_s", "probe_s")
+
+
+def worker_elapsed(log: Path) -> float | None:
+    """The host-side time of an attempt: the supervisor's last progress event says it."""
+    for line in reversed(log.read_text(encoding="utf-8", errors="replace").splitlines()):
+        at = line.find('{"event":"exit"')
+        if at >= 0:
+            return json.loads(line[at:])["elapsed_s"]
+    return None
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("run", type=Path, help="a run folder")
+    parser.add_argument("--top", type=int, default=10, help="the costliest case rounds to list")
+    args = parser.parse_args()
+    store = RunStore(args.run)
+    print(f"# Where the time of run {store.run_id} went\n")
+    print("| slot | attempt wall s | worker s | outside the worker s | in cases s | start-up + calibration s |")
+    print("|---|---:|---:|---:|---:|---:|")
+    phases: dict[str, float] = collections.Counter()
+    settle_ms = 0.0
+    rounds = []
+    for slot in load_slots(store):
+        for attempt in store.attempts(slot.slot):
+            outcome = store.outcome(slot.slot, attempt)
+            elapsed = worker_elapsed(store.attempt_dir(slot.slot, attempt) / "log.txt")
+            in_cases = sum(rec.duration_s for a, rec in slot.records.values() if a == attempt)
+            print(f"| {slot.slot} | {outcome.duration_s:.2f} | {elapsed:.2f} | "
+                  f"{outcome.duration_s - elapsed:.2f} | {in_cases:.2f} | {elapsed - in_cases:.2f} |"
+                  if elapsed is not None else
+                  f"| {slot.slot} | {outcome.duration_s:.2f} | ? | ? | {in_cases:.2f} | ? |")
+        for _, rec in slot.records.values():
+            if rec.timing is None:
+                continue
+            for i, r in enumerate(rec.timing.rounds, 1):
+                for phase in PHASES:
+                    phases[phase] += getattr(r, phase) or 0.0
+                settle_ms += r.settle_ms or 0.0
+                rounds.append((sum(getattr(r, p) or 0.0 for p in PHASES), rec.case.backend,
+                               f"{rec.case.m}x{rec.case.n}x{rec.case.k}", i, r))
+    total = sum(phases.values())
+    print(f"\n{len(rounds)} timed rounds; their phases add up to {total:.2f} s\n")
+    print("| phase | s | share |")
+    print("|---|---:|---:|")
+    for phase in PHASES:
+        print(f"| {phase[:-2]} | {phases[phase]:.2f} | {100 * phases[phase] / total if total else 0:.0f}% |")
+    print(f"| (of timing: settling, GPU time) | {settle_ms / 1e3:.2f} | {100 * settle_ms / 1e3 / total if total else 0:.0f}% |")
+    print(f"\nThe {args.top} costliest rounds:\n")
+    print("| backend | shape | round | s | prepare | check | timing | settle ms | probes |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
+    for cost, backend, shape, i, r in sorted(rounds, key=lambda x: -x[0])[:args.top]:
+        print(f"| {backend} | {shape} | {i} | {cost:.3f} | {r.prepare_s or 0:.3f} | {r.check_s or 0:.3f} | "
+              f"{r.timing_s or 0:.3f} | {r.settle_ms or 0:.0f} | {r.probe_s or 0:.3f} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
