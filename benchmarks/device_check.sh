@@ -1,32 +1,64 @@
 #!/usr/bin/env bash
-# End-to-end check of the real CLI on the device machine (H200, through the device tool's `run`):
-#   bash benchmarks/device_check.sh STEP...     steps: seed, interrupt, diff (seed runs diff itself)
-# run from the repo root there, with the controller's wheels carried in .whl (see the results file
-# benchmarks/results/device-check-h200.md for how they are downloaded and the exact `run` call).
+# Every GPU measurement of benchmarks/RESULTS.md, on the device machine (the lent H200, through the device
+# tool's `run`), from the repo root there:
+#   bash benchmarks/device_check.sh STEP...
+# Steps, each with the result file of benchmarks/results/ it reproduces:
+#   seed                  the seed sweep twice, each a cold CLI process, then diff   device-check-h200.md,
+#                         of the two; seed1.md is the first run's table               seed-h200-settled.md
+#   interrupt             SIGINT mid-sweep, then the printed rerun command           device-check-h200.md
+#   diff                  diff of the two seed runs (seed runs it too)
+#   fidelity              the worker against an independent replay                   fidelity-h200-settled.*
+#   order                 forward / reversed / shuffled, 3 processes per order       order-h200-settled-repeat3.*
+#   order-bf16            the same, torch-bf16 alone                                 order-h200-bf16-settled.*
+#   order-bf16-unsettled  the same with settling off (--settle-ms 0)                 order-h200-bf16-settle-off.*
+#   neighbour             a large GEMM after a light and a heavy case                neighbour-h200.md
+#   first-case            the first timing of three fresh processes                  first-case-h200-primed.md
+#   calibration           the GPU's peaks, twice with a fresh cache                  calibration-h200.json
+#   moe                   the GLM-5 TP8 MoE layer sweep and its independent reference moe-layer-h200.md,
+#                                                                                     moe-fidelity-h200.md
+#   byo                   examples/byo_kernels.yaml (user kernels)                   byo-kernels-h200.md
+#   verdicts              A, B identical and C 10% slower, then diff (repeatable)    verdicts-h200-N.md
+#   jit-cache             FlashInfer's JIT cache across shell and SSH (needs sshd)   jit-cache-h200-after.md
+#   fleet                 2 sshd hosts on the GPU, one killed, rerun --failed        gpu-fleet-h200-oneexec.md,
+#                                                                                     gpu-fleet-h200-oneexec-merged.csv
+#   fanout                fan-out cost, tools on CPUs 0-1, hosts on 2-15 (no GPU)    (none kept: RESULTS.md, History)
+#
+# Carried (the `run` call's `carry`; ignored folders, see RESULTS.md "Running the GPU steps" for how each
+# is made): .whl (the controller's wheels for Python 3.12: always); .carry/fi.tar.xz (FlashInfer's files:
+# without it flashinfer-* rows read unavailable); .debs (OpenSSH: jit-cache, fleet, fanout);
+# .carry/whl312 (ansible-core and the rest: fanout).
 #
 # The host is the embedded `local` one, copied from hosts.yaml with the GPU's Python as its `python`
-# and PYTHONPATH=/tmp/site in its env (the worker needs pydantic). No sshd, no FlashInfer: its
-# backends read unavailable. Everything lands in $WORK; $OUT (when set) gets check.log, the JSON of
-# the first seed and runs.tar.gz (every run folder and every command's stdout/stderr).
+# and PYTHONPATH=/tmp/site in its env (the worker needs pydantic). Everything lands in $WORK; each step's
+# results go to $OUT (the device tool's folder, when set; else $WORK), and $OUT also gets seed1.json,
+# seed1.md and runs.tar.gz (every run folder and every command's stdout/stderr).
 #
 # Environment: GPU_PY (the device's Python), SWEEP (default sweeps/glm5_tp8.yaml), INTERRUPT_AFTER
-# (seconds before the SIGINT of `interrupt`, default 6), WORK (default /tmp/device-check), SKIP_WHEELS.
+# (seconds before the SIGINT of `interrupt`, default 6), WORK (default /tmp/device-check), SKIP_WHEELS,
+# SIZES and REPS (fanout, default 8,32,64 and 3).
 set -u
 export PYTHONUNBUFFERED=1
 GPU_PY=${GPU_PY:-/opt/torch/.venv/bin/python3}
 SWEEP=${SWEEP:-sweeps/glm5_tp8.yaml}
 WORK=${WORK:-/tmp/device-check}
+DEST=${OUT:-$WORK}
 SITE=/tmp/site
 INV=$WORK/hosts.yaml
 RUNS=$WORK/runs
 REPO=$PWD
+OSSH=/tmp/ossh
+VERDICTS_DONE=0
 
 setup() {
     mkdir -p "$WORK" "$RUNS" "$WORK/bin"
     # SKIP_WHEELS=1: already installed (a second call on a warm machine) or not needed (a laptop's venv).
     [ -n "${SKIP_WHEELS:-}" ] || "$GPU_PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
         --upgrade --target "$SITE" .whl/*.whl || { echo "setup: installing .whl failed"; exit 1; }
-    export PYTHONPATH=$SITE:$REPO
+    # FlashInfer's files, unpacked once per machine.
+    if [ -f .carry/fi.tar.xz ] && [ ! -d "$SITE/flashinfer" ]; then
+        tar -xJf .carry/fi.tar.xz -C "$SITE" || { echo "setup: unpacking .carry/fi.tar.xz failed"; exit 1; }
+    fi
+    export PYTHONPATH=$SITE:$REPO PATH=$SITE/bin:$PATH
     # `fleetbench` as the console script of an installed package would be: the printed hints name it.
     printf '#!/bin/sh\nexec %s -m orchestrator.cli "$@"\n' "$GPU_PY" > "$WORK/bin/fleetbench"
     chmod +x "$WORK/bin/fleetbench"
@@ -96,6 +128,7 @@ step_seed() {
         grep -v '^\S*: \(running\|waiting\|syncing\|starting\)' "$WORK/seed$i.err" | tail -n 8 | sed 's/^/  err| /'
         summarize "$WORK/seed$i.json" "$(run_dir_of "$WORK/seed$i.err")"
     done
+    "$GPU_PY" -m orchestrator.cli show "$(run_dir_of "$WORK/seed1.err")" --format md > "$WORK/seed1.md"
     step_diff "$(run_dir_of "$WORK/seed1.err")" "$(run_dir_of "$WORK/seed2.err")"
 }
 
@@ -139,20 +172,112 @@ step_interrupt() {
     summarize "$WORK/final.json" "$dir"
 }
 
+# OpenSSH from the carried Debian packages (the image has none), for the steps that start sshd hosts.
+need_sshd() {
+    if [ -d .debs ]; then
+        mkdir -p "$OSSH"
+        for f in .debs/*.deb; do dpkg -x "$f" "$OSSH" || return 1; done
+        export LD_LIBRARY_PATH=$OSSH/lib/x86_64-linux-gnu:$OSSH/usr/lib/x86_64-linux-gnu PATH=$OSSH/usr/bin:$PATH
+        export FLEETBENCH_SSHD=$OSSH/usr/sbin/sshd FLEETBENCH_SSH_KEYGEN=$OSSH/usr/bin/ssh-keygen
+    fi
+    [ -x "${FLEETBENCH_SSHD:-/usr/sbin/sshd}" ] || { echo "no sshd: carry .debs (RESULTS.md says how)"; return 1; }
+    id sshd >/dev/null 2>&1 || useradd -r -M -d /run/sshd -s /usr/sbin/nologin sshd  # privilege separation
+    mkdir -p /run/sshd
+}
+
+# The order runs leave each process's params and results beside the table; order.json keeps their values.
+drop_order_scratch() { rm -f "$1"/params-* "$1"/results-*; }
+
+step_fidelity() { "$GPU_PY" benchmarks/fidelity.py --repeat 2 --no-sweep --out "$DEST/fidelity"; }
+step_order() { "$GPU_PY" benchmarks/order.py --repeat 3 --out "$DEST/order"; drop_order_scratch "$DEST/order"; }
+step_order_bf16() {
+    "$GPU_PY" benchmarks/order.py --backends torch-bf16 --repeat 3 --out "$DEST/order-bf16"
+    drop_order_scratch "$DEST/order-bf16"
+}
+step_order_bf16_unsettled() {
+    "$GPU_PY" benchmarks/order.py --backends torch-bf16 --repeat 3 --settle-ms 0 --out "$DEST/order-bf16-unsettled"
+    drop_order_scratch "$DEST/order-bf16-unsettled"
+}
+step_neighbour() { "$GPU_PY" benchmarks/neighbour.py --out "$DEST/neighbour"; }
+step_first_case() {
+    "$GPU_PY" benchmarks/first_case.py --procs 3 --conditions plain > "$DEST/first-case.md"
+    local rc=$?
+    cat "$DEST/first-case.md"
+    return $rc
+}
+step_calibration() { "$GPU_PY" benchmarks/calibration.py --out "$DEST/calibration.json"; }
+step_moe() {
+    "$GPU_PY" -m orchestrator.cli run sweeps/glm5_tp8_moe_layer.yaml -i "$INV" --runs-dir "$RUNS" --format md \
+        > "$DEST/moe-layer.md" 2> "$WORK/moe.err"
+    "$GPU_PY" benchmarks/moe_fidelity.py "$(run_dir_of "$WORK/moe.err")" --out "$DEST/moe"
+}
+step_byo() {
+    "$GPU_PY" -m orchestrator.cli run examples/byo_kernels.yaml -i "$INV" --runs-dir "$RUNS" --format md \
+        > "$DEST/byo-kernels.md" 2>&1
+}
+step_verdicts() {
+    VERDICTS_DONE=$((VERDICTS_DONE + 1))
+    "$GPU_PY" benchmarks/verdicts.py "$SWEEP" -i "$INV" --runs-dir "$RUNS" --out "$DEST/verdicts-$VERDICTS_DONE.md"
+}
+step_jit_cache() {
+    need_sshd || return 1
+    "$GPU_PY" benchmarks/jit_cache.py --out "$DEST/jit-cache" --env "PYTHONPATH=$SITE"
+}
+step_fleet() {
+    need_sshd || return 1
+    "$GPU_PY" benchmarks/gpu_fleet.py --hosts 2 --gpus 1 --sweep "$SWEEP" --out "$DEST/fleet" --env "PYTHONPATH=$SITE"
+}
+
+# The fan-out benchmark with the controller on CPUs 0-1 and the hosts on the other 14: the hosts' venv is
+# the device's Python with the pinned pydantic (what `provision --profile minimal` makes), every library
+# byte-compiled as a plain `pip install` leaves it (without bytecode, and with PYTHONDONTWRITEBYTECODE set
+# there, every cold start of every tool would compile its libraries again).
+step_fanout() {
+    local hv=/tmp/fleetbench-fanout/host-venv
+    need_sshd || return 1
+    export LC_ALL=C.UTF-8 LANG=C.UTF-8  # ansible refuses other locales
+    "$GPU_PY" -m pip install -q --no-index --no-deps --no-compile --target "$SITE" .carry/whl312/*.whl || return 1
+    "$GPU_PY" -m compileall -q -j 0 "$SITE" >/dev/null
+    if [ ! -x "$hv/bin/python" ]; then
+        "$GPU_PY" -m venv --without-pip "$hv" && "$GPU_PY" -m pip install -q --no-index --no-deps \
+            --target "$("$hv/bin/python" -c 'import sysconfig; print(sysconfig.get_path("purelib"))')" \
+            .whl/pydantic-*.whl .whl/pydantic_core-*.whl .whl/annotated_types-*.whl .whl/typing_inspection-*.whl \
+            .whl/typing_extensions-*.whl || return 1
+    fi
+    chmod -R a+rX /tmp/fleetbench-fanout "$SITE"
+    # Pinning must separate: two burners on one CPU get about half the loops of a third on another.
+    "$GPU_PY" - <<'EOF'
+import multiprocessing as mp, os, time
+def burn(cpu, q):
+    os.sched_setaffinity(0, {cpu}); t = time.time(); n = 0
+    while time.time() - t < 1.0: n += 1
+    q.put((cpu, n))
+q = mp.Queue(); ps = [mp.Process(target=burn, args=(c, q)) for c in (2, 2, 3)]
+[p.start() for p in ps]; [p.join() for p in ps]
+print("pin check (cpu, loops in 1 s; the two on cpu 2 should get ~half of cpu 3's):", sorted(q.get() for _ in ps))
+EOF
+    "$GPU_PY" benchmarks/fanout.py --sizes "${SIZES:-8,32,64}" --reps "${REPS:-3}" --ansible "$SITE/bin/ansible-playbook" \
+        --host-python "$hv/bin/python" --controller-cpus 0,1 --host-cpus 2-15 --out "$DEST/fanout-pinned.md"
+}
+
 collect() {
     [ -n "${OUT:-}" ] || return 0
-    cp "$WORK/seed1.json" "$OUT/" 2>/dev/null
+    cp "$WORK/seed1.json" "$WORK/seed1.md" "$OUT/" 2>/dev/null
     tar -czf "$OUT/runs.tar.gz" -C "$WORK" --exclude=bin . 2>/dev/null
 }
 
-[ $# -gt 0 ] || { echo "usage: bash benchmarks/device_check.sh STEP... (seed, interrupt, diff)"; exit 2; }
+STEPS="seed interrupt diff fidelity order order-bf16 order-bf16-unsettled neighbour first-case calibration moe byo
+verdicts jit-cache fleet fanout"
+[ $# -gt 0 ] || { echo "usage: bash benchmarks/device_check.sh STEP... (steps:" $STEPS")"; exit 2; }
+for step in "$@"; do
+    case " $(echo $STEPS) " in
+        *" $step "*) ;;
+        *) echo "unknown step: $step (steps:" $STEPS")"; exit 2 ;;
+    esac
+done
 setup
 for step in "$@"; do
-    case "$step" in
-        seed) step_seed ;;
-        interrupt) step_interrupt ;;
-        diff) step_diff ;;
-        *) echo "unknown step: $step"; exit 2 ;;
-    esac
+    "step_${step//-/_}"
+    echo "== $step: exit $?"
 done
 collect
