@@ -66,7 +66,7 @@ def one(fleet, work: Path, fault: str, victim: str) -> dict:
     host.freeze() if fault == "frozen" else host.kill()
     _, err = proc.communicate(timeout=600)
     t_return = time.time()
-    run_dir = next(runs.iterdir())
+    run_dir = next(p for p in runs.iterdir() if p.is_dir())  # the runs folder also holds the history index
     outcome_file = run_dir / "hosts" / victim / "attempt-1" / "outcome.json"
     outcome = json.loads(outcome_file.read_text())
     healthy = {json.loads(p.read_text())["outcome"] for p in run_dir.glob("hosts/*/attempt-1/outcome.json")

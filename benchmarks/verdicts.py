@@ -34,9 +34,12 @@ def cli(*args, env=None) -> subprocess.CompletedProcess:
 
 
 def run(sweep: Path, inventory: Path, runs: Path, env=None) -> Path:
-    before = set(runs.iterdir()) if runs.exists() else set()
+    def run_dirs() -> set[Path]:  # the runs folder also holds the history index
+        return {p for p in runs.iterdir() if p.is_dir()} if runs.exists() else set()
+
+    before = run_dirs()
     proc = cli("run", sweep, "-i", inventory, "--runs-dir", runs, "--format", "json", env=env)
-    new = sorted(set(runs.iterdir()) - before)
+    new = sorted(run_dirs() - before)
     if not new:
         raise SystemExit(f"the run did not start: {proc.stderr[-2000:]}")
     print(proc.stderr.strip().splitlines()[-1], flush=True)
