@@ -6,6 +6,7 @@
 #   seed                  the seed sweep twice, each a cold CLI process, then diff   device-check-h200.md,
 #                         of the two; seed1.md is the first run's table               seed-h200-settled.md
 #   interrupt             SIGINT mid-sweep, then the printed rerun command           device-check-h200.md
+#   cost                  where each seed run's time went (after seed)             sweep-cost-h200.md
 #   diff                  diff of the two seed runs (seed runs it too)
 #   fidelity              the worker against an independent replay                   fidelity-h200-settled.*
 #   order                 forward / reversed / shuffled, 3 processes per order       order-h200-settled-repeat3.*
@@ -142,6 +143,14 @@ step_diff() {  # RUN_A RUN_B (default: the two seeds)
     sed 's/^/  err| /' "$WORK/diff.err" | tail -n 10
 }
 
+step_cost() {  # where each seed run's time went (run `seed` first, in the same call)
+    local run
+    for run in "$(run_dir_of "$WORK/seed1.err")" "$(run_dir_of "$WORK/seed2.err")"; do
+        [ -d "$run" ] || { echo "cost: no seed run (give the seed step first)"; return 1; }
+        "$GPU_PY" benchmarks/sweep_cost.py "$run" --top 12 > "$DEST/cost-$(basename "$run").md" && echo "cost: $run"
+    done
+}
+
 step_interrupt() {
     echo "== interrupt: the sweep in the background, SIGINT to its process group after ${INTERRUPT_AFTER:-6} s"
     local pid rc hint t0 t1 dir
@@ -266,7 +275,7 @@ collect() {
     tar -czf "$OUT/runs.tar.gz" -C "$WORK" --exclude=bin . 2>/dev/null
 }
 
-STEPS="seed interrupt diff fidelity order order-bf16 order-bf16-unsettled neighbour first-case calibration moe byo
+STEPS="seed cost interrupt diff fidelity order order-bf16 order-bf16-unsettled neighbour first-case calibration moe byo
 verdicts jit-cache fleet fanout"
 [ $# -gt 0 ] || { echo "usage: bash benchmarks/device_check.sh STEP... (steps:" $STEPS")"; exit 2; }
 for step in "$@"; do
