@@ -36,7 +36,7 @@ FP4 = ["flashinfer-fp4-cutlass", "flashinfer-fp4-cudnn", "flashinfer-fp4-trtllm"
 
 
 def seed_shapes():
-    from orchestrator.sweep import Sweep
+    from orchestrator.config.sweep import Sweep
 
     sweep = Sweep(name="glm5", backends=["torch-bf16"], shapes=[{"preset": "glm5-tp8"}])
     return [(c.label, c.m, c.n, c.k) for c in sweep.cases()]
@@ -145,7 +145,7 @@ def compare(shapes, backends, repeat: int, reference_settle_ms: float = 300.0):
 
 def full_sweep(out: Path, backends):
     """The seed sweep through the worker CLI, as a host runs it; returns wall seconds and statuses."""
-    from orchestrator.sweep import Sweep
+    from orchestrator.config.sweep import Sweep
     from worker.schema import WorkerParams
 
     sweep = Sweep(name="glm5-tp8", backends=backends, shapes=[{"preset": "glm5-tp8"}])

@@ -31,7 +31,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 
 def build(runs_dir: Path, n_runs: int, n_rows: int) -> float:
-    from orchestrator.index import RunIndex, fingerprint
+    from orchestrator.runs.index import RunIndex, fingerprint
 
     t0 = time.perf_counter()
     index = RunIndex.open(runs_dir, rebuild=True)
@@ -60,11 +60,11 @@ def build(runs_dir: Path, n_runs: int, n_rows: int) -> float:
 
 def landed_run_cost(tmp: Path, n_rows: int) -> float:
     """Seconds to index one stored run of n_rows cases as it lands."""
-    from orchestrator.index import RunIndex
+    from orchestrator.runs.index import RunIndex
     from worker.schema import CaseRecord, CaseSpec, FactsRecord
     from worker.timing import summarize
 
-    from orchestrator.store import RunStore
+    from orchestrator.runs.store import RunStore
 
     runs = tmp / "landed"
     store = RunStore.create(runs, "20261203-000000-landed-0001")

@@ -33,7 +33,7 @@ ORDERS = ("forward", "reversed", "shuffled")
 
 
 def cases_of(sweep_path: Path, backends: list[str], settle_ms: float | None = None):
-    from orchestrator.sweep import load_sweep
+    from orchestrator.config.sweep import load_sweep
 
     sweep = load_sweep(sweep_path)
     if backends:

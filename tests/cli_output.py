@@ -1,9 +1,9 @@
-"""Reading fleetbench's JSON output in tests: every JSON output is an envelope (orchestrator/output.py)."""
+"""Reading fleetbench's JSON output in tests: every JSON output is an envelope (orchestrator/views/output.py)."""
 from __future__ import annotations
 
 import json
 
-from orchestrator.output import JSON_FORMAT
+from orchestrator.views.output import JSON_FORMAT
 
 
 def cli_json(text: str):

@@ -8,15 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.bundle import build_worker_bundle
+from orchestrator.planning.bundle import build_worker_bundle
 from orchestrator.cli import main
 from orchestrator.errors import InputError
-from orchestrator.inventory import load_inventory, select_hosts
-from orchestrator.plan import build_plan
-from orchestrator.records import parse_results
-from orchestrator.remote import layout_for
-from orchestrator.render import render_script, template_environment
-from orchestrator.sweep import Sweep, load_sweep
+from orchestrator.config.inventory import load_inventory, select_hosts
+from orchestrator.planning.plan import build_plan
+from orchestrator.runs.records import parse_results
+from orchestrator.execution.remote import layout_for
+from orchestrator.planning.render import render_script, template_environment
+from orchestrator.config.sweep import Sweep, load_sweep
 from orchestrator.transport import login_relative, shell_command
 from worker import protocol
 from worker.backends import CATALOG
@@ -279,7 +279,7 @@ def test_bad_arguments_exit_2(tmp_path, capsys, monkeypatch, argv, message):
 
 
 def test_the_host_lacks_files_only_by_the_protocol_exit_statuses():
-    from orchestrator.remote import lacks_files
+    from orchestrator.execution.remote import lacks_files
     from orchestrator.transport import CommandResult
 
     # Python could not open the content-addressed script: status 2 before the launcher's hello.
@@ -294,7 +294,7 @@ def test_the_host_lacks_files_only_by_the_protocol_exit_statuses():
 
 
 def test_run_first_syncs_and_runs_again_only_when_the_host_lacks_something():
-    from orchestrator.remote import run_first
+    from orchestrator.execution.remote import run_first
     from orchestrator.transport import CommandResult
 
     def scenario(results, lacks):
@@ -314,7 +314,7 @@ def test_run_first_syncs_and_runs_again_only_when_the_host_lacks_something():
 
 
 def test_hosts_sharing_a_workdir_share_one_rendering(tmp_path, monkeypatch):
-    import orchestrator.render as render_mod
+    import orchestrator.planning.render as render_mod
 
     inv = load_inventory(write(tmp_path / "hosts.yaml", """
 defaults: {workdir: ~/fb}
@@ -378,7 +378,7 @@ def test_ansible_style_limit_and_forks_are_the_same_options(tmp_path, capsys, mo
 
 
 def test_a_local_host_without_a_home_folder_says_so_not_interpreter_not_found(tmp_path, monkeypatch):
-    from orchestrator.inventory import load_inventory
+    from orchestrator.config.inventory import load_inventory
     from orchestrator.transport import TransportError
     from orchestrator.transport.local import LocalTransport
 
@@ -391,8 +391,8 @@ def test_a_local_host_without_a_home_folder_says_so_not_interpreter_not_found(tm
 
 
 def test_a_noisy_rows_note_gives_its_interval_up_to_100_percent_then_says_wider():
-    from orchestrator.merge import Row
-    from orchestrator.views import _note
+    from orchestrator.analysis.merge import Row
+    from orchestrator.views.tables import _note
 
     row = Row(run_id="r", host="h", gpu=None, slot="h", gpu_name=None, label="", backend="b", m=1, n=1, k=1,
               status="ok", reason="", rel_ci=0.3)

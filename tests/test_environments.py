@@ -10,10 +10,10 @@ import pytest
 
 from orchestrator.cli import main
 from orchestrator.errors import InputError
-from orchestrator.inventory import load_inventory, select_hosts
-from orchestrator.plan import build_plan
-from orchestrator.provision import constraints_for
-from orchestrator.sweep import load_sweep
+from orchestrator.config.inventory import load_inventory, select_hosts
+from orchestrator.planning.plan import build_plan
+from orchestrator.execution.provision import constraints_for
+from orchestrator.config.sweep import load_sweep
 from cli_output import cli_json
 
 REPO = Path(__file__).resolve().parent.parent

@@ -1,4 +1,4 @@
-"""The one fan-out (orchestrator/fanout.py): bounded, one result per host, and Ctrl-C that leaves nothing
+"""The one fan-out (orchestrator/execution/fanout.py): bounded, one result per host, and Ctrl-C that leaves nothing
 running, for every multi-host command."""
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from conftest import processes_under, start_cli
-from orchestrator.fanout import Cancelled, fan_out
+from orchestrator.execution.fanout import Cancelled, fan_out
 
 
 def test_at_most_parallel_hosts_work_at_once_and_every_host_gets_its_result_in_order():

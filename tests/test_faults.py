@@ -14,8 +14,8 @@ from conftest import cases_ended, processes_under, set_host_field, slow_sweep, s
 from sshfleet import wait_until
 
 from orchestrator.cli import main
-from orchestrator.records import parse_results
-from orchestrator.store import resolve_run
+from orchestrator.runs.records import parse_results
+from orchestrator.runs.store import resolve_run
 from cli_output import cli_json
 
 

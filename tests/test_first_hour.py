@@ -69,7 +69,7 @@ def test_report_history_with_a_broken_index_is_one_error_line_or_a_report(tmp_pa
         assert "--history: the history index" in one_error(capsys)
     else:
         assert code == 0 and (tmp_path / "r.html").is_file() and "Traceback" not in capsys.readouterr().err
-    from orchestrator.index import RunIndex
+    from orchestrator.runs.index import RunIndex
 
     def broken(*args, **kwargs):
         raise sqlite3.DatabaseError("database disk image is malformed")

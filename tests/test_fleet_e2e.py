@@ -11,7 +11,7 @@ from pathlib import Path
 from conftest import write_sweep
 
 from orchestrator.cli import main
-from orchestrator.store import resolve_run
+from orchestrator.runs.store import resolve_run
 from cli_output import cli_json
 
 # Every quote and shell metacharacter a label may hold (control characters are refused at load).

@@ -9,7 +9,7 @@ import yaml
 from conftest import write_sweep
 
 from orchestrator.cli import main
-from orchestrator.store import resolve_run
+from orchestrator.runs.store import resolve_run
 from cli_output import cli_json
 
 
@@ -186,7 +186,7 @@ def test_keys_held_by_ssh_agent_work(fleet, tmp_path, capsys, monkeypatch):
 
 
 def test_prune_removes_old_runs_here_and_on_their_hosts_but_never_one_in_progress(fleet, tmp_path, capsys):
-    from orchestrator.store import RunStore, list_run_dirs
+    from orchestrator.runs.store import RunStore, list_run_dirs
 
     runs = tmp_path / "runs"
     inv = fleet.inventory(tmp_path / "hosts.yaml", names=["ssh0", "ssh1"])

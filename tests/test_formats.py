@@ -12,13 +12,13 @@ from typing import Callable
 import pytest
 
 from orchestrator.cli import main
-from orchestrator.diff import compare_sides, resolve_side
-from orchestrator.formats import MANIFEST_VERSION, upgrade_manifest, upgrade_record
-from orchestrator.inventory import load_inventory
-from orchestrator.launch import plan_rerun
-from orchestrator.merge import merged_rows
-from orchestrator.records import parse_results
-from orchestrator.store import RunStore
+from orchestrator.analysis.diff import compare_sides, resolve_side
+from orchestrator.runs.formats import MANIFEST_VERSION, upgrade_manifest, upgrade_record
+from orchestrator.config.inventory import load_inventory
+from orchestrator.execution.launch import plan_rerun
+from orchestrator.analysis.merge import merged_rows
+from orchestrator.runs.records import parse_results
+from orchestrator.runs.store import RunStore
 from worker.schema import SCHEMA_VERSION
 from cli_output import cli_json
 

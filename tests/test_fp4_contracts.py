@@ -23,7 +23,7 @@ from typing import Callable, Optional
 import pytest
 import torch
 
-from orchestrator.provision import pinned_versions
+from orchestrator.execution.provision import pinned_versions
 from worker import nvfp4
 from worker.backends import CATALOG, flashinfer_mm_fp4_backends
 from worker.backends.fp8 import dequantized_product
@@ -408,7 +408,7 @@ def test_the_pinned_gpu_profile_resolves_together(tmp_path, monkeypatch, capsys)
 
 
 def test_backends_the_installed_flashinfer_offers_beyond_the_catalog_are_reported():
-    from orchestrator.hostcheck import readiness_notes
+    from orchestrator.execution.hostcheck import readiness_notes
 
     offered = flashinfer_mm_fp4_backends()
     assert readiness_notes({"flashinfer": FI_VERSION, "flashinfer_mm_fp4_backends": offered}) == []

@@ -13,8 +13,8 @@ import pytest
 import yaml
 
 from orchestrator.cli import main
-from orchestrator.index import INDEX_NAME, RunIndex
-from orchestrator.steps import detect_steps
+from orchestrator.runs.index import INDEX_NAME, RunIndex
+from orchestrator.analysis.steps import detect_steps
 from test_compare import make_run
 from cli_output import cli_json
 

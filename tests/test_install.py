@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.cli import main
-from orchestrator.provision import pinned_versions
+from orchestrator.execution.provision import pinned_versions
 from cli_output import cli_json
 
 REPO = Path(__file__).resolve().parent.parent
@@ -52,7 +52,7 @@ def test_provision_finds_its_pins_in_an_installed_wheel(wheel, tmp_path):
     site = tmp_path / "site"
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(site), str(wheel)],
                    check=True, capture_output=True)
-    code = ("import json, orchestrator.provision as p; "
+    code = ("import json, orchestrator.execution.provision as p; "
             "print(json.dumps([p.__file__, str(p.CONSTRAINTS), p.pinned_versions()]))")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path,
                           env={**os.environ, "PYTHONPATH": str(site)})
@@ -127,7 +127,7 @@ def test_the_worker_alone_installs_nothing_of_the_controller_and_pins_what_provi
     """worker/pyproject.toml builds `fleetbench-worker`: every worker module and nothing else; it needs
     torch, pydantic and numpy; its `[gpu]` extra is exactly `provision --profile gpu` at the pins of
     requirements/host-constraints.txt (one way to a GPU host's versions, whichever tool installs)."""
-    from orchestrator.provision import PROFILES, pinned_versions
+    from orchestrator.execution.provision import PROFILES, pinned_versions
 
     source = tmp_path / "src" / "worker"
     shutil.copytree(REPO / "worker", source, ignore=shutil.ignore_patterns("__pycache__"))

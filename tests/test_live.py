@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import io
 
-from orchestrator.execute import JobEvent
-from orchestrator.live import LiveView
+from orchestrator.execution.execute import JobEvent
+from orchestrator.views.live import LiveView
 
 
 def events():
@@ -51,7 +51,7 @@ def test_off_a_terminal_a_running_host_reports_its_progress_every_few_seconds():
 
 
 def test_the_overall_bar_counts_the_fleet_and_estimates_from_the_rate_so_far():
-    from orchestrator.live import overall_line
+    from orchestrator.views.live import overall_line
 
     running = [JobEvent("a", "running", done=10, total=40), JobEvent("b", "running", done=20, total=40)]
     # 30 of 80 cases in 60 s since the first host began: 50 left at 0.5 case/s -> 100 s.

@@ -9,7 +9,7 @@ import yaml
 
 from orchestrator.cli import main
 from orchestrator.errors import InputError
-from orchestrator.sweep import load_sweep
+from orchestrator.config.sweep import load_sweep
 from worker.metrics import moe_metrics
 from worker.routing import draw_counts, read_counts_file
 from cli_output import cli_json

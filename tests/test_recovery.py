@@ -19,7 +19,7 @@ import yaml
 from cli_output import cli_json
 from conftest import REPO, processes_under
 from orchestrator.cli import main
-from orchestrator.launch import cases_to_finish
+from orchestrator.execution.launch import cases_to_finish
 from worker.rounds import join_records, rounds_in
 from worker.schema import CaseRecord, CaseSpec, Stats, RoundStats, TimingOptions
 

@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from orchestrator.cli import main
-from orchestrator.inventory import load_inventory
+from orchestrator.config.inventory import load_inventory
 from orchestrator.launchers.slurm import srun_prefix
 from cli_output import cli_json
 from conftest import REPO, cases_ended, processes_under, set_host_field, slow_sweep, start_cli

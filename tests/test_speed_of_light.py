@@ -9,9 +9,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from orchestrator.formats import params_for_worker
-from orchestrator.merge import Row
-from orchestrator.views import pivot_document, rows_document
+from orchestrator.runs.formats import params_for_worker
+from orchestrator.analysis.merge import Row
+from orchestrator.views.tables import pivot_document, rows_document
 from worker.calibrate import calibrate
 from worker.metrics import gemm_metrics, speed_of_light
 from worker.schema import Calibration
@@ -194,10 +194,10 @@ def test_the_oracles_get_no_speed_of_light():
 def test_a_sweeps_calibration_setting_reaches_the_worker_and_the_manifest(tmp_path):
     import yaml
 
-    from orchestrator.inventory import load_inventory
-    from orchestrator.plan import build_plan
-    from orchestrator.remote import job_params
-    from orchestrator.sweep import load_sweep
+    from orchestrator.config.inventory import load_inventory
+    from orchestrator.planning.plan import build_plan
+    from orchestrator.execution.remote import job_params
+    from orchestrator.config.sweep import load_sweep
 
     sweep_file = tmp_path / "s.yaml"
     sweep_file.write_text(yaml.safe_dump({"name": "s", "backends": ["torch-bf16"], "shapes": [{"m": 16, "n": 64, "k": 64}],

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.outcome import AttemptEnd, judge
+from orchestrator.execution.outcome import AttemptEnd, judge
 from worker import protocol
 
 REPO = Path(__file__).resolve().parent.parent
@@ -221,7 +221,7 @@ def test_history_reads_the_index_without_the_ssh_stack_torch_or_plots(tmp_path, 
 
 def test_only_the_slurm_launcher_and_the_inventorys_slurm_section_name_slurm():
     """Where commands run and how a job starts are two axes: no `if slurm` anywhere else."""
-    allowed = {"orchestrator/launchers/slurm.py", "orchestrator/launchers/__init__.py", "orchestrator/inventory.py"}
+    allowed = {"orchestrator/launchers/slurm.py", "orchestrator/launchers/__init__.py", "orchestrator/config/inventory.py"}
     named = sorted(str(p.relative_to(REPO)) for p in (REPO / "orchestrator").rglob("*.py")
                    if "slurm" in p.read_text(encoding="utf-8").lower() and str(p.relative_to(REPO)) not in allowed)
     assert named == []
@@ -231,13 +231,13 @@ def test_every_multi_host_command_fans_out_through_the_one_pool():
     pools = sorted(str(p.relative_to(REPO)) for p in (REPO / "orchestrator").rglob("*.py")
                    if "ThreadPoolExecutor(" in p.read_text(encoding="utf-8"))
     # fanout.py is the pool; execute.py's is a host's own GPU slots inside that host's pipeline.
-    assert pools == ["orchestrator/execute.py", "orchestrator/fanout.py"]
+    assert pools == ["orchestrator/execution/execute.py", "orchestrator/execution/fanout.py"]
 
 
 def test_the_demultiplexer_routes_each_line_where_it_belongs():
     import io
 
-    from orchestrator.demux import StreamDemux
+    from orchestrator.execution.demux import StreamDemux
     from orchestrator.launchers import LaunchWatch
 
     log, results, events, news = io.StringIO(), io.StringIO(), [], []

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.output import Document, write
-from orchestrator.store import RunStore
+from orchestrator.views.output import Document, write
+from orchestrator.runs.store import RunStore
 from test_compare import make_run
 
 WIDTHS = range(60, 201)
@@ -65,8 +65,8 @@ def fleet_runs(tmp_path_factory, stored_runs) -> Path:
 
 
 def show_documents(runs: Path) -> list[Document]:
-    from orchestrator.merge import merged_rows
-    from orchestrator.views import pivot_document, rows_document
+    from orchestrator.analysis.merge import merged_rows
+    from orchestrator.views.tables import pivot_document, rows_document
 
     docs = []
     for run in ("20261201-000005-synthetic-0005", Path(V4).name, Path(V5).name):
@@ -76,8 +76,8 @@ def show_documents(runs: Path) -> list[Document]:
 
 
 def diff_documents(runs: Path) -> list[Document]:
-    from orchestrator.diff import compare_sides, resolve_side
-    from orchestrator.views import comparison_document
+    from orchestrator.analysis.diff import compare_sides, resolve_side
+    from orchestrator.views.tables import comparison_document
 
     pairs = [("20261201-000000-synthetic-0000", "20261201-000005-synthetic-0005"), (Path(V3).name, Path(V4).name),
              (Path(V4).name, Path(V4).name), ("20261201-000005-synthetic-0005:gpu-node-01", "20261201-000005-synthetic-0005:gpu-node-02")]
@@ -85,9 +85,9 @@ def diff_documents(runs: Path) -> list[Document]:
 
 
 def history_documents(runs: Path) -> list[Document]:
-    from orchestrator.history import Selection, history
-    from orchestrator.index import RunIndex
-    from orchestrator.views import history_document
+    from orchestrator.analysis.history import Selection, history
+    from orchestrator.runs.index import RunIndex
+    from orchestrator.views.tables import history_document
 
     index = RunIndex.open(runs)
     try:
@@ -99,9 +99,9 @@ def history_documents(runs: Path) -> list[Document]:
 
 
 def hosts_documents(tmp_path: Path) -> list[Document]:
-    from orchestrator.hostcheck import HostStatus
-    from orchestrator.inventory import load_inventory
-    from orchestrator.views import host_check_document, inventory_document
+    from orchestrator.execution.hostcheck import HostStatus
+    from orchestrator.config.inventory import load_inventory
+    from orchestrator.views.tables import host_check_document, inventory_document
 
     inventory = tmp_path / "hosts.yaml"
     inventory.write_text("""
@@ -152,8 +152,8 @@ def test_hosts_tables_never_split_a_path(tmp_path):
 
 
 def test_a_narrow_table_says_what_it_left_out_and_what_every_row_shares(stored_runs):
-    from orchestrator.merge import merged_rows
-    from orchestrator.views import rows_document
+    from orchestrator.analysis.merge import merged_rows
+    from orchestrator.views.tables import rows_document
 
     rows = merged_rows(RunStore(stored_runs / V4))
     text = " ".join(write(rows_document(rows), "table", 80).split())
@@ -167,8 +167,8 @@ def test_a_narrow_table_says_what_it_left_out_and_what_every_row_shares(stored_r
 def test_cpu_rows_give_tflops_and_microseconds_with_meaningful_digits(stored_runs, capsys):
     """A CPU's 0.0733 TFLOPS is not `0.0`: three significant digits, whatever the magnitude."""
     from orchestrator.cli import main
-    from orchestrator.merge import merged_rows
-    from orchestrator.views import significant
+    from orchestrator.analysis.merge import merged_rows
+    from orchestrator.views.tables import significant
     from test_compare import md_rows
 
     run = stored_runs / V4
@@ -185,7 +185,7 @@ def test_cpu_rows_give_tflops_and_microseconds_with_meaningful_digits(stored_run
 
 
 def test_control_characters_in_stored_text_never_reach_the_terminal():
-    from orchestrator.output import Document, Section, write
+    from orchestrator.views.output import Document, Section, write
 
     doc = Document([Section(["label", "note"], [["a\x1b[31mred", "line\nbreak \u202eevil"]])], notes=["n\x07"])
     for fmt in ("table", "md"):

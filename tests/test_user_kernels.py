@@ -6,7 +6,7 @@ from pathlib import Path
 
 import yaml
 
-from orchestrator.bundle import build_worker_bundle
+from orchestrator.planning.bundle import build_worker_bundle
 from orchestrator.cli import main
 from cli_output import cli_json
 

@@ -7,7 +7,7 @@ import sys
 import pytest
 import torch
 
-from orchestrator.records import parse_line
+from orchestrator.runs.records import parse_line
 from worker import runner as runner_mod
 from worker.backends import CATALOG, support_problem
 from worker.health import assess, decode_reasons

@@ -115,9 +115,9 @@ def rerun_hint(store) -> str:
 
 def print_interrupted(store, fmt: str, io: Streams) -> int:
     """Ctrl-C: the hosts were stopped; show what finished (it is kept) and how to finish the rest."""
-    from ..merge import merged_rows
-    from ..output import write
-    from ..views import rows_document
+    from ..analysis.merge import merged_rows
+    from ..views.output import write
+    from ..views.tables import rows_document
 
     index_landed(store, io)
     rows = merged_rows(store)
@@ -132,9 +132,9 @@ def print_interrupted(store, fmt: str, io: Streams) -> int:
 
 
 def print_run(store, outcomes, fmt: str, io: Streams) -> int:
-    from ..merge import load_slots, merged_rows
-    from ..output import write
-    from ..views import rows_document
+    from ..analysis.merge import load_slots, merged_rows
+    from ..views.output import write
+    from ..views.tables import rows_document
 
     slots = load_slots(store)
     rows = merged_rows(store, slots)
@@ -173,7 +173,7 @@ def print_run(store, outcomes, fmt: str, io: Streams) -> int:
 
 def index_landed(store, io: Streams) -> None:
     """Add a run that just landed to the history index; the run is stored whatever happens here."""
-    from ..index import RunIndex
+    from ..runs.index import RunIndex
 
     try:
         index = RunIndex.open(store.dir.parent)
@@ -207,8 +207,8 @@ def run_inventory(store) -> str:
 
 def load_run_inputs(args):
     """(inventory, sweep, selected hosts) of `run` and `render`."""
-    from ..inventory import load_inventory, select_hosts
-    from ..sweep import load_sweep
+    from ..config.inventory import load_inventory, select_hosts
+    from ..config.sweep import load_sweep
 
     inventory = load_inventory(inventory_path(args.inventory))
     sweep = load_sweep(Path(args.sweep))

@@ -26,9 +26,9 @@ def declare(p):
 
 
 def run(args, io: Streams) -> int:
-    from ..diff import across_hosts, compare_sides, resolve_side
-    from ..output import write
-    from ..views import comparison_document, comparison_summary, fleet_document, interval_text, ratio_text
+    from ..analysis.diff import across_hosts, compare_sides, resolve_side
+    from ..views.output import write
+    from ..views.tables import comparison_document, comparison_summary, fleet_document, interval_text, ratio_text
 
     threshold = parse_threshold(args.threshold)
     side_a = resolve_side(Path(args.runs_dir), args.a)

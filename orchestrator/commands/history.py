@@ -39,10 +39,10 @@ _VERSIONED = ("torch", "flashinfer", "sgl_kernel", "driver", "cuda")
 
 
 def run(args, io: Streams) -> int:
-    from ..history import Selection, history
-    from ..index import RunIndex
-    from ..output import write
-    from ..views import history_document
+    from ..analysis.history import Selection, history
+    from ..runs.index import RunIndex
+    from ..views.output import write
+    from ..views.tables import history_document
 
     versions = {}
     for item in args.versions:

@@ -19,17 +19,17 @@ def declare(p):
 
 
 def run(args, io: Streams) -> int:
-    from ..inventory import load_inventory, select_hosts
-    from ..output import write
+    from ..config.inventory import load_inventory, select_hosts
+    from ..views.output import write
 
     hosts = select_hosts(load_inventory(inventory_path(args.inventory)), args.hosts)
     if not args.check:
-        from ..views import inventory_document
+        from ..views.tables import inventory_document
 
         io.write(write(inventory_document(hosts), args.format, io.width()))
         return EXIT_OK
-    from ..hostcheck import check_hosts, version_skew
-    from ..views import host_check_document
+    from ..execution.hostcheck import check_hosts, version_skew
+    from ..views.tables import host_check_document
 
     statuses = check_hosts(hosts, accept_new=args.accept_new, parallel=args.parallel)
     skew = version_skew(statuses)

@@ -14,7 +14,7 @@ def declare(p):
 
 
 def run(args, io: Streams) -> int:
-    from ..starter import write_starter
+    from ..config.starter import write_starter
 
     for w in write_starter(Path(args.folder)):
         io.write(f"{'wrote' if w.created else 'kept (exists)'} {w.path}\n")

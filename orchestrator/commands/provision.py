@@ -24,8 +24,8 @@ def declare(p):
 
 
 def run(args, io: Streams) -> int:
-    from ..inventory import load_inventory, select_hosts
-    from ..provision import provision_hosts
+    from ..config.inventory import load_inventory, select_hosts
+    from ..execution.provision import provision_hosts
 
     hosts = select_hosts(load_inventory(inventory_path(args.inventory)), args.hosts)
     results = provision_hosts(hosts, profile=args.profile, wheelhouse=args.wheelhouse, base_python=args.base_python,

@@ -25,8 +25,8 @@ def declare(p):
 
 
 def run(args, io: Streams) -> int:
-    from ..inventory import load_inventory
-    from ..prune import parse_date, prune_runs
+    from ..config.inventory import load_inventory
+    from ..execution.prune import parse_date, prune_runs
 
     older_than = parse_date(args.older_than) if args.older_than else None
     loaded: dict[str, object] = {}

@@ -17,8 +17,8 @@ def declare(p):
 
 
 def run(args, io: Streams) -> int:
-    from ..launch import describe_commands, prepare_run
-    from ..plan import build_plan, new_run_id
+    from ..execution.launch import describe_commands, prepare_run
+    from ..planning.plan import build_plan, new_run_id
 
     inventory, sweep, hosts = load_run_inputs(args)
     plan = build_plan(hosts, sweep, new_run_id(sweep.name), args.per_gpu)

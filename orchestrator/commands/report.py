@@ -21,7 +21,7 @@ def declare(p):
 
 
 def run(args, io: Streams) -> int:
-    from ..htmlreport import write_report
+    from ..views.htmlreport import write_report
 
     path = write_report(Path(args.runs_dir), args.run, args.against, Path(args.output), parse_threshold(args.threshold),
                         with_history=args.history, baseline=args.baseline)

@@ -27,10 +27,10 @@ def declare(p):
 
 
 def run(args, io: Streams) -> int:
-    from ..inventory import load_inventory
-    from ..launch import rerun
-    from ..live import LiveView
-    from ..store import resolve_run
+    from ..config.inventory import load_inventory
+    from ..execution.launch import rerun
+    from ..views.live import LiveView
+    from ..runs.store import resolve_run
 
     if not args.failed and not args.hosts and not args.resume:
         raise InputError("rerun: say what to run again: --failed, --hosts SEL and/or --resume")

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .. import defaults
+from ..config import defaults
 from ..errors import RunInterrupted
 from .common import Streams, index_landed, load_run_inputs, opt_accept_new, opt_format, opt_hosts, opt_inventory, opt_parallel, opt_per_gpu, opt_runs_dir, print_interrupted, print_run, seconds
 
@@ -21,9 +21,9 @@ def declare(p):
 
 
 def run(args, io: Streams) -> int:
-    from ..launch import start_run
-    from ..live import LiveView
-    from ..plan import build_plan, new_run_id
+    from ..execution.launch import start_run
+    from ..views.live import LiveView
+    from ..planning.plan import build_plan, new_run_id
 
     inventory, sweep, hosts = load_run_inputs(args)
     plan = build_plan(hosts, sweep, new_run_id(sweep.name), args.per_gpu, args.lock_timeout)

@@ -15,10 +15,10 @@ def declare(p):
 
 
 def run(args, io: Streams) -> int:
-    from ..merge import merged_rows
-    from ..output import write
-    from ..store import RunStore, existing_runs_dir, list_run_dirs, run_dirs_without_manifest
-    from ..views import runs_document
+    from ..analysis.merge import merged_rows
+    from ..views.output import write
+    from ..runs.store import RunStore, existing_runs_dir, list_run_dirs, run_dirs_without_manifest
+    from ..views.tables import runs_document
 
     def counted(values) -> dict[str, int]:
         counts: dict[str, int] = {}

@@ -20,7 +20,7 @@ def declare(p):
 
 
 def run(args, io: Streams) -> int:
-    from ..store import resolve_run
+    from ..runs.store import resolve_run
 
     if (args.baseline or args.per_host) and not args.pivot:
         raise InputError("--baseline and --per-host need --pivot backend")
@@ -28,9 +28,9 @@ def run(args, io: Streams) -> int:
     outcomes = list(store.latest_outcomes().values())
     if not args.pivot:
         return print_run(store, outcomes, args.format, io)
-    from ..merge import merged_rows
-    from ..output import write
-    from ..views import pivot_document
+    from ..analysis.merge import merged_rows
+    from ..views.output import write
+    from ..views.tables import pivot_document
 
     io.write(write(pivot_document(merged_rows(store), args.baseline, per_host=args.per_host), args.format, io.width()))
     bad = [o for o in outcomes if o.outcome != "ok"]

@@ -14,9 +14,9 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Optional
 
-from ..inventory import Host
+from ..config.inventory import Host
 from ..transport import CLEANUP_LIMIT_S, Transport, bounded
-from .base import Launcher, LaunchWatch, job_name  # noqa: F401 (job_name: tests find jobs by it)
+from .base import Launcher, LaunchWatch
 
 # srun's own lines about the allocation (stderr, default verbosity): the wait in the queue.
 QUEUED_RE = re.compile(r"^srun: job (\d+) queued and waiting for resources")

@@ -2,7 +2,7 @@
 with host-key handling beside the SSH connector (.hostkeys). Only .ssh imports paramiko and fabric."""
 from __future__ import annotations
 
-from ..inventory import Host
+from ..config.inventory import Host
 from .base import (CLEANUP_LIMIT_S, CommandResult, LineSink, Transport, TransportError, bounded, login_relative,
                    shell_command)
 

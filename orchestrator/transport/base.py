@@ -12,7 +12,7 @@ from pathlib import Path
 import threading
 from typing import Callable, Mapping, Optional, Protocol, Sequence, Union
 
-from ..inventory import Host
+from ..config.inventory import Host
 
 LineSink = Callable[[str, str], None]  # (stream name "stdout"/"stderr", line without newline)
 # Seconds of silence that mean stalled: a number, None (never), or a function asked at each check (a

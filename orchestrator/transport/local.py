@@ -11,7 +11,7 @@ from typing import Optional
 
 from worker.protocol import LineDecoder
 
-from ..inventory import Host
+from ..config.inventory import Host
 from .base import CommandResult, LineSink, TransportError, shell_command, stall_limit
 
 class LocalTransport:

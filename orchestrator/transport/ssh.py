@@ -17,7 +17,7 @@ from typing import Callable, Optional
 
 from worker.protocol import LineDecoder
 
-from ..inventory import Host
+from ..config.inventory import Host
 from .base import CommandResult, LineSink, StallLimit, TransportError, login_relative, shell_command, stall_limit
 from .hostkeys import AcceptNewPolicy, host_key_name, load_known_hosts
 

@@ -34,10 +34,10 @@ from scipy import stats
 
 from worker.schema import CaseRecord
 
-from .errors import InputError
+from ..errors import InputError
 from .merge import SlotData, load_slots
-from .store import RunStore, resolve_run
-from .views import NOISY_REL_CI, plus_minus
+from ..runs.store import RunStore, resolve_run
+from ..views.tables import NOISY_REL_CI, plus_minus
 
 FACT_FIELDS = ("gpu_name", "compute_capability", "driver", "cuda", "torch", "flashinfer", "sgl_kernel", "triton",
                "python", "worker_version", "device", "sm_count", "gpu_memory_gb")

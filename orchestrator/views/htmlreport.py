@@ -19,13 +19,13 @@ from typing import Optional
 
 from worker.schema import FactsRecord
 
-from . import __version__
-from .atomicfile import write_atomic
-from .diff import across_hosts, compare_sides, resolve_side
-from .errors import InputError
-from .merge import Row, merged_rows
-from .render import template_environment
-from .store import now_iso
+from .. import __version__
+from ..runs.atomicfile import write_atomic
+from ..analysis.diff import across_hosts, compare_sides, resolve_side
+from ..errors import InputError
+from ..analysis.merge import Row, merged_rows
+from ..planning.render import template_environment
+from ..runs.store import now_iso
 
 REPORT_TEMPLATE = "report.html.j2"
 MAX_PLOTTED_CASES = 40
@@ -152,8 +152,8 @@ def chart_comparison(cmp) -> list[dict]:
 def chart_history(runs_dir: Path, rows: list[Row], threshold: float) -> list[dict]:
     """Trend charts: each of this run's ok cases (up to MAX_TREND_CASES, those that moved most first)
     over every stored run, one line per host, steps marked."""
-    from .history import Selection, history
-    from .index import RunIndex
+    from ..analysis.history import Selection, history
+    from ..runs.index import RunIndex
 
     try:
         index = RunIndex.open(runs_dir)
@@ -277,7 +277,7 @@ def write_report(runs_dir: Path, run_ref: str, against: Optional[str], output: P
 
 def _script() -> str:
     """The page's renderer (templates/report.js), inlined: the report is one file."""
-    from .resources import templates_dir
+    from ..config.resources import templates_dir
 
     script = (templates_dir() / "report.js").read_text(encoding="utf-8")
     assert "</script" not in script.lower()  # it would end its own element

@@ -11,7 +11,7 @@ def data_dir(package: str, checkout_folder: str) -> Path:
     try:
         return Path(str(importlib.resources.files(package)))
     except ModuleNotFoundError:
-        return Path(__file__).resolve().parent.parent / checkout_folder
+        return Path(__file__).resolve().parents[2] / checkout_folder  # orchestrator/config/ -> the checkout
 
 
 def templates_dir() -> Path:

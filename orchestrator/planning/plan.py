@@ -9,9 +9,9 @@ from typing import Literal, Optional
 
 from worker.schema import CaseSpec
 
-from .inventory import Host
-from . import defaults
-from .sweep import Sweep
+from ..config.inventory import Host
+from ..config import defaults
+from ..config.sweep import Sweep
 
 PerGpu = Literal["all", "shard"]
 

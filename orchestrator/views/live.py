@@ -11,8 +11,8 @@ import threading
 import time
 from typing import IO, Callable, Optional
 
-from .execute import JobEvent
-from .outcome import OUTCOMES
+from ..execution.execute import JobEvent
+from ..execution.outcome import OUTCOMES
 
 PLAIN_EVERY_S = 10.0
 BAR_WIDTH = 30

@@ -10,7 +10,7 @@ from typing import Callable, Optional, TextIO
 
 from worker import protocol
 
-from .launchers import LaunchWatch
+from ..launchers import LaunchWatch
 
 STDERR_TAIL = 30
 

@@ -24,18 +24,18 @@ from typing import Callable, Optional
 from worker import protocol
 from worker.schema import CaseSpec
 
-from .bundle import WorkerBundle
+from ..planning.bundle import WorkerBundle
 from .demux import StreamDemux
 from .fanout import fan_out
-from .inventory import Host
-from .launchers import job_name, launcher_for
+from ..config.inventory import Host
+from ..launchers import job_name, launcher_for
 from .outcome import AttemptEnd, HostOutcome, explain_stderr, judge
-from .plan import Job, Plan
-from .records import parse_results
+from ..planning.plan import Job, Plan
+from ..runs.records import parse_results
 from .remote import (CLEANUP_LIMIT_S, RemoteLayout, RenderedScript, bounded, job_argv, job_params, lacks_files,
                      run_first, stop_job, sync_script, write_params)
-from .store import RunStore, now_iso
-from .transport import CommandResult, Transport, TransportError, make_transport
+from ..runs.store import RunStore, now_iso
+from ..transport import CommandResult, Transport, TransportError, make_transport
 
 
 @dataclass(frozen=True)

@@ -21,10 +21,10 @@ from typing import Optional
 from worker.schema import CaseSpec
 
 from .atomicfile import write_json
-from .errors import InputError
+from ..errors import InputError
 from .formats import MANIFEST_VERSION, upgrade_manifest
 from .manifest import Manifest, load_manifest
-from .outcome import HostOutcome
+from ..execution.outcome import HostOutcome
 
 
 def now_iso() -> str:

@@ -13,8 +13,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from worker.schema import CaseSpec
 
-from . import defaults
-from .errors import InputError
+from ..config import defaults
+from ..errors import InputError
 
 
 

@@ -17,13 +17,13 @@ from typing import Optional
 from worker import protocol
 from worker.backends import unknown_flashinfer_backends
 
-from .bundle import build_worker_bundle
-from .inventory import Host
-from .launchers import job_name, launcher_for
+from ..planning.bundle import build_worker_bundle
+from ..config.inventory import Host
+from ..launchers import job_name, launcher_for
 from .fanout import Running, fan_out
 from .remote import check_argv, lacks_files, layout_for, run_first, stop_remote, sync_script
-from .render import render_script, template_environment, write_script
-from .transport import TransportError, make_transport
+from ..planning.render import render_script, template_environment, write_script
+from ..transport import TransportError, make_transport
 
 CHECK_RUN_ID = "hostcheck"
 SKEW_FIELDS = ("gpu_name", "compute_capability", "driver", "cuda", "torch", "flashinfer", "sgl_kernel", "python")

@@ -15,11 +15,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from .errors import InputError
+from ..errors import InputError
 from .fanout import Running, fan_out
-from .inventory import Host
-from .resources import data_dir
-from .transport import TransportError, make_transport
+from ..config.inventory import Host
+from ..config.resources import data_dir
+from ..transport import TransportError, make_transport
 
 # Package data when installed (a wheel has no requirements/ folder beside the package), the checkout's otherwise.
 CONSTRAINTS = data_dir("orchestrator.requirements", "requirements") / "host-constraints.txt"

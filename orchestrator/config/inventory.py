@@ -25,7 +25,7 @@ from typing import Annotated, Literal, Optional
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator
 
-from .errors import InputError
+from ..errors import InputError
 from .yamlfile import PrintableText, describe_validation, read_yaml_mapping
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")

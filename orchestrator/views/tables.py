@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Optional
 from .output import Document, Section
 
 if TYPE_CHECKING:  # `history` draws documents without loading the run readers (pydantic)
-    from .merge import Row
+    from ..analysis.merge import Row
 
 _STATUS_STYLE = {"ok": "green", "unsupported": "dim", "unavailable": "yellow", "failed": "bold red",
                  "crashed": "bold red", "missing": "red"}
@@ -123,8 +123,8 @@ def pivot_document(rows: list[Row], baseline: Optional[str] = None, per_host: bo
     the fastest correct one marked BEST; by default one line per shape for the whole fleet (the median
     over hosts), with per_host one per host. A cell that did not run is marked `*` and explained under
     the table; a backend that ran nowhere is one note instead of a column."""
-    from .errors import InputError
-    from .merge import fleet_rows, pivot_by_backend
+    from ..errors import InputError
+    from ..analysis.merge import fleet_rows, pivot_by_backend
 
     all_backends = list(dict.fromkeys(r.backend for r in rows))
     if baseline is not None and baseline not in all_backends:
@@ -250,7 +250,7 @@ def fleet_document(report) -> Document:
 # -- inventory and stored runs --------------------------------------------------------------------------
 def inventory_document(hosts) -> Document:
     def gpus(h) -> str:
-        from .launchers import launcher_for
+        from ..launchers import launcher_for
 
         per_job = launcher_for(h).gpus_per_job()  # a scheduler picks them: how many each job asks for
         if per_job is not None:

@@ -17,12 +17,12 @@ from typing import Callable, Optional
 from worker import protocol
 from worker.schema import WorkerParams
 
-from .atomicfile import write_atomic
-from .formats import MANIFEST_VERSION, params_for_worker
-from .inventory import Host
-from .launchers import job_name, launcher_for
-from .plan import Job, Plan
-from .transport import CLEANUP_LIMIT_S, CommandResult, Transport, bounded, login_relative  # noqa: F401 (re-exported)
+from ..runs.atomicfile import write_atomic
+from ..runs.formats import MANIFEST_VERSION, params_for_worker
+from ..config.inventory import Host
+from ..launchers import job_name, launcher_for
+from ..planning.plan import Job, Plan
+from ..transport import CLEANUP_LIMIT_S, CommandResult, Transport, bounded, login_relative  # noqa: F401 (re-exported)
 
 STOP_GRACE_S = 3.0
 

@@ -34,7 +34,7 @@ from typing import Callable
 
 from worker.schema import IDENTITY_FIELDS, SCHEMA_VERSION, identity_hash
 
-from .errors import InputError
+from ..errors import InputError
 
 MANIFEST_VERSION = 7
 # A CaseSpec's fields before format 2, with the defaults fleetbench 0.1.0 filled in.

@@ -29,7 +29,7 @@ from worker.routing import draw_counts, read_counts_file
 from worker.schema import CaseSpec, MoeSpec, TimingOptions
 
 from . import defaults
-from .errors import InputError
+from ..errors import InputError
 from .yamlfile import PrintableText, describe_validation, read_yaml_mapping
 
 # GEMM libraries take their sizes as 32-bit integers (cuBLAS's m, n, k): a larger size is a typo.

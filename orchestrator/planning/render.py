@@ -13,14 +13,14 @@ import jinja2
 
 from worker.protocol import EXIT_NEEDS_SYNC, HELLO_PREFIX, PROTOCOL_FD_ENV
 
-from .atomicfile import write_atomic
+from ..runs.atomicfile import write_atomic
 from .bundle import WorkerBundle
-from .errors import FleetbenchError
+from ..errors import FleetbenchError
 from .plan import Plan
-from .remote import RemoteLayout, RenderedScript, layout_for
-from .resources import templates_dir
+from ..execution.remote import RemoteLayout, RenderedScript, layout_for
+from ..config.resources import templates_dir
 # The script runs with the login directory as cwd, so `~/x` is simply `x` in its paths and arguments.
-from .transport import login_relative
+from ..transport import login_relative
 
 SCRIPT_TEMPLATE = "bench_script.py.j2"
 

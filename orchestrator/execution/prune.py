@@ -12,12 +12,12 @@ import shutil
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
-from .errors import InputError
+from ..errors import InputError
 from .fanout import Running, fan_out
-from .inventory import Inventory
+from ..config.inventory import Inventory
 from .remote import CLEANUP_LIMIT_S, bounded, layout_for
-from .store import RunStore, existing_runs_dir, list_run_dirs
-from .transport import TransportError, make_transport
+from ..runs.store import RunStore, existing_runs_dir, list_run_dirs
+from ..transport import TransportError, make_transport
 
 
 @dataclass

@@ -10,7 +10,7 @@ from typing import Annotated, Any
 import yaml
 from pydantic import AfterValidator, ValidationError
 
-from .errors import InputError
+from ..errors import InputError
 
 # libyaml's safe loader where PyYAML was built with it (its wheels are): the same documents and errors,
 # several times faster than the pure-Python one, and every command reads an inventory.

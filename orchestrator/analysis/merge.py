@@ -13,9 +13,9 @@ from typing import Optional
 from worker.rounds import join_records, rounds_in
 from worker.schema import CaseRecord, CaseSpec, FactsRecord
 
-from .outcome import HostOutcome
-from .records import parse_results
-from .store import RunStore
+from ..execution.outcome import HostOutcome
+from ..runs.records import parse_results
+from ..runs.store import RunStore
 
 
 @dataclass

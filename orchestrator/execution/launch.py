@@ -15,20 +15,20 @@ from typing import Optional
 
 from worker.schema import CaseSpec
 
-from . import __version__
-from .bundle import WorkerBundle, build_worker_bundle
-from .errors import InputError, RunInterrupted
+from .. import __version__
+from ..planning.bundle import WorkerBundle, build_worker_bundle
+from ..errors import InputError, RunInterrupted
 from .execute import EventSink, Execution, JobTask, recover_attempts, run_tasks
-from .formats import MANIFEST_VERSION
-from .inventory import Host, Inventory, select_hosts
-from .manifest import Manifest
+from ..runs.formats import MANIFEST_VERSION
+from ..config.inventory import Host, Inventory, select_hosts
+from ..runs.manifest import Manifest
 from .outcome import HostOutcome
-from .plan import Job, Plan, WorkerSettings, with_limits
+from ..planning.plan import Job, Plan, WorkerSettings, with_limits
 from .remote import RenderedScript, job_argv, layout_for
-from .render import render_plan, render_script, template_environment
-from .store import RunStore, now_iso
-from .sweep import Sweep, UserBackend
-from .transport import make_transport
+from ..planning.render import render_plan, render_script, template_environment
+from ..runs.store import RunStore, now_iso
+from ..config.sweep import Sweep, UserBackend
+from ..transport import make_transport
 
 
 class NothingToRerun(InputError):
@@ -192,7 +192,7 @@ def plan_rerun(store: RunStore, inventory: Inventory, *, failed: bool, hosts_sel
 
     Raises InputError when nothing matches or the stored script no longer fits the inventory.
     """
-    from .merge import load_slots
+    from ..analysis.merge import load_slots
 
     manifest = store.manifest()
     planned = store.planned_cases()

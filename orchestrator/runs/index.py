@@ -19,7 +19,7 @@ import sqlite3
 from pathlib import Path
 from typing import Callable, Optional, TypeVar
 
-from .errors import InputError
+from ..errors import InputError
 
 INDEX_FORMAT = 2  # 2: identified by application_id and user_version, fingerprints with file sizes
 INDEX_NAME = ".index.sqlite"
@@ -175,8 +175,8 @@ class RunIndex:
                             (run_dir.name, None, _created_at(run_dir.name, None), "unreadable", problem[:500], fp))
 
     def _index_run(self, run_dir: Path, fp: str) -> None:
-        from .errors import FleetbenchError
-        from .merge import load_slots
+        from ..errors import FleetbenchError
+        from ..analysis.merge import load_slots
         from .store import RunStore
 
         if not (run_dir / "manifest.json").is_file():

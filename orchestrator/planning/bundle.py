@@ -15,8 +15,8 @@ from typing import Iterable
 
 import worker
 
-from .atomicfile import write_atomic
-from .formats import MANIFEST_VERSION
+from ..runs.atomicfile import write_atomic
+from ..runs.formats import MANIFEST_VERSION
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """A case's history over stored runs: its points from the index, and the steps in each series.
 
 A series is one case (its id: what it measures) on one host slot, or on the fleet (`fleet`: per run,
-the median over the hosts that ran it), oldest run first. Steps come from orchestrator/steps.py; a
+the median over the hosts that ran it), oldest run first. Steps come from orchestrator/analysis/steps.py; a
 step at a series' latest run is *new*, and a new step that makes the case slower by more than the
 threshold is what `fleetbench history --steps` exits 1 for (a nightly gate).
 """
@@ -12,7 +12,7 @@ import statistics
 from dataclasses import asdict, dataclass, field
 from typing import Optional
 
-from .index import LARGEST_INTEGER, RunIndex
+from ..runs.index import LARGEST_INTEGER, RunIndex
 from .steps import MIN_POINTS, detect_steps
 
 
