@@ -14,6 +14,8 @@ from sshfleet import SshFleet, sshd_available, start_fleet  # noqa: E402
 
 
 REPO = Path(__file__).resolve().parent.parent
+# A correct kernel that fails as FLEETBENCH_TEST_FAULT says (tests/kernels/faulty.py), as a sweep backend.
+FAULTY = {"name": "faulty", "file": str(REPO / "tests" / "kernels" / "faulty.py")}
 FLEET_SIZE = 4
 
 
@@ -140,3 +142,21 @@ def slurm_cluster(tmp_path_factory):
     cluster = start_cluster(tmp_path_factory.mktemp("slurm"))
     yield cluster
     cluster.stop()
+
+
+def kernel_sweep(tmp_path: Path, kernels: dict, *, ms=(16,), builtins=("torch-bf16",), rounds: int = 2,
+                 timing: dict | None = None, extra: dict | None = None, name: str = "byo") -> Path:
+    """A sweep of `builtins` and the user kernels {name: source} (written to kernels/), on M in `ms` x
+    64 x 128, timed fast: the file's path."""
+    kdir = tmp_path / "kernels"
+    kdir.mkdir(exist_ok=True)
+    backends: list = list(builtins)
+    for kernel, source in kernels.items():
+        (kdir / f"{kernel}.py").write_text(source)
+        backends.append({"name": kernel, "file": f"kernels/{kernel}.py"})
+    doc = {"name": name, "backends": backends, "shapes": [{"m": list(ms), "n": 64, "k": 128}],
+           "timing": {"budget_s": 0.05, "warmup_ms": 1, "min_samples": 3, "max_samples": 20, "rounds": rounds,
+                      **(timing or {})}, **(extra or {})}
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    return path

@@ -22,6 +22,7 @@ from worker import protocol
 from worker.backends import CATALOG
 from worker.schema import SCHEMA_VERSION
 from cli_output import cli_json
+from conftest import FAULTY
 
 REPO = Path(__file__).resolve().parent.parent
 GOLDEN = Path(__file__).parent / "golden"
@@ -354,9 +355,10 @@ def test_a_host_python_without_torch_fails_once_with_the_cause_and_is_not_restar
 def test_a_host_that_beats_is_never_stalled_however_long_a_case_takes(tmp_path, capsys, monkeypatch):
     """A case that takes longer than the stall timeout (a long JIT build, say: here a case that hangs)
     keeps its host alive through heartbeats; only the host's wall-clock limit ends it."""
-    monkeypatch.setenv("FLEETBENCH_FAULT", "hang:torch-bf16:16")
+    monkeypatch.setenv("FLEETBENCH_TEST_FAULT", "hang:16")
     inv = write(tmp_path / "hosts.yaml", "hosts: [{name: busy, transport: local, timeout: 24}]\n")
-    sweep = write(tmp_path / "s.yaml", GOOD_SWEEP + "stall_timeout: 15\n")
+    sweep = write(tmp_path / "s.yaml", f"name: s\nbackends: [{json.dumps(FAULTY)}]\nshapes: [{{m: 16, n: 64, k: 64}}]\n"
+                                       "stall_timeout: 15\n")
     code = main(["run", str(sweep), "-i", str(inv), "--runs-dir", str(tmp_path / "runs")])
     err = capsys.readouterr().err
     assert code == 1

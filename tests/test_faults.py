@@ -10,7 +10,7 @@ import time
 
 import pytest
 import yaml
-from conftest import cases_ended, processes_under, set_host_field, slow_sweep, start_cli, write_sweep
+from conftest import FAULTY, cases_ended, processes_under, set_host_field, slow_sweep, start_cli, write_sweep
 from sshfleet import wait_until
 
 from orchestrator.cli import main
@@ -26,8 +26,8 @@ def run_cli(capsys, *argv):
 
 
 def test_worker_crash_marks_the_case_crashed_and_the_rest_still_run(fleet, tmp_path, capsys):
-    inv = fleet.inventory(tmp_path / "hosts.yaml", names=["ssh0"], env={"FLEETBENCH_FAULT": "segv:torch-bf16:32"})
-    sweep = write_sweep(tmp_path / "s.yaml", backends=("torch-bf16",), ms=(16, 32, 64))
+    inv = fleet.inventory(tmp_path / "hosts.yaml", names=["ssh0"], env={"FLEETBENCH_TEST_FAULT": "segv:32"})
+    sweep = write_sweep(tmp_path / "s.yaml", backends=(FAULTY,), ms=(16, 32, 64))
     code, out, err = run_cli(capsys, "run", sweep, "-i", inv, "--runs-dir", tmp_path / "runs", "--format", "json")
     rows = {r["m"]: r for r in cli_json(out)}
     assert code == 1
@@ -38,8 +38,8 @@ def test_worker_crash_marks_the_case_crashed_and_the_rest_still_run(fleet, tmp_p
 
 def test_restart_budget_is_bounded(fleet, tmp_path, capsys):
     inv = fleet.inventory(tmp_path / "hosts.yaml", names=["ssh1"],
-                          env={"FLEETBENCH_FAULT": "exit:torch-bf16:16,exit:torch-bf16:32"})
-    sweep = write_sweep(tmp_path / "s.yaml", backends=("torch-bf16",), ms=(16, 32, 64), extra="max_restarts: 1\n")
+                          env={"FLEETBENCH_TEST_FAULT": "exit:16,exit:32"})
+    sweep = write_sweep(tmp_path / "s.yaml", backends=(FAULTY,), ms=(16, 32, 64), extra="max_restarts: 1\n")
     code, out, err = run_cli(capsys, "run", sweep, "-i", inv, "--runs-dir", tmp_path / "runs", "--format", "json")
     rows = {r["m"]: r["status"] for r in cli_json(out)}
     assert code == 1 and rows == {16: "crashed", 32: "crashed", 64: "missing"}
@@ -258,8 +258,8 @@ def test_remote_disk_full(fleet, tmp_path, capsys):
 
 
 def test_corrupted_results_line_is_reported_and_the_rest_kept(fleet, tmp_path, capsys):
-    inv = fleet.inventory(tmp_path / "hosts.yaml", names=["ssh2"], env={"FLEETBENCH_FAULT": "garbage:torch-bf16:32"})
-    sweep = write_sweep(tmp_path / "s.yaml", backends=("torch-bf16",), ms=(16, 32))
+    inv = fleet.inventory(tmp_path / "hosts.yaml", names=["ssh2"], env={"FLEETBENCH_TEST_FAULT": "garbage:32"})
+    sweep = write_sweep(tmp_path / "s.yaml", backends=(FAULTY,), ms=(16, 32))
     code, out, err = run_cli(capsys, "run", sweep, "-i", inv, "--runs-dir", tmp_path / "r", "--format", "json")
     assert code == 1
     # line 1 the facts, line 2 round 1 of M=16, line 3 the garbage written as round 1 of M=32 starts

@@ -17,13 +17,11 @@ import pytest
 import yaml
 
 from cli_output import cli_json
-from conftest import REPO, processes_under
+from conftest import REPO, kernel_sweep, processes_under
 from orchestrator.cli import main
 from orchestrator.execution.launch import cases_to_finish
 from worker.rounds import join_records, rounds_in
 from worker.schema import CaseRecord, CaseSpec, Stats, RoundStats, TimingOptions
-
-FAST = {"budget_s": 0.05, "warmup_ms": 1, "min_samples": 3, "max_samples": 20}
 
 # Fails on its first call on a host, then works: a flaky kernel (the marker file remembers).
 FLAKY = '''import os, torch
@@ -65,17 +63,8 @@ def prepare(a, b, out_dtype):
 
 def sweep(tmp_path: Path, kernels: dict[str, str], *, rounds: int = 1, extra: dict | None = None,
           builtins=("torch-bf16",), ms=(16,), timing: dict | None = None) -> Path:
-    kdir = tmp_path / "kernels"
-    kdir.mkdir(exist_ok=True)
-    backends: list = list(builtins)
-    for name, source in kernels.items():
-        (kdir / f"{name}.py").write_text(source)
-        backends.append({"name": name, "file": f"kernels/{name}.py"})
-    doc = {"name": "recovery", "backends": backends, "shapes": [{"m": list(ms), "n": 64, "k": 128}],
-           "timing": {**FAST, "rounds": rounds, **(timing or {})}, **(extra or {})}
-    path = tmp_path / "sweep.yaml"
-    path.write_text(yaml.safe_dump(doc))
-    return path
+    return kernel_sweep(tmp_path, kernels, ms=ms, builtins=builtins, rounds=rounds, timing=timing, extra=extra,
+                        name="recovery")
 
 
 def run(capsys, *argv) -> tuple[int, list, str]:
@@ -217,7 +206,7 @@ def test_ctrl_c_keeps_finished_rounds_and_the_printed_rerun_finishes_the_rest(tm
     assert done.returncode == 0, done.stderr
     after = {r["case_id"]: r for r in cli_json(done.stdout)}
     assert {r["status"] for r in after.values()} == {"ok"}
-    store = next(runs.glob("*"))
+    store = next(p for p in runs.iterdir() if p.is_dir())  # beside the history index
     second = [json.loads(line) for line in (store / "hosts/local/attempt-2/results.jsonl").read_text().splitlines()]
     for cid, medians in kept.items():
         # the rerun timed only the rounds that were missing, and the row is over all three

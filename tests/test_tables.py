@@ -123,25 +123,15 @@ hosts:
     return [inventory_document(hosts), host_check_document(statuses, skew=[])]
 
 
-def test_show_tables_keep_names_numbers_and_shapes_whole_at_every_width(fleet_runs):
-    docs = show_documents(fleet_runs)
+@pytest.mark.parametrize("documents, keep", [
+    (show_documents, ("M", "N", "K")),  # show keeps the shape
+    (diff_documents, ("M", "N", "K", "verdict", "B/A")),  # diff keeps the shape and its verdict
+    (history_documents, ("backend", "M", "median µs")),  # history never squeezes a column unsaid
+], ids=["show", "diff", "history"])
+def test_tables_keep_names_numbers_and_their_key_columns_whole_at_every_width(fleet_runs, documents, keep):
     for width in WIDTHS:
-        for doc in docs:
-            check_whole(doc, write(doc, "table", width), width, keep=("M", "N", "K"))
-
-
-def test_diff_tables_keep_names_numbers_shapes_and_verdicts_whole_at_every_width(fleet_runs):
-    docs = diff_documents(fleet_runs)
-    for width in WIDTHS:
-        for doc in docs:
-            check_whole(doc, write(doc, "table", width), width, keep=("M", "N", "K", "verdict", "B/A"))
-
-
-def test_history_tables_never_squeeze_a_column_without_saying_so(fleet_runs):
-    docs = history_documents(fleet_runs)
-    for width in WIDTHS:
-        for doc in docs:
-            check_whole(doc, write(doc, "table", width), width, keep=("backend", "M", "median µs"))
+        for doc in documents(fleet_runs):
+            check_whole(doc, write(doc, "table", width), width, keep=keep)
 
 
 def test_hosts_tables_never_split_a_path(tmp_path):

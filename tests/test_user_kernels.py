@@ -9,6 +9,7 @@ import yaml
 from orchestrator.planning.bundle import build_worker_bundle
 from orchestrator.cli import main
 from cli_output import cli_json
+from conftest import kernel_sweep
 
 GOOD = '''import torch
 FAMILY = "bf16"
@@ -33,17 +34,7 @@ NO_PREPARE = "FAMILY = 'bf16'\n"
 
 
 def sweep_with(tmp_path: Path, kernels: dict[str, str], *, ms=(16,), builtins=("torch-bf16",)) -> Path:
-    kdir = tmp_path / "kernels"
-    kdir.mkdir(exist_ok=True)
-    backends: list = list(builtins)
-    for name, source in kernels.items():
-        (kdir / f"{name}.py").write_text(source)
-        backends.append({"name": name, "file": f"kernels/{name}.py"})
-    doc = {"name": "byo", "backends": backends, "shapes": [{"m": list(ms), "n": 64, "k": 128}],
-           "timing": {"budget_s": 0.05, "warmup_ms": 1, "min_samples": 3, "max_samples": 20, "rounds": 2}}
-    path = tmp_path / "byo.yaml"
-    path.write_text(yaml.safe_dump(doc))
-    return path
+    return kernel_sweep(tmp_path, kernels, ms=ms, builtins=builtins)
 
 
 def run_json(capsys, *argv) -> tuple[int, list, str]:

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import importlib
 import math
-import os
 import sys
 import time
 import traceback
@@ -28,11 +27,6 @@ from .protocol import EXIT_CANNOT_START, append_line, done_case_ids, emit_progre
 from .rounds import add_rounds, rounds_in
 from .schema import CaseRecord, CaseSpec, FactsRecord, WorkerParams
 
-# Fault injection for reliability tests: "<action>:<backend>:<m>[,...]" with action one of
-# segv (the process dies by SIGSEGV), exit (dies with status 1), hang (stops answering),
-# garbage (a corrupt line lands in results.jsonl and on the stream), slower (the backend does 10% more
-# work: _with_fault). Unset in normal use.
-FAULT_ENV = "FLEETBENCH_FAULT"
 # Cold-L2 rotation: input sets totalling at least this many L2 sizes, within these bounds.
 COLD_L2_FACTOR = 3
 MAX_SETS = 64
@@ -98,7 +92,7 @@ class CaseRunner:
             module = userkernel.load(case.backend, case.kernel_sha256)
         else:
             module = importlib.import_module(f"worker.backends.{spec.module}")
-        fn = _with_fault(case, module.prepare(spec, sets, getattr(torch, case.out_dtype)))
+        fn = module.prepare(spec, sets, getattr(torch, case.out_dtype))
         return fn, sets, n_sets
 
     def _time(self, case: CaseSpec, fn, n_sets: int):
@@ -362,7 +356,6 @@ def _run_cases(runner: "CaseRunner", todo: list[CaseSpec], done: set[str], total
                           m=case.m, n=case.n, k=case.k, round=this_round, rounds=case.timing.rounds)
             mark_inflight(inflight, case.case_id, f"round {this_round} of {case.timing.rounds}")
             if first is None:
-                _inject_fault(case, results)
                 rec = runner.run(case)
                 if rec.status != "ok" or rec.timing is None:
                     end(rec)
@@ -389,48 +382,6 @@ def _spec_of(case: CaseSpec):
         return loaded if isinstance(loaded, str) else loaded.spec
     spec = CATALOG.get(case.backend)
     return spec or f"unknown backend {case.backend!r} (this worker knows: {', '.join(CATALOG)})"
-
-
-def _inject_fault(case: CaseSpec, results: Path) -> None:
-    spec = os.environ.get(FAULT_ENV)
-    if not spec:
-        return
-    import signal
-
-    for item in spec.split(","):
-        action, _, target = item.partition(":")
-        backend, _, m = target.partition(":")
-        if backend != case.backend or (m and int(m) != case.m):
-            continue
-        if action == "segv":
-            os.kill(os.getpid(), signal.SIGSEGV)
-        elif action == "exit":
-            os._exit(1)
-        elif action == "hang":
-            while True:
-                time.sleep(3600)
-        elif action == "garbage":
-            append_line(results, '{"kind": "case", "schema_version": 1, "oops"')
-
-
-def _with_fault(case: CaseSpec, fn):
-    """`slower:<backend>[:m]` in FLEETBENCH_FAULT: every tenth call of that backend runs twice, i.e. it
-    does 10% more work, as a real regression would (for checking that diff flags one)."""
-    spec = os.environ.get(FAULT_ENV) or ""
-    for item in spec.split(","):
-        action, _, target = item.partition(":")
-        backend, _, m = target.partition(":")
-        if action == "slower" and backend == case.backend and (not m or int(m) == case.m):
-            calls = [0]
-
-            def slower(i: int):
-                calls[0] += 1
-                if calls[0] % 10 == 0:
-                    fn(i)
-                return fn(i)
-
-            return slower
-    return fn
 
 
 def load_params(path: Path) -> WorkerParams:
