@@ -1,6 +1,8 @@
 """Bring your own kernel (issue 16): a sweep backend defined in the user's Python file."""
 from __future__ import annotations
 
+import hashlib
+
 import json
 from pathlib import Path
 
@@ -83,7 +85,8 @@ def test_the_kernel_file_travels_over_ssh_in_the_worker_bundle(fleet, tmp_path, 
     code, rows, err = run_json(capsys, "run", sweep, "-i", inv, "--runs-dir", tmp_path / "runs", "--format", "json")
     assert code == 0, err
     assert {(r["host"], r["backend"], r["status"]) for r in rows} == {("ssh0", "torch-bf16", "ok"), ("ssh0", "good", "ok")}
-    remote = list(fleet.host("ssh0").workdir.glob("worker/*/worker/user/k*.py"))
+    name = f"k{hashlib.sha256(GOOD.encode()).hexdigest()[:16]}.py"  # content-addressed (other tests' kernels too)
+    remote = list(fleet.host("ssh0").workdir.glob(f"worker/*/worker/user/{name}"))
     assert remote and remote[0].read_text() == GOOD
 
 
