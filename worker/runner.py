@@ -175,39 +175,43 @@ class CaseRunner:
         return record("ok", "", timing=stats, metrics=metrics, correctness=check, health=health)
 
     def _check_gemm(self, case: CaseSpec, spec, fn, first_set):
-        """A GEMM's verdict: its output against the oracle of its operand family (and the bf16 product)."""
-        import torch
-
+        """A GEMM's verdict: its output against the oracle of its operand family (and the bf16 product),
+        and whether the call did its work (worker/integrity.py)."""
         from . import nvfp4
         from .backends.fp8 import dequantized_product
-        from .verify import REFERENCE_SELF, THRESHOLDS, verdict
+        from .integrity import call_twice_checked
+        from .verify import REFERENCE_SELF, THRESHOLDS, verdict, with_integrity
 
         a, b = first_set
-        out = fn(0)
-        if self.device.device == "cuda":
-            torch.cuda.synchronize()
+        out, cheats = call_twice_checked(lambda: fn(0), [a, b], lambda o: o, self._synchronize)
         bf16_ref = a.float() @ b.float().T
         if case.backend == "reference-nvfp4":
-            return verdict(out, bf16_ref, None, REFERENCE_SELF)
+            return with_integrity(verdict(out, bf16_ref, None, REFERENCE_SELF), cheats)
         oracle = {"bf16": lambda: bf16_ref, "fp8": lambda: dequantized_product(a, b),
                   "fp4": lambda: nvfp4.reference_gemm(a, b)}[spec.family]()
-        return verdict(out, oracle, bf16_ref, THRESHOLDS[spec.family])
+        return with_integrity(verdict(out, oracle, bf16_ref, THRESHOLDS[spec.family]), cheats)
+
+    def _synchronize(self) -> None:
+        if self.device.device == "cuda":
+            import torch
+
+            torch.cuda.synchronize()
 
     def _check_moe(self, case: CaseSpec, spec, fn, first_set):
-        """An MoE case's verdict: the whole layer's output against per-expert oracles."""
-        import torch
-
+        """An MoE case's verdict: the whole layer's output against per-expert oracles, and whether the
+        call did its work (worker/integrity.py)."""
         from .backends import moe
-        from .verify import THRESHOLDS, verdict
+        from .integrity import call_twice_checked
+        from .verify import THRESHOLDS, verdict, with_integrity
 
         a, w, counts = first_set
-        out = moe.as_output(fn(0))
-        if self.device.device == "cuda":
-            torch.cuda.synchronize()
+        # The weights of a whole layer can be gigabytes: the activations are the inputs compared.
+        out, cheats = call_twice_checked(lambda: fn(0), [a], moe.as_output, self._synchronize)
         exact = moe.oracle("bf16", a, w, counts)
         if spec.option == "reference":  # the oracle itself, run as a backend: judged like any bf16 result
-            return verdict(out, exact, None, THRESHOLDS["bf16"])
-        return verdict(out, moe.oracle(spec.family, a, w, counts), exact, THRESHOLDS[spec.family])
+            return with_integrity(verdict(out, exact, None, THRESHOLDS["bf16"]), cheats)
+        return with_integrity(verdict(out, moe.oracle(spec.family, a, w, counts), exact, THRESHOLDS[spec.family]),
+                              cheats)
 
     def _input_sets(self, case: CaseSpec, family: str) -> int:
         if self.device.device != "cuda" or case.timing.l2 == "hot" or not self.device.l2_bytes:

@@ -90,3 +90,11 @@ def verdict(out: torch.Tensor, ref: torch.Tensor, bf16_ref: Optional[torch.Tenso
 def _finite(x: float) -> float:
     # JSON has no NaN/Inf; a sentinel keeps the record valid while the verdict says what happened.
     return x if math.isfinite(x) else 1e30
+
+
+def with_integrity(check: Correctness, cheats: list[str]) -> Correctness:
+    """`check` failed, its detail first naming each integrity check the kernel failed (worker/integrity.py)."""
+    if not cheats:
+        return check
+    detail = "; ".join([f"integrity: {c}" for c in cheats] + ([check.detail] if check.detail else []))
+    return check.model_copy(update={"verdict": "fail", "detail": detail})
