@@ -28,6 +28,7 @@ V2_DONE = "runs-v2/20261203-082541-smoke-2f18"
 V3_DONE = "runs-v3/20261203-094347-smoke-636e"
 V4_USER_KERNELS = "runs-v4/20261203-133700-smoke-byo-4073"
 V5_MOE = "runs-v5/20261203-155636-smoke-moe-v5-280c"
+V6_DONE = "runs-v6/20261203-213206-smoke-7721"
 
 
 @pytest.fixture
@@ -254,3 +255,35 @@ def test_a_format_5_run_reruns_with_its_own_worker(runs, tmp_path, monkeypatch, 
     assert sum(c.get("moe") is not None for c in params["cases"]) == 2
     written = (run / "hosts" / "local" / "attempt-2" / "results.jsonl").read_text()
     assert '"schema_version":5' in written
+
+
+def test_a_format_6_run_shows_and_diffs_with_one_record_per_case(runs, capsys):
+    """Format 7 writes a record per round (`complete: false` until the last); a format-6 run wrote one
+    record per case, and every one of them is that case's final word."""
+    store = RunStore(runs(V6_DONE))
+    assert store.manifest().written_as == 6
+    parsed = parse_results(runs(V6_DONE) / "hosts" / "local" / "attempt-1" / "results.jsonl")
+    assert parsed.problems == [] and all(r.complete for r in parsed.cases) and len(parsed.cases) == 10
+    assert main(["show", str(runs(V6_DONE)), "--format", "json"]) == 0
+    rows = cli_json(capsys.readouterr().out)
+    assert len(rows) == 10 and "incomplete" not in {r["status"] for r in rows}
+    assert main(["diff", str(runs(V6_DONE)), str(runs(V6_DONE)), "--format", "json"]) == 0
+    timed = [c for c in cli_json(capsys.readouterr().out)["cases"] if c["ratio"] is not None]
+    assert timed and all(c["verdict"] == "SAME" for c in timed)
+
+
+def test_a_format_6_run_reruns_with_its_own_worker(runs, tmp_path, monkeypatch, capsys):
+    """Format 7 added the case limits; a format-6 run's own worker gets params without them (it would
+    reject the fields), speaks the old protocol on stdout, and its records merge with today's reader."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    run = copy_run(runs(V6_DONE), tmp_path / "runs")
+    inventory = tmp_path / "hosts.yaml"
+    inventory.write_text(f"hosts: [{{name: local, transport: local, workdir: ~/.fleetbench/local, "
+                         f"python: {json.dumps(sys.executable)}}}]\n")
+    assert main(["rerun", str(run), "--hosts", "local", "-i", str(inventory), "--format", "json"]) == 0
+    rows = cli_json(capsys.readouterr().out)
+    assert {r["attempt"] for r in rows} == {2} and [r["status"] for r in rows].count("ok") == 4
+    params = json.loads((run / "hosts" / "local" / "attempt-2" / "params.json").read_text())
+    assert params["schema_version"] == 6 and "case_timeout_s" not in params
+    written = (run / "hosts" / "local" / "attempt-2" / "results.jsonl").read_text()
+    assert '"schema_version":6' in written and '"complete"' not in written
