@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import importlib
 import math
+import os
 import sys
 import time
 import traceback
@@ -256,7 +257,11 @@ def run_params(params: WorkerParams, results: Path) -> int:
         mode = params.calibration if first_start or params.calibration == "off" else "cached"
         runner.calibration = _calibrate(runner, params.cases, mode, inflight)
         if first_start:
-            append_record(results, collect_facts(runner.device).model_copy(update={"calibration": runner.calibration}))
+            from .clocks import CLOCK_ENV
+
+            locked = os.environ.get(CLOCK_ENV)
+            append_record(results, collect_facts(runner.device).model_copy(update={
+                "calibration": runner.calibration, "sm_clock_locked_mhz": int(locked) if locked else None}))
         done = done_case_ids(results)
         todo = [c for c in params.cases if c.case_id not in done]
         _run_cases(runner, todo, done, len(params.cases), results, inflight, seed=params.run_id,

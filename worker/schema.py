@@ -265,6 +265,9 @@ class FactsRecord(_Strict):
     visible_devices: Optional[str] = None
     notes: list[str] = Field(default_factory=list)
     calibration: Optional[Calibration] = None
+    # The SM clock the sweep ran at when the inventory had it locked (`clocks: lock`; None: not locked,
+    # the GPU's own clock management ran, as in serving). Format >= 7.
+    sm_clock_locked_mhz: Optional[int] = None
 
 
 class CaseRecord(_Strict):
@@ -306,5 +309,7 @@ class WorkerParams(_Strict):
     # Seconds one round of a case may take before the supervisor stops it as hung and goes on with the
     # next case; time while a compiler runs under the worker (a first JIT build) counts against
     # build_timeout_s instead (format >= 7).
+    # Lock the SM clock for the sweep (the host's `clocks: lock`; worker/clocks.py). Format >= 7.
+    lock_clocks: bool = False
     case_timeout_s: float = Field(default=300.0, gt=0)
     build_timeout_s: float = Field(default=1800.0, gt=0)

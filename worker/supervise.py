@@ -54,7 +54,8 @@ def _lock_settings(params_path: Path) -> dict:
 
     raw = json.loads(params_path.read_text(encoding="utf-8"))
     return {"run_id": str(raw["run_id"]), "host": str(raw["host"]), "device": raw.get("device", "auto"),
-            "lock_timeout_s": float(raw.get("lock_timeout_s", 0.0)), "cases": len(raw["cases"])}
+            "lock_timeout_s": float(raw.get("lock_timeout_s", 0.0)), "cases": len(raw["cases"]),
+            "lock_clocks": bool(raw.get("lock_clocks", False))}
 
 
 def _supervise_locked(params_path: Path, results_path: Path) -> int:
@@ -71,14 +72,22 @@ def _supervise_locked(params_path: Path, results_path: Path) -> int:
         # The supervisor beats only while it waits for the GPU: once a child runs, the child beats (one
         # writer on stdout at a time).
         with heartbeat(state="lock-wait"):
-            held.enter_context(gpu_lock(
+            locked_id = held.enter_context(gpu_lock(
                 settings["run_id"], settings["host"], settings["lock_timeout_s"], ids=ids,
                 on_wait=lambda holder: emit_progress(event="lock-wait", holder=holder.get("run_id", "?"))))
     except GpuLockTimeout as exc:
         print(f"fleetbench: {exc}", file=sys.stderr, flush=True)
         return EXIT_GPU_BUSY
     with held:
-        return _supervise_cases(params_path, results_path, settings["cases"])
+        from .clocks import CLOCK_ENV, locked_clocks
+
+        def say(line: str) -> None:
+            print(f"fleetbench: {line}", file=sys.stderr, flush=True)
+
+        with locked_clocks(locked_id, settings["lock_clocks"], say) as mhz:
+            if mhz is not None:  # the facts the child records say so
+                os.environ[CLOCK_ENV] = str(mhz)
+            return _supervise_cases(params_path, results_path, settings["cases"])
 
 
 # Processes that mean the case is compiling (a JIT build), not hung: their time counts against the build limit.

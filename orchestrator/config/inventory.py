@@ -71,6 +71,9 @@ class HostFields(BaseModel):
     transport: Optional[Literal["ssh", "local", "slurm"]] = None
     launcher: Optional[Literal["direct", "slurm"]] = None
     slurm: Optional[SlurmSettings] = None  # with launcher slurm: partition, gpus per job, account, time, options
+    # lock: hold the SM clock at the GPU's default applications clock for each sweep, reset after
+    # (needs root on the host; worker/clocks.py). leave (default): the GPU manages its clock.
+    clocks: Optional[Literal["leave", "lock"]] = None
     connect_timeout: Optional[float] = Field(default=None, gt=0)
     timeout: Optional[float] = Field(default=None, gt=0)  # per-host wall-clock limit, s (default: from the sweep)
     stall_timeout: Optional[float] = Field(default=None, ge=15)  # silent this long (s): stalled (default: the sweep's)
@@ -157,6 +160,7 @@ class Host(BaseModel):
     environment: Optional[str] = None  # of a host with `environments`: this one's name (the host is name@environment)
     pins: tuple[str, ...] = ()  # this environment's pins over the host constraints
     slurm: Optional[SlurmSettings] = None  # launcher slurm: how its jobs ask for a node
+    clocks: Literal["leave", "lock"] = "leave"  # lock: its SM clock held still for each sweep
 
     @property
     def machine(self) -> str:
@@ -309,6 +313,7 @@ def _resolve(path: Path, entry: HostEntry, defaults: HostFields) -> Host:
         proxy_jump=_pick(entry, defaults, "proxy_jump"),
         ssh_config=ssh_config,
         slurm=slurm,
+        clocks=_pick(entry, defaults, "clocks") or "leave",
     )
 
 

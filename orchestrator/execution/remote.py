@@ -8,7 +8,6 @@ exec (and the local connector) starts, so no shell ever expands `~`.
 from __future__ import annotations
 
 import json
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -107,7 +106,8 @@ def job_params(plan: Plan, job: Job, cases=None) -> WorkerParams:
                         cases=list(job.cases if cases is None else cases),
                         max_restarts=plan.worker.max_restarts, device=plan.worker.device,
                         lock_timeout_s=plan.worker.lock_timeout_s, calibration=plan.worker.calibration,
-                        case_timeout_s=plan.worker.case_timeout_s, build_timeout_s=plan.worker.build_timeout_s)
+                        case_timeout_s=plan.worker.case_timeout_s, build_timeout_s=plan.worker.build_timeout_s,
+                        lock_clocks=job.host.clocks == "lock")
 
 
 def write_params(path: Path, params: WorkerParams, worker_format: int = MANIFEST_VERSION) -> bytes:

@@ -20,8 +20,9 @@ Manifest history (MANIFEST_VERSION, runs/<id>/manifest.json):
   6  the cases' timing options have `settle_ms` (worker/timing.py settle); a run of an older format was
      not settled (0), and its worker rejects the field.
   7  worker settings have `case_timeout_s` and `build_timeout_s` (a hung case is stopped at its own
-     limit); the run's worker writes a record per finished round and sends records on a channel of
-     their own. A run of an older format had no case limit, and its worker rejects the fields.
+     limit), and a job's params `lock_clocks` (the host's `clocks: lock`); the run's worker writes a
+     record per finished round and sends records on a channel of their own. A run of an older format
+     had no case limit, and its worker rejects the fields.
 Record history (results.jsonl): see SCHEMA_VERSION in worker/schema.py; upgraded here by `upgrade_record`.
 """
 from __future__ import annotations
@@ -233,7 +234,8 @@ def params_for_worker(params: dict, manifest_version: int) -> dict:
     the worker the run started with, which rejects fields it does not know."""
     if manifest_version >= MANIFEST_VERSION:
         return params
-    params = {f: v for f, v in params.items() if f not in ("case_timeout_s", "build_timeout_s")}  # before 7
+    params = {f: v for f, v in params.items()
+              if f not in ("case_timeout_s", "build_timeout_s", "lock_clocks")}  # before format 7
     if manifest_version < 5:
         params = {f: v for f, v in params.items() if f != "calibration"}
     cases = []

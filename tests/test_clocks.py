@@ -1,0 +1,86 @@
+"""Clock locking (issue 30), against a stand-in `nvidia-smi` only: the lent GPU's clocks are never touched.
+A host with `clocks: lock` gets its SM clock held at the GPU's default applications clock for the sweep
+and reset after, however the sweep ends; without it, nothing is changed."""
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from conftest import REPO, kernel_sweep
+from cli_output import cli_json
+
+FAKE_GPU = "GPU-00000000-fake-0000-0000-000000000000"
+
+
+def stand_in(tmp_path: Path) -> tuple[Path, Path]:
+    """A `nvidia-smi` that logs every call and answers the default-clock query with 1755 MHz."""
+    bindir, calls = tmp_path / "bin", tmp_path / "nvidia-smi.calls"
+    bindir.mkdir()
+    smi = bindir / "nvidia-smi"
+    smi.write_text(f"#!{sys.executable}\nimport sys\nopen({str(calls)!r}, 'a').write(' '.join(sys.argv[1:]) + '\\n')\n"
+                   "if any(a.startswith('--query-gpu=clocks.default_applications') for a in sys.argv):\n"
+                   "    print('1755')\n")
+    smi.chmod(0o755)
+    return bindir, calls
+
+
+def inventory(tmp_path: Path, bindir: Path, clocks: str) -> Path:
+    import os
+
+    env = {"PATH": f"{bindir}:{os.environ['PATH']}", "CUDA_VISIBLE_DEVICES": FAKE_GPU}
+    inv = tmp_path / "hosts.yaml"
+    inv.write_text(json.dumps({"hosts": [{"name": "local", "transport": "local", "clocks": clocks, "env": env,
+                                          "workdir": str(tmp_path / "work")}]}))
+    return inv
+
+
+def cli(*argv) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "orchestrator.cli", *map(str, argv)], cwd=REPO,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def test_a_host_with_clocks_lock_runs_its_sweep_locked_then_reset_and_says_so(tmp_path):
+    bindir, calls = stand_in(tmp_path)
+    sweep = kernel_sweep(tmp_path, {}, rounds=1)
+    proc = cli("run", sweep, "-i", inventory(tmp_path, bindir, "lock"), "--runs-dir", tmp_path / "runs",
+               "--format", "json")
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err
+    lines = calls.read_text().splitlines()
+    assert f"-i {FAKE_GPU} --lock-gpu-clocks=1755,1755" in lines
+    assert lines[-1] == f"-i {FAKE_GPU} --reset-gpu-clocks"
+    facts = json.loads(next((tmp_path / "runs").glob("*/hosts/local/attempt-1/results.jsonl")).read_text()
+                       .splitlines()[0])
+    assert facts["sm_clock_locked_mhz"] == 1755
+    assert {r["status"] for r in cli_json(out)} == {"ok"}
+
+
+def test_the_clock_is_given_back_after_ctrl_c(tmp_path):
+    bindir, calls = stand_in(tmp_path)
+    sweep = kernel_sweep(tmp_path, {}, ms=(16, 32, 48, 64, 80, 96), rounds=3,
+                         timing={"budget_s": 0.4, "max_samples": 100000, "target_rel_ci": 1e-9})
+    proc = cli("run", sweep, "-i", inventory(tmp_path, bindir, "lock"), "--runs-dir", tmp_path / "runs")
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not (calls.exists() and "--lock-gpu-clocks" in calls.read_text()):
+        time.sleep(0.1)
+    assert "--lock-gpu-clocks" in calls.read_text(), "the clock was never locked"
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and not calls.read_text().rstrip().endswith("--reset-gpu-clocks"):
+        time.sleep(0.1)
+    assert calls.read_text().splitlines()[-1] == f"-i {FAKE_GPU} --reset-gpu-clocks"
+
+
+def test_without_clocks_lock_nvidia_smi_changes_nothing(tmp_path):
+    bindir, calls = stand_in(tmp_path)
+    proc = cli("run", kernel_sweep(tmp_path, {}, rounds=1), "-i", inventory(tmp_path, bindir, "leave"),
+               "--runs-dir", tmp_path / "runs", "--format", "json")
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err
+    assert not calls.exists() or not any("lock" in c or "reset" in c for c in calls.read_text().splitlines())

@@ -1,0 +1,66 @@
+"""The SM clock held still for a sweep, where the inventory allows it (`clocks: lock` on a host), and
+given back after, however the sweep ends (a stop's SIGTERM included). Stdlib only: the supervisor runs it.
+
+Locked at the GPU's default applications clock, which it sustains under load (a boost clock it cannot
+hold would read as throttling). Nothing is changed unless asked: a benchmark tool never changes the
+conditions it measures under behind the user's back.
+"""
+from __future__ import annotations
+
+import contextlib
+import signal
+import subprocess
+from typing import Callable, Iterator, Optional
+
+NVIDIA_SMI = "nvidia-smi"
+# Set for the case loop while the clock is locked: its facts record the clock (FactsRecord.sm_clock_locked_mhz).
+CLOCK_ENV = "FLEETBENCH_SM_CLOCK_LOCKED_MHZ"
+
+
+def _smi(argv: list[str]) -> tuple[int, str]:
+    try:
+        done = subprocess.run([NVIDIA_SMI, *argv], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return -1, str(exc)
+    return done.returncode, (done.stdout.strip() or done.stderr.strip())
+
+
+def default_sm_clock(gpu: str) -> Optional[int]:
+    rc, out = _smi(["-i", gpu, "--query-gpu=clocks.default_applications.graphics", "--format=csv,noheader,nounits"])
+    first = out.splitlines()[0].strip() if rc == 0 and out else ""
+    return int(float(first)) if first.replace(".", "", 1).isdigit() else None
+
+
+@contextlib.contextmanager
+def locked_clocks(gpu: Optional[str], wanted: bool, say: Callable[[str], None]) -> Iterator[Optional[int]]:
+    """Yields the locked SM clock in MHz, or None (not asked, no GPU, or nvidia-smi refused: `say` tells)."""
+    if not wanted:
+        yield None
+        return
+    if not gpu or gpu == "cpu":
+        say("clocks: lock was asked, but this host times on its CPU: nothing to lock")
+        yield None
+        return
+    mhz = default_sm_clock(gpu)
+    if mhz is None:
+        say(f"clocks: the default clock of GPU {gpu} could not be read: not locked")
+        yield None
+        return
+    rc, out = _smi(["-i", gpu, f"--lock-gpu-clocks={mhz},{mhz}"])
+    if rc != 0:
+        say(f"clocks: nvidia-smi could not lock GPU {gpu} at {mhz} MHz ({out[:200]}): not locked "
+            "(locking needs root)")
+        yield None
+        return
+    say(f"clocks: GPU {gpu} locked at {mhz} MHz for this sweep")
+
+    def stopped(signum, frame):  # a stop (TERM, then KILL after a grace) must still give the clock back
+        raise SystemExit(128 + signum)
+
+    previous = signal.signal(signal.SIGTERM, stopped)
+    try:
+        yield mhz
+    finally:
+        rc, out = _smi(["-i", gpu, "--reset-gpu-clocks"])
+        say(f"clocks: GPU {gpu} given back ({'reset' if rc == 0 else 'reset failed: ' + out[:200]})")
+        signal.signal(signal.SIGTERM, previous)
