@@ -238,17 +238,24 @@ def test_a_format_4_run_reruns_with_its_own_worker(runs, tmp_path, monkeypatch, 
     assert '"schema_version":4' in written
 
 
-def test_a_format_5_run_reruns_with_its_own_worker(runs, tmp_path, monkeypatch, capsys):
-    """Format 6 added timing.settle_ms; a format-5 run's own worker gets params without it (it would
-    reject the field), keeps its MoE cases, and its records (format 5) merge with today's reader."""
+def rerun_local_host(stored: Path, tmp_path: Path, monkeypatch, capsys) -> Path:
+    """A copy of a stored smoke run with 4 timed cases, rerun on the `local` host with its own worker;
+    the copy's folder."""
     monkeypatch.setenv("HOME", str(tmp_path))
-    run = copy_run(runs(V5_MOE), tmp_path / "runs")
+    run = copy_run(stored, tmp_path / "runs")
     inventory = tmp_path / "hosts.yaml"
     inventory.write_text(f"hosts: [{{name: local, transport: local, workdir: ~/.fleetbench/local, "
                          f"python: {json.dumps(sys.executable)}}}]\n")
     assert main(["rerun", str(run), "--hosts", "local", "-i", str(inventory), "--format", "json"]) == 0
     rows = cli_json(capsys.readouterr().out)
     assert {r["attempt"] for r in rows} == {2} and [r["status"] for r in rows].count("ok") == 4
+    return run
+
+
+def test_a_format_5_run_reruns_with_its_own_worker(runs, tmp_path, monkeypatch, capsys):
+    """Format 6 added timing.settle_ms; a format-5 run's own worker gets params without it (it would
+    reject the field), keeps its MoE cases, and its records (format 5) merge with today's reader."""
+    run = rerun_local_host(runs(V5_MOE), tmp_path, monkeypatch, capsys)
     params = json.loads((run / "hosts" / "local" / "attempt-2" / "params.json").read_text())
     assert params["schema_version"] == 5 and params["calibration"] == "cached"
     assert all("settle_ms" not in c["timing"] for c in params["cases"])
@@ -275,14 +282,7 @@ def test_a_format_6_run_shows_and_diffs_with_one_record_per_case(runs, capsys):
 def test_a_format_6_run_reruns_with_its_own_worker(runs, tmp_path, monkeypatch, capsys):
     """Format 7 added the case limits; a format-6 run's own worker gets params without them (it would
     reject the fields), speaks the old protocol on stdout, and its records merge with today's reader."""
-    monkeypatch.setenv("HOME", str(tmp_path))
-    run = copy_run(runs(V6_DONE), tmp_path / "runs")
-    inventory = tmp_path / "hosts.yaml"
-    inventory.write_text(f"hosts: [{{name: local, transport: local, workdir: ~/.fleetbench/local, "
-                         f"python: {json.dumps(sys.executable)}}}]\n")
-    assert main(["rerun", str(run), "--hosts", "local", "-i", str(inventory), "--format", "json"]) == 0
-    rows = cli_json(capsys.readouterr().out)
-    assert {r["attempt"] for r in rows} == {2} and [r["status"] for r in rows].count("ok") == 4
+    run = rerun_local_host(runs(V6_DONE), tmp_path, monkeypatch, capsys)
     params = json.loads((run / "hosts" / "local" / "attempt-2" / "params.json").read_text())
     assert params["schema_version"] == 6 and "case_timeout_s" not in params
     written = (run / "hosts" / "local" / "attempt-2" / "results.jsonl").read_text()
