@@ -163,20 +163,6 @@ def write_line(line: str) -> None:
         out.flush()
 
 
-
-def separate_output() -> int:
-    """Launcher side: keep this process's stdout for the protocol alone and send fd 1 to stderr, so
-    that nothing run from here on can print onto the channel. Returns the channel's descriptor, also
-    named in the environment for the processes started from here."""
-    sys.stdout.flush()
-    channel = os.dup(1)
-    os.dup2(2, 1)
-    os.environ[PROTOCOL_FD_ENV] = str(channel)
-    os.set_inheritable(channel, True)
-    _channel[:] = [os.fdopen(channel, "w", encoding="utf-8", closefd=False)]
-    return channel
-
-
 def forward_lines(read_fd: int, on_line: Callable[[str], None]) -> None:
     """Supervisor side: every whole line that arrives on `read_fd` (a child's protocol pipe), until it
     closes, handed to `on_line`; a line cut short by the child's death is dropped."""

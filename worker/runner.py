@@ -335,7 +335,7 @@ def _run_cases(runner: "CaseRunner", todo: list[CaseSpec], done: set[str], total
                inflight: Path, seed: str = "", partial: Optional[dict[str, CaseRecord]] = None) -> None:
     """Round 1 of every case, then round 2 of those still timing (in another order), and so on
     (module docstring). `partial`: cases with rounds already timed, which go on from there."""
-    pending: dict[str, CaseRecord] = {cid: rec for cid, rec in (partial or {}).items()}  # ok, rounds so far
+    pending: dict[str, CaseRecord] = dict(partial or {})  # ok, rounds so far
 
     def end(rec: CaseRecord) -> None:
         append_record(results, rec)

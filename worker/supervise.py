@@ -47,15 +47,17 @@ def supervise(params_path: Path, results_path: Path) -> int:
         emit_progress(event="exit", elapsed_s=round(time.time() - started, 4))
 
 
-def _lock_settings(params_path: Path) -> dict:
-    """The few fields the lock needs, read without the schema: this process stays stdlib-only (the
-    child validates the whole file; the controller always writes every field)."""
+def _settings(params_path: Path) -> dict:
+    """The few fields the supervisor needs (its lock, clocks and case limits), read without the schema:
+    this process stays stdlib-only (the child validates the whole file; the controller always writes
+    every field)."""
     import json
 
     raw = json.loads(params_path.read_text(encoding="utf-8"))
     return {"run_id": str(raw["run_id"]), "host": str(raw["host"]), "device": raw.get("device", "auto"),
             "lock_timeout_s": float(raw.get("lock_timeout_s", 0.0)), "cases": len(raw["cases"]),
-            "lock_clocks": bool(raw.get("lock_clocks", False))}
+            "lock_clocks": bool(raw.get("lock_clocks", False)),
+            "limits": (float(raw.get("case_timeout_s", 300.0)), float(raw.get("build_timeout_s", 1800.0)))}
 
 
 def _supervise_locked(params_path: Path, results_path: Path) -> int:
@@ -64,7 +66,7 @@ def _supervise_locked(params_path: Path, results_path: Path) -> int:
     from .gpulock import CPU, GpuLockTimeout, gpu_lock
     from .protocol import emit_progress, heartbeat
 
-    settings = _lock_settings(params_path)
+    settings = _settings(params_path)
     # None: find this process's GPU (a host without one locks its CPU); a CPU sweep locks the CPU.
     ids = [CPU] if settings["device"] == "cpu" else None
     held = contextlib.ExitStack()
@@ -87,13 +89,24 @@ def _supervise_locked(params_path: Path, results_path: Path) -> int:
         with locked_clocks(locked_id, settings["lock_clocks"], say) as mhz:
             if mhz is not None:  # the facts the child records say so
                 os.environ[CLOCK_ENV] = str(mhz)
-            return _supervise_cases(params_path, results_path, settings["cases"])
+            return _supervise_cases(params_path, results_path, settings["cases"], settings["limits"])
 
 
 # Processes that mean the case is compiling (a JIT build), not hung: their time counts against the build limit.
 COMPILERS = frozenset({"ninja", "make", "cmake", "nvcc", "cicc", "ptxas", "nvlink", "fatbinary", "cudafe++",
                        "cc", "c++", "gcc", "g++", "cc1", "cc1plus", "as", "ld", "collect2", "clang", "clang++"})
-POLL_S = 0.25
+# How often the supervisor looks at the case in flight (a scan of /proc for compilers): seldom enough to
+# cost the host nothing it measures; a child's exit is seen at once whatever this is.
+POLL_S = 1.0
+
+
+def in_flight(inflight: Path) -> tuple[str, str]:
+    """(case id or "", what it is doing), as the case loop last said (runner.mark_inflight)."""
+    try:
+        case_id, _, what = inflight.read_text(encoding="utf-8").partition("\n")
+    except OSError:
+        return "", "starting (imports, GPU start-up, calibration)"
+    return case_id.strip(), what.strip() or "running"
 
 
 class _Watch:
@@ -119,14 +132,6 @@ class _Watch:
             self.building_s += dt
         else:
             self.running_s += dt
-
-    def step(self) -> tuple[str, str]:
-        """(case id or "", what it was doing)."""
-        try:
-            case_id, _, what = self.inflight.read_text(encoding="utf-8").partition("\n")
-        except OSError:
-            return "", "starting (imports, GPU start-up, calibration)"
-        return case_id.strip(), what.strip() or "running"
 
 
 def _process_tree() -> dict[int, list[int]]:
@@ -192,7 +197,7 @@ def _wait(child: subprocess.Popen, watch: _Watch, case_timeout_s: float, build_t
         watch.tick(POLL_S, building)
         if building and not watch.announced:
             watch.announced = True
-            emit_progress(event="building", case_id=watch.step()[0])
+            emit_progress(event="building", case_id=in_flight(watch.inflight)[0])
         if watch.building_s > build_timeout_s:
             why = f"still compiling after its {build_timeout_s:g} s build limit"
         elif watch.running_s > case_timeout_s:
@@ -203,7 +208,7 @@ def _wait(child: subprocess.Popen, watch: _Watch, case_timeout_s: float, build_t
         return None, why
 
 
-def _supervise_cases(params_path: Path, results_path: Path, n_cases: int) -> int:
+def _supervise_cases(params_path: Path, results_path: Path, n_cases: int, limits: tuple[float, float]) -> int:
     import threading
 
     from .protocol import PROTOCOL_FD_ENV, done_case_ids, forward_lines, heartbeat, write_line
@@ -220,7 +225,6 @@ def _supervise_cases(params_path: Path, results_path: Path, n_cases: int) -> int
     added = stable_build_env(env)
     env.update(added, **{ADDED_VAR: encode_added(added, os.environ)})  # the facts' notes say what was added
     cmd = [sys.executable, "-m", "worker", "run", "--params", str(params_path), "--results", str(results_path)]
-    limits = _case_limits(params_path)
     restarts = 0
     params = None  # the validated params: loaded only after a child failed (importing pydantic is costly)
     with heartbeat():
@@ -247,7 +251,7 @@ def _supervise_cases(params_path: Path, results_path: Path, n_cases: int) -> int
             params = params or load_params(params_path)
             if code == 0 and all(c.case_id in done for c in params.cases):
                 return 0
-            case_id, what = _Watch(inflight).step()
+            case_id, what = in_flight(inflight)
             case = find_case(params, case_id) if case_id else None
             if hung:
                 if case is None:  # the start-up itself hangs: every case would wait on it
@@ -276,10 +280,3 @@ def _supervise_cases(params_path: Path, results_path: Path, n_cases: int) -> int
                 return 0
             restarts += 1
 
-
-def _case_limits(params_path: Path) -> tuple[float, float]:
-    """(case_timeout_s, build_timeout_s) read without the schema (this process stays stdlib-only)."""
-    import json
-
-    raw = json.loads(params_path.read_text(encoding="utf-8"))
-    return float(raw.get("case_timeout_s", 300.0)), float(raw.get("build_timeout_s", 1800.0))
