@@ -42,7 +42,8 @@ def printed_fix(err: str, after: str) -> str:
 
 
 def run_fix(command: str) -> None:
-    done = subprocess.run(command, shell=True, capture_output=True, text=True, timeout=60)
+    """Run a printed fix as a user pastes it into their shell (it redirects with >>)."""
+    done = subprocess.run(["sh", "-c", command], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, f"{command}: {done.stderr}"
 
 

@@ -39,16 +39,16 @@ def add_rounds(record: CaseRecord, timing: Stats, health: Optional[Health], dura
         "complete": len(stats.rounds) >= planned})
 
 
-def join_records(earlier: CaseRecord, later: CaseRecord, planned: int) -> CaseRecord:
+def join_records(earlier: CaseRecord, later: CaseRecord, planned: int, joinable: bool = True) -> CaseRecord:
     """Two records of one case from different attempts, as what the case now stands at:
     - a complete ok record stands on its own, and a later failure does not hide it;
     - an incomplete ok record is completed by the ok rounds of a later attempt (the later attempt checked
-      the result again before timing);
+      the result again before timing), when the two are `joinable` (the same software and GPU);
     - otherwise the later record says where the case is (a failure, a hang, a fresh result)."""
     if earlier.status == "ok" and earlier.complete and later.status != "ok":
         return earlier
     fresh = later.complete and rounds_in(later) >= planned
-    if earlier.status == "ok" and not earlier.complete and later.status == "ok" and not fresh \
+    if joinable and earlier.status == "ok" and not earlier.complete and later.status == "ok" and not fresh \
             and later.timing is not None and earlier.timing is not None:
         joined = add_rounds(earlier, later.timing, later.health, later.duration_s, planned)
         return joined.model_copy(update={"correctness": later.correctness or earlier.correctness})

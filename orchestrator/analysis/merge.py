@@ -125,13 +125,9 @@ def load_slots(store: RunStore) -> list[SlotData]:
                 if previous is None:
                     records[cid] = (attempt, rec)
                     continue
-                if facts_change(facts_of.get(previous[0]), parsed.facts):
-                    # Other software: the later attempt's result stands on its own (a later failure
-                    # still hides no complete result).
-                    keep = previous[1].status == "ok" and previous[1].complete and rec.status != "ok"
-                    records[cid] = previous if keep else (attempt, rec)
-                    continue
-                joined = join_records(previous[1], rec, cases_by_id[cid].timing.rounds)
+                # Rounds run on other software are never one result with earlier ones.
+                same_software = not facts_change(facts_of.get(previous[0]), parsed.facts)
+                joined = join_records(previous[1], rec, cases_by_id[cid].timing.rounds, joinable=same_software)
                 if joined is not previous[1]:
                     records[cid] = (attempt, joined.model_copy(update={"case": cases_by_id[cid]})
                                     if joined is not rec else rec)
@@ -178,7 +174,8 @@ def merged_rows(store: RunStore, slots: Optional[list[SlotData]] = None) -> list
                 if data.outcome is not None and data.outcome.attempt == attempt and data.outcome.outcome != "ok":
                     reason += f" (host {data.outcome.outcome})"
             if attempt in data.changed:  # a rerun on other software: this row's numbers are that attempt's alone
-                reason = "; ".join(filter(None, [reason, f"attempt {attempt} on other software: {data.changed[attempt]}"]))
+                changed = f"attempt {attempt} on other software: {data.changed[attempt]}"
+                reason = "; ".join(filter(None, [reason, changed]))
             rows.append(Row(
                 run_id=store.run_id, host=data.host, gpu=data.gpu, slot=data.slot, gpu_name=gpu_name,
                 label=case.label, backend=case.backend, m=case.m, n=case.n, k=case.k,

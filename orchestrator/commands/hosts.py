@@ -2,7 +2,8 @@
 from __future__ import annotations
 
 from ..errors import EXIT_FAILED, EXIT_OK
-from .common import Streams, opt_inventory, inventory_path, opt_hosts, opt_format, opt_accept_new, opt_parallel
+from .common import (Streams, opt_inventory, inventory_path, opt_hosts, opt_format, opt_accept_new,
+                     opt_parallel)
 
 HELP = "list the inventory; with --check, contact every host and say if it is ready"
 EPILOG = ("exit 1 when --check finds a host that is not ready (or version skew with --strict)")

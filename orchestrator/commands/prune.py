@@ -4,7 +4,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..errors import EXIT_FAILED, EXIT_OK
-from .common import Streams, opt_accept_new, opt_inventory, opt_parallel, opt_runs_dir, positive_int, run_inventory
+from .common import (Streams, opt_accept_new, opt_inventory, opt_parallel, opt_runs_dir, positive_int,
+                     run_inventory)
 
 HELP = "remove old runs here and on their hosts (never one in progress)"
 EPILOG = ("A run's folders on its hosts go first; the local folder goes only when they are gone (or with "

@@ -4,7 +4,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..errors import InputError, RunInterrupted
-from .common import Streams, index_landed, opt_accept_new, opt_format, opt_hosts, opt_inventory, opt_parallel, opt_runs_dir, print_interrupted, print_run, run_inventory, seconds
+from .common import (Streams, index_landed, opt_accept_new, opt_format, opt_hosts, opt_inventory,
+                     opt_parallel, opt_runs_dir, print_interrupted, print_run, run_inventory, seconds)
 
 HELP = "run hosts of a stored run again (same scripts, new attempt)"
 

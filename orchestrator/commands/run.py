@@ -5,7 +5,9 @@ from pathlib import Path
 
 from ..config import defaults
 from ..errors import RunInterrupted
-from .common import Streams, index_landed, load_run_inputs, opt_accept_new, opt_format, opt_hosts, opt_inventory, opt_parallel, opt_per_gpu, opt_runs_dir, print_interrupted, print_run, seconds
+from .common import (Streams, index_landed, load_run_inputs, opt_accept_new, opt_format, opt_hosts,
+                     opt_inventory, opt_parallel, opt_per_gpu, opt_runs_dir, print_interrupted, print_run,
+                     seconds)
 
 HELP = "run a sweep on the selected hosts and print the merged table"
 

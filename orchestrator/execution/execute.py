@@ -8,8 +8,9 @@ lacks either (the exit status says so: worker.protocol.classify_exit) they are u
 command runs again. The host's results.jsonl is fetched only when the stream was cut short. A job
 silent for its stall timeout, and its wall-clock limit over all of it (both resolved in the plan:
 plan.Job), end the attempt. How the job starts and is stopped is its launcher's (orchestrator/
-launchers); what its output lines mean is the demultiplexer's (demux.py). Stopping (Ctrl-C, a stall or a deadline) kills the remote process group through the pid file the
-script wrote, then fetches whatever results exist.
+launchers); what its output lines mean is the demultiplexer's (demux.py). Stopping (Ctrl-C, a stall
+or a deadline) kills the remote process group through the pid file the script wrote, then fetches
+whatever results exist.
 """
 from __future__ import annotations
 
