@@ -153,15 +153,30 @@ def time_cpu(fn: Callable[[int], object], n_sets: int, opts: TimingOptions) -> S
 
 
 def time_cuda(fn: Callable[[int], object], n_sets: int, opts: TimingOptions,
-              settled: Optional[Callable[[], None]] = None) -> Stats:
+              settled: Optional[Callable[[], None]] = None,
+              timed_once: Optional[Callable[[Callable[[], int]], None]] = None) -> Stats:
     """CUDA timing by graph replay or per-call events; `fn(i)` runs the kernel on input set i.
     `settled()` is called once the case has settled, just before its samples (health readings taken
-    there judge the samples, not the settling, which may rightly lower the clock)."""
+    there judge the samples, not the settling, which may rightly lower the clock). `timed_once(run)` is
+    called once before settling with `run()`: exactly what one timed sample runs (a replay of the timed
+    graph; in events mode one call on input set 0), ended as the timer ends it (the timed stream's end
+    event), returning the input set of its last call, so worker/integrity.py can check that what is timed
+    does the work."""
     import torch
 
     stream = torch.cuda.current_stream()
     if opts.mode == "events":
         _warm_up(fn, n_sets, opts, stream)
+        if timed_once is not None:
+            end_once = torch.cuda.Event()
+
+            def one_call() -> int:
+                fn(0)
+                end_once.record(stream)
+                end_once.synchronize()
+                return 0
+
+            timed_once(one_call)
         return _time_events(fn, n_sets, opts, settled)
     # Warm up on the stream the graphs are captured on (a library's lazy per-stream state then exists
     # before capture), and call once on a fresh stream: the module docstring says why.
@@ -201,6 +216,14 @@ def time_cuda(fn: Callable[[int], object], n_sets: int, opts: TimingOptions,
     graph.replay()
     graph.replay()
     torch.cuda.synchronize()
+    if timed_once is not None:
+        def one_replay() -> int:
+            graph.replay()
+            end.record(stream)
+            end.synchronize()
+            return (cps - 1) % n_sets
+
+        timed_once(one_replay)
 
     def replay_us() -> float:
         start.record(stream)
