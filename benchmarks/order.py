@@ -95,8 +95,8 @@ def main() -> int:
                 seen.setdefault(cid, {}).setdefault(order, []).append((t["median_us"], r1, position, env))
             print(f"{order} (repeat {rep + 1}): {len(recs)} records, {wall:.1f} s", flush=True)
     by_id = {c.case_id: c for c in cases}
-    lines = ["| backend | M | N | K | forward µs | reversed µs | shuffled µs | max diff | same order, between processes | round 1: forward / reversed / shuffled | round-1 max diff | first in |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---|"]
+    lines = ["| backend | M | N | K | forward µs | reversed µs | shuffled µs | max diff | same order, between processes | round 1: forward / reversed / shuffled | round-1 max diff | any round max diff | first in |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---|"]
     rows, worst = [], 0.0
     for cid, orders in seen.items():
         c = by_id[cid]
@@ -104,23 +104,29 @@ def main() -> int:
         r1 = {o: statistics.median(v[1] for v in orders[o]) for o in orders}
         spread = max(med.values()) / min(med.values()) - 1
         spread1 = max(r1.values()) / min(r1.values()) - 1
+        # Every round, not only round 1 and the median: round r of each order against round r of the others.
+        n_rounds = min(len(v[3]) for vals in orders.values() for v in vals)
+        per_round = [[v[3][r]["median_us"] for vals in orders.values() for v in vals] for r in range(n_rounds)]
+        spread_rounds = max((max(x) / min(x) - 1 for x in per_round), default=0.0)
         # With --repeat > 1: how far the same order moves between fresh processes. A case whose
         # difference between orders is no larger than this is process-to-process spread, not order.
         within = max((max(v[0] for v in vals) / min(v[0] for v in vals) - 1 for vals in orders.values()), default=0.0)
         worst = max(worst, spread)
         firsts = [o for o, ids in first_ids.items() if cid in ids]
         rows.append(dict(case_id=cid, backend=c.backend, m=c.m, n=c.n, k=c.k, medians=med, round1=r1,
-                         spread=spread, round1_spread=spread1, between_processes=within, first_in=firsts,
+                         spread=spread, round1_spread=spread1, rounds_spread=spread_rounds, between_processes=within,
+                         first_in=firsts,
                          per_process={o: [dict(median_us=m, round1_us=f, position=i, rounds=e) for m, f, i, e in v]
                                       for o, v in orders.items()}))
         lines.append(f"| {c.backend} | {c.m} | {c.n} | {c.k} | " + " | ".join(f"{med.get(o, float('nan')):.2f}" for o in ORDERS)
                      + f" | {spread * 100:.2f}% | "
                      + (f"{within * 100:.2f}%" if args.repeat > 1 else "–") + " | " + " / ".join(f"{r1.get(o, float('nan')):.2f}" for o in ORDERS)
-                     + f" | {spread1 * 100:.2f}% | {', '.join(firsts)} |")
+                     + f" | {spread1 * 100:.2f}% | {spread_rounds * 100:.2f}% | {', '.join(firsts)} |")
     over = [r for r in rows if r["spread"] > args.limit]
+    rounds_over = [r for r in rows if r["rounds_spread"] > args.limit]
     spread_only = [r for r in over if args.repeat > 1 and r["spread"] <= r["between_processes"]]
     lines += ["", f"{len(rows)} timed cases; largest difference between orders {worst * 100:.2f}%; "
-              f"{len(over)} over {args.limit * 100:.0f}%"
+              f"{len(over)} over {args.limit * 100:.0f}%; {len(rounds_over)} with some round over it"
               + (f", {len(spread_only)} of them within their own spread between processes of one order"
                  if args.repeat > 1 else "") + ". Wall per process (s): "
               + ", ".join(f"{k} {v}" for k, v in walls.items())]

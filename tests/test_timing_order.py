@@ -228,66 +228,79 @@ def test_cold_l2_rotation_spans_enough_sets_that_no_call_hits(monkeypatch):
         assert medians[case.case_id] == pytest.approx(COMPUTE_US + GAP_US + MISS_US, rel=1e-9), (m, n, k)
 
 
-def test_later_rounds_visit_the_cases_in_other_orders_reproducibly():
-    """A case's neighbours change between rounds (a large GEMM read up to 5% differently after a heavy
-    case on the H200), and the same run id gives the same orders (a rerun is comparable)."""
+def test_every_round_runs_the_lightest_case_first_whatever_order_the_sweep_lists():
+    """A case's predecessor is the same in every run of a sweep (forward, reversed or shuffled in the
+    file), so no round's value depends on the order the user wrote: light cases first, the heaviest last,
+    ties by case id."""
+    import random
+
     from worker.runner import round_order
     from worker.schema import CaseSpec
 
-    todo = [CaseSpec(backend="torch-bf16", m=m, n=64, k=64) for m in range(1, 13)]
-    first, second, third = (round_order(todo, r, "run-a") for r in range(3))
-    assert first == todo and sorted(c.m for c in second) == list(range(1, 13))
-    assert second != todo and third != second
-    assert round_order(todo, 1, "run-a") == second and round_order(todo, 1, "run-b") != second
-    predecessors = {c.m: [] for c in todo}
-    for order in (first, second, third):
-        for before, case in zip(order, order[1:]):
-            predecessors[case.m].append(before.m)
-    assert sum(len(set(p)) > 1 for p in predecessors.values()) >= 8  # most cases get other neighbours
+    todo = [CaseSpec(backend=b, m=m, n=2048, k=6144) for m in (16, 64, 256, 1024) for b in ("torch-bf16", "torch-fp8")]
+    load = {c.case_id: c.m / 1024 * (0.5 if c.backend == "torch-fp8" else 1.0) for c in todo}
+    shuffled = list(todo)
+    random.Random(7).shuffle(shuffled)
+    orders = [round_order(o, lambda c: load[c.case_id]) for o in (todo, todo[::-1], shuffled)]
+    assert orders[0] == orders[1] == orders[2]
+    assert [load[c.case_id] for c in orders[0]] == sorted(load.values())
+    assert orders[0][-1].m == 1024 and orders[0][-1].backend == "torch-bf16"
 
 
-def test_permuted_rounds_turn_part_of_a_neighbour_effect_into_spread_between_rounds():
-    """The H200 read a large GEMM up to 5% slower after a heavy case. Model: a case reads
-    base * (1 + 0.05 * the previous case's weight). With every round in the sweep's order a case's
-    median carries its one neighbour's bias, so forward and reversed sweeps disagree by up to 4.5%.
-    With the worker's permuted rounds (round_order) each case meets other neighbours: its rounds now
-    spread (which diff's intervals see) and the disagreement between orders shrinks on average, but a
-    median of 3 rounds keeps the worst case (20 seeds x 12 cases: mean 2.2% -> 1.8%, worst 4.5% either
-    way). So this mitigates; it is not what makes a case order-independent."""
-    import statistics
+def test_rounds_are_ranked_by_measured_load_once_measured(tmp_path, monkeypatch):
+    """Round 1 is ranked by each case's math at the calibrated peak (a prediction); later rounds by what
+    round 1 measured: a case that turned out slow (light load) moves ahead of one that ran at its peak."""
+    from worker import runner as runner_mod
+    from worker.schema import Calibration, CaseRecord, CaseSpec, RoundStats, Stats, TimingOptions
 
-    from worker.runner import round_order
+    opts = TimingOptions(rounds=2)
+    big = CaseSpec(backend="torch-bf16", m=1024, n=2048, k=6144, timing=opts)
+    small = CaseSpec(backend="torch-bf16", m=16, n=2048, k=6144, timing=opts)
+    oracle = CaseSpec(backend="reference-nvfp4", m=1024, n=2048, k=6144, timing=opts)
+    r = runner_mod.CaseRunner("cpu")
+    r.calibration = Calibration(key="k", measured_at="t", cached=False, tflops={"bf16": 800.0}, tb_s=4.0)
+    seen: list[tuple[int, str]] = []
+    measured = {big.case_id: 1000.0, small.case_id: 12.0, oracle.case_id: 700.0}  # big: far off its peak
 
-    weights = [0.0, 0.1, 0.3, 1.0, 0.0, 0.1, 0.6, 0.2, 0.9, 0.0, 0.4, 0.8]  # 1.0: the heaviest case
-    todo = [CaseSpec(backend="torch-bf16", m=16 * (i + 1), n=2048, k=6144) for i in range(len(weights))]
-    weight = {c.case_id: w for c, w in zip(todo, weights)}
+    def run(case):
+        seen.append((1, case.case_id))
+        stats = Stats(method="cpu-wallclock", median_us=measured[case.case_id], p10_us=1, p90_us=1, mean_us=1,
+                      stdev_us=0, n=3, rel_ci=0.0, calls_per_sample=1, l2="hot", samples_us=[1.0])
+        return CaseRecord(case_id=case.case_id, case=case, status="ok", started_at="t", duration_s=0.0,
+                                     timing=stats.model_copy(update={"rounds": [RoundStats(
+                                         median_us=stats.median_us, n=3, rel_ci=0.0)]}))
 
-    def rounds_of(first_round: list, permute: bool, seed: str, rounds: int = 3) -> dict:
-        seen: dict = {}
-        for r in range(rounds):
-            order = round_order(first_round, r, seed) if permute else first_round
-            previous = None
-            for case in order:
-                bias = 0.05 * (weight[previous.case_id] if previous else 0.0)
-                seen.setdefault(case.case_id, []).append(10.0 * (1 + bias))
-                previous = case
-        return seen
+    def again(case):
+        seen.append((2, case.case_id))
+        rec = run(case)
+        seen.pop()
+        return rec.timing, None, 0.0
 
-    def spreads(permute: bool) -> tuple[float, float, float]:
-        """(mean and worst disagreement between a forward and a reversed sweep, mean spread of rounds)"""
-        order_gaps, round_gaps = [], []
-        for seed in range(20):
-            a = rounds_of(todo, permute, f"a{seed}")
-            b = rounds_of(todo[::-1], permute, f"b{seed}")
-            for cid in weight:
-                ma, mb = statistics.median(a[cid]), statistics.median(b[cid])
-                order_gaps.append(max(ma, mb) / min(ma, mb) - 1)
-                round_gaps.append(max(a[cid]) / min(a[cid]) - 1)
-        return statistics.mean(order_gaps), max(order_gaps), statistics.mean(round_gaps)
+    monkeypatch.setattr(r, "run", run)
+    monkeypatch.setattr(r, "again", again)
+    runner_mod._run_cases(r, [big, oracle, small], set(), 3, tmp_path / "r.jsonl", tmp_path / "inflight")
+    first = [cid for rnd, cid in seen if rnd == 1]
+    second = [cid for rnd, cid in seen if rnd == 2]
+    assert first == [oracle.case_id, small.case_id, big.case_id]  # the oracle is off the tensor cores: 0
+    # at 800 TFLOPS big's math takes 32 us: 0.8 of the peak predicted, 0.03 measured; small's 0.04
+    assert second == [oracle.case_id, big.case_id, small.case_id]
 
-    (rep_mean, rep_worst, rep_rounds), (per_mean, per_worst, per_rounds) = spreads(False), spreads(True)
-    assert rep_rounds == 0 and per_rounds > 0.01  # repeated rounds hide the effect; permuted ones show it
-    assert per_mean < 0.85 * rep_mean and per_worst < 0.05
+
+def test_light_cases_settle_briefly_and_heavy_ones_and_their_successors_fully():
+    """Settling lasts as long as the GPU state needs (worker/timing.py): a light case after a light one
+    runs at the clock it found; a heavy case (or one of unknown load) reads its burst clock until the power
+    controller acts; a light case right after a heavy one waits for the clock to climb back."""
+    from worker import timing
+
+    timing._LAST_HEAVY = False
+    assert timing.settle_floor(100.0, 0.1) == timing.LIGHT_SETTLE_MS
+    assert timing.settle_floor(100.0, 0.2) == timing.LIGHT_SETTLE_MS
+    assert timing.settle_floor(100.0, timing.HEAVY_LOAD) == 100.0
+    assert timing.settle_floor(100.0, 0.1) == 100.0  # right after the heavy one
+    assert timing.settle_floor(100.0, 0.1) == timing.LIGHT_SETTLE_MS
+    assert timing.settle_floor(100.0, None) == 100.0  # unknown load: as heavy
+    assert timing.settle_floor(0.0, 0.1) == 0.0  # settling off stays off
+    timing._LAST_HEAVY = False
 
 
 @pytest.mark.parametrize("settle_ms", [0.0, 100.0])

@@ -16,9 +16,13 @@ flips the state is not isolated), so each process's first graph timing is a disc
 
 A case must not read what the case before it left behind either: a large GEMM reads slower after a
 heavy neighbour (the GPU's clock and power state follow the load of the last ~100 ms;
-benchmarks/neighbour.py). So before its samples every timing settles: it replays its own graph for at
-least `settle_ms` of GPU time, and on until its per-call time stops drifting (`settle`), so it is
-sampled in its own steady state whatever ran before.
+benchmarks/neighbour.py). So before its samples every timing settles: it replays its own graph, and
+on until its per-call time stops drifting (`settle`), so it is sampled in its own steady state whatever
+ran before. How long at least depends on the GPU state the case needs (benchmarks/settle_trace.py): a
+case that drives the tensor cores hard enough to meet the power limit (`load` >= HEAVY_LOAD of the
+calibrated peak) reads its burst clock for the first 50-80 ms, until the power controller acts, so it
+settles at least `settle_ms`; so does any case right after such a case (the clock climbs back). A light
+case after a light one runs at the clock it found, which is its own: LIGHT_SETTLE_MS is enough.
 """
 from __future__ import annotations
 
@@ -32,13 +36,16 @@ from .schema import Stats, TimingOptions
 # One sample (one graph replay) should last long enough that event resolution, replay
 # jitter and the replay's launch cost vanish next to it.
 TARGET_SAMPLE_S = 2e-3
-MIN_CALLS_PER_SAMPLE = 32
 MAX_CALLS_PER_SAMPLE = 4096
 PROBE_CALLS = 16
 # Settling: after `settle_ms`, the median of the latest third of the replays must be within SETTLE_TOL of
 # the middle third's; a kernel that never stops drifting is sampled after SETTLE_MAX_FACTOR x settle_ms.
 SETTLE_TOL = 0.005
 SETTLE_MAX_FACTOR = 10
+# A case at or above this share of the calibrated tensor peak met the H200's power limit; below it none did
+# (benchmarks/RESULTS.md, "Settling as long as the GPU state needs").
+HEAVY_LOAD = 0.35
+LIGHT_SETTLE_MS = 10.0
 
 
 def summarize(samples_us: list[float], *, method: str, calls_per_sample: int, l2: str) -> Stats:
@@ -154,14 +161,16 @@ def time_cpu(fn: Callable[[int], object], n_sets: int, opts: TimingOptions) -> S
 
 def time_cuda(fn: Callable[[int], object], n_sets: int, opts: TimingOptions,
               settled: Optional[Callable[[], None]] = None,
-              timed_once: Optional[Callable[[Callable[[], int]], None]] = None) -> Stats:
+              timed_once: Optional[Callable[[Callable[[], int]], None]] = None,
+              load: Optional[Callable[[float], Optional[float]]] = None) -> Stats:
     """CUDA timing by graph replay or per-call events; `fn(i)` runs the kernel on input set i.
     `settled()` is called once the case has settled, just before its samples (health readings taken
     there judge the samples, not the settling, which may rightly lower the clock). `timed_once(run)` is
     called once before settling with `run()`: exactly what one timed sample runs (a replay of the timed
     graph; in events mode one call on input set 0), ended as the timer ends it (the timed stream's end
     event), returning the input set of its last call, so worker/integrity.py can check that what is timed
-    does the work."""
+    does the work. `load(per_call_us)`: the share of the GPU's tensor peak a call at that speed uses
+    (None: unknown), which sets how long the case settles at least (module docstring)."""
     import torch
 
     stream = torch.cuda.current_stream()
@@ -184,7 +193,7 @@ def time_cuda(fn: Callable[[int], object], n_sets: int, opts: TimingOptions,
     if not _PRIMED:  # the module docstring says why the first graph timing of a process is discarded
         _PRIMED = True
         time_cuda(fn, n_sets, opts.model_copy(update={"budget_s": 0.05, "min_samples": 3, "max_samples": 5,
-                                                                "settle_ms": 0.0}))
+                                                                "settle_ms": 0.0}), load=load)
     capture_stream = _capture_stream()
     side = torch.cuda.Stream()
     for s in (side, capture_stream):
@@ -206,8 +215,7 @@ def time_cuda(fn: Callable[[int], object], n_sets: int, opts: TimingOptions,
     end.synchronize()
     per_call_s = start.elapsed_time(end) / 1e3 / probe_calls
     del probe
-    cps = opts.calls_per_sample or max(MIN_CALLS_PER_SAMPLE,
-                                       min(MAX_CALLS_PER_SAMPLE, round(TARGET_SAMPLE_S / max(per_call_s, 1e-7))))
+    cps = opts.calls_per_sample or max(1, min(MAX_CALLS_PER_SAMPLE, math.ceil(TARGET_SAMPLE_S / max(per_call_s, 1e-7))))
     if opts.l2 == "cold":
         # Whole rotations only: a replay then starts on set 0, last used a full rotation ago, and never on
         # a set that the previous replay's last calls left in L2.
@@ -232,14 +240,27 @@ def time_cuda(fn: Callable[[int], object], n_sets: int, opts: TimingOptions,
         end.synchronize()
         return start.elapsed_time(end) * 1e3 / cps
 
-    return _settle_and_sample(replay_us, cps, opts, settled, "cuda-graph")
+    share = load(per_call_s * 1e6) if load is not None else None
+    return _settle_and_sample(replay_us, cps, opts, settled, "cuda-graph", settle_floor(opts.settle_ms, share))
+
+
+def settle_floor(settle_ms: float, load: Optional[float]) -> float:
+    """The least GPU time a case settles (module docstring): `settle_ms` for a heavy case (or one of
+    unknown load) and for any case right after a heavy one, LIGHT_SETTLE_MS otherwise."""
+    global _LAST_HEAVY
+    heavy = load is None or load >= HEAVY_LOAD
+    floor = settle_ms if heavy or _LAST_HEAVY else min(settle_ms, LIGHT_SETTLE_MS)
+    _LAST_HEAVY = heavy
+    return floor
 
 
 def _settle_and_sample(batch_us: Callable[[], float], calls: int, opts: TimingOptions,
-                       settled: Optional[Callable[[], None]], method: str) -> Stats:
-    """Settle (`settle`), tell `settled`, then take samples (`batch_us()`: the per-call time of one timed
-    batch of `calls` calls) until the interval is narrow enough or the budget is spent."""
-    settled_ms = settle(batch_us, calls, opts.settle_ms)
+                       settled: Optional[Callable[[], None]], method: str, floor_ms: Optional[float] = None) -> Stats:
+    """Settle (`settle`, at least `floor_ms`, default `settle_ms`), tell `settled`, then take samples
+    (`batch_us()`: the per-call time of one timed batch of `calls` calls) until the interval is narrow
+    enough or the budget is spent."""
+    floor = opts.settle_ms if floor_ms is None else floor_ms
+    settled_ms = settle(batch_us, calls, floor, opts.settle_ms)
     if settled is not None:
         settled()
     samples: list[float] = []
@@ -250,17 +271,19 @@ def _settle_and_sample(batch_us: Callable[[], float], calls: int, opts: TimingOp
     return stats.model_copy(update={"settle_ms": round(settled_ms, 1)})
 
 
-def settle(per_call_us: Callable[[], float], calls: int, settle_ms: float) -> float:
+def settle(per_call_us: Callable[[], float], calls: int, settle_ms: float,
+           limit_ms: Optional[float] = None) -> float:
     """Run the case (`per_call_us()`: one timed batch of `calls` calls, its per-call time) until the GPU is
     in the case's own steady state (module docstring): at least `settle_ms` of GPU time, then until the
     latest third of the batches agrees with the middle third within SETTLE_TOL, at most
-    SETTLE_MAX_FACTOR x settle_ms. Counted in GPU time, not wall time, so a slow host does not shorten
-    it. Returns the GPU milliseconds spent."""
-    if settle_ms <= 0:
+    SETTLE_MAX_FACTOR x `limit_ms` (default `settle_ms`). Counted in GPU time, not wall time, so a slow
+    host does not shorten it. Returns the GPU milliseconds spent."""
+    limit_ms = settle_ms if limit_ms is None else limit_ms
+    if limit_ms <= 0:
         return 0.0
     seen: list[float] = []
     spent_ms = 0.0
-    while spent_ms < SETTLE_MAX_FACTOR * settle_ms:
+    while spent_ms < SETTLE_MAX_FACTOR * limit_ms:
         seen.append(per_call_us())
         spent_ms += seen[-1] * calls / 1e3
         if spent_ms >= settle_ms and len(seen) >= 6:
@@ -273,6 +296,7 @@ def settle(per_call_us: Callable[[], float], calls: int, settle_ms: float) -> fl
 
 _CAPTURE_STREAM = None
 _PRIMED = False
+_LAST_HEAVY = False  # whether this process's last timing was of a heavy case (settle_floor)
 
 
 def _capture_stream():
