@@ -173,6 +173,8 @@ def test_health_taints_on_clock_drop_or_new_throttling():
     assert dropped.tainted and "1980 -> 1500" in dropped.taint_reason
     hot = assess(before, HealthSnapshot(sm_clock_mhz=1980, throttle_reasons=decode_reasons(0x20 | 0x4)))
     assert hot.tainted and "sw_thermal" in hot.taint_reason
+    # Under the power cap the controller moves the clock on its own: the case's sustained state, no taint.
+    assert not assess(before, HealthSnapshot(sm_clock_mhz=1470, throttle_reasons=["sw_power_cap"])).tainted
 
 
 def test_case_id_is_what_is_measured_never_how_it_is_timed():
