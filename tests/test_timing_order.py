@@ -369,3 +369,23 @@ def test_health_is_judged_over_the_samples_not_over_the_settling(monkeypatch, cl
     stats, health = runner._time(case, lambda i: gpu.call(id(sets[i]), 1 << 20), len(sets))
     assert health.tainted is tainted and stats.settle_ms >= 5
     assert health.before.sm_clock_mhz == clocks[1]
+
+
+def test_burst_samples_after_a_cool_down_and_stop_before_the_power_controller_acts(monkeypatch):
+    """`timing.state: burst` idles `cooldown_ms`, tells `settled` (the health reading then is the burst
+    clock), and samples for at most BURST_GPU_MS of GPU time, never settling."""
+    from worker import timing
+    from worker.schema import TimingOptions
+
+    slept, events = [], []
+    monkeypatch.setattr(timing.time, "sleep", lambda s: (slept.append(s), events.append("sleep")))
+    calls = 100
+
+    def batch_us() -> float:
+        events.append("sample")
+        return 50.0  # 100 calls of 50 us: 5 ms of GPU time a batch
+
+    opts = TimingOptions(state="burst", cooldown_ms=300.0, min_samples=50, max_samples=200, budget_s=10.0)
+    stats = timing._burst_sample(batch_us, calls, opts, lambda: events.append("settled"), "cuda-graph")
+    assert slept == [0.3] and events[:2] == ["sleep", "settled"]
+    assert stats.n == timing.BURST_GPU_MS / 5.0 and stats.settle_ms == 0.0  # stopped by GPU time, not by n

@@ -68,6 +68,11 @@ class TimingOptions(_Strict):
     # Independent timings of each case, spread over the sweep: a case's number is the median of its
     # rounds, and how much rounds differ is what a comparison between runs is judged against.
     rounds: int = Field(default=3, ge=1, le=50)
+    # settled: sampled in the clock and power state the case's own load holds the GPU in (after settling);
+    # burst: sampled right after `cooldown_ms` idle, before the power controller acts (~50 ms of load on
+    # the H200), as FlashInfer's benchmarks cool the GPU between cases: the burst clock's number.
+    state: Literal["settled", "burst"] = "settled"
+    cooldown_ms: float = Field(default=500.0, ge=0)
 
 
 class MoeSpec(_Strict):
@@ -161,6 +166,7 @@ class RoundStats(_Strict):
     check_s: Optional[float] = None
     timing_s: Optional[float] = None
     probe_s: Optional[float] = None
+    integrity_s: Optional[float] = None  # the integrity checks' share of check_s and timing_s (issue 31)
 
 
 class Stats(_Strict):
@@ -197,6 +203,9 @@ class Correctness(_Strict):
     max_rel_err_bf16: Optional[float] = None
     min_cosine_bf16: Optional[float] = None
     detail: str = ""
+    # The integrity checks the kernel failed (worker/integrity.py: cached, wrote-inputs, lazy, side-stream,
+    # untimed, l2-persistence); [] when it passed them all; None from a worker before them (issue 31).
+    integrity: Optional[list[str]] = None
 
 
 class HealthSnapshot(_Strict):

@@ -46,6 +46,8 @@ SETTLE_MAX_FACTOR = 10
 # (benchmarks/RESULTS.md, "Settling as long as the GPU state needs").
 HEAVY_LOAD = 0.35
 LIGHT_SETTLE_MS = 10.0
+# Burst samples end before the H200's power controller acts on a heavy load (50-80 ms: settle_trace.py).
+BURST_GPU_MS = 40.0
 
 
 def summarize(samples_us: list[float], *, method: str, calls_per_sample: int, l2: str) -> Stats:
@@ -240,8 +242,29 @@ def time_cuda(fn: Callable[[int], object], n_sets: int, opts: TimingOptions,
         end.synchronize()
         return start.elapsed_time(end) * 1e3 / cps
 
+    if opts.state == "burst":
+        return _burst_sample(replay_us, cps, opts, settled, "cuda-graph")
     share = load(per_call_s * 1e6) if load is not None else None
     return _settle_and_sample(replay_us, cps, opts, settled, "cuda-graph", settle_floor(opts.settle_ms, share))
+
+
+def _burst_sample(batch_us: Callable[[], float], calls: int, opts: TimingOptions,
+                  settled: Optional[Callable[[], None]], method: str) -> Stats:
+    """The burst number (TimingOptions.state): idle for `cooldown_ms` so the clock climbs back, then
+    samples for at most BURST_GPU_MS of GPU time, before the power controller reacts to the load."""
+    global _LAST_HEAVY
+    time.sleep(opts.cooldown_ms / 1e3)
+    _LAST_HEAVY = False
+    if settled is not None:
+        settled()
+    samples: list[float] = []
+    spent_ms = 0.0
+    started = time.perf_counter()
+    while spent_ms < BURST_GPU_MS and not _enough(samples, opts, started):
+        samples.append(batch_us())
+        spent_ms += samples[-1] * calls / 1e3
+    stats = summarize(samples, method=method, calls_per_sample=calls, l2=opts.l2)
+    return stats.model_copy(update={"settle_ms": 0.0})
 
 
 def settle_floor(settle_ms: float, load: Optional[float]) -> float:
@@ -357,4 +380,6 @@ def _time_events(fn: Callable[[int], object], n_sets: int, opts: TimingOptions,
         i += 1
         return start.elapsed_time(end) * 1e3
 
+    if opts.state == "burst":
+        return _burst_sample(call_us, 1, opts, settled, "cuda-events")
     return _settle_and_sample(call_us, 1, opts, settled, "cuda-events")
