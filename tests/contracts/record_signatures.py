@@ -7,10 +7,20 @@ e.g. for sgl-kernel, whose wheel (~0.5 GB, CUDA-only) cannot be installed where 
     pip download --no-deps sgl-kernel==0.3.21 -d /tmp/w
     python tests/contracts/record_signatures.py /tmp/w/sgl_kernel-0.3.21-*.whl \\
         sgl_kernel/gemm.py:scaled_fp4_quant sgl_kernel/gemm.py:cutlass_scaled_fp4_mm \\
-        sgl_kernel/gemm.py:fp8_scaled_mm > tests/contracts/sgl_kernel-0.3.21.json
+        sgl_kernel/gemm.py:fp8_scaled_mm sgl_kernel/gemm.py:scaled_fp4_experts_quant \\
+        sgl_kernel/moe.py:cutlass_fp4_group_mm > tests/contracts/sgl_kernel-0.3.21.json
+
+and for FlashInfer (pip download --no-deps flashinfer-python==0.7.2.post1 -d /tmp/w):
+    python tests/contracts/record_signatures.py /tmp/w/flashinfer_python-0.7.2.post1-*.whl \\
+        flashinfer/gemm/gemm_base.py:mm_fp4 flashinfer/gemm/gemm_base.py:bmm_fp8 \\
+        flashinfer/quantization/fp4_quantization.py:nvfp4_quantize \\
+        flashinfer/quantization/fp4_quantization.py:fp4_quantize \\
+        flashinfer/gemm/gemm_base.py:group_gemm_nvfp4_nt_groupwise flashinfer/fused_moe/core.py:cutlass_fused_moe \\
+        flashinfer/autotuner/autotuner.py:autotune > tests/contracts/flashinfer_python-0.7.2.post1.json
 
 The record holds, per function, its parameters in order (name, kind, whether it has a default, the
-default's source text) and whether the package's __init__ exports the name; tests/test_fp4_contracts.py
+default's source text) and whether a package's __init__ exports the name (`exported_from`: the outermost
+one on the module's path that does, e.g. flashinfer.gemm for group_gemm_nvfp4_nt_groupwise); tests/test_fp4_contracts.py
 binds the worker's calls against it. Nothing in the wheel is imported or run: its files are parsed.
 """
 from __future__ import annotations
@@ -44,9 +54,9 @@ def _parameters(fn: ast.FunctionDef) -> list[dict]:
     return params
 
 
-def _exported(wheel: zipfile.ZipFile, package: str, name: str) -> bool:
+def _defines(wheel: zipfile.ZipFile, init: str, name: str) -> bool:
     try:
-        tree = ast.parse(wheel.read(f"{package}/__init__.py"))
+        tree = ast.parse(wheel.read(init))
     except KeyError:
         return False
     for node in ast.walk(tree):
@@ -55,6 +65,16 @@ def _exported(wheel: zipfile.ZipFile, package: str, name: str) -> bool:
         if isinstance(node, ast.FunctionDef) and node.name == name:
             return True
     return False
+
+
+def _exported_from(wheel: zipfile.ZipFile, path: str, name: str) -> str | None:
+    """The outermost package on the module's path whose __init__ exports `name` (flashinfer, else
+    flashinfer.gemm for flashinfer/gemm/gemm_base.py), or None."""
+    parts = path.split("/")[:-1]
+    for depth in range(1, len(parts) + 1):
+        if _defines(wheel, "/".join(parts[:depth] + ["__init__.py"]), name):
+            return ".".join(parts[:depth])
+    return None
 
 
 def record(wheel_path: Path, targets: list[str]) -> dict:
@@ -68,8 +88,9 @@ def record(wheel_path: Path, targets: list[str]) -> dict:
             found = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == name]
             if not found:
                 raise SystemExit(f"{wheel_path.name}: no top-level function {name} in {path}")
-            functions[name] = {"module": path[:-3].replace("/", "."), "exported": _exported(wheel, path.split("/")[0], name),
-                               "parameters": _parameters(found[-1])}
+            exported_from = _exported_from(wheel, path, name)
+            functions[name] = {"module": path[:-3].replace("/", "."), "exported": exported_from is not None,
+                               "exported_from": exported_from, "parameters": _parameters(found[-1])}
     return {"package": meta["Name"], "version": meta["Version"], "wheel": wheel_path.name,
             "wheel_sha256": hashlib.sha256(wheel_path.read_bytes()).hexdigest(), "functions": functions}
 

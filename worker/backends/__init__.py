@@ -21,6 +21,15 @@ _FI_CUTE_DSL_CC = frozenset({(10, 0), (10, 3), (10, 7), (12, 0), (12, 1)})
 _FI_CAKE_CC = frozenset({(10, 0), (10, 3)})
 # sgl-kernel 0.3.21 sends CC 12.0 to SM120 kernels and everything else to SM100 kernels.
 _SGL_FP4_CC = frozenset({(10, 0), (10, 3), (12, 0)})
+# Grouped / fused NVFP4 MoE (docs/FP4_MOE.md says where each set is read):
+# FlashInfer group_gemm_nvfp4_nt_groupwise: @supported_compute_capability([120, 121]) on its problem check;
+_FI_GROUP_NVFP4_CC = frozenset({(12, 0), (12, 1)})
+# FlashInfer cutlass_fused_moe with NVFP4: get_cutlass_fused_moe_module builds the SM100 (10.0, 10.7, 11.0),
+# SM103 and SM120 (12.0, 12.1) modules; the SM90 and SM89 ones have no NVFP4-activation GEMM
+# (isValidHopperMOESpecialisation excludes FP4 activations, "FP4 data type is not supported on SM < 90").
+_FI_CUTLASS_MOE_NVFP4_CC = frozenset({(10, 0), (10, 3), (10, 7), (11, 0), (12, 0), (12, 1)})
+# sgl-kernel cutlass_fp4_group_mm: getSMVersion() 100 or 103 -> SM100 kernels, 120 -> SM120, else not implemented.
+_SGL_FP4_GROUP_CC = frozenset({(10, 0), (10, 3), (12, 0)})
 FP4_MIN_CC: CC = (10, 0)  # below this FP4 quantizers write garbage without an error: never call them
 
 
@@ -39,6 +48,9 @@ class BackendSpec:
     max_m: Optional[int] = None  # a low-latency kernel that serves small M only
     description: str = ""
     workload: str = "gemm"  # gemm | moe: which shapes of a sweep it runs
+    # MoE only: which kind of kernel ran, so a fused block is never read as one GEMM:
+    # reference | loop (one dense call per expert) | grouped (one call, every expert) | fused (a whole MoE block)
+    kernel: str = ""
 
 
 def _spec(name: str, module: str, family: str, import_name: str, **kw) -> tuple[str, BackendSpec]:
@@ -88,15 +100,31 @@ CATALOG: dict[str, BackendSpec] = dict([
 # Each dense backend also runs as a per-expert loop, the naive baseline; low-latency kernels limited to
 # small M and the timed oracle are left out of that.
 MOE_CATALOG: dict[str, BackendSpec] = dict([
-    _spec("moe-reference", "moe", "bf16", "torch", option="reference", workload="moe",
+    _spec("moe-reference", "moe", "bf16", "torch", option="reference", workload="moe", kernel="reference",
           description="per-expert fp32 loop: the MoE oracle, timed"),
     # torch._grouped_mm: CUTLASS grouped GEMM on SM90 / SM100 (a CPU fallback in recent torch).
     _spec("moe-grouped-torch-bf16", "moe", "bf16", "torch", option="grouped", workload="moe", n_multiple=8,
-          k_multiple=8, min_cc=(9, 0), cpu_ok=True, description="torch._grouped_mm bf16 over all experts at once"),
+          k_multiple=8, min_cc=(9, 0), cpu_ok=True, kernel="grouped",
+          description="torch._grouped_mm bf16 over all experts at once"),
     *[_spec(f"moe-loop-{name}", "moe", s.family, s.import_name, option=f"loop:{name}", min_cc=s.min_cc,
-            only_cc=s.only_cc, k_multiple=s.k_multiple, n_multiple=s.n_multiple, workload="moe",
+            only_cc=s.only_cc, k_multiple=s.k_multiple, n_multiple=s.n_multiple, workload="moe", kernel="loop",
             description=f"per-expert loop of {name} ({s.description})")
       for name, s in CATALOG.items() if name not in ("noop", "reference-nvfp4") and s.max_m is None],
+    # Grouped and fused NVFP4 MoE kernels as serving engines call them (backends/moe_fp4.py, docs/FP4_MOE.md).
+    # Alignments from their sources: FlashInfer's check wants N % 8 and K % 128; sgl-kernel's offsets
+    # step each expert's weight scales by N rows and K/16 columns unpadded, so N % 128 and K % 64.
+    _spec("moe-grouped-flashinfer-fp4", "moe_fp4", "fp4", "flashinfer", option="grouped:flashinfer",
+          workload="moe", kernel="grouped", min_cc=FP4_MIN_CC, only_cc=_FI_GROUP_NVFP4_CC, k_multiple=128,
+          n_multiple=8, description="flashinfer.gemm.group_gemm_nvfp4_nt_groupwise: one NVFP4 call over all experts"),
+    _spec("moe-grouped-sgl-fp4", "moe_fp4", "fp4", "sgl_kernel", option="grouped:sgl", workload="moe",
+          kernel="grouped", min_cc=FP4_MIN_CC, only_cc=_SGL_FP4_GROUP_CC, k_multiple=64, n_multiple=128,
+          description="sgl_kernel.cutlass_fp4_group_mm on scaled_fp4_experts_quant activations"),
+    # A whole MoE block, not a GEMM: n = 3 * I (gate and up 2I, down I), k = H, so n * k is each expert's
+    # weights and the layer's flops are 2 * routed tokens * n * k, as for one projection. I % 128 == 0.
+    _spec("moe-fused-flashinfer-fp4-cutlass", "moe_fp4", "fp4", "flashinfer", option="fused:flashinfer-cutlass",
+          workload="moe", kernel="fused", min_cc=FP4_MIN_CC, only_cc=_FI_CUTLASS_MOE_NVFP4_CC, n_multiple=384,
+          description="flashinfer.cutlass_fused_moe NVFP4 block: w13 GEMM, SwiGLU, NVFP4 requantization, "
+                      "w2 GEMM, top-k weighted sum (n = 3 * intermediate, k = hidden)"),
 ])
 CATALOG.update(MOE_CATALOG)
 

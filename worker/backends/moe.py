@@ -10,7 +10,10 @@ Backends (catalog: MOE_CATALOG):
 - grouped: torch._grouped_mm over all experts in one call (bf16);
 - loop:<dense backend>: each expert's GEMM through that dense backend, one call after another: the
   naive baseline every grouped kernel has to beat. Each expert's operands are converted (quantized) in
-  prepare, outside timing, exactly as the dense backend does for a single GEMM.
+  prepare, outside timing, exactly as the dense backend does for a single GEMM;
+- the grouped and fused NVFP4 kernels of FlashInfer and sgl-kernel (backends/moe_fp4.py). A fused
+  backend computes a whole MoE block, so its input set is (tokens, moe_fp4.Block, counts) and its
+  oracle the block composed of per-expert products (moe_fp4.block_oracle).
 """
 from __future__ import annotations
 
@@ -30,7 +33,14 @@ def active_counts(counts: list[int]) -> list[int]:
 
 def inputs(case, set_index: int, dev: str) -> MoeSet:
     """The case's input set `set_index`: seeded like a GEMM case's, weights made one expert at a time
-    (bounded temporary memory)."""
+    (bounded temporary memory). A fused backend's set holds a whole block (moe_fp4.block_inputs)."""
+    from . import CATALOG
+
+    spec = CATALOG.get(case.backend)
+    if spec is not None and spec.kernel == "fused":
+        from .moe_fp4 import block_inputs
+
+        return block_inputs(case, set_index, dev)
     counts = active_counts(case.moe.counts)
     gen = torch.Generator(device=dev)
     gen.manual_seed(case.seed * 1_000_003 + set_index)
@@ -49,9 +59,14 @@ def _slices(counts: list[int]):
 
 
 def oracle(family: str, a: torch.Tensor, w: torch.Tensor, counts: list[int]) -> torch.Tensor:
-    """fp32 [T, N]: each expert's exact product for the operand family (fp32, dequantized e4m3, NVFP4)."""
+    """fp32 [T, N]: each expert's exact product for the operand family (fp32, dequantized e4m3, NVFP4);
+    for a fused block (w a moe_fp4.Block) the block composed of those products, [tokens, H]."""
     from .. import nvfp4
     from .fp8 import dequantized_product
+    from .moe_fp4 import Block, block_oracle
+
+    if isinstance(w, Block):
+        return block_oracle(family, a, w)
 
     out = torch.empty((a.shape[0], w.shape[1]), dtype=torch.float32, device=a.device)
     for e, rows in _slices(counts):
@@ -71,6 +86,10 @@ def as_output(result: Union[torch.Tensor, list]) -> torch.Tensor:
 
 
 def prepare(spec: BackendSpec, sets: list[MoeSet], out_dtype: torch.dtype) -> Callable[[int], object]:
+    if spec.module == "moe_fp4":
+        from . import moe_fp4
+
+        return moe_fp4.prepare(spec, sets, out_dtype)
     kind, _, dense = spec.option.partition(":")
     if kind == "reference":
         outs = [torch.empty((a.shape[0], w.shape[1]), dtype=torch.float32, device=a.device) for a, w, _ in sets]
