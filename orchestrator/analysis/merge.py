@@ -38,6 +38,9 @@ class Row:
     routing: Optional[str] = None
     active_experts: Optional[int] = None  # experts that received at least one token
     max_expert_m: Optional[int] = None  # the most tokens any one expert received
+    # MoE: which kind of kernel ran (reference | loop | grouped | fused): a fused row times a whole MoE
+    # block (n = 3 * intermediate, k = hidden), never one GEMM, and is never set beside one
+    kernel: Optional[str] = None
     median_us: Optional[float] = None
     p10_us: Optional[float] = None
     p90_us: Optional[float] = None
@@ -143,10 +146,14 @@ def _case_fields(case: CaseSpec) -> dict:
         return {"workload": case.workload}
     from worker.routing import describe
 
+    from worker.backends import CATALOG
+
     moe = case.moe
+    spec = CATALOG.get(case.backend)
     return {"workload": case.workload, "experts": moe.experts, "top_k": moe.top_k,
             "routing": describe(moe.routing, moe.skew, moe.source),
-            "active_experts": sum(1 for c in moe.counts if c), "max_expert_m": max(moe.counts)}
+            "active_experts": sum(1 for c in moe.counts if c), "max_expert_m": max(moe.counts),
+            "kernel": spec.kernel if spec is not None and spec.kernel else None}
 
 
 def merged_rows(store: RunStore, slots: Optional[list[SlotData]] = None) -> list[Row]:
@@ -205,6 +212,7 @@ class PivotRow:
     n: int
     k: int
     cells: dict  # backend -> Row
+    block: bool = False  # fused MoE blocks: never in one row with single GEMMs of the same n and k
 
     def speedup(self, backend: str, baseline: str) -> Optional[float]:
         """baseline latency / backend latency (> 1: backend is faster), when both are ok."""
@@ -237,7 +245,8 @@ def fleet_rows(rows: list[Row]) -> list[Row]:
         out.append(Row(run_id=first.run_id, host="fleet", gpu=None, slot=f"fleet ({len(ok)}/{len(group)} hosts)",
                        gpu_name=first.gpu_name, label=first.label, backend=first.backend, m=first.m, n=first.n,
                        k=first.k, status=first.status, reason=first.reason, workload=first.workload,
-                       experts=first.experts, top_k=first.top_k, routing=first.routing,
+                       experts=first.experts, top_k=first.top_k, routing=first.routing, kernel=first.kernel,
+                       active_experts=first.active_experts, max_expert_m=first.max_expert_m,
                        median_us=med("median_us"), tflops=med("tflops"), pct_sol=med("pct_sol"),
                        verdict="fail" if any(r.verdict == "fail" for r in ok) else first.verdict,
                        case_id=first.case_id))
@@ -245,14 +254,14 @@ def fleet_rows(rows: list[Row]) -> list[Row]:
 
 
 def pivot_by_backend(rows: list[Row]) -> tuple[list[str], list[PivotRow]]:
-    """(backends in first-seen order, one PivotRow per (slot, label, m, n, k))."""
+    """(backends in first-seen order, one PivotRow per (slot, label, m, n, k), fused MoE blocks apart)."""
     backends: list[str] = []
     pivot: dict[tuple, PivotRow] = {}
     for r in rows:
         if r.backend not in backends:
             backends.append(r.backend)
-        key = (r.slot, r.label, r.m, r.n, r.k)
+        key = (r.slot, r.label, r.m, r.n, r.k, r.kernel == "fused")
         if key not in pivot:
-            pivot[key] = PivotRow(slot=r.slot, label=r.label, m=r.m, n=r.n, k=r.k, cells={})
+            pivot[key] = PivotRow(slot=r.slot, label=r.label, m=r.m, n=r.n, k=r.k, cells={}, block=key[-1])
         pivot[key].cells[r.backend] = r
     return backends, list(pivot.values())

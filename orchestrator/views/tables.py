@@ -125,6 +125,7 @@ def pivot_document(rows: list[Row], baseline: Optional[str] = None, per_host: bo
     the table; a backend that ran nowhere is one note instead of a column."""
     from ..errors import InputError
     from ..analysis.merge import fleet_rows, pivot_by_backend
+    from ..analysis.moe_blocks import block_comparisons
 
     all_backends = list(dict.fromkeys(r.backend for r in rows))
     if baseline is not None and baseline not in all_backends:
@@ -135,7 +136,7 @@ def pivot_document(rows: list[Row], baseline: Optional[str] = None, per_host: bo
     backends, pivot = pivot_by_backend(rows if per_host else fleet_rows(rows))
     records = []
     for p in pivot:
-        rec = {"slot": p.slot, "label": p.label, "m": p.m, "n": p.n, "k": p.k}
+        rec = {"slot": p.slot, "label": p.label, "m": p.m, "n": p.n, "k": p.k, "block": p.block}
         for b in backends:
             cell = p.cells.get(b)
             rec[f"{b}.status"] = cell.status if cell else ""
@@ -152,12 +153,14 @@ def pivot_document(rows: list[Row], baseline: Optional[str] = None, per_host: bo
     body = []
     for p in pivot:
         best = fastest(p)
-        body.append([p.slot, p.label, str(p.m), str(p.n), str(p.k),
+        body.append([p.slot, p.label + (" [fused MoE block]" if p.block else ""), str(p.m), str(p.n), str(p.k),
                      *[_pivot_cell(p.cells.get(b), p.speedup(b, baseline) if baseline else None, b == best)
                        for b in backends]])
         records[len(body) - 1]["best"] = best
     notes = sorted({f"{r.backend}: {_SHORT.get(r.status, r.status)}* = {r.reason}" for r in rows
                     if r.status != "ok" and r.reason})
+    # A fused MoE block is compared with its two projections, never with one GEMM (analysis/moe_blocks.py).
+    notes += [c.text() for c in block_comparisons(rows if per_host else fleet_rows(rows))]
     notes += [f"{b}: {status} on every host and shape ({reason}); not shown" for b, status, reason in
               sorted({(b, s, why) for b, s, why in nowhere})]
     legend = ("cells: median latency, TFLOPS, BEST = the fastest correct backend of the row" + (", % of speed of light" if any(r.pct_sol is not None for r in rows) else "") + (f", speedup over {baseline} (×>1: faster)" if baseline else "")
