@@ -1,37 +1,243 @@
-"""Kernels that cheat cannot win (issue 31): each trick of tests/kernels/cheats.py is caught with its
-reason, on the CPU, and the honest backends of the same sweep are never flagged."""
+"""Kernels that cheat cannot win (issue 31): each CPU trick of tests/kernels/cheats.py is caught with the
+check that caught it named in its row, its diff and its table, and the honest backends of the same
+sweep (built-in and user kernels, one that converts its input in prepare and says what it reads) are
+never flagged. The CUDA tricks (side stream, capture, L2 persistence): tests/test_integrity_gpu.py."""
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
+import torch
 
 from cli_output import cli_json
 from conftest import REPO, kernel_sweep
 from orchestrator.cli import main
+from worker import integrity
 
 CHEATS = (REPO / "tests" / "kernels" / "cheats.py").read_text()
 HONEST = '''import torch
 FAMILY = "bf16"
 def prepare(a, b, out_dtype):
     bt = b.t()
-    out = torch.empty((a.shape[0], b.shape[0]), dtype=out_dtype)
+    out = torch.empty((a.shape[0], b.shape[0]), dtype=out_dtype, device=a.device)
     return lambda: torch.mm(a, bt, out=out)   # the same output buffer every call, filled anew
 '''
+# Converts A in prepare (as a quantizing kernel would) and says what its call reads: never flagged.
+CONVERTS_AND_SAYS = '''import torch
+FAMILY = "bf16"
+def prepare(a, b, out_dtype):
+    a2, bt = a.clone(), b.t()
+    run = lambda: torch.mm(a2, bt)
+    run.reads = [a2]
+    return run
+'''
+# The same without saying it: its result cannot follow a change of `a`, and the reason says what to do.
+CONVERTS_SILENTLY = CONVERTS_AND_SAYS.replace("    run.reads = [a2]\n", "")
+
+# cheat -> (the check named in the row, words of its reason)
+CPU_CHEATS = {
+    "ahead": ("cached", "its call returned a result it did not compute"),
+    "by-pointer": ("cached", "its call returned a result it did not compute"),
+    "copy": ("cached", "its result did not follow its inputs"),
+    "warm-cache": ("cached", "its result did not follow its inputs"),
+    "later-rounds": ("cached", "round 2 of 2: integrity (cached): its result did not follow its inputs"),
+    "writes-inputs": ("wrote-inputs", "it wrote into its inputs"),
+    "lazy": ("lazy", "its call returned a _Lazy, not a plain tensor"),
+}
+HONEST_BACKENDS = ("torch-bf16", "reference-nvfp4", "honest", "converts-and-says")
 
 
-@pytest.mark.parametrize("cheat, reason", [
-    ("ahead", "integrity: its call returned a result it did not compute"),
-    ("by-pointer", "integrity: its call returned a result it did not compute"),
-    ("writes-inputs", "integrity: it wrote into its inputs"),
-])
-def test_a_cheating_kernel_is_caught_with_its_reason_and_never_timed(tmp_path, capsys, cheat, reason):
-    source = CHEATS.replace('CHEAT = "ahead"', f'CHEAT = "{cheat}"')
-    sweep = kernel_sweep(tmp_path, {"cheat": source, "honest": HONEST}, builtins=("torch-bf16", "reference-nvfp4"))
-    code = main(["run", str(sweep), "--runs-dir", str(tmp_path / "runs"), "--format", "json"])
-    rows = {r["backend"]: r for r in cli_json(capsys.readouterr().out)}
-    assert code == 1
-    assert rows["cheat"]["status"] == "failed" and reason in rows["cheat"]["reason"], rows["cheat"]["reason"]
-    assert rows["cheat"]["median_us"] in (None, "")  # a result it did not compute is never timed
-    for honest in ("torch-bf16", "reference-nvfp4", "honest"):
-        assert rows[honest]["status"] == "ok" and rows[honest]["verdict"] == "pass", rows[honest]
+def cheat_source(cheat: str) -> str:
+    return CHEATS.replace('CHEAT = "ahead"', f'CHEAT = "{cheat}"')
+
+
+@pytest.fixture(scope="module")
+def cheat_run(tmp_path_factory):
+    """One sweep of every CPU cheat beside the honest backends (one worker process): (its rows by
+    backend, the run folder)."""
+    import io
+    from contextlib import redirect_stdout
+
+    tmp = tmp_path_factory.mktemp("cheats")
+    kernels = {f"cheat-{c}": cheat_source(c) for c in CPU_CHEATS}
+    kernels.update({"honest": HONEST, "converts-and-says": CONVERTS_AND_SAYS, "converts-silently": CONVERTS_SILENTLY})
+    sweep = kernel_sweep(tmp, kernels, builtins=("torch-bf16", "reference-nvfp4"))
+    out = io.StringIO()
+    with redirect_stdout(out):
+        code = main(["run", str(sweep), "--runs-dir", str(tmp / "runs"), "--format", "json"])
+    assert code == 1  # failed cases
+    rows = {r["backend"]: r for r in cli_json(out.getvalue())}
+    run_dir = next(p for p in (tmp / "runs").iterdir() if p.is_dir())
+    return rows, run_dir
+
+
+@pytest.mark.parametrize("cheat", list(CPU_CHEATS))
+def test_a_cheating_kernel_is_caught_with_the_check_that_caught_it_and_its_numbers_dropped(cheat_run, cheat):
+    rows, _ = cheat_run
+    check, words = CPU_CHEATS[cheat]
+    row = rows[f"cheat-{cheat}"]
+    assert row["status"] == "failed" and row["verdict"] == "fail", row
+    assert row["integrity"] == check and f"integrity ({check})" in row["reason"] and words in row["reason"], row
+    assert row["median_us"] in (None, "")  # a result it did not compute is never a number
+
+
+@pytest.mark.parametrize("backend", HONEST_BACKENDS)
+def test_honest_kernels_are_never_flagged(cheat_run, backend):
+    rows, _ = cheat_run
+    row = rows[backend]
+    assert row["status"] == "ok" and row["verdict"] == "pass" and row["integrity"] == "pass", row
+    assert row["median_us"] > 0
+
+
+def test_a_kernel_that_converts_its_input_without_saying_so_is_told_how(cheat_run):
+    """Its result cannot follow a change of `a` it never reads again: flagged, and the reason names the
+    way in (worker/userkernel.py: `reads`)."""
+    rows, _ = cheat_run
+    row = rows["converts-silently"]
+    assert row["integrity"] == "cached" and "names what its call reads as `reads`" in row["reason"], row
+
+
+def test_diff_and_the_table_name_the_failed_check(cheat_run, capsys):
+    _, run_dir = cheat_run
+    assert main(["diff", str(run_dir), str(run_dir), "--format", "json"]) in (0, 1)
+    cases = {c["backend"]: c for c in cli_json(capsys.readouterr().out)["cases"]}
+    assert cases["cheat-copy"]["verdict"] == "NOT-OK"
+    assert cases["cheat-copy"]["note"] == "A failed (integrity: cached), B failed (integrity: cached)"
+    assert cases["cheat-lazy"]["note"] == "A failed (integrity: lazy), B failed (integrity: lazy)"
+    main(["show", str(run_dir), "--format", "md"])
+    table = capsys.readouterr().out
+    line = next(x for x in table.splitlines() if "cheat-writes-inputs" in x)
+    assert "fail (wrote-inputs)" in line and "integrity (wrote-inputs)" in line
+
+
+def test_sign_flips_are_exact_and_undo_themselves_in_every_operand_format():
+    """bf16 negated, e4m3 by its sign bit, packed e2m1 by both sign bits of each byte: the product with a
+    flipped A is the exact negation, and a second flip restores every bit."""
+    from worker import nvfp4
+    from worker.backends.fp8 import quantize_e4m3
+
+    gen = torch.Generator().manual_seed(5)
+    a = torch.randn((16, 64), generator=gen).to(torch.bfloat16)
+    b = torch.randn((32, 64), generator=gen).to(torch.bfloat16)
+    a8, _ = quantize_e4m3(a)
+    qa = nvfp4.quantize(a)
+    lut = nvfp4.e2m1_lut(a.device)
+    for t, value in ((a.clone(), lambda t: t.float()), (a8, lambda t: t.float()),
+                     (qa.packed, lambda t: nvfp4.dequantize(qa, lut))):
+        kept = t.clone()
+        before = value(t) @ b.float().T
+        integrity.flip_sign(t)
+        assert torch.equal(value(t) @ b.float().T, -before)
+        integrity.flip_sign(t)
+        assert integrity.bitwise_equal(t, kept)
+
+
+def test_every_builtin_backend_that_runs_here_says_what_its_call_reads():
+    """The sign-flip check needs it; a backend without `reads` would skip that check unseen."""
+    from worker.backends import CATALOG, availability_problem, support_problem
+    from worker.runner import CaseRunner
+    from worker.schema import CaseSpec, MoeSpec
+
+    runner = CaseRunner("cpu")
+    checked = []
+    for name, spec in CATALOG.items():
+        if name == "noop" or support_problem(spec, 16, 64, 128, None) or availability_problem(spec):
+            continue
+        moe_layer = MoeSpec(experts=4, top_k=2, routing="uniform", counts=[8, 0, 16, 8])
+        extra = {"workload": "moe", "moe": moe_layer} if spec.workload == "moe" else {}
+        case = CaseSpec(backend=name, m=16, n=64, k=128, **extra)
+        fn, sets, _ = runner._prepare(case, spec)
+        assert integrity.reads_of(fn, 0), name
+        checked.append(name)
+    assert {"torch-bf16", "reference-nvfp4", "moe-reference"} <= set(checked)
+
+
+def _guard(judge=lambda out, j: None, l2=None):
+    def fn(i):
+        return torch.mm(a, b.t(), out=out)
+
+    gen = torch.Generator().manual_seed(3)
+    a, b = torch.randn((8, 16), generator=gen), torch.randn((4, 16), generator=gen)
+    out = torch.empty((8, 4))
+    fn.reads = [[a]]
+    guard = integrity.RoundGuard(fn, lambda r: r, lambda: None, 0.01, judge, l2)
+    guard.watched(0)  # as the timer's capture would: the last call's output is what each sample writes
+    return guard, out
+
+
+def test_one_timed_sample_must_write_the_result_in_the_timers_stream_order():
+    """timed_once's check, with the GPU's orderings played by hand: a sample that writes the output passes;
+    one that leaves it as it was is `untimed`; one whose output only lands when the device is synchronized
+    (work on a stream the timer does not wait for) is `side-stream`; a wrong output is `untimed` with the
+    judge's words."""
+    guard, out = _guard()
+    guard.timed_once(lambda: (guard.watched(0), 0)[1])  # honest: the sample computes the output
+
+    guard, out = _guard()
+    with pytest.raises(integrity.IntegrityFailure) as caught:
+        guard.timed_once(lambda: 0)  # the sample does nothing: the output keeps its poison
+    assert [f.check for f in caught.value.findings] == ["untimed"]
+
+    guard, out = _guard()
+    guard.synchronize = lambda: guard.watched(0)  # the work lands only once the whole device is waited for
+    with pytest.raises(integrity.IntegrityFailure) as caught:
+        guard.timed_once(lambda: 0)
+    assert [f.check for f in caught.value.findings] == ["side-stream"]
+
+    guard, out = _guard(judge=lambda o, j: f"wrong on set {j}")
+    with pytest.raises(integrity.IntegrityFailure) as caught:
+        guard.timed_once(lambda: (guard.watched(0), 0)[1])
+    assert caught.value.findings[0].check == "untimed" and "wrong on set 0" in caught.value.findings[0].text
+
+
+def test_a_capture_that_fails_on_an_unjoined_fork_names_the_side_stream_and_nothing_else():
+    guard, _ = _guard()
+    with pytest.raises(integrity.IntegrityFailure) as caught:
+        guard.capture_failed(RuntimeError("CUDA error: capture sequence contains a fork that was not joined to the "
+                                          "primary stream\nSearch for `cudaErrorStreamCaptureUnjoined'"))
+    assert caught.value.findings[0].check == "side-stream"
+    guard.capture_failed(RuntimeError("CUDA error: out of memory"))  # any other failure is the timing's own
+
+
+class FakeDriver:
+    """libcuda's L2 persistence calls, on a dict: what a kernel set, and what the checks reset."""
+
+    def __init__(self):
+        self.limit, self.window, self.resets = 0, 0, 0
+
+    def cuCtxGetLimit(self, size, which):
+        size._obj.value = self.limit
+        return 0
+
+    def cuCtxSetLimit(self, which, size):
+        self.limit = size.value
+        return 0
+
+    def cuCtxResetPersistingL2Cache(self):
+        self.resets += 1
+        return 0
+
+    def cuStreamGetAttribute(self, stream, which, value):
+        import ctypes
+
+        ctypes.c_size_t.from_buffer(value, 8).value = self.window
+        return 0
+
+    def cuStreamSetAttribute(self, stream, which, value):
+        import ctypes
+
+        self.window = ctypes.c_size_t.from_buffer(value, 8).value
+        return 0
+
+
+def test_l2_persistence_is_reset_before_each_timing_and_a_kernel_that_sets_it_is_named(monkeypatch):
+    driver = FakeDriver()
+    l2 = integrity.L2Persistence(driver)
+    monkeypatch.setattr(integrity.L2Persistence, "_stream", lambda self: 0)
+    guard, _ = _guard(l2=l2)
+    guard.before_timing()  # nothing set: nothing named, persisting lines reset
+    assert driver.resets == 1 and l2.findings() == []
+    driver.limit, driver.window = 8 << 20, 1 << 14  # what tests/kernels/cheats.py "l2-persist" does
+    with pytest.raises(integrity.IntegrityFailure) as caught:
+        guard.before_timing()
+    assert [f.check for f in caught.value.findings] == ["l2-persistence", "l2-persistence"]
+    assert "8388608 bytes of L2" in caught.value.findings[0].text
+    assert driver.limit == 0 and driver.window == 0  # and no later case inherits it

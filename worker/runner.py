@@ -5,7 +5,10 @@ then round 2 of every case (in another order, so that each round has other neigh
 every round prepares its inputs and warms up again, so a case's rounds see what separate runs would
 see (clock and cache states, the neighbours it runs between) and their spread is honest about
 run-to-run variation. The first round also checks the result against the oracle; a wrong result is
-never timed. A case that raises is recorded as failed (with the traceback tail) and the loop goes on.
+never timed. Every round runs the integrity checks around its timing (worker/integrity.py: a kernel that
+caches, works on a side stream, returns a lazy result, writes into its inputs or keeps them in L2 is
+`failed`, its reason naming the check, and its numbers dropped). A case that raises is recorded as failed
+(with the traceback tail) and the loop goes on.
 A record is appended, flushed and fsynced as each round ends (`complete: false` until the last one,
 worker/rounds.py), so a dying or stopped host loses at most the round in flight, and a case that has
 rounds already (a restart after a crash, a later attempt) times only those still missing. The case
@@ -24,6 +27,7 @@ from pathlib import Path
 from typing import Optional
 
 from .backends import CATALOG, ORACLE_BACKENDS, availability_problem, support_problem
+from .integrity import IntegrityFailure
 from .protocol import EXIT_CANNOT_START, append_line, done_case_ids, emit_progress, has_facts, heartbeat, now_iso
 from .rounds import add_rounds, rounds_in
 from .schema import CaseRecord, CaseSpec, FactsRecord, WorkerParams
@@ -46,10 +50,13 @@ class CaseRunner:
         self.device = detect_device(device_wanted)
         self.calibration = None  # this GPU's measured peaks (worker/calibrate.py), for speed of light
         self.probe = None
+        self.l2 = None  # the L2 persistence settings (worker/integrity.py), where the driver has them
         if self.device.device == "cuda":
             from .health import NvmlProbe
+            from .integrity import L2Persistence
 
             self.probe = NvmlProbe.for_current_device()
+            self.l2 = L2Persistence.open()
 
     def run(self, case: CaseSpec) -> CaseRecord:
         """The case's first round: the full record, timed once (unless it is not ok)."""
@@ -96,12 +103,15 @@ class CaseRunner:
         fn = module.prepare(spec, sets, getattr(torch, case.out_dtype))
         return fn, sets, n_sets
 
-    def _time(self, case: CaseSpec, fn, n_sets: int):
-        """One round's timing: (Stats with its RoundStats, Health or None)."""
+    def _time(self, case: CaseSpec, fn, n_sets: int, guard=None):
+        """One round's timing: (Stats with its RoundStats, Health or None). With `guard` (an
+        integrity.RoundGuard), the integrity checks around it: raises IntegrityFailure."""
         from .health import assess, cpu_counters, host_reference_us, round_environment
         from .schema import RoundStats
-        from .timing import time_cpu, time_cuda
+        from .timing import time_cpu
 
+        if guard is not None:
+            guard.before_timing()
         t0 = time.perf_counter()
         ref_before = host_reference_us()
         cpu_before = cpu_counters()
@@ -114,9 +124,9 @@ class CaseRunner:
                 nonlocal before
                 before = self.probe.snapshot() if self.probe else None
 
-            stats = time_cuda(fn, n_sets, case.timing, settled)
+            stats = self._time_cuda(case, fn, n_sets, settled, guard)
         else:
-            stats = time_cpu(fn, n_sets, case.timing)
+            stats = time_cpu(guard.watched if guard else fn, n_sets, case.timing)
         timing_s = time.perf_counter() - t_timing
         after = self.probe.snapshot() if self.probe else None
         health = assess(before, after) if before is not None and after is not None else None
@@ -127,23 +137,52 @@ class CaseRunner:
             env["gpu_processes"] = gpu_processes()
         one = RoundStats(median_us=stats.median_us, n=stats.n, rel_ci=stats.rel_ci, settle_ms=stats.settle_ms,
                          timing_s=round(timing_s, 4), probe_s=round(time.perf_counter() - t0 - timing_s, 4), **env)
+        if guard is not None:
+            guard.after_timing()
         return stats.model_copy(update={"rounds": [one]}), health
 
     @staticmethod
+    def _time_cuda(case: CaseSpec, fn, n_sets: int, settled, guard):
+        import torch
+
+        from .timing import time_cuda
+
+        before = torch.cuda.current_stream()
+        try:
+            return time_cuda(guard.watched if guard else fn, n_sets, case.timing, settled,
+                             timed_once=guard.timed_once if guard else None)
+        except RuntimeError as exc:
+            if guard is not None:
+                guard.capture_failed(exc)
+            raise
+        finally:
+            if torch.cuda.current_stream() != before:  # a capture that failed leaves its stream current
+                torch.cuda.set_stream(before)
+
+    @staticmethod
     def _costs(stats, **phases):
-        """`stats` with where its (one) round's time went before the timing: prepare_s, check_s."""
+        """`stats` with where its (one) round's time went: prepare_s, check_s (before the timing), and
+        integrity_s (the integrity checks' share of check_s and timing_s)."""
         one = stats.rounds[0].model_copy(update={k: round(v, 4) for k, v in phases.items()})
         return stats.model_copy(update={"rounds": [one]})
 
     def again(self, case: CaseSpec) -> tuple:
-        """A later round of a case whose first round was ok: (Stats, Health or None, seconds taken)."""
+        """A later round of a case whose first round was ok: (Stats, Health or None, seconds taken).
+        Raises integrity.IntegrityFailure when the kernel fails an integrity check in this round."""
         t0 = time.perf_counter()
         spec = _spec_of(case)
+        self._round_start()
         fn, sets, n_sets = self._prepare(case, spec)
         prepared = time.perf_counter()
-        stats, health = self._time(case, fn, n_sets)
+        guard = self._guard(case, spec, fn, sets, first_round=False)
+        stats, health = self._time(case, fn, n_sets, guard)
         del fn, sets
-        return self._costs(stats, prepare_s=prepared - t0), health, time.perf_counter() - t0
+        return self._costs(stats, prepare_s=prepared - t0, integrity_s=guard.seconds), health, time.perf_counter() - t0
+
+    def _round_start(self) -> None:
+        """Before a round's `prepare`: L2 persistence that anything before set is not this case's doing."""
+        if getattr(self, "l2", None) is not None:
+            self.l2.reset()
 
     def _metrics(self, case: CaseSpec, spec, median_us: float):
         import torch
@@ -160,59 +199,115 @@ class CaseRunner:
                             out_bytes=out_bytes, calibration=calibration)
 
     def _measure(self, case: CaseSpec, spec, record) -> CaseRecord:
+        from .integrity import IntegrityFailure
+        from .verify import failure_reason, with_integrity
+
         t0 = time.perf_counter()
+        self._round_start()
         fn, sets, n_sets = self._prepare(case, spec)
         prepared = time.perf_counter()
-        check_of = self._check_moe if case.workload == "moe" else self._check_gemm
-        check = check_of(case, spec, fn, sets[0])
+        check, integrity_s = self._check(case, spec, fn, sets[0])
         if check.verdict == "fail":
             # A wrong answer is not timed: a fast wrong kernel is not a result.
-            return record("failed", f"wrong result: {check.detail}", correctness=check)
+            return record("failed", failure_reason(check), correctness=check)
         checked = time.perf_counter()
-        stats, health = self._time(case, fn, n_sets)
-        stats = self._costs(stats, prepare_s=prepared - t0, check_s=checked - prepared)
+        guard = self._guard(case, spec, fn, sets, first_round=True)
+        try:
+            stats, health = self._time(case, fn, n_sets, guard)
+        except IntegrityFailure as exc:  # caught around the timing: its numbers are not a result
+            check = with_integrity(check, exc.findings)
+            return record("failed", failure_reason(check), correctness=check)
+        stats = self._costs(stats, prepare_s=prepared - t0, check_s=checked - prepared,
+                            integrity_s=integrity_s + guard.seconds)
         metrics = self._metrics(case, spec, stats.median_us)
         del fn, sets
         return record("ok", "", timing=stats, metrics=metrics, correctness=check, health=health)
 
-    def _check_gemm(self, case: CaseSpec, spec, fn, first_set):
-        """A GEMM's verdict: its output against the oracle of its operand family (and the bf16 product),
-        and whether the call did its work (worker/integrity.py)."""
+    def _references(self, case: CaseSpec, spec, one_set):
+        """(oracle, bf16 product or None, Thresholds): what an output of input set `one_set` is judged by,
+        the oracle of its operand family (worker/verify.py)."""
+        from .verify import REFERENCE_SELF, THRESHOLDS
+
+        if case.workload == "moe":
+            from .backends import moe
+
+            a, w, counts = one_set
+            exact = moe.oracle("bf16", a, w, counts)
+            if spec.option == "reference":  # the oracle itself, run as a backend: judged like any bf16 result
+                return exact, None, THRESHOLDS["bf16"]
+            return moe.oracle(spec.family, a, w, counts), exact, THRESHOLDS[spec.family]
         from . import nvfp4
         from .backends.fp8 import dequantized_product
-        from .integrity import call_twice_checked
-        from .verify import REFERENCE_SELF, THRESHOLDS, verdict, with_integrity
 
-        a, b = first_set
-        out, cheats = call_twice_checked(lambda: fn(0), [a, b], lambda o: o, self._synchronize)
+        a, b = one_set
         bf16_ref = a.float() @ b.float().T
         if case.backend == "reference-nvfp4":
-            return with_integrity(verdict(out, bf16_ref, None, REFERENCE_SELF), cheats)
+            return bf16_ref, None, REFERENCE_SELF
         oracle = {"bf16": lambda: bf16_ref, "fp8": lambda: dequantized_product(a, b),
                   "fp4": lambda: nvfp4.reference_gemm(a, b)}[spec.family]()
-        return with_integrity(verdict(out, oracle, bf16_ref, THRESHOLDS[spec.family]), cheats)
+        return oracle, bf16_ref, THRESHOLDS[spec.family]
+
+    @staticmethod
+    def _as_output(case: CaseSpec):
+        """A call's result as the one tensor its verdict judges (an MoE loop returns one per expert)."""
+        if case.workload == "moe":
+            from .backends import moe
+
+            return moe.as_output
+        return lambda result: result
+
+    def _check(self, case: CaseSpec, spec, fn, first_set):
+        """(verdict, seconds in the integrity checks): the output against the oracle of its operand family
+        (and the bf16 product), and whether the call did its work (worker/integrity.py)."""
+        from .integrity import check_calls, reads_of
+        from .verify import THRESHOLDS, no_result, verdict, with_integrity
+
+        # An MoE layer's weights can be gigabytes: its activations are the inputs compared.
+        inputs = list(first_set[:1] if case.workload == "moe" else first_set)
+        t0 = time.perf_counter()
+        out, findings = check_calls(lambda: fn(0), inputs, reads_of(fn, 0), self._as_output(case), self._synchronize,
+                                    THRESHOLDS[spec.family].max_rel_err)
+        findings += self.l2.findings() if getattr(self, "l2", None) is not None else []
+        spent = time.perf_counter() - t0
+        oracle, bf16_ref, th = self._references(case, spec, first_set)
+        if out is None:  # nothing to judge (a lazy result): the findings say what it returned
+            return no_result(th, findings), spent
+        return with_integrity(verdict(out, oracle, bf16_ref, th), findings), spent
+
+    def _check_moe(self, case: CaseSpec, spec, fn, first_set):
+        """An MoE layer's verdict alone (tests/test_moe.py checks the per-expert oracle through it)."""
+        return self._check(case, spec, fn, first_set)[0]
+
+    def _guard(self, case: CaseSpec, spec, fn, sets, first_round: bool):
+        """The integrity checks around one timing (integrity.RoundGuard). The output of one timed sample is
+        judged against the oracle of the input set it used in the first round, and against an eager call
+        on that set in later ones (the eager path passed the oracle in round 1)."""
+        from .integrity import RoundGuard, tensors_of
+        from .verify import THRESHOLDS, compare, verdict
+
+        as_output = self._as_output(case)
+        tolerance = THRESHOLDS[spec.family].max_rel_err
+
+        def against_oracle(out, set_index: int):
+            check = verdict(out, *self._references(case, spec, sets[set_index]))
+            return None if check.verdict == "pass" else check.detail
+
+        def against_eager_call(out, set_index: int):
+            result = fn(set_index)
+            if tensors_of(result) is None:
+                return f"an eager call returned a {type(result).__name__}"
+            self._synchronize()
+            rel, _ = compare(out, as_output(result))
+            return None if rel <= tolerance else f"rel_err {rel:.3g} against an eager call on the same inputs"
+
+        return RoundGuard(fn, as_output, self._synchronize, tolerance,
+                          against_oracle if first_round else against_eager_call, getattr(self, "l2", None))
 
     def _synchronize(self) -> None:
         if self.device.device == "cuda":
             import torch
 
             torch.cuda.synchronize()
-
-    def _check_moe(self, case: CaseSpec, spec, fn, first_set):
-        """An MoE case's verdict: the whole layer's output against per-expert oracles, and whether the
-        call did its work (worker/integrity.py)."""
-        from .backends import moe
-        from .integrity import call_twice_checked
-        from .verify import THRESHOLDS, verdict, with_integrity
-
-        a, w, counts = first_set
-        # The weights of a whole layer can be gigabytes: the activations are the inputs compared.
-        out, cheats = call_twice_checked(lambda: fn(0), [a], moe.as_output, self._synchronize)
-        exact = moe.oracle("bf16", a, w, counts)
-        if spec.option == "reference":  # the oracle itself, run as a backend: judged like any bf16 result
-            return with_integrity(verdict(out, exact, None, THRESHOLDS["bf16"]), cheats)
-        return with_integrity(verdict(out, moe.oracle(spec.family, a, w, counts), exact, THRESHOLDS[spec.family]),
-                              cheats)
 
     def _input_sets(self, case: CaseSpec, family: str) -> int:
         if self.device.device != "cuda" or case.timing.l2 == "hot" or not self.device.l2_bytes:
@@ -373,6 +468,14 @@ def _run_cases(runner: "CaseRunner", todo: list[CaseSpec], done: set[str], total
                 continue
             try:
                 stats, health, seconds = runner.again(case)
+            except IntegrityFailure as exc:  # this round's numbers are not a result, nor are the earlier ones
+                from .verify import failure_reason, with_integrity
+
+                check = with_integrity(first.correctness, exc.findings)
+                end(first.model_copy(update={"status": "failed", "timing": None, "metrics": None, "complete": True,
+                                             "correctness": check, "reason": f"round {this_round} of "
+                                             f"{case.timing.rounds}: {failure_reason(check)}"}))
+                continue
             except Exception as exc:
                 end(first.model_copy(update={"status": "failed", "timing": None, "metrics": None, "complete": True,
                                              "reason": f"round {this_round} of {case.timing.rounds}: "

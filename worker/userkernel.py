@@ -9,6 +9,11 @@ file by hash (`CaseSpec.kernel_sha256`). The file's contract:
     def prepare(a, b, out_dtype):       # a: [M, K], b: [N, K], bf16, on the case's device
         return lambda: my_kernel(a, b)  # the callable that is timed; returns [M, N]
 
+Integrity (worker/integrity.py): between calls fleetbench flips the sign of `a` in place and expects the
+output negated, so a result cached or computed ahead fails. A prepare that converts `a` (quantizes,
+copies) names what its callable reads instead: `run.reads = [a8]` (the tensors holding A's values as
+the call reads them: float negated, float8 by its sign bit, uint8 as packed e2m1).
+
 A file that does not import, or breaks the contract, makes its backend `unavailable` with the error's
 last line and the line of the file it arose at; nothing else in the sweep is affected.
 """
@@ -35,12 +40,23 @@ class UserKernel:
         self._prepare = prepare
 
     def prepare(self, spec: BackendSpec, sets: list, out_dtype) -> Callable[[int], object]:
-        """The built-in backends' signature: one user callable per input set, called by index."""
+        """The built-in backends' signature: one user callable per input set, called by index; `reads`:
+        per set, what the callable says it reads of A (its `reads`), else the `a` it was given."""
+        import torch
+
         calls = [self._prepare(a, b, out_dtype) for a, b in sets]
         bad = next((c for c in calls if not callable(c)), None)
         if bad is not None:
             raise TypeError(f"prepare() must return a callable, got {type(bad).__name__}")
-        return lambda i: calls[i]()
+        reads = [list(getattr(c, "reads", None) or [a]) for c, (a, _) in zip(calls, sets)]
+        if any(type(t) is not torch.Tensor for r in reads for t in r):
+            raise TypeError("a callable's `reads` must be a list of tensors (what its call reads of A)")
+
+        def run(i: int):
+            return calls[i]()
+
+        run.reads = reads
+        return run
 
 
 def file_for(sha256: str) -> Path:

@@ -92,9 +92,29 @@ def _finite(x: float) -> float:
     return x if math.isfinite(x) else 1e30
 
 
-def with_integrity(check: Correctness, cheats: list[str]) -> Correctness:
-    """`check` failed, its detail first naming each integrity check the kernel failed (worker/integrity.py)."""
-    if not cheats:
-        return check
-    detail = "; ".join([f"integrity: {c}" for c in cheats] + ([check.detail] if check.detail else []))
-    return check.model_copy(update={"verdict": "fail", "detail": detail})
+def with_integrity(check: Correctness, findings: list) -> Correctness:
+    """`check` with the outcome of the integrity checks (worker/integrity.py Findings): `integrity` lists
+    the names of those failed ([]: every one passed, so far); with any, the check fails and its detail
+    names each first."""
+    names = list(dict.fromkeys([*(check.integrity or []), *(f.check for f in findings)]))
+    if not findings:
+        return check.model_copy(update={"integrity": names})
+    detail = "; ".join([str(f) for f in findings] + ([check.detail] if check.detail else []))
+    return check.model_copy(update={"verdict": "fail", "detail": detail, "integrity": names})
+
+
+def no_result(th: Thresholds, findings: list) -> Correctness:
+    """The failed verdict of a call that returned nothing to judge (its findings say what it returned)."""
+    empty = Correctness(verdict="fail", reference=th.reference, rel_err=_finite(math.inf), cosine=0.0,
+                        max_rel_err=th.max_rel_err, min_cosine=th.min_cosine)
+    return with_integrity(empty, findings)
+
+
+def failure_reason(check: Correctness) -> str:
+    """A failed verdict as a record's reason: `wrong result: ` and the detail when the output's numbers are
+    wrong, the detail alone (its integrity findings, each naming its check) when only a cheat is."""
+    numbers_right = check.rel_err <= check.max_rel_err and check.cosine >= check.min_cosine and (
+        check.rel_err_bf16 is None or check.max_rel_err_bf16 is None or check.rel_err_bf16 <= check.max_rel_err_bf16)
+    if check.integrity and (numbers_right or "lazy" in check.integrity):  # a lazy result had no numbers to judge
+        return check.detail
+    return f"wrong result: {check.detail}"

@@ -282,6 +282,12 @@ def classify_log(low: float, high: float, threshold: float) -> str:
     return "AMBIGUOUS"
 
 
+def _status_text(rec: CaseRecord) -> str:
+    """A record's status, with the integrity checks its kernel failed when that is why."""
+    names = rec.correctness.integrity if rec.correctness is not None else None
+    return f"{rec.status} (integrity: {'+'.join(names)})" if names else rec.status
+
+
 def compare_records(key: str, ra: Optional[CaseRecord], rb: Optional[CaseRecord], threshold: float,
                     same_run: bool = False) -> CaseDiff:
     """One case's row. same_run: the sides are known to be one run (its rows need no note of their own)."""
@@ -298,7 +304,7 @@ def compare_records(key: str, ra: Optional[CaseRecord], rb: Optional[CaseRecord]
                         verdict="NOT-RUN", note=f"A {ra.status}, B {rb.status}")
     if ra.status != "ok" or rb.status != "ok" or not ra.timing or not rb.timing:
         return CaseDiff(**base, a_us=a_us, b_us=b_us, ratio=None, ci_low=None, ci_high=None, p_value=None,
-                        verdict="NOT-OK", note=f"A {ra.status}, B {rb.status}")
+                        verdict="NOT-OK", note=f"A {_status_text(ra)}, B {_status_text(rb)}")
     ta, tb = ra.timing, rb.timing
     if min([ta.median_us, tb.median_us, *ta.samples_us, *tb.samples_us]) <= 0:
         return CaseDiff(**base, a_us=a_us, b_us=b_us, ratio=None, ci_low=None, ci_high=None, p_value=None,

@@ -57,6 +57,7 @@ class Row:
     rel_err: Optional[float] = None
     cosine: Optional[float] = None
     verdict: Optional[str] = None
+    integrity: Optional[str] = None  # "pass", or the integrity checks failed, "+"-joined (worker/integrity.py)
     tainted: Optional[bool] = None
     attempt: Optional[int] = None
     case_id: str = ""
@@ -195,11 +196,19 @@ def merged_rows(store: RunStore, slots: Optional[list[SlotData]] = None) -> list
                 sol_us=mt.sol_us if mt else None, pct_sol=mt.pct_sol if mt else None,
                 sol_bound=mt.sol_bound if mt else None,
                 rel_err=c.rel_err if c else None, cosine=c.cosine if c else None,
-                verdict=c.verdict if c else None,
+                verdict=c.verdict if c else None, integrity=integrity_text(c),
                 tainted=rec.health.tainted if rec.health else None,
                 attempt=attempt, case_id=case.case_id, **_case_fields(case),
             ))
     return rows
+
+
+def integrity_text(check) -> Optional[str]:
+    """A record's integrity outcome as a row shows it: "pass", the names of the integrity checks it failed
+    ("+"-joined), or None for a record without those checks (a worker before issue 31, or none judged)."""
+    if check is None or check.integrity is None:
+        return None
+    return "+".join(check.integrity) or "pass"
 
 
 @dataclass

@@ -82,9 +82,15 @@ def _sol(row: Row) -> str:
     return "" if row.pct_sol is None else f"{row.pct_sol:.0f}% {'m' if row.sol_bound == 'math' else 'b'}"
 
 
+def _check(row: Row) -> str:
+    """The verdict, with the integrity checks failed when they are why (worker/integrity.py)."""
+    failed = row.integrity if row.integrity not in (None, "pass") else ""
+    return (row.verdict or "") + (f" ({failed})" if failed else "")
+
+
 def rows_document(rows: list[Row], title: str = "") -> Document:
     cells = [[r.slot, r.label, r.backend, str(r.m), str(r.n), str(r.k), r.status, significant(r.median_us, US_DIGITS),
-              significant(r.tflops, TFLOPS_DIGITS), _sol(r), _num(r.rel_err, ".2e"), r.verdict or "", _note(r)]
+              significant(r.tflops, TFLOPS_DIGITS), _sol(r), _num(r.rel_err, ".2e"), _check(r), _note(r)]
              for r in rows]
     # The shape columns stay: a row without its shape is no result at all.
     section = Section(ROW_HEADERS, cells, title=title,

@@ -67,6 +67,7 @@ def prepare(spec: BackendSpec, sets: Sets, out_dtype: torch.dtype) -> Callable[[
             return flashinfer.bmm_fp8(A=a8, B=b8, A_scale=sa, B_scale=sb, dtype=out_dtype, out=out3,
                                       backend=spec.option)[0]
 
+        run_fp8.reads = [[q[0]] for q in quant]  # operand A as the call reads it (worker/integrity.py)
         return run_fp8
 
     shuffle_b = spec.option == "trtllm"
@@ -86,4 +87,5 @@ def prepare(spec: BackendSpec, sets: Sets, out_dtype: torch.dtype) -> Callable[[
         return flashinfer.mm_fp4(a=a4, b=b4t, a_descale=a_sf, b_descale=b_sf_t, alpha=alpha, out_dtype=out_dtype,
                                  out=out, block_size=16, use_8x4_sf_layout=False, backend=spec.option)
 
+    run_fp4.reads = [[op[0]] for op in ops]
     return run_fp4

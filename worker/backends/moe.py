@@ -101,6 +101,8 @@ def prepare(spec: BackendSpec, sets: list[MoeSet], out_dtype: torch.dtype) -> Ca
                 torch.mm(ae.float(), we.T, out=oe)
             return outs[i]
 
+        # operand A (the activations) as each call reads it: the integrity checks flip its sign (worker/integrity.py)
+        run_reference.reads = [[a] for a, _, _ in sets]
         return run_reference
     if kind == "grouped":
         if not hasattr(torch, "_grouped_mm"):
@@ -114,6 +116,7 @@ def prepare(spec: BackendSpec, sets: list[MoeSet], out_dtype: torch.dtype) -> Ca
             a, wt, offs = grouped[i]
             return torch._grouped_mm(a, wt, offs=offs, out_dtype=out_dtype)
 
+        run_grouped.reads = [[g[0]] for g in grouped]
         return run_grouped
     if kind == "loop":
         from . import CATALOG
@@ -126,5 +129,6 @@ def prepare(spec: BackendSpec, sets: list[MoeSet], out_dtype: torch.dtype) -> Ca
         def run_loop(i: int) -> list:
             return [fn(0) for fn in per_set[i]]
 
+        run_loop.reads = [[t for fn in fns for t in getattr(fn, "reads", [[]])[0]] for fns in per_set]
         return run_loop
     raise ValueError(f"unknown MoE backend option {spec.option!r}")

@@ -20,4 +20,5 @@ def prepare(spec: BackendSpec, sets: Sets, out_dtype: torch.dtype) -> Callable[[
         qa, qb = quantized[i]
         return nvfp4.dequantize(qa, lut) @ nvfp4.dequantize(qb, lut).T
 
+    run.reads = [[qa.packed] for qa, _ in quantized]  # operand A as the call reads it (worker/integrity.py)
     return run

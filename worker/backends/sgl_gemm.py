@@ -34,6 +34,7 @@ def prepare(spec: BackendSpec, sets: Sets, out_dtype: torch.dtype) -> Callable[[
             a8, b8t, sa, sb = quant[i]
             return sgl_kernel.fp8_scaled_mm(mat_a=a8, mat_b=b8t, scales_a=sa, scales_b=sb, out_dtype=out_dtype)
 
+        run_fp8.reads = [[q[0]] for q in quant]  # operand A as the call reads it (worker/integrity.py)
         return run_fp8
 
     ops = []
@@ -49,4 +50,5 @@ def prepare(spec: BackendSpec, sets: Sets, out_dtype: torch.dtype) -> Callable[[
         return sgl_kernel.cutlass_scaled_fp4_mm(a=a4, b=b4, block_scale_a=a_sf, block_scale_b=b_sf, alpha=alpha,
                                                 out_dtype=out_dtype)
 
+    run_fp4.reads = [[op[0]] for op in ops]
     return run_fp4

@@ -1,4 +1,7 @@
-"""torch baselines: bf16 matmul, fp8 and NVFP4 through torch._scaled_mm."""
+"""torch baselines: bf16 matmul, fp8 and NVFP4 through torch._scaled_mm.
+
+Each call names, as `fn.reads`, the tensors holding operand A as it reads them (per input set): the
+integrity checks flip their sign in place and expect the output negated (worker/integrity.py)."""
 from __future__ import annotations
 
 from typing import Callable
@@ -23,6 +26,7 @@ def prepare(spec: BackendSpec, sets: Sets, out_dtype: torch.dtype) -> Callable[[
             a, b = mats[i]
             return torch.mm(a, b.t(), out=out)
 
+        run_bf16.reads = [[a] for a, _ in mats]
         return run_bf16
 
     if spec.family == "fp8":
@@ -33,6 +37,7 @@ def prepare(spec: BackendSpec, sets: Sets, out_dtype: torch.dtype) -> Callable[[
             # b8.t() is the column-major [K, N] operand cuBLASLt wants.
             return torch._scaled_mm(a8, b8.t(), scale_a=sa, scale_b=sb, out_dtype=out_dtype)
 
+        run_fp8.reads = [[a8] for (a8, _), _ in quant]
         return run_fp8
 
     # NVFP4: torch has no quantizer, so operands come from our reference quantizer (swizzled scales);
@@ -53,4 +58,5 @@ def prepare(spec: BackendSpec, sets: Sets, out_dtype: torch.dtype) -> Callable[[
         a4, b4, sa, sb, alpha = ops[i]
         return torch._scaled_mm(a4, b4.t(), scale_a=sa, scale_b=sb, out_dtype=out_dtype) * alpha
 
+    run_nvfp4.reads = [[op[0]] for op in ops]
     return run_nvfp4
