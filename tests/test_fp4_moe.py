@@ -577,3 +577,21 @@ def test_a_fused_case_never_matches_a_grouped_one_in_a_diff():
     n and k are two cases, whatever their rows say."""
     fused = _case(FI_FUSED)
     assert fused.case_id != fused.model_copy(update={"backend": SGL_GROUPED}).case_id
+
+
+def test_the_shipped_fp4_moe_sweeps_load_and_pair():
+    """Every block of moe_fp4_block.yaml has both projections in moe_fp4.yaml, with the same routing."""
+    from pathlib import Path
+
+    from orchestrator.config.sweep import load_sweep
+
+    sweeps = Path(__file__).resolve().parent.parent / "sweeps"
+    projections = load_sweep(sweeps / "moe_fp4.yaml").cases()
+    blocks = load_sweep(sweeps / "moe_fp4_block.yaml").cases()
+    assert {c.backend for c in blocks} == {FI_FUSED} and all(c.n % 384 == 0 for c in blocks)
+    assert {FI_GROUPED, SGL_GROUPED} <= {c.backend for c in projections}
+    for block in blocks:
+        inter, hidden = block.n // 3, block.k
+        for n, k in ((2 * inter, hidden), (hidden, inter)):
+            assert any((c.n, c.k, c.m, c.moe) == (n, k, block.m, block.moe) and c.backend == SGL_GROUPED
+                       for c in projections), (block.label, n, k, block.m)
