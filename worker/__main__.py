@@ -5,6 +5,8 @@ what `facts` and `check` answer goes on that channel; everything else is log.
   supervise --params P --results R   the same, restarting the worker after a crash
   facts     [--device auto|cpu|cuda] print this host's facts as one JSON line
   check                              print facts plus readiness details (disk, GPU processes) as JSON
+  profile   --params P --out D       profile the cases of P under ncu, one record each (worker/profile.py)
+  profile-case --params P --case ID --out F   the process ncu profiles: one case, warmed and settled
 """
 from __future__ import annotations
 
@@ -24,6 +26,13 @@ def main(argv: list[str] | None = None) -> int:
     facts = sub.add_parser("facts")
     facts.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     sub.add_parser("check")
+    prof = sub.add_parser("profile")
+    prof.add_argument("--params", type=Path, required=True)
+    prof.add_argument("--out", type=Path, required=True)
+    prof_case = sub.add_parser("profile-case")
+    prof_case.add_argument("--params", type=Path, required=True)
+    prof_case.add_argument("--case", required=True)
+    prof_case.add_argument("--out", type=Path, required=True)
     try:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # argparse's 2 would read as "python cannot open the script" (protocol.py)
@@ -47,6 +56,14 @@ def main(argv: list[str] | None = None) -> int:
         from .supervise import supervise
 
         return supervise(args.params, args.results)
+    if args.command == "profile":
+        from .profile import profile
+
+        return profile(args.params, args.out)
+    if args.command == "profile-case":
+        from .profile import run_profiled_case
+
+        return run_profiled_case(args.params, args.case, args.out)
     from .env import collect_facts, detect_device
 
     if args.command == "check":

@@ -22,6 +22,9 @@ def declare(p):
     opt_threshold(p)
     opt_format(p)
     opt_runs_dir(p)
+    from .profile import declare_for_diff
+
+    declare_for_diff(p)
 
 
 
@@ -36,7 +39,10 @@ def run(args, io: Streams) -> int:
         if args.b:
             raise InputError("--across-hosts compares the hosts of one run: give one RUN")
         report = across_hosts(side_a, threshold)
-        io.write(write(fleet_document(report), args.format, io.width()))
+        document = fleet_document(report)
+        # --profile's JSON holds this and the counter diffs, its CSV the counter diffs alone
+        if not (args.profile and args.format in ("json", "csv")):
+            io.write(write(document, args.format, io.width()))
         for s, h in report.hosts.items():
             if h["outlier"]:
                 io.problem(f"{s}: outlier in {h['flagged']} of {h['cases']} cases")
@@ -44,9 +50,16 @@ def run(args, io: Streams) -> int:
             if c["flagged"]:
                 io.problem(f"{c['slot']}: slow GPU: calibration {c['peak']} {c['value']:.2f}, "
                            f"{1 - c['ratio']:.0%} below the fleet median {c['fleet_median']:.2f} ({c['gpu_name']})")
+        if args.profile:
+            from .profile import profile_flagged
+
+            return profile_flagged(args, side_a, report, document, io)
         return EXIT_OK
     if not args.b:
         raise InputError("diff needs two sides (A B), or one run with --across-hosts")
+    if args.profile:
+        raise InputError("--profile profiles the outliers of --across-hosts: give one RUN and --across-hosts "
+                         "(for two hosts: fleetbench profile RUN:host1 RUN:host2 --case ID)")
     cmp = compare_sides(side_a, resolve_side(Path(args.runs_dir), args.b), threshold)
     io.write(write(comparison_document(cmp, only_changed=args.only_changed), args.format, io.width()))
     for c in cmp.regressions:

@@ -25,6 +25,7 @@ from ..analysis.diff import across_hosts, compare_sides, resolve_side
 from ..errors import InputError
 from ..analysis.merge import Row, merged_rows
 from ..planning.render import template_environment
+from ..runs.profiles import latest_fleet
 from ..runs.store import now_iso
 
 REPORT_TEMPLATE = "report.html.j2"
@@ -116,12 +117,15 @@ def chart_roofline(rows: list[Row], slots) -> list[dict]:
     return charts
 
 
-def chart_heatmap(rows: list[Row]) -> list[dict]:
-    """Host x case: each host's median against the fleet median of that case (cases ok on 2+ hosts)."""
+def chart_heatmap(rows: list[Row], causes: Optional[dict] = None) -> list[dict]:
+    """Host x case: each host's median against the fleet median of that case (cases ok on 2+ hosts); a cell
+    whose case was profiled (`diff --across-hosts --profile`) carries the counter diff's likely cause."""
     by_case: dict[tuple, dict[str, float]] = defaultdict(dict)
+    case_ids: dict[tuple, str] = {}
     for r in rows:
         if r.status == "ok" and r.median_us:
             by_case[(r.backend, r.m, r.n, r.k, r.label)][r.slot] = r.median_us
+            case_ids[(r.backend, r.m, r.n, r.k, r.label)] = r.case_id
     cases = [(key, hosts) for key, hosts in by_case.items() if len(hosts) >= 2]
     if not cases:
         return []
@@ -129,8 +133,12 @@ def chart_heatmap(rows: list[Row]) -> list[dict]:
     cols = []
     for (backend, m, n, k, label), hosts in cases:
         med = statistics.median(hosts.values())
-        cols.append({"case": f"{backend} {m}x{n}x{k}", "label": label, "median_us": round(med, 4),
-                     "cells": {slot: {"us": round(us, 4), "ratio": round(us / med, 5)} for slot, us in hosts.items()}})
+        cells = {slot: {"us": round(us, 4), "ratio": round(us / med, 5)} for slot, us in hosts.items()}
+        for slot, cell in cells.items():
+            cause = (causes or {}).get((slot, case_ids[(backend, m, n, k, label)]))
+            if cause:
+                cell["profile"] = cause
+        cols.append({"case": f"{backend} {m}x{n}x{k}", "label": label, "median_us": round(med, 4), "cells": cells})
     return [{"kind": "heatmap", "title": "Each host against the fleet median, per case (red: slower)",
              "hosts": slots, "cases": cols}]
 
@@ -248,7 +256,10 @@ def write_report(runs_dir: Path, run_ref: str, against: Optional[str], output: P
         if r.method:
             counts[r.method] = counts.get(r.method, 0) + 1
     methods = ", ".join(f"{METHOD_NAMES.get(m, m)} ({n} results)" for m, n in counts.items()) or "nothing (no timed result)"
-    charts = (chart_tflops(rows) + chart_speedups(rows, baseline) + chart_sol(rows) + chart_heatmap(rows)
+    # The counter diffs of the run's latest `diff --across-hosts --profile`, shown beside their outliers.
+    fleet_profiles = latest_fleet(store) if len(side.slots) >= 3 else []
+    causes = {(c["b_slot"], c["case_id"]): c["cause"] for c in fleet_profiles}
+    charts = (chart_tflops(rows) + chart_speedups(rows, baseline) + chart_sol(rows) + chart_heatmap(rows, causes)
               + chart_roofline(rows, side.slots))
     if with_history:
         charts += chart_history(runs_dir, rows, threshold)
@@ -265,7 +276,8 @@ def write_report(runs_dir: Path, run_ref: str, against: Optional[str], output: P
     html = template_environment().get_template(REPORT_TEMPLATE).render(
         run_id=store.run_id, sweep=store.manifest().sweep_name, generated=now_iso(), version=__version__,
         rows=rows, methods_short=METHODS_SHORT, charts=charts, data=page_data(charts, rows), script=_script(),
-        facts=facts, comparison=comparison, fleet=fleet, baseline=baseline, methods=methods,
+        facts=facts, comparison=comparison, fleet=fleet, fleet_profiles=fleet_profiles, baseline=baseline,
+        methods=methods,
         threshold=threshold, sig=significant,
     )
     try:
