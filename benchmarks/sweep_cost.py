@@ -40,6 +40,7 @@ def main() -> int:
     print("|---|---:|---:|---:|---:|---:|")
     phases: dict[str, float] = collections.Counter()
     settle_ms = 0.0
+    inside: dict[str, float] = collections.Counter()  # timing_s's own phases (format 7 records from 0.4 on)
     rounds = []
     for slot in load_slots(store):
         for attempt in store.attempts(slot.slot):
@@ -57,6 +58,8 @@ def main() -> int:
                 for phase in PHASES:
                     phases[phase] += getattr(r, phase) or 0.0
                 settle_ms += r.settle_ms or 0.0
+                for k, v in (r.timing_phases or {}).items():
+                    inside[k] += v
                 rounds.append((sum(getattr(r, p) or 0.0 for p in PHASES), rec.case.backend,
                                f"{rec.case.m}x{rec.case.n}x{rec.case.k}", i, r))
     total = sum(phases.values())
@@ -66,6 +69,8 @@ def main() -> int:
     for phase in PHASES:
         print(f"| {phase[:-2]} | {phases[phase]:.2f} | {100 * phases[phase] / total if total else 0:.0f}% |")
     print(f"| (of timing: settling, GPU time) | {settle_ms / 1e3:.2f} | {100 * settle_ms / 1e3 / total if total else 0:.0f}% |")
+    for k, v in sorted(inside.items(), key=lambda kv: -kv[1]):
+        print(f"| (of timing: {k[:-2]}, wall) | {v:.2f} | {100 * v / total if total else 0:.0f}% |")
     print(f"\nThe {args.top} costliest rounds:\n")
     print("| backend | shape | round | s | prepare | check | timing | settle ms | probes |")
     print("|---|---|---:|---:|---:|---:|---:|---:|---:|")

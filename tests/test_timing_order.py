@@ -270,7 +270,7 @@ def test_rounds_are_ranked_by_measured_load_once_measured(tmp_path, monkeypatch)
                                      timing=stats.model_copy(update={"rounds": [RoundStats(
                                          median_us=stats.median_us, n=3, rel_ci=0.0)]}))
 
-    def again(case):
+    def again(case, calls_per_sample=0):
         seen.append((2, case.case_id))
         rec = run(case)
         seen.pop()

@@ -166,6 +166,8 @@ class RoundStats(_Strict):
     check_s: Optional[float] = None
     timing_s: Optional[float] = None
     probe_s: Optional[float] = None
+    # Of timing_s (graph timing): warmup_s, capture_s, settle_s or cooldown_s, samples_s (worker/timing.py).
+    timing_phases: Optional[dict[str, float]] = None
     integrity_s: Optional[float] = None  # the integrity checks' share of check_s and timing_s (issue 31)
 
 

@@ -175,6 +175,7 @@ def time_cuda(fn: Callable[[int], object], n_sets: int, opts: TimingOptions,
     (None: unknown), which sets how long the case settles at least (module docstring)."""
     import torch
 
+    last_phases.clear()
     stream = torch.cuda.current_stream()
     if opts.mode == "events":
         _warm_up(fn, n_sets, opts, stream)
@@ -196,6 +197,7 @@ def time_cuda(fn: Callable[[int], object], n_sets: int, opts: TimingOptions,
         _PRIMED = True
         time_cuda(fn, n_sets, opts.model_copy(update={"budget_s": 0.05, "min_samples": 3, "max_samples": 5,
                                                                 "settle_ms": 0.0}), load=load)
+    t0 = time.perf_counter()
     capture_stream = _capture_stream()
     side = torch.cuda.Stream()
     for s in (side, capture_stream):
@@ -203,29 +205,37 @@ def time_cuda(fn: Callable[[int], object], n_sets: int, opts: TimingOptions,
     with torch.cuda.stream(side):
         fn(0)
     _warm_up(fn, n_sets, opts, capture_stream)
+    warmed = time.perf_counter()
 
     # Size the graph from a short graph, not from eager calls: a library with heavy Python dispatch
     # (100+ us per eager call) would otherwise get a graph of a handful of calls, and the replay's own
     # launch cost (a few us) would land on every one of them.
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    probe_calls = max(PROBE_CALLS, n_sets if opts.l2 == "cold" else 1)
-    probe = _capture(fn, probe_calls, n_sets, capture_stream)
-    probe.replay()
-    start.record(stream)
-    probe.replay()
-    end.record(stream)
-    end.synchronize()
-    per_call_s = start.elapsed_time(end) / 1e3 / probe_calls
-    del probe
-    cps = opts.calls_per_sample or max(1, min(MAX_CALLS_PER_SAMPLE, math.ceil(TARGET_SAMPLE_S / max(per_call_s, 1e-7))))
+    cps = opts.calls_per_sample  # a later round of a case gets its first round's (worker/runner.py again)
+    if not cps:
+        probe_calls = max(PROBE_CALLS, n_sets if opts.l2 == "cold" else 1)
+        probe = _capture(fn, probe_calls, n_sets, capture_stream)
+        probe.replay()
+        start.record(stream)
+        probe.replay()
+        end.record(stream)
+        end.synchronize()
+        per_call_s = start.elapsed_time(end) / 1e3 / probe_calls
+        del probe
+        cps = max(1, min(MAX_CALLS_PER_SAMPLE, math.ceil(TARGET_SAMPLE_S / max(per_call_s, 1e-7))))
     if opts.l2 == "cold":
         # Whole rotations only: a replay then starts on set 0, last used a full rotation ago, and never on
         # a set that the previous replay's last calls left in L2.
         cps = -(-cps // n_sets) * n_sets
     graph = _capture(fn, cps, n_sets, capture_stream)
     graph.replay()
+    start.record(stream)
     graph.replay()
-    torch.cuda.synchronize()
+    end.record(stream)
+    end.synchronize()
+    per_call_s = start.elapsed_time(end) / 1e3 / cps  # the case's load (settle_floor), from a whole replay
+    last_phases.clear()
+    last_phases.update(warmup_s=warmed - t0, capture_s=time.perf_counter() - warmed)
     if timed_once is not None:
         def one_replay() -> int:
             graph.replay()
@@ -253,16 +263,19 @@ def _burst_sample(batch_us: Callable[[], float], calls: int, opts: TimingOptions
     """The burst number (TimingOptions.state): idle for `cooldown_ms` so the clock climbs back, then
     samples for at most BURST_GPU_MS of GPU time, before the power controller reacts to the load."""
     global _LAST_HEAVY
+    t0 = time.perf_counter()
     time.sleep(opts.cooldown_ms / 1e3)
     _LAST_HEAVY = False
     if settled is not None:
         settled()
+    last_phases["cooldown_s"] = time.perf_counter() - t0
     samples: list[float] = []
     spent_ms = 0.0
     started = time.perf_counter()
     while spent_ms < BURST_GPU_MS and not _enough(samples, opts, started):
         samples.append(batch_us())
         spent_ms += samples[-1] * calls / 1e3
+    last_phases["samples_s"] = time.perf_counter() - started
     stats = summarize(samples, method=method, calls_per_sample=calls, l2=opts.l2)
     return stats.model_copy(update={"settle_ms": 0.0})
 
@@ -283,13 +296,16 @@ def _settle_and_sample(batch_us: Callable[[], float], calls: int, opts: TimingOp
     (`batch_us()`: the per-call time of one timed batch of `calls` calls) until the interval is narrow
     enough or the budget is spent."""
     floor = opts.settle_ms if floor_ms is None else floor_ms
+    t0 = time.perf_counter()
     settled_ms = settle(batch_us, calls, floor, opts.settle_ms)
     if settled is not None:
         settled()
+    last_phases["settle_s"] = time.perf_counter() - t0
     samples: list[float] = []
     started = time.perf_counter()
     while not _enough(samples, opts, started):
         samples.append(batch_us())
+    last_phases["samples_s"] = time.perf_counter() - started
     stats = summarize(samples, method=method, calls_per_sample=calls, l2=opts.l2)
     return stats.model_copy(update={"settle_ms": round(settled_ms, 1)})
 
@@ -319,6 +335,9 @@ def settle(per_call_us: Callable[[], float], calls: int, settle_ms: float,
 
 _CAPTURE_STREAM = None
 _PRIMED = False
+# Wall seconds of the last graph timing's phases (warmup_s, capture_s, settle_s or cooldown_s, samples_s),
+# which the runner records with the round: where a sweep's time goes (benchmarks/sweep_cost.py).
+last_phases: dict[str, float] = {}
 _LAST_HEAVY = False  # whether this process's last timing was of a heavy case (settle_floor)
 
 
