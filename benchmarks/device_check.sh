@@ -22,11 +22,13 @@
 #   jit-cache             FlashInfer's JIT cache across shell and SSH (needs sshd)   jit-cache-h200-after.md
 #   fleet                 2 sshd hosts on the GPU, one killed, rerun --failed        gpu-fleet-h200-oneexec.md,
 #                                                                                     gpu-fleet-h200-oneexec-merged.csv
+#   profile               3 sshd hosts on the GPU, one slowed: fleetbench profile,   profile-h200.md
+#                         diff --across-hosts --profile (needs ncu)
 #   fanout                fan-out cost, tools on CPUs 0-1, hosts on 2-15 (no GPU)    (none kept: RESULTS.md, History)
 #
 # Carried (the `run` call's `carry`; ignored folders, see RESULTS.md "Running the GPU steps" for how each
 # is made): .whl (the controller's wheels for Python 3.12: always); .carry/fi.tar.xz (FlashInfer's files:
-# without it flashinfer-* rows read unavailable); .debs (OpenSSH: jit-cache, fleet, fanout);
+# without it flashinfer-* rows read unavailable); .debs (OpenSSH: jit-cache, fleet, profile, fanout);
 # .carry/whl312 (ansible-core and the rest: fanout).
 #
 # The host is the embedded `local` one, copied from hosts.yaml with the GPU's Python as its `python`
@@ -237,6 +239,11 @@ step_fleet() {
     "$GPU_PY" benchmarks/gpu_fleet.py --hosts 2 --gpus 1 --sweep "$SWEEP" --out "$DEST/fleet" --env "PYTHONPATH=$SITE"
 }
 
+step_profile() {
+    need_sshd || return 1
+    "$GPU_PY" benchmarks/profile_check.py --hosts 3 --out "$DEST/profile" --env "PYTHONPATH=$SITE"
+}
+
 # The fan-out benchmark with the controller on CPUs 0-1 and the hosts on the other 14: the hosts' venv is
 # the device's Python with the pinned pydantic (what `provision --profile minimal` makes), every library
 # byte-compiled as a plain `pip install` leaves it (without bytecode, and with PYTHONDONTWRITEBYTECODE set
@@ -276,7 +283,7 @@ collect() {
 }
 
 STEPS="seed cost interrupt diff fidelity order order-bf16 order-bf16-unsettled neighbour first-case calibration moe byo
-verdicts jit-cache fleet fanout"
+verdicts jit-cache fleet profile fanout"
 [ $# -gt 0 ] || { echo "usage: bash benchmarks/device_check.sh STEP... (steps:" $STEPS")"; exit 2; }
 for step in "$@"; do
     case " $(echo $STEPS) " in
