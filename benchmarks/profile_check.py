@@ -12,8 +12,9 @@
     FLEETBENCH_SSHD=/path/sshd FLEETBENCH_SSH_KEYGEN=/path/ssh-keygen \\
       python benchmarks/profile_check.py --out DIR --env PYTHONPATH=/tmp/site [--ncu PATH]
 
-Writes DIR/profile-check.md (the commands, their exit codes and wall times, what they printed, the checks)
-and DIR/profile-runs.tar.gz (the run folder: results, profiles, ncu's reports). Exit 0 when both checks pass.
+Writes DIR/profile-check.md (the commands, their exit codes and wall times, what they printed, the checks),
+DIR/profile-runs.tar.gz (the run folder: results, profiles, ncu's reports) and DIR/report.html (`fleetbench
+report` of the run). Exit 0 when both checks pass.
 """
 from __future__ import annotations
 
@@ -136,6 +137,7 @@ def main() -> int:
                       f"ncu B/A {c.get('ratio')}: {c['cause']}")
         md.append(f"- {'PASS' if named else 'FAIL'}: the slowed host {slow} is explained by a kernel difference")
         md.append("")
+        cli("the report, the counter diff beside the outlier", ["report", run_dir, "-o", args.out / "report.html"])
         with tarfile.open(args.out / "profile-runs.tar.gz", "w:gz") as tar:
             tar.add(run_dir, arcname=run_dir.name)
     finally:
