@@ -93,6 +93,7 @@ def main() -> int:
         md.extend([f"## {title}", "", f"`fleetbench {shown}`: exit {proc.returncode}, {wall:.1f} s wall", "",
                    proc.stdout.strip(), "", "```", proc.stderr.strip()[-4000:], "```", ""])
         print(f"{title}: exit {proc.returncode}, {wall:.1f} s", flush=True)
+        (args.out / "profile-check.md").write_text("\n".join(md) + "\n")  # so far, should the call be cut short
         return proc.returncode, proc.stdout, proc.stderr
 
     try:
