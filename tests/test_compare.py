@@ -97,7 +97,7 @@ def make_run(runs_dir: Path, run_id: str, hosts: dict[str, float], *, seed: int,
 
 
 def test_schema_version_of_synthetic_records_is_current():
-    assert SCHEMA_VERSION == 7
+    assert SCHEMA_VERSION == 8
 
 
 def test_identical_distributions_flag_nothing(tmp_path):

@@ -29,6 +29,7 @@ V3_DONE = "runs-v3/20261203-094347-smoke-636e"
 V4_USER_KERNELS = "runs-v4/20261203-133700-smoke-byo-4073"
 V5_MOE = "runs-v5/20261203-155636-smoke-moe-v5-280c"
 V6_DONE = "runs-v6/20261203-213206-smoke-7721"
+V7_DONE = "runs-v7/20261204-055638-smoke-0419"
 
 
 @pytest.fixture
@@ -287,3 +288,21 @@ def test_a_format_6_run_reruns_with_its_own_worker(runs, tmp_path, monkeypatch, 
     assert params["schema_version"] == 6 and "case_timeout_s" not in params
     written = (run / "hosts" / "local" / "attempt-2" / "results.jsonl").read_text()
     assert '"schema_version":6' in written and '"complete"' not in written
+
+
+def test_a_format_7_run_reruns_with_its_own_worker_and_diffs_with_itself(runs, tmp_path, monkeypatch, capsys):
+    """Format 8 added timing.state and timing.cooldown_ms (burst timing); a format-7 run's own worker gets
+    params without them (it would reject the fields) but with its case limits, its rounds' records
+    (complete: false, then true) merge with today's reader, and its cases read as settled."""
+    store = RunStore(runs(V7_DONE))
+    assert store.manifest().written_as == 7
+    parsed = parse_results(runs(V7_DONE) / "hosts" / "local" / "attempt-1" / "results.jsonl")
+    assert parsed.problems == [] and all(r.case.timing.state == "settled" for r in parsed.cases)
+    assert main(["diff", str(runs(V7_DONE)), str(runs(V7_DONE)), "--format", "json"]) == 0
+    capsys.readouterr()
+    run = rerun_local_host(runs(V7_DONE), tmp_path, monkeypatch, capsys)
+    params = json.loads((run / "hosts" / "local" / "attempt-2" / "params.json").read_text())
+    assert params["schema_version"] == 7 and "case_timeout_s" in params
+    assert all("state" not in c["timing"] and "cooldown_ms" not in c["timing"] for c in params["cases"])
+    written = (run / "hosts" / "local" / "attempt-2" / "results.jsonl").read_text()
+    assert '"schema_version":7' in written

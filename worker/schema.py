@@ -31,6 +31,10 @@ run's records: reruns use the worker the run started with):
      rerun times only the rounds still missing, and the controller joins them: worker/rounds.py). The
      status `hung`: a case stopped at its own limit (WorkerParams.case_timeout_s) while the host went
      on with the next one. Records travel on a channel of their own (worker/protocol.py).
+  8  TimingOptions.state (settled | burst) and cooldown_ms: a burst timing samples after an idle
+     cool-down, before the power controller acts. RoundStats.timing_phases (where a round's timing went)
+     and the integrity checks' results (Correctness.integrity, RoundStats.integrity_s). A record of an
+     older version was settled.
 """
 from __future__ import annotations
 
@@ -40,7 +44,7 @@ from typing import Annotated, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 
 # hung: stopped at the case's own time limit (the host went on with its next case).
 Status = Literal["ok", "unsupported", "unavailable", "failed", "crashed", "hung"]
@@ -168,7 +172,9 @@ class RoundStats(_Strict):
     probe_s: Optional[float] = None
     # Of timing_s (graph timing): warmup_s, capture_s, settle_s or cooldown_s, samples_s (worker/timing.py).
     timing_phases: Optional[dict[str, float]] = None
-    integrity_s: Optional[float] = None  # the integrity checks' share of check_s and timing_s (issue 31)
+    # What the integrity checks added (issue 31): of check_s and timing_s, all but the one call a result
+    # check makes anyway (JIT builds and lazy set-up land in that call).
+    integrity_s: Optional[float] = None
 
 
 class Stats(_Strict):

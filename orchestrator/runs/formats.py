@@ -23,6 +23,8 @@ Manifest history (MANIFEST_VERSION, runs/<id>/manifest.json):
      limit), and a job's params `lock_clocks` (the host's `clocks: lock`); the run's worker writes a
      record per finished round and sends records on a channel of their own. A run of an older format
      had no case limit, and its worker rejects the fields.
+  8  the cases' timing options have `state` (settled | burst) and `cooldown_ms`; otherwise the shape of
+     format 7. A run of an older format was settled, and its worker rejects the fields.
 Record history (results.jsonl): see SCHEMA_VERSION in worker/schema.py; upgraded here by `upgrade_record`.
 """
 from __future__ import annotations
@@ -37,7 +39,7 @@ from worker.schema import IDENTITY_FIELDS, SCHEMA_VERSION, identity_hash
 
 from ..errors import InputError
 
-MANIFEST_VERSION = 7
+MANIFEST_VERSION = 8
 # A CaseSpec's fields before format 2, with the defaults fleetbench 0.1.0 filled in.
 _CASE_DEFAULTS = {"workload": "gemm", "label": "", "out_dtype": "bfloat16", "seed": 0}
 
@@ -102,7 +104,8 @@ def _same_shape(version: int) -> Callable[[dict], dict]:
 
 _RECORD_UPGRADES: dict[int, Callable[[dict], dict]] = {1: _record_1_to_2, 2: _record_case_step(2, _timed_once),
                                                        3: _same_shape(3), 4: _same_shape(4),
-                                                       5: _record_case_step(5, _not_settled), 6: _same_shape(6)}
+                                                       5: _record_case_step(5, _not_settled), 6: _same_shape(6),
+                                                       7: _same_shape(7)}
 
 
 def upgrade_record(obj: dict) -> dict:
@@ -207,7 +210,7 @@ _MANIFEST_UPGRADES: dict[int, Callable[[dict], dict]] = {
     4: lambda data: dict(data, manifest_version=5, worker={**data["worker"], "calibration": "off"}),
     5: lambda data: dict(data, manifest_version=6,
                          cases={cid: _not_settled(case) for cid, case in data["cases"].items()}),
-    6: lambda data: dict(data, manifest_version=7)}
+    6: lambda data: dict(data, manifest_version=7), 7: lambda data: dict(data, manifest_version=8)}
 
 
 def upgrade_manifest(data: dict, where: str) -> dict:
@@ -234,12 +237,14 @@ def params_for_worker(params: dict, manifest_version: int) -> dict:
     the worker the run started with, which rejects fields it does not know."""
     if manifest_version >= MANIFEST_VERSION:
         return params
-    params = {f: v for f, v in params.items()
-              if f not in ("case_timeout_s", "build_timeout_s", "lock_clocks")}  # before format 7
+    if manifest_version < 7:
+        params = {f: v for f, v in params.items() if f not in ("case_timeout_s", "build_timeout_s", "lock_clocks")}
     if manifest_version < 5:
         params = {f: v for f, v in params.items() if f != "calibration"}
     cases = []
     for case in params["cases"]:
+        if manifest_version < 8:
+            case = dict(case, timing={k: v for k, v in case["timing"].items() if k not in ("state", "cooldown_ms")})
         if manifest_version < 6:
             case = dict(case, timing={k: v for k, v in case["timing"].items() if k != "settle_ms"})
         if manifest_version < 5:
