@@ -241,3 +241,17 @@ def test_l2_persistence_is_reset_before_each_timing_and_a_kernel_that_sets_it_is
     assert [f.check for f in caught.value.findings] == ["l2-persistence", "l2-persistence"]
     assert "8388608 bytes of L2" in caught.value.findings[0].text
     assert driver.limit == 0 and driver.window == 0  # and no later case inherits it
+
+
+def test_a_later_rounds_timed_sample_is_vouched_for_by_the_flip_and_named_when_it_differs():
+    """Without a judge (later rounds), a timed sample whose output is wrong is caught by the call on
+    negated inputs after the timing, and named `untimed` (an eager call disagrees with it), not `cached`."""
+    guard, out = _guard(judge=None)
+    guard.timed_once(lambda: (guard.watched(0), 0)[1])
+    guard.after_timing()  # an honest sample: one flipped call vouches for it
+
+    guard, out = _guard(judge=None)
+    guard.timed_once(lambda: (out.fill_(1.0), 0)[1])  # the sample writes something, but not the product
+    with pytest.raises(integrity.IntegrityFailure) as caught:
+        guard.after_timing()
+    assert [f.check for f in caught.value.findings] == ["untimed"]

@@ -193,16 +193,20 @@ def _follows_flip(call, reads: list, before, as_output, synchronize, tolerance: 
 
 
 def check_calls(call: Callable[[], object], inputs: list, reads: list, as_output: Callable[[object], object],
-                synchronize: Callable[[], None], tolerance: float) -> tuple[Optional[object], list[Finding]]:
+                synchronize: Callable[[], None], tolerance: float) -> tuple[Optional[object], list[Finding], float]:
     """Three calls before the first timing: (the output to judge against the oracle, or None when there is
-    none to judge; the findings). The inputs and `reads` must be left as they were; the second call must
-    overwrite the poisoned first output; the third, on A negated in `reads`, must negate it."""
+    none to judge; the findings; the seconds of the first call, which any result check makes: JIT builds
+    and lazy set-up land there, not in the checks' cost). The inputs and `reads` must be left as they
+    were; the second call must overwrite the poisoned first output; the third, on A negated in `reads`,
+    must negate it."""
     watched = _unique(list(inputs) + list(reads))
     kept = [t.clone() for t in watched]
     findings: list[Finding] = []
+    t0 = time.perf_counter()
     first, first_snap, found = _observed_call(call, as_output, synchronize, "its call returned")
+    first_s = time.perf_counter() - t0
     if first_snap is None:
-        return None, found
+        return None, found, first_s
     findings += found
     if any(not bitwise_equal(t, k) for t, k in zip(watched, kept)):
         findings.append(Finding(WROTE_INPUTS, "it wrote into its inputs"))
@@ -212,15 +216,15 @@ def check_calls(call: Callable[[], object], inputs: list, reads: list, as_output
     poisoned = _poison(tensors_of(first))
     second, second_snap, found = _observed_call(call, as_output, synchronize, "its call returned")
     if second_snap is None:
-        return None, findings + found
+        return None, findings + found, first_s
     findings += found
     if poisoned and any(_all_nan(t) for t in tensors_of(second)):
         # judged as what the kernel returned: the zeros kernel still reads rel_err 1.0
         return first_snap, findings + [Finding(CACHED, "its call returned a result it did not compute (computed "
-                                                       "ahead or cached, and returned again)")]
+                                                       "ahead or cached, and returned again)")], first_s
     if reads and not findings:
         findings += _follows_flip(call, reads, second_snap, as_output, synchronize, tolerance)
-    return second_snap, findings
+    return second_snap, findings, first_s
 
 
 def _unique(tensors: list) -> list:
@@ -254,11 +258,13 @@ class Watched:
 class RoundGuard:
     """The integrity checks around one timing of one case: `watched` is what the timer calls,
     `timed_once` what worker/timing.py hands one timed sample to, `after_timing` the re-check on fresh
-    values. `judge(output, set_index)` says what is wrong with an output of that input set (None: right).
-    Each raises IntegrityFailure; `seconds` is the time spent in these checks."""
+    values. `judge(output, set_index)` says what is wrong with the timed sample's output of that input set
+    (None: right); without one (a later round, whose eager path passed the oracle in round 1), the call on
+    negated inputs after the timing vouches for that output, and an eager call names what differs only
+    when it fails. Each raises IntegrityFailure; `seconds` is the time spent in these checks."""
 
-    def __init__(self, fn, as_output, synchronize, tolerance: float, judge: Callable[[object, int], Optional[str]],
-                 l2: Optional["L2Persistence"] = None):
+    def __init__(self, fn, as_output, synchronize, tolerance: float,
+                 judge: Optional[Callable[[object, int], Optional[str]]] = None, l2: Optional["L2Persistence"] = None):
         self.watched = Watched(fn)
         self.as_output = as_output
         self.synchronize = synchronize
@@ -305,12 +311,24 @@ class RoundGuard:
             return [Finding(UNTIMED, "the timed work left its output as it was: the result came from work outside "
                                      "what is timed (computed ahead, or on another stream while the graph was "
                                      "captured)")]
-        problem = self.judge(snap, set_index)
+        problem = self.judge(snap, set_index) if self.judge is not None else None
         if problem:
             return [Finding(UNTIMED, f"what is timed does not compute the result: the output of one timed sample "
                                      f"(input set {set_index}): {problem}")]
         self.timed = (set_index, snap)
         return []
+
+    def _which_differs(self, call, set_index: int, timed) -> list[Finding]:
+        """After a failed flip with an unjudged timed sample: `untimed` when an eager call on the same inputs
+        disagrees with the timed sample's output ([] when it agrees: the call itself did not follow)."""
+        _, eager, found = _observed_call(call, self.as_output, self.synchronize, "its call returned")
+        if eager is None or found:
+            return found
+        rel = _relative_error(timed, eager)
+        if rel <= self.tolerance:
+            return []
+        return [Finding(UNTIMED, f"what is timed does not compute the result: the output of one timed sample "
+                                 f"(input set {set_index}) is rel_err {rel:.3g} from an eager call's on the same inputs")]
 
     def capture_failed(self, exc: BaseException) -> None:
         """Raise IntegrityFailure when `exc` (from the timing) is a CUDA-graph capture that failed on a fork
@@ -335,6 +353,8 @@ class RoundGuard:
             reads = reads_of(fn, set_index)
             if before is not None and not findings and reads:
                 findings = _follows_flip(call, reads, before, self.as_output, self.synchronize, self.tolerance)
+                if findings and self.timed is not None and self.judge is None:
+                    findings = self._which_differs(call, set_index, before) or findings
             if self.l2 is not None:
                 findings = findings + self.l2.findings()
         finally:
