@@ -19,8 +19,8 @@ import yaml
 
 from cli_output import cli_json
 from conftest import processes_under, start_cli
-from orchestrator.analysis.profile import (ProfileFormatError, convert, explain, parse_ncu_csv, short_name,
-                                           summarize)
+from orchestrator.analysis.profile import (ProfileFormatError, at_clock_us, convert, explain, parse_ncu_csv,
+                                           short_name, summarize)
 from orchestrator.cli import main
 from orchestrator.config.inventory import load_inventory
 from orchestrator.config.sweep import Sweep
@@ -29,7 +29,7 @@ from orchestrator.planning.plan import build_plan, new_run_id
 from orchestrator.runs.profiles import latest_fleet, load_profiles
 from orchestrator.runs.store import RunStore
 from worker.profile import NCU_PLACES, ProfiledRun, ProfileOptions, classify_ncu_output, ncu_argv
-from worker.schema import CaseRecord, CaseSpec, FactsRecord, TimingOptions
+from worker.schema import CaseRecord, CaseSpec, FactsRecord, RoundStats, TimingOptions
 from worker.timing import summarize as summarize_samples
 
 GEMM = "void cutlass::Kernel2<cutlass_80_tensorop_bf16_s16816gemm_relu_bf16_64x64_64x4_tn_align8>(T1::Params)"
@@ -142,9 +142,10 @@ def hosts_file(tmp_path: Path, hosts: dict[str, dict], bindir: Path | None = Non
 
 
 def stored_run(tmp_path: Path, inventory_path: Path, factors: dict[str, float], *, ms=(16,), l2: str = "cold",
-               median_us: float = 20.0) -> RunStore:
+               median_us: float = 20.0, sm_clock_mhz: int = 1485) -> RunStore:
     """A run of torch-bf16 M x 64 x 128 stored as `fleetbench run` stores it (manifest, scripts, worker),
-    with results written here: on each host the case took `median_us` x its factor."""
+    with results written here: on each host the case took `median_us` x its factor, in one round at
+    `sm_clock_mhz`."""
     inventory = load_inventory(inventory_path)
     sweep = Sweep(name="prof", backends=["torch-bf16"], shapes=[{"m": list(ms), "n": 64, "k": 128, "label": "p"}],
                   timing={"budget_s": 0.05, "warmup_ms": 1, "min_samples": 3, "max_samples": 20, "rounds": 1,
@@ -158,6 +159,8 @@ def stored_run(tmp_path: Path, inventory_path: Path, factors: dict[str, float], 
         for case in job.cases:
             samples = list(median_us * factors[job.host.name] * rng.lognormal(0.0, 0.005, 30))
             stats = summarize_samples(samples, method="cuda-graph", calls_per_sample=100, l2=l2)
+            stats = stats.model_copy(update={"rounds": [RoundStats(median_us=stats.median_us, n=stats.n,
+                                                                   rel_ci=stats.rel_ci, sm_clock_mhz=sm_clock_mhz)]})
             lines.append(CaseRecord(case_id=case.case_id, case=case, status="ok", timing=stats, started_at="t",
                                     duration_s=0.1).model_dump_json())
         d = store.attempt_dir(job.slot, 1)
@@ -290,6 +293,14 @@ def test_a_summary_adds_up_each_call_and_says_when_it_cannot():
     assert capped.per_call_us is None and "--max-kernels" in capped.notes[0]
 
 
+def test_a_profile_at_the_sweeps_clock_is_its_sm_cycles_over_that_clock():
+    s = profile_of(("gemm", 34.88, {"sm_mhz": 1677.0}), ("copy", 6.0, {"sm_mhz": 1980.0}))
+    assert s.per_call_cycles == pytest.approx(34.88 * 1677 + 6.0 * 1980)
+    assert at_clock_us(s.as_dict(), 1485.0) == pytest.approx((34.88 * 1677 + 6.0 * 1980) / 1485)
+    assert at_clock_us(s.as_dict(), None) is None
+    assert summarize([launch("gemm", 14.0, sm_mhz=None)] * 3, calls=3).per_call_cycles is None
+
+
 @pytest.mark.parametrize("a, b, words", [
     ([("gemm_tn", 14.0)], [("gemm_nn", 17.0)], "a different kernel: B runs gemm_nn"),
     ([("gemm", 14.0)], [("gemm", 14.0), ("copy", 6.0)], "B runs more kernels per call: copy"),
@@ -325,6 +336,9 @@ def test_a_case_is_profiled_with_the_runs_own_worker_stored_and_shown(tmp_path, 
     (entry,) = cli_json(out)
     assert entry["status"] == "ok" and entry["slot"] == "h1" and entry["m"] == 16
     assert entry["per_call_us"] == pytest.approx(14.24) and entry["sweep_median_us"] == pytest.approx(14.9, rel=0.02)
+    # ncu ran the kernel at 1755 MHz, the sweep's rounds at 1485: at the sweep's clock it takes 14.24 x 1755 / 1485
+    assert entry["ncu_sm_mhz"] == pytest.approx(1755.0) and entry["sweep_sm_clock_mhz"] == 1485
+    assert entry["at_sweep_clock_us"] == pytest.approx(14.24 * 1755 / 1485)
     assert entry["kernels"][0]["short"].startswith("cutlass_80_tensorop") and entry["kernels"][0]["per_call"] == 1.0
     assert entry["run"]["calls"] == 3 and entry["run"]["device"] == "cpu"  # the profiled process ran the case
     assert entry["ncu_version"] == "2025.3.1.0"
@@ -338,7 +352,7 @@ def test_a_case_is_profiled_with_the_runs_own_worker_stored_and_shown(tmp_path, 
     assert json.loads((stored.path.parent / "params.json").read_text())["options"]["kernel_regex"] == "gemm"
     assert main(["profile", f"{store.dir}:h1", "--m", "16"]) == 0  # the table; a second profile beside the first
     table = capsys.readouterr().out
-    assert "cutlass_80_tensorop" in table and "14.24" in table and "1755" in table
+    assert "cutlass_80_tensorop" in table and "14.24" in table and "1755" in table and "1485" in table
     assert len(load_profiles(store)[0]) == 2
 
 

@@ -185,13 +185,15 @@ class KernelSummary:
 @dataclass
 class ProfileSummary:
     """A profiled case: its kernels, and per call of the case the kernels' time added up (`per_call_us`,
-    None when ncu stopped before the last call's kernels or the launches do not divide into the calls)."""
+    None when ncu stopped before the last call's kernels or the launches do not divide into the calls), and
+    their SM cycles (`per_call_cycles`: each kernel's time at the SM clock ncu measured it at)."""
 
     kernels: list[KernelSummary]
     calls: int
     launches: int
     per_call_us: Optional[float]
     notes: list[str] = field(default_factory=list)
+    per_call_cycles: Optional[float] = None
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -235,10 +237,22 @@ def summarize(launches: list[dict], calls: int, max_kernels: int = 0, kernel_reg
             smem_bytes=smem[0] if smem else None, dram_bytes=dram_bytes,
             dram_gb_s=dram_bytes / time_us / 1e3 if dram_bytes is not None and time_us else None,
             waves=group[0]["waves"], grid=group[0]["grid"], block=group[0]["block"]))
-    per_call = None
+    per_call = cycles = None
     if complete and all(k.time_us is not None for k in kernels):
         per_call = sum(k.time_us * k.per_call for k in kernels)
-    return ProfileSummary(kernels=kernels, calls=calls, launches=len(launches), per_call_us=per_call, notes=notes)
+        if all(k.sm_mhz for k in kernels):
+            cycles = sum(k.time_us * k.sm_mhz * k.per_call for k in kernels)  # µs x MHz
+    return ProfileSummary(kernels=kernels, calls=calls, launches=len(launches), per_call_us=per_call, notes=notes,
+                          per_call_cycles=cycles)
+
+
+def at_clock_us(summary: Optional[dict], sm_mhz: Optional[float]) -> Optional[float]:
+    """A profile's time per call had its kernels run at `sm_mhz` (their SM cycles over that clock): ncu runs
+    each kernel alone, after its own replay passes, so it often runs at a higher SM clock than the sweep's
+    back-to-back calls, which a heavy kernel holds at the power limit. An estimate for kernels bound by the
+    SM clock; a kernel waiting on DRAM scales less."""
+    cycles = (summary or {}).get("per_call_cycles")
+    return cycles / sm_mhz if cycles and sm_mhz else None
 
 
 def summary_of(record) -> ProfileSummary:

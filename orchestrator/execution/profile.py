@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import statistics
 import tarfile
 import time
 from dataclasses import dataclass, field
@@ -76,7 +77,8 @@ class ProfilePlan:
     lock_timeout_s: float
     stall_timeout_s: float
     device: str
-    sweep_median_us: dict[tuple[str, str], float]  # (slot, case id) -> the run's median
+    # (slot, case id) -> the run's median µs and NVML's SM clock over its rounds (median; None: not read)
+    sweep: dict[tuple[str, str], tuple[float, Optional[float]]]
 
 
 def worker_can_profile(bundle_bytes: bytes) -> bool:
@@ -103,8 +105,8 @@ def plan_profiles(store: RunStore, inventory: Inventory, wanted: dict[str, list[
     by_name = {h.name: h for h in inventory.hosts}
     jobs_by_slot = {j.slot: j for j in manifest.jobs}
     planned = store.planned_cases()
-    medians = {(s.slot, cid): rec.timing.median_us for s in load_slots(store) for cid, (_, rec) in s.records.items()
-               if rec.status == "ok" and rec.timing is not None}
+    sweep = {(s.slot, cid): (rec.timing.median_us, _sm_clock(rec.timing)) for s in load_slots(store)
+             for cid, (_, rec) in s.records.items() if rec.status == "ok" and rec.timing is not None}
     jobs, scripts = [], {}
     for slot, case_ids in wanted.items():
         stored = jobs_by_slot.get(slot)
@@ -120,7 +122,12 @@ def plan_profiles(store: RunStore, inventory: Inventory, wanted: dict[str, list[
     bundle_path = store.dir / "worker.tar.gz"
     return ProfilePlan(store=store, jobs=jobs, scripts=scripts, bundle_path=bundle_path,
                        lock_timeout_s=manifest.worker.lock_timeout_s, stall_timeout_s=manifest.stall_timeout,
-                       device=manifest.worker.device, sweep_median_us=medians)
+                       device=manifest.worker.device, sweep=sweep)
+
+
+def _sm_clock(timing) -> Optional[float]:
+    clocks = [r.sm_clock_mhz for r in timing.rounds if r.sm_clock_mhz]
+    return float(statistics.median(clocks)) if clocks else None
 
 
 Say = Callable[[str, str], None]  # (slot, what happens now): the command prints it
@@ -272,7 +279,7 @@ def _store_one(plan: ProfilePlan, job: ProfileJob, number: int, record: ProfileR
         except ProfileFormatError as exc:
             problems.append(f"ncu's CSV cannot be read: {exc}")
     return write_profile(plan.store, job.slot, number, record, summary,
-                         plan.sweep_median_us.get((job.slot, record.case_id)), report, "; ".join(problems))
+                         plan.sweep.get((job.slot, record.case_id), (None, None)), report, "; ".join(problems))
 
 
 def _case_text(case: CaseSpec) -> str:

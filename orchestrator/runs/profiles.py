@@ -39,6 +39,7 @@ class StoredProfile:
     sweep_median_us: Optional[float]  # the run's median of this case on this slot
     report: Optional[Path]  # the local .ncu-rep, when it was fetched
     problem: str = ""  # what went wrong after the host's verdict (parse, fetch)
+    sweep_sm_clock_mhz: Optional[float] = None  # NVML's SM clock in the run's rounds of this case (median)
 
     @property
     def case_id(self) -> str:
@@ -61,12 +62,15 @@ def next_number(store: RunStore, slot: str) -> int:
 
 
 def write_profile(store: RunStore, slot: str, number: int, record: ProfileRecord, summary: Optional[dict],
-                  sweep_median_us: Optional[float], report: Optional[Path], problem: str = "") -> StoredProfile:
+                  sweep: tuple[Optional[float], Optional[float]], report: Optional[Path],
+                  problem: str = "") -> StoredProfile:
+    """Store one profile; `sweep`: the run's (median µs, SM clock MHz) of this case on this slot."""
     path = job_dir(store, slot, number) / f"{record.case_id}.json"
     write_json(path, {"kind": "profile", "format": STORED_PROFILE_FORMAT, "slot": slot, "profile": number,
-                      "record": record.model_dump(mode="json"), "summary": summary, "sweep_median_us": sweep_median_us,
-                      "report_file": report.name if report else "", "problem": problem})
-    return StoredProfile(slot, number, path, record, summary, sweep_median_us, report, problem)
+                      "record": record.model_dump(mode="json"), "summary": summary, "sweep_median_us": sweep[0],
+                      "sweep_sm_clock_mhz": sweep[1], "report_file": report.name if report else "",
+                      "problem": problem})
+    return StoredProfile(slot, number, path, record, summary, sweep[0], report, problem, sweep[1])
 
 
 def read_profile(path: Path) -> StoredProfile:
@@ -80,7 +84,8 @@ def read_profile(path: Path) -> StoredProfile:
         raise ValueError(f"{path}: unreadable profile: {exc}") from None
     report = path.with_name(doc["report_file"]) if doc.get("report_file") else None
     return StoredProfile(doc["slot"], int(doc["profile"]), path, record, doc.get("summary"), doc.get("sweep_median_us"),
-                         report if report and report.exists() else None, doc.get("problem", ""))
+                         report if report and report.exists() else None, doc.get("problem", ""),
+                         doc.get("sweep_sm_clock_mhz"))
 
 
 def load_profiles(store: RunStore) -> tuple[list[StoredProfile], list[str]]:

@@ -9,8 +9,8 @@ from .tables import US_DIGITS, significant
 
 KERNEL_HEADERS = ["host", "case", "kernel", "per call", "µs", "SM %", "DRAM %", "occupancy %", "SM MHz", "DRAM MHz",
                   "registers", "smem KB"]
-CALL_HEADERS = ["host", "case", "status", "kernels", "ncu µs per call", "sweep µs", "ncu / sweep", "NVML SM MHz",
-                "note"]
+CALL_HEADERS = ["host", "case", "status", "kernels", "ncu µs", "ncu SM MHz", "sweep µs", "sweep SM MHz",
+                "ncu / sweep", "at sweep's clock / sweep", "note"]
 _STATUS_STYLE = {"ok": "green", "failed": "bold red", "no-ncu": "yellow", "no-permission": "yellow"}
 
 
@@ -22,15 +22,28 @@ def case_text(case) -> str:
     return f"{case.backend} {case.m}x{case.n}x{case.k}"
 
 
+def _clocks(p) -> tuple:
+    """(ncu's SM MHz over the call's kernels, time-weighted; µs per call at the sweep's SM clock)."""
+    from ..analysis.profile import at_clock_us
+
+    summary = p.summary or {}
+    cycles, per_call = summary.get("per_call_cycles"), summary.get("per_call_us")
+    return (cycles / per_call if cycles and per_call else None), at_clock_us(summary, p.sweep_sm_clock_mhz)
+
+
 def profile_entry(p) -> dict:
     """One stored profile as JSON data (runs/profiles.StoredProfile)."""
     summary = p.summary or {}
     per_call = summary.get("per_call_us")
+    ncu_mhz, at_sweep_clock = _clocks(p)
     return {"slot": p.slot, "case_id": p.case_id, "backend": p.record.case.backend, "m": p.record.case.m,
             "n": p.record.case.n, "k": p.record.case.k, "label": p.record.case.label, "status": p.record.status,
             "reason": p.record.reason, "problem": p.problem, "per_call_us": per_call,
             "sweep_median_us": p.sweep_median_us,
             "ncu_over_sweep": per_call / p.sweep_median_us if per_call and p.sweep_median_us else None,
+            "ncu_sm_mhz": ncu_mhz, "sweep_sm_clock_mhz": p.sweep_sm_clock_mhz, "at_sweep_clock_us": at_sweep_clock,
+            "at_sweep_clock_over_sweep": at_sweep_clock / p.sweep_median_us if at_sweep_clock and p.sweep_median_us
+            else None,
             "kernels": summary.get("kernels", []), "notes": summary.get("notes", []),
             "run": p.record.run.model_dump(mode="json") if p.record.run else None,
             "ncu": p.record.ncu, "ncu_version": p.record.ncu_version, "argv": p.record.argv,
@@ -47,13 +60,12 @@ def profile_document(profiles: list) -> Document:
                                 _n(k["sm_pct"]), _n(k["dram_pct"]), _n(k["occupancy_pct"]), _n(k["sm_mhz"]),
                                 _n(k["dram_mhz"]), _n(k["registers"]),
                                 "" if k["smem_bytes"] is None else significant(k["smem_bytes"] / 1e3, 3)])
-        per_call = summary.get("per_call_us")
-        run = p.record.run
-        ratio = per_call / p.sweep_median_us if per_call and p.sweep_median_us else None
+        entry = profile_entry(p)
         note = p.record.reason or p.problem or "; ".join(summary.get("notes", [])) or f"stored in {p.path.parent}"
         call_rows.append([p.slot, case, p.record.status, str(len(summary.get("kernels", []))) if summary else "",
-                          significant(per_call, US_DIGITS), significant(p.sweep_median_us, US_DIGITS),
-                          "" if ratio is None else f"{ratio:.3f}", _n(run.sm_clock_mhz if run else None), note])
+                          significant(entry["per_call_us"], US_DIGITS), _n(entry["ncu_sm_mhz"]),
+                          significant(p.sweep_median_us, US_DIGITS), _n(p.sweep_sm_clock_mhz),
+                          _n(entry["ncu_over_sweep"], ".3f"), _n(entry["at_sweep_clock_over_sweep"], ".3f"), note])
     sections = []
     if kernel_rows:
         sections.append(Section(KERNEL_HEADERS, kernel_rows, title="kernels under ncu (medians over their launches)",
@@ -62,8 +74,12 @@ def profile_document(profiles: list) -> Document:
                                 optional=("DRAM MHz", "smem KB", "registers", "occupancy %")))
     sections.append(Section(CALL_HEADERS, call_rows,
                             title="per call of the case: the kernels' time beside the sweep's median",
-                            right=("kernels", "ncu µs per call", "sweep µs", "ncu / sweep", "NVML SM MHz"),
-                            styles={2: _STATUS_STYLE}, optional=("NVML SM MHz", "kernels")))
+                            right=("kernels", "ncu µs", "ncu SM MHz", "sweep µs", "sweep SM MHz", "ncu / sweep",
+                                   "at sweep's clock / sweep"),
+                            styles={2: _STATUS_STYLE}, optional=("kernels", "note"),
+                            caption="ncu times each kernel alone, after its own replay passes: often at a higher SM "
+                                    "clock than the sweep's back-to-back calls; `at sweep's clock` is its SM cycles "
+                                    "over the sweep's SM clock (NVML, median of the case's rounds)"))
     data = [profile_entry(p) for p in profiles]
     records = [{k: v for k, v in d.items() if k not in ("kernels", "notes", "run", "argv")} for d in data]
     return Document(sections, data=data, records=records, notes=notes, kind="profile")
