@@ -28,7 +28,7 @@ from ..config.inventory import Host, Inventory
 from ..errors import InputError
 from ..launchers import job_name, launcher_for
 from ..runs.atomicfile import write_atomic
-from ..runs.profiles import StoredProfile, job_dir, next_number, write_profile
+from ..runs.profiles import StoredProfile, job_dir, new_job_dir, write_profile
 from ..runs.store import RunStore
 from ..transport import TransportError, bounded, login_relative, make_transport
 from .fanout import HostResult, Running, fan_out
@@ -164,9 +164,7 @@ def profile_argv(job: ProfileJob, script: RenderedScript, remote_dir: str, name:
 def _profile_slot(plan: ProfilePlan, job: ProfileJob, options: ProfileOptions, lock_timeout_s: float,
                   accept_new: bool, running: Running, say: Say) -> SlotProfiles:
     store, script = plan.store, plan.scripts[job.host.name]
-    number = next_number(store, job.slot)
-    local = job_dir(store, job.slot, number)
-    local.mkdir(parents=True, exist_ok=True)
+    number, local = new_job_dir(store, job.slot)
     remote_dir = f"{script.layout.run_dir}/profiles/{job.slot}.profile-{number}"
     params = ProfileParams(run_id=store.run_id, host=job.host.name, gpu=job.gpu, device=plan.device,
                            lock_timeout_s=lock_timeout_s, lock_clocks=job.host.clocks == "lock", cases=list(job.cases),

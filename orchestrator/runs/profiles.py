@@ -54,11 +54,18 @@ def job_dir(store: RunStore, slot: str, number: int) -> Path:
     return profiles_dir(store) / slot / f"profile-{number}"
 
 
-def next_number(store: RunStore, slot: str) -> int:
+def new_job_dir(store: RunStore, slot: str) -> tuple[int, Path]:
+    """(n, the folder profile-<n>) of a new profiling of `slot`, created: two commands at once get two."""
     base = profiles_dir(store) / slot
-    taken = [int(p.name[8:]) for p in base.iterdir() if p.name.startswith("profile-") and p.name[8:].isdigit()] \
-        if base.is_dir() else []
-    return max(taken, default=0) + 1
+    base.mkdir(parents=True, exist_ok=True)
+    number = max((int(p.name[8:]) for p in base.iterdir() if p.name.startswith("profile-") and p.name[8:].isdigit()),
+                 default=0) + 1
+    while True:
+        try:
+            (base / f"profile-{number}").mkdir()
+            return number, base / f"profile-{number}"
+        except FileExistsError:
+            number += 1
 
 
 def write_profile(store: RunStore, slot: str, number: int, record: ProfileRecord, summary: Optional[dict],
