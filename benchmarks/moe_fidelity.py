@@ -6,7 +6,8 @@ the reference builds its own operands from the case's per-expert counts (sharing
 worker: its own inputs, offsets and calls), captures one CUDA graph of N calls (N >= 2 ms of work) and
 replays it between two events, 20 times; its median µs per call is set beside the worker's.
 
-    python benchmarks/moe_fidelity.py RUN_DIR [--out DIR]   # prints Markdown, writes DIR/moe_fidelity.md
+    python benchmarks/moe_fidelity.py RUN_DIR [--states plain,settled,idle] [--out DIR]
+    # prints Markdown, writes DIR/moe_fidelity.md
 
 Needs a CUDA GPU with torch._grouped_mm (compute capability 9.0 or newer) for the grouped rows.
 """
@@ -24,7 +25,11 @@ sys.path.insert(0, str(ROOT))
 COMPARED = ("moe-loop-torch-bf16", "moe-grouped-torch-bf16")
 
 
-def reference_us(backend: str, counts: list[int], n: int, k: int, replays: int = 20) -> float:
+def reference_us(backend: str, counts: list[int], n: int, k: int, replays: int = 20, state: str = "plain") -> float:
+    """`state`: plain (sampled right after its operands are made and its graph captured), settled (after
+    300 ms of back-to-back replays), idle (after 1 s of idle)."""
+    import time
+
     import torch
 
     counts = [c for c in counts if c]
@@ -61,6 +66,16 @@ def reference_us(backend: str, counts: list[int], n: int, k: int, replays: int =
             call()
     graph.replay()
     torch.cuda.synchronize()
+    if state == "settled":
+        spent = 0.0
+        while spent < 300.0:
+            start.record()
+            graph.replay()
+            end.record()
+            end.synchronize()
+            spent += start.elapsed_time(end)
+    elif state == "idle":
+        time.sleep(1.0)
     samples = []
     for _ in range(replays):
         start.record()
@@ -75,18 +90,28 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("run", type=Path)
     ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--states", default="plain",
+                    help="reference states, comma-separated: plain (right after its set-up), settled (after "
+                         "300 ms of its own replays), idle (after 1 s idle)")
     args = ap.parse_args()
+    states = args.states.split(",")
     records = [json.loads(line) for f in sorted(args.run.glob("hosts/*/attempt-*/results.jsonl"))
                for line in f.read_text().splitlines() if line.strip()]
-    cases = [r for r in records if r.get("kind") == "case" and r["status"] == "ok" and r["case"]["backend"] in COMPARED]
-    lines = ["| backend | label | tokens | active experts | worker µs | reference µs | worker / reference |",
-             "|---|---|---:|---:|---:|---:|---:|"]
+    # A case timed in rounds writes a record per round (complete: false until its last): its last is its number.
+    cases = [r for r in records if r.get("kind") == "case" and r["status"] == "ok" and r.get("complete", True)
+             and r["case"]["backend"] in COMPARED]
+    head = " | ".join(f"reference µs ({s}) | worker / reference ({s})" for s in states)
+    lines = [f"| backend | label | tokens | active experts | worker µs | {head} |",
+             "|---|---|---:|---:|---:|" + "---:|---:|" * len(states)]
     for r in cases:
         c = r["case"]
-        ref = reference_us(c["backend"], c["moe"]["counts"], c["n"], c["k"])
         worker = r["timing"]["median_us"]
+        cells = []
+        for state in states:
+            ref = reference_us(c["backend"], c["moe"]["counts"], c["n"], c["k"], state=state)
+            cells.append(f"{ref:.1f} | {worker / ref:.3f}")
         active = sum(1 for x in c["moe"]["counts"] if x)
-        lines.append(f"| {c['backend']} | {c['label']} | {c['m']} | {active} | {worker:.1f} | {ref:.1f} | {worker / ref:.3f} |")
+        lines.append(f"| {c['backend']} | {c['label']} | {c['m']} | {active} | {worker:.1f} | " + " | ".join(cells) + " |")
         print(lines[-1], flush=True)
     md = "\n".join(lines) + "\n"
     if args.out:

@@ -24,7 +24,7 @@ import sys
 import time
 import traceback
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 from .backends import CATALOG, ORACLE_BACKENDS, availability_problem, support_problem
 from .integrity import IntegrityFailure
@@ -34,6 +34,10 @@ from .schema import CaseRecord, CaseSpec, FactsRecord, WorkerParams
 
 # Cold-L2 rotation: input sets totalling at least this many L2 sizes, within these bounds.
 COLD_L2_FACTOR = 3
+# What a light GEMM costs beyond its math on the H200 (launch, prologue, epilogue: ~8 us at M=16): ranks
+# round 1 by load before any case is measured (round_order).
+EXPECTED_FIXED_US = 8.0
+LATER_WARMUP_MS = 5.0
 MAX_SETS = 64
 
 
@@ -124,7 +128,9 @@ class CaseRunner:
                 nonlocal before
                 before = self.probe.snapshot() if self.probe else None
 
-            stats = self._time_cuda(case, fn, n_sets, settled, guard)
+            spec = _spec_of(case)
+            stats = self._time_cuda(case, fn, n_sets, settled, guard,
+                                    load=None if isinstance(spec, str) else lambda us: self.load_share(case, spec, us))
         else:
             stats = time_cpu(guard.watched if guard else fn, n_sets, case.timing)
         timing_s = time.perf_counter() - t_timing
@@ -135,14 +141,18 @@ class CaseRunner:
             from .env import gpu_processes
 
             env["gpu_processes"] = gpu_processes()
+        from . import timing as timing_mod
+
+        phases = {k: round(v, 4) for k, v in timing_mod.last_phases.items()} if self.device.device == "cuda" else None
         one = RoundStats(median_us=stats.median_us, n=stats.n, rel_ci=stats.rel_ci, settle_ms=stats.settle_ms,
-                         timing_s=round(timing_s, 4), probe_s=round(time.perf_counter() - t0 - timing_s, 4), **env)
+                         timing_s=round(timing_s, 4), probe_s=round(time.perf_counter() - t0 - timing_s, 4),
+                         timing_phases=phases or None, **env)
         if guard is not None:
             guard.after_timing()
         return stats.model_copy(update={"rounds": [one]}), health
 
     @staticmethod
-    def _time_cuda(case: CaseSpec, fn, n_sets: int, settled, guard):
+    def _time_cuda(case: CaseSpec, fn, n_sets: int, settled, guard, load=None):
         import torch
 
         from .timing import time_cuda
@@ -150,7 +160,7 @@ class CaseRunner:
         before = torch.cuda.current_stream()
         try:
             return time_cuda(guard.watched if guard else fn, n_sets, case.timing, settled,
-                             timed_once=guard.timed_once if guard else None)
+                             timed_once=guard.timed_once if guard else None, load=load)
         except RuntimeError as exc:
             if guard is not None:
                 guard.capture_failed(exc)
@@ -166,7 +176,7 @@ class CaseRunner:
         one = stats.rounds[0].model_copy(update={k: round(v, 4) for k, v in phases.items()})
         return stats.model_copy(update={"rounds": [one]})
 
-    def again(self, case: CaseSpec) -> tuple:
+    def again(self, case: CaseSpec, calls_per_sample: int = 0) -> tuple:
         """A later round of a case whose first round was ok: (Stats, Health or None, seconds taken).
         Raises integrity.IntegrityFailure when the kernel fails an integrity check in this round."""
         t0 = time.perf_counter()
@@ -175,7 +185,12 @@ class CaseRunner:
         fn, sets, n_sets = self._prepare(case, spec)
         prepared = time.perf_counter()
         guard = self._guard(case, spec, fn, sets, first_round=False)
-        stats, health = self._time(case, fn, n_sets, guard)
+        # JIT builds, autotuning and lazy allocations happened in round 1 (its full warm-up): a later round
+        # warms briefly, and settling brings the GPU to the case's state as in every round.
+        # `calls_per_sample`: round 1's, so the graph is sized without a probe graph of its own.
+        warm = case.timing.model_copy(update={"warmup_ms": min(case.timing.warmup_ms, LATER_WARMUP_MS),
+                                              "calls_per_sample": case.timing.calls_per_sample or calls_per_sample})
+        stats, health = self._time(case.model_copy(update={"timing": warm}), fn, n_sets, guard)
         del fn, sets
         return self._costs(stats, prepare_s=prepared - t0, integrity_s=guard.seconds), health, time.perf_counter() - t0
 
@@ -183,6 +198,26 @@ class CaseRunner:
         """Before a round's `prepare`: L2 persistence that anything before set is not this case's doing."""
         if getattr(self, "l2", None) is not None:
             self.l2.reset()
+
+    def math_us(self, case: CaseSpec, spec) -> Optional[float]:
+        """The case's tensor math at this GPU's calibrated peak (None: no calibrated peak for its family)."""
+        calibration = getattr(self, "calibration", None)  # tests build bare runners
+        if calibration is None or spec.family not in calibration.tflops:
+            return None
+        if case.workload == "moe":
+            flops = 2.0 * sum(case.moe.counts) * case.n * case.k
+        else:
+            flops = 2.0 * case.m * case.n * case.k
+        return flops / (calibration.tflops[spec.family] * 1e12) * 1e6
+
+    def load_share(self, case: CaseSpec, spec, per_call_us: float) -> Optional[float]:
+        """The share of the calibrated tensor peak a call of `per_call_us` uses: how hard it drives the GPU
+        towards its power limit (worker/timing.py settle_floor). An oracle computes in fp32 off the tensor
+        cores: 0. None where there is no calibrated peak."""
+        if case.backend in ORACLE_BACKENDS:
+            return 0.0
+        at_peak = self.math_us(case, spec)
+        return None if at_peak is None or per_call_us <= 0 else at_peak / per_call_us
 
     def _metrics(self, case: CaseSpec, spec, median_us: float):
         import torch
@@ -348,7 +383,7 @@ def run_params(params: WorkerParams, results: Path) -> int:
                 "calibration": runner.calibration, "sm_clock_locked_mhz": int(locked) if locked else None}))
         done = done_case_ids(results)
         todo = [c for c in params.cases if c.case_id not in done]
-        _run_cases(runner, todo, done, len(params.cases), results, inflight, seed=params.run_id,
+        _run_cases(runner, todo, done, len(params.cases), results, inflight,
                    partial=partial_records(results))
         inflight.unlink(missing_ok=True)
     return 0
@@ -400,24 +435,22 @@ def _calibrate(runner: "CaseRunner", cases: list[CaseSpec], mode: str, inflight:
                      on_measure=lambda items: emit_progress(event="calibrate", families=items, mode=mode))
 
 
-def round_order(todo: list[CaseSpec], round_index: int, seed: str) -> list[CaseSpec]:
-    """The order of one round: round 1 as planned, each later round a permutation seeded by the run
-    and the round. A large GEMM reads differently depending on the case before it (benchmarks/RESULTS.md,
-    "Order-independent timing"); settling (worker/timing.py) removes that. Rounds with other
-    neighbours stay as a second line: whatever a predecessor still leaves becomes spread between
-    rounds, which verdicts see, instead of a bias set by the sweep's order."""
-    if round_index == 0:
+def round_order(todo: list[CaseSpec], load: Callable[[CaseSpec], Optional[float]]) -> list[CaseSpec]:
+    """The order of every round: the lightest case first, the heaviest last (`load`: the share of the
+    GPU's tensor peak a case uses), ties by case id, whatever order the sweep lists them in. What a case
+    inherits from the one before it is then the same in every run of the sweep, and a heavy case follows
+    one near its own clock and power state instead of a light one at the burst clock; settling
+    (worker/timing.py) takes the rest. Where loads are unknown (no calibration: a CPU, `calibration:
+    off`) the sweep's order stays."""
+    loads = {c.case_id: load(c) for c in todo}
+    if any(v is None for v in loads.values()):
         return list(todo)
-    import random
-
-    order = list(todo)
-    random.Random(f"{seed}:round {round_index + 1}").shuffle(order)
-    return order
+    return sorted(todo, key=lambda c: (loads[c.case_id], c.case_id))
 
 
 def _run_cases(runner: "CaseRunner", todo: list[CaseSpec], done: set[str], total: int, results: Path,
-               inflight: Path, seed: str = "", partial: Optional[dict[str, CaseRecord]] = None) -> None:
-    """Round 1 of every case, then round 2 of those still timing (in another order), and so on
+               inflight: Path, partial: Optional[dict[str, CaseRecord]] = None) -> None:
+    """Round 1 of every case, then round 2 of those still timing (in the same order: round_order), and so on
     (module docstring). `partial`: cases with rounds already timed, which go on from there."""
     pending: dict[str, CaseRecord] = dict(partial or {})  # ok, rounds so far
 
@@ -438,9 +471,25 @@ def _run_cases(runner: "CaseRunner", todo: list[CaseSpec], done: set[str], total
     def rounds_left(case: CaseSpec) -> int:
         return case.timing.rounds - (rounds_in(pending[case.case_id]) if case.case_id in pending else 0)
 
+    def load(case: CaseSpec) -> Optional[float]:
+        """Measured in an earlier round where there is one, else as the case would load the GPU at its
+        speed of light plus a fixed few microseconds (a rank for round 1, not a measurement)."""
+        if getattr(runner, "calibration", None) is None:
+            return None
+        spec = _spec_of(case)
+        if isinstance(spec, str):
+            return 0.0
+        rec = pending.get(case.case_id)
+        if rec is not None and rec.timing is not None:
+            share = runner.load_share(case, spec, rec.timing.median_us)
+        else:
+            at_peak = runner.math_us(case, spec)
+            share = runner.load_share(case, spec, (at_peak or 0.0) + EXPECTED_FIXED_US)
+        return 1.0 if share is None else share  # a family without a calibrated peak: as heavy
+
     passes = max((rounds_left(c) for c in todo), default=1)
     for r in range(passes):
-        for case in round_order(todo, r, seed):
+        for case in round_order(todo, load):
             first = pending.get(case.case_id)
             if case.case_id in done or (r > 0 and first is None) or rounds_left(case) <= 0:
                 continue
@@ -456,7 +505,7 @@ def _run_cases(runner: "CaseRunner", todo: list[CaseSpec], done: set[str], total
                     round_ended(rec.model_copy(update={"complete": case.timing.rounds == 1}))
                 continue
             try:
-                stats, health, seconds = runner.again(case)
+                stats, health, seconds = runner.again(case, first.timing.calls_per_sample)
             except IntegrityFailure as exc:  # this round's numbers are not a result, nor are the earlier ones
                 from .verify import failure_reason, with_integrity
 
