@@ -25,6 +25,8 @@
 #   profile               3 sshd hosts on the GPU, one slowed: fleetbench profile,   profile-h200.md
 #                         diff --across-hosts --profile (needs ncu)
 #   fanout                fan-out cost, tools on CPUs 0-1, hosts on 2-15 (no GPU)    (none kept: RESULTS.md, History)
+#   crosscheck            the seed sweep once, crosscheck --all on it (FlashInfer,    crosscheck-h200.md,
+#                         Triton), then CUPTI against graph replay (cupti_check.py)  crosscheck-h200.json
 #
 # Carried (the `run` call's `carry`; ignored folders, see RESULTS.md "Running the GPU steps" for how each
 # is made): .whl (the controller's wheels for Python 3.12: always); .carry/fi.tar.xz (FlashInfer's files:
@@ -276,6 +278,27 @@ EOF
         --host-python "$hv/bin/python" --controller-cpus 0,1 --host-cpus 2-15 --out "$DEST/fanout-pinned.md"
 }
 
+step_crosscheck() {
+    echo "== crosscheck: fleetbench run $SWEEP, crosscheck RUN --all --steps, benchmarks/cupti_check.py"
+    local run rc
+    "$GPU_PY" -m orchestrator.cli run "$SWEEP" -i "$INV" --runs-dir "$RUNS" --format json \
+        > "$WORK/crosscheck-seed.json" 2> "$WORK/crosscheck-seed.err"
+    run=$(run_dir_of "$WORK/crosscheck-seed.err")
+    echo "seed: run $run"
+    summarize "$WORK/crosscheck-seed.json" "$run"
+    "$GPU_PY" -m orchestrator.cli crosscheck "$run" --all --steps --format md > "$WORK/crosscheck.md" 2> "$WORK/crosscheck.err"
+    rc=$?
+    echo "crosscheck: exit $rc"
+    grep -v ': crosschecking ' "$WORK/crosscheck.err" | tail -n 20 | sed 's/^/  err| /'
+    "$GPU_PY" -m orchestrator.cli crosscheck "$run" --all --steps --stored --format json > "$DEST/crosscheck-h200.json"
+    "$GPU_PY" benchmarks/cupti_check.py --out "$WORK/cupti.md" > "$WORK/cupti.log" 2>&1
+    echo "cupti_check: exit $?"; tail -n 3 "$WORK/cupti.log"
+    { echo "# fleetbench against FlashInfer's and Triton's timers (H200, commit $(git rev-parse --short HEAD 2>/dev/null))"
+      echo; echo "Reproduce: \`bash benchmarks/device_check.sh crosscheck\` (carry .whl and .carry/fi.tar.xz): \`fleetbench run $SWEEP\`, then \`fleetbench crosscheck RUN --all --steps\` (exit $rc), then \`python benchmarks/cupti_check.py\`."
+      echo; cat "$WORK/crosscheck.md"; echo; sed 's/^# /## /' "$WORK/cupti.md"; } > "$DEST/crosscheck-h200.md"
+    return $rc
+}
+
 collect() {
     [ -n "${OUT:-}" ] || return 0
     cp "$WORK/seed1.json" "$WORK/seed1.md" "$OUT/" 2>/dev/null
@@ -283,7 +306,7 @@ collect() {
 }
 
 STEPS="seed cost interrupt diff fidelity order order-bf16 order-bf16-unsettled neighbour first-case calibration moe byo
-verdicts jit-cache fleet profile fanout"
+verdicts jit-cache fleet profile fanout crosscheck"
 [ $# -gt 0 ] || { echo "usage: bash benchmarks/device_check.sh STEP... (steps:" $STEPS")"; exit 2; }
 for step in "$@"; do
     case " $(echo $STEPS) " in

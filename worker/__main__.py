@@ -7,6 +7,7 @@ what `facts` and `check` answer goes on that channel; everything else is log.
   check                              print facts plus readiness details (disk, GPU processes) as JSON
   profile   --params P --out D       profile the cases of P under ncu, one record each (worker/profile.py)
   profile-case --params P --case ID --out F   the process ncu profiles: one case, warmed and settled
+  crosscheck --params P              time the cases of P beside FlashInfer's and Triton's timers (worker/crosscheck.py)
 """
 from __future__ import annotations
 
@@ -33,6 +34,7 @@ def main(argv: list[str] | None = None) -> int:
     prof_case.add_argument("--params", type=Path, required=True)
     prof_case.add_argument("--case", required=True)
     prof_case.add_argument("--out", type=Path, required=True)
+    sub.add_parser("crosscheck").add_argument("--params", type=Path, required=True)
     try:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # argparse's 2 would read as "python cannot open the script" (protocol.py)
@@ -64,6 +66,10 @@ def main(argv: list[str] | None = None) -> int:
         from .profile import run_profiled_case
 
         return run_profiled_case(args.params, args.case, args.out)
+    if args.command == "crosscheck":
+        from .crosscheck import crosscheck
+
+        return crosscheck(args.params)
     from .env import collect_facts, detect_device
 
     if args.command == "check":

@@ -1,0 +1,208 @@
+"""What a crosscheck says, case by case and peer by peer: the raw gap between a peer's timer and
+fleetbench's, the gap once the methods match, and the share of each cause. Pure: stored records in,
+comparisons out.
+
+A peer's runs form a ladder (worker/crosscheck.py): its default, then one setting after another matched
+to fleetbench's. Every ratio is the peer's figure over fleetbench's median of the same case timed in
+the same process. A step's share is the previous step's ratio over its own: how much the peer's own
+setting of the one factor that step changed moved its figure (+20% launch overhead: per-call launches
+made it read 20% higher than graph replay did). So the raw ratio is the matched one times the shares:
+
+    raw = matched x statistic x l2 x launch x clock
+
+The order of the ladder is fixed, so two factors that interact are always split the same way. A factor
+the peer already matched (FlashInfer's median, Triton's graph) was not run: its share is 1.
+"""
+from __future__ import annotations
+
+import statistics
+from dataclasses import asdict, dataclass, field
+from typing import Optional
+
+FACTORS = ("statistic", "l2", "launch", "clock")
+FACTOR_NAMES = {"statistic": "statistic", "l2": "L2 state", "launch": "launch overhead", "clock": "clock state"}
+TOLERANCE = 0.02  # a matched peer within this of fleetbench agrees with it
+GAP = 0.03  # a raw gap beyond this must be attributed
+NAMED = 0.01  # a step that moves the ratio by less than this is within the timers' own noise: not named
+
+
+@dataclass
+class StepView:
+    step: str
+    call: str
+    l2: str
+    launch: str
+    clock: str
+    statistic: str
+    value_us: Optional[float]
+    ratio: Optional[float]  # value / fleetbench's median
+    share: Optional[float]  # the previous step's ratio / this one's: its factor's share of the raw gap
+    reason: str = ""
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass
+class PeerComparison:
+    slot: str
+    case_id: str
+    backend: str
+    m: int
+    n: int
+    k: int
+    label: str
+    peer: str
+    timer: str
+    version: str
+    status: str  # the peer's: ok | unavailable | unsupported | failed
+    reason: str
+    fleetbench_us: Optional[float]
+    raw_us: Optional[float] = None  # the peer in its own default settings
+    raw_ratio: Optional[float] = None
+    matched_us: Optional[float] = None  # the peer with every method matched (its last step)
+    matched_ratio: Optional[float] = None
+    factors: dict = field(default_factory=dict)  # factor -> its share, None where not measured
+    causes: list[str] = field(default_factory=list)  # the named factors, largest first
+    verdict: str = ""  # agrees | attributed | unexplained | not compared
+    explanation: str = ""
+    unmatched: list[str] = field(default_factory=list)  # factors the ladder could not match
+    steps: list[StepView] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def _ratio(value: Optional[float], base: Optional[float]) -> Optional[float]:
+    return value / base if value is not None and base else None
+
+
+def _pct(x: float) -> str:
+    return f"{(x - 1) * 100:+.1f}%"
+
+
+def compare_peer(slot: str, record, peer, tolerance: float = TOLERANCE, gap: float = GAP) -> PeerComparison:
+    """One peer of one stored crosscheck record (worker/crosscheck.py CrosscheckRecord, PeerResult)."""
+    case = record.case
+    ours = record.fleetbench
+    base = ours.median_us if ours else None
+    out = PeerComparison(slot=slot, case_id=record.case_id, backend=case.backend, m=case.m, n=case.n, k=case.k,
+                         label=case.label, peer=peer.peer, timer=peer.timer, version=peer.version,
+                         status=peer.status, reason=peer.reason, fleetbench_us=base, notes=list(peer.notes))
+    previous: Optional[float] = None
+    for run in peer.runs:
+        ratio = _ratio(run.value_us, base)
+        share = previous / ratio if ratio and previous is not None else None
+        out.steps.append(StepView(run.step, run.call, run.method.l2, run.method.launch, run.method.clock,
+                                  run.method.statistic, run.value_us, ratio, share if run.step != "default" else None,
+                                  run.reason, list(run.notes)))
+        if run.step != "default" and run.step in FACTORS:
+            out.factors[run.step] = share
+        if ratio is not None:
+            previous = ratio
+    if peer.status != "ok" or base is None:
+        out.verdict = "not compared"
+        out.explanation = peer.reason or (record.reason if ours is None else "")
+        return out
+    first = out.steps[0] if out.steps else None
+    if first is None or first.ratio is None:
+        out.verdict, out.explanation = "not compared", (first.reason if first else "no run")
+        return out
+    out.raw_us, out.raw_ratio = first.value_us, first.ratio
+    last = next(s for s in reversed(out.steps) if s.ratio is not None)
+    out.matched_us, out.matched_ratio = last.value_us, last.ratio
+    for s in out.steps[1:]:
+        if s.ratio is None:
+            out.unmatched.append(f"{FACTOR_NAMES.get(s.step, s.step)} ({s.reason or 'no value'})")
+    out.unmatched += list(peer.unmatched)
+    named = [(f, c) for f, c in out.factors.items() if c is not None and abs(c - 1) >= NAMED]
+    named.sort(key=lambda fc: -abs(fc[1] - 1))
+    by_factor = {s.step: s for s in out.steps}
+    for factor, share in named:
+        step = by_factor[factor]
+        before = _before(out.steps, factor)
+        out.causes.append(f"{FACTOR_NAMES[factor]} {_pct(share)} ({_method_of(before, factor)} vs "
+                          f"{_method_of(step, factor)})")
+    raw_off, matched_off = abs(out.raw_ratio - 1), abs(out.matched_ratio - 1)
+    if matched_off > tolerance:
+        out.verdict = "unexplained"
+        out.explanation = (f"{_pct(out.matched_ratio)} with every method matched"
+                           + (f" (not matched: {', '.join(out.unmatched)})" if out.unmatched else ""))
+    elif raw_off > gap:
+        out.verdict = "attributed"
+        out.explanation = "; ".join(out.causes) or "no single step moved it by 1%: the steps add up"
+    else:
+        out.verdict = "agrees"
+        out.explanation = "; ".join(out.causes)
+    return out
+
+
+def _before(steps: list[StepView], factor: str) -> StepView:
+    """The last step before `factor`'s with a value: what its factor was changed from."""
+    earlier = steps[:[s.step for s in steps].index(factor)]
+    return next((s for s in reversed(earlier) if s.ratio is not None), steps[0])
+
+
+def _method_of(step: StepView, factor: str) -> str:
+    return {"statistic": step.statistic, "l2": step.l2, "launch": step.launch, "clock": step.clock}[factor]
+
+
+def compare(stored: list, tolerance: float = TOLERANCE, gap: float = GAP) -> list[PeerComparison]:
+    """Every peer of every stored crosscheck (runs/crosschecks.py StoredCrosscheck), in order."""
+    return [compare_peer(s.slot, s.record, p, tolerance, gap) for s in stored for p in s.record.peers]
+
+
+@dataclass
+class PeerSummary:
+    peer: str
+    compared: int  # cells with a raw and a matched figure
+    agree_matched: int  # ... whose matched figure is within the tolerance
+    raw_gaps: int  # ... whose raw gap is beyond GAP
+    raw_gaps_attributed: int
+    not_compared: int
+    reasons: list[str]  # why not, each once
+
+    def line(self, tolerance: float, gap: float) -> str:
+        if not self.compared:
+            return f"{self.peer}: not compared ({'; '.join(self.reasons) or 'no record'})"
+        share = 100.0 * self.agree_matched / self.compared
+        text = (f"{self.peer}: {self.agree_matched} of {self.compared} cells ({share:.0f}%) within "
+                f"{tolerance:.0%} of fleetbench once the methods match; {self.raw_gaps} raw gaps beyond {gap:.0%}, "
+                f"{self.raw_gaps_attributed} of them attributed")
+        return text + (f"; {self.not_compared} not compared" if self.not_compared else "")
+
+
+def summarize(comparisons: list[PeerComparison], gap: float = GAP) -> list[PeerSummary]:
+    out = []
+    for peer in dict.fromkeys(c.peer for c in comparisons):
+        mine = [c for c in comparisons if c.peer == peer]
+        done = [c for c in mine if c.verdict != "not compared"]
+        gaps = [c for c in done if abs(c.raw_ratio - 1) > gap]
+        out.append(PeerSummary(peer=peer, compared=len(done),
+                               agree_matched=sum(c.verdict != "unexplained" for c in done),
+                               raw_gaps=len(gaps), raw_gaps_attributed=sum(c.verdict == "attributed" for c in gaps),
+                               not_compared=len(mine) - len(done),
+                               reasons=list(dict.fromkeys(c.explanation for c in mine if c.verdict == "not compared"))))
+    return out
+
+
+def fleetbench_view(stored) -> dict:
+    """fleetbench's own figures of one stored crosscheck: its median now beside the sweep's, and its
+    graph's kernel time (CUPTI) beside its replay time."""
+    rec, ours = stored.record, stored.record.fleetbench
+    case = rec.case
+    view = {"slot": stored.slot, "case_id": rec.case_id, "backend": case.backend, "m": case.m, "n": case.n,
+            "k": case.k, "label": case.label, "status": rec.status, "reason": rec.reason,
+            "sweep_median_us": stored.sweep_median_us, "median_us": None, "now_over_sweep": None,
+            "kernels_us": None, "span_us": None, "kernels_over_replay": None, "kernels_per_call": None,
+            "kernels": [], "cupti_split_by": "", "cupti_reason": "", "method": None, "settle_ms": None,
+            "gpu_name": rec.gpu_name, "sm_clock_locked_mhz": rec.sm_clock_locked_mhz}
+    if ours is None:
+        return view
+    view.update(median_us=ours.median_us, now_over_sweep=_ratio(ours.median_us, stored.sweep_median_us),
+                kernels_us=ours.kernels_us, span_us=ours.span_us,
+                kernels_over_replay=_ratio(ours.kernels_us, ours.median_us),
+                kernels_per_call=len(ours.kernels) if ours.kernels_us is not None else None, kernels=ours.kernels,
+                cupti_split_by=ours.cupti_split_by, cupti_reason=ours.cupti_reason,
+                method=ours.method.model_dump(mode="json"), settle_ms=ours.settle_ms,
+                spread=statistics.pstdev(ours.samples_us) / ours.median_us if len(ours.samples_us) > 1 else None)
+    return view

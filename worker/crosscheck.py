@@ -1,0 +1,558 @@
+"""A case of a stored run timed beside the timers users hold fleetbench against: `fleetbench crosscheck`.
+
+On the case's own host and GPU, holding the GPU's lock as a sweep does, each case is prepared as the
+sweep prepared it (worker/runner.py) and timed, back to back in one process:
+  fleetbench   its own timing (worker/timing.py: graph replay, cold-L2 rotation, settled, median), and
+               the same graph's kernels as CUPTI records them (worker/cupti.py): kernel time alone;
+  flashinfer   flashinfer.testing.bench_gpu_time, where FlashInfer is installed;
+  triton       triton.testing.do_bench_cudagraph, where Triton is.
+Each peer runs first in its own default settings, as a user calls it on a closure over one set of inputs
+(`fn` below), then with one setting after another matched to fleetbench's, each step changing one thing:
+  statistic  its statistic -> fleetbench's median (computed from the same samples; no new run)
+  l2         its L2 state (FlashInfer: 2x L2 zeroed before each call; Triton: hot, the same inputs every
+             call) -> fleetbench's rotation through the case's input sets, inside the peer's own timing
+  launch     per-call CUDA events -> graph replay of as many calls as fleetbench's sample
+  clock      from idle (a GPU that idled climbs to its burst clock; peers time it there) -> settled, by
+             replaying fleetbench's own graph until the case's steady state right before the peer runs
+So the first run gives the raw gap, the last the matched gap, and each step's ratio names the share of
+one cause (orchestrator/analysis/crosscheck.py). A step whose setting already matches is not run.
+
+Only what exists is imported: a peer that is not installed, or too old to have its timer, is a reason
+in the record, never a crash. The parameters passed are the ones the installed version's signature
+has (read with inspect, recorded); a missing one fails that step with its name.
+"""
+from __future__ import annotations
+
+import contextlib
+import itertools
+import math
+import os
+import statistics
+import sys
+import time
+import traceback
+import warnings
+from typing import Callable, Literal, Optional
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from .schema import CaseSpec
+
+# History of the crosscheck params and records (bump on any change a reader must know about):
+#   1  first version (fleetbench crosscheck, issue 30).
+CROSSCHECK_FORMAT = 1
+
+PEERS = ("flashinfer", "triton")
+PeerName = Literal["flashinfer", "triton"]
+Step = Literal["default", "statistic", "l2", "launch", "clock"]
+# Before a peer runs in its default clock state: a user's script reaches its timer after setting up,
+# with the GPU idle. Longer than the ~100 ms over which the GPU's clock follows its load (worker/timing.py).
+IDLE_S = 0.2
+CUPTI_REPLAYS = 20
+TARGET_SAMPLE_S = 2e-3  # one sample of fleetbench's graph, as worker/timing.py sizes it
+
+
+class _Data(BaseModel):
+    # Params are written by the controller for this worker: nothing unknown is accepted.
+    model_config = ConfigDict(extra="forbid")
+
+
+class CrosscheckOptions(_Data):
+    peers: list[PeerName] = Field(default_factory=lambda: list(PEERS))
+    cupti: bool = True  # fleetbench's own graph timed by CUPTI too: kernel time beside replay time
+
+
+class CrosscheckParams(_Data):
+    format: int = CROSSCHECK_FORMAT
+    run_id: str
+    host: str
+    gpu: Optional[int] = None
+    device: str = "auto"
+    lock_timeout_s: float = 600.0
+    lock_clocks: bool = False
+    cases: list[CaseSpec]
+    options: CrosscheckOptions = Field(default_factory=CrosscheckOptions)
+
+
+class _Read(BaseModel):
+    model_config = ConfigDict(extra="ignore")  # a stored record is read by every later version
+
+
+class Method(_Read):
+    """How one timing was taken, factor by factor (the words the table shows)."""
+
+    l2: str = ""
+    launch: str = ""
+    clock: str = ""
+    statistic: Literal["median", "mean"] = "median"
+
+
+class Timed(_Read):
+    """One run of a timer in one setting: per-call samples in µs, as the timer gave them."""
+
+    step: Step
+    call: str  # the call as made, e.g. "bench_gpu_time(fn, cold_l2_cache=False)"
+    method: Method
+    samples_us: list[float] = Field(default_factory=list)
+    value_us: Optional[float] = None  # the method's statistic of the samples; None: the run failed
+    reason: str = ""  # why there is no value
+    notes: list[str] = Field(default_factory=list)  # what the timer warned, and how the statistic was had
+
+
+class PeerResult(_Read):
+    peer: str  # "flashinfer" | "triton"
+    timer: str  # the function, e.g. "flashinfer.testing.bench_gpu_time"
+    status: Literal["ok", "unavailable", "unsupported", "failed"]
+    reason: str = ""
+    version: str = ""
+    signature: str = ""  # inspect.signature of the timer, as installed
+    runs: list[Timed] = Field(default_factory=list)
+    unmatched: list[str] = Field(default_factory=list)  # factors this timer cannot match to fleetbench's, and why
+    notes: list[str] = Field(default_factory=list)
+
+
+class FleetbenchTiming(_Read):
+    method: Method
+    timing_method: str  # Stats.method: "cuda-graph", "cuda-events", "cpu-wallclock"
+    median_us: float
+    mean_us: float
+    samples_us: list[float]
+    calls_per_sample: int
+    n_sets: int
+    settle_ms: Optional[float] = None
+    # The same case's graph, its kernels as CUPTI records them: the median over replays of the summed
+    # activity time per call, and of first start to last end per call; None with a reason when not traced.
+    kernels_us: Optional[float] = None
+    span_us: Optional[float] = None
+    kernels: list[str] = Field(default_factory=list)
+    cupti_split_by: str = ""
+    cupti_reason: str = ""
+
+
+class CrosscheckRecord(_Read):
+    kind: Literal["crosscheck"] = "crosscheck"
+    format: int = CROSSCHECK_FORMAT
+    case_id: str
+    case: CaseSpec
+    status: Literal["ok", "failed", "unsupported", "unavailable"]
+    reason: str = ""
+    started_at: str = ""
+    duration_s: float = 0.0
+    device: str = ""
+    gpu_name: str = ""
+    sm_clock_locked_mhz: Optional[int] = None
+    fleetbench: Optional[FleetbenchTiming] = None
+    peers: list[PeerResult] = Field(default_factory=list)
+
+
+# -- the host's side of `fleetbench crosscheck` --------------------------------------------------------
+def crosscheck(params_path) -> int:
+    """Time every case of `params_path` beside its peers, one record each on the protocol channel,
+    holding this GPU's lock (and its clocks, where the host locks them) as a sweep does. Returns 0, or
+    EXIT_GPU_BUSY when another sweep held the GPU past the lock timeout."""
+    from pathlib import Path
+
+    from .clocks import CLOCK_ENV, locked_clocks
+    from .gpulock import CPU, GpuLockTimeout, gpu_lock
+    from .protocol import EXIT_GPU_BUSY, RECORD_PREFIX, emit_progress, heartbeat, write_line
+
+    params = CrosscheckParams.model_validate_json(Path(params_path).read_text(encoding="utf-8"))
+    held = contextlib.ExitStack()
+    try:
+        with heartbeat(state="lock-wait"):
+            locked_id = held.enter_context(gpu_lock(
+                f"crosscheck of {params.run_id}", params.host, params.lock_timeout_s,
+                ids=[CPU] if params.device == "cpu" else None,
+                on_wait=lambda holder: emit_progress(event="lock-wait", holder=holder.get("run_id", "?"))))
+    except GpuLockTimeout as exc:
+        print(f"fleetbench: {exc}", file=sys.stderr, flush=True)
+        return EXIT_GPU_BUSY
+    with held, heartbeat():
+        say = lambda line: print(f"fleetbench: {line}", file=sys.stderr, flush=True)  # noqa: E731
+        with locked_clocks(locked_id, params.lock_clocks, say) as mhz:
+            if mhz is not None:
+                os.environ[CLOCK_ENV] = str(mhz)
+            from .runner import CaseRunner
+
+            runner = CaseRunner(params.device)
+            for i, case in enumerate(params.cases):
+                emit_progress(event="start", done=i, total=len(params.cases), case_id=case.case_id,
+                              backend=case.backend, m=case.m, n=case.n, k=case.k)
+                record = check_case(runner, case, params.options, locked_mhz=mhz)
+                write_line(RECORD_PREFIX + record.model_dump_json())
+                emit_progress(event="end", done=i + 1, total=len(params.cases), case_id=case.case_id,
+                              status=record.status, reason=record.reason[:200])
+    return 0
+
+
+def check_case(runner, case: CaseSpec, options: CrosscheckOptions, locked_mhz: Optional[int] = None
+               ) -> CrosscheckRecord:
+    """One case timed by fleetbench and by each peer of `options` (module docstring). Never raises for
+    what the case or a peer does: that is the record's status and reason."""
+    from .protocol import now_iso
+
+    started, t0 = now_iso(), time.perf_counter()
+
+    def record(status: str, reason: str = "", **fields) -> CrosscheckRecord:
+        return CrosscheckRecord(case_id=case.case_id, case=case, status=status, reason=reason, started_at=started,
+                                duration_s=round(time.perf_counter() - t0, 3), device=runner.device.device,
+                                gpu_name=runner.device.name or "", sm_clock_locked_mhz=locked_mhz, **fields)
+
+    from . import runner as sweep_runner
+    from .backends import availability_problem, support_problem
+
+    spec = sweep_runner._spec_of(case)
+    if isinstance(spec, str):
+        return record("unavailable" if case.kernel_sha256 else "failed", spec)
+    problem = support_problem(spec, case.m, case.n, case.k, runner.device.compute_capability)
+    if problem:
+        return record("unsupported", problem)
+    problem = None if case.kernel_sha256 else availability_problem(spec)
+    if problem:
+        return record("unavailable", problem)
+    try:
+        fn, sets, n_sets = runner._prepare(case, spec)
+        if runner.device.device != "cuda":
+            return record("ok", "", fleetbench=_time_on_cpu(fn, n_sets, case),
+                          peers=[_not_on_cpu(p) for p in options.peers])
+        bench = CaseBench(fn, n_sets, case)
+        ours = bench.fleetbench(options.cupti)
+        peers = [PEER_RUNS[p](bench) for p in options.peers]
+        bench.release()
+        del fn, sets
+        return record("ok", "", fleetbench=ours, peers=peers)
+    except Exception as exc:  # what the case raises is its reason, as in a sweep
+        traceback.print_exc()
+        return record("failed", f"{type(exc).__name__}: {exc}"[:500])
+
+
+def _time_on_cpu(fn, n_sets: int, case: CaseSpec) -> FleetbenchTiming:
+    from .timing import time_cpu
+
+    stats = time_cpu(fn, n_sets, case.timing)
+    return FleetbenchTiming(method=Method(l2="hot (CPU)", launch="wall clock", clock="as found"),
+                            timing_method=stats.method, median_us=stats.median_us, mean_us=stats.mean_us,
+                            samples_us=stats.samples_us, calls_per_sample=stats.calls_per_sample, n_sets=n_sets,
+                            cupti_reason="the case ran on the CPU")
+
+
+def _not_on_cpu(peer: str) -> PeerResult:
+    return PeerResult(peer=peer, timer=TIMERS[peer], status="unsupported",
+                      reason=f"{TIMERS[peer]} times CUDA kernels; this case ran on the CPU")
+
+
+# -- the case on the GPU, as each timer sees it ----------------------------------------------------------
+class CaseBench:
+    """A prepared case on the GPU: `fn(i)` runs it on input set i. Holds fleetbench's graph of the case
+    once timed (for CUPTI and for settling before a peer) and the words for fleetbench's own method."""
+
+    def __init__(self, fn: Callable[[int], object], n_sets: int, case: CaseSpec):
+        self.fn, self.n_sets, self.case = fn, n_sets, case
+        self.graph = None
+        self.calls = 1  # calls in self.graph
+        self.ours: Optional[FleetbenchTiming] = None
+
+    # The closures the peers time. `fixed` is what a user hands a timer: a call on one set of inputs.
+    # `rotating` goes through the case's input sets as fleetbench's graph does; a graph captured from
+    # it captures the rotation (each captured call reads the next set).
+    def fixed(self) -> None:
+        self.fn(0)
+
+    def rotating_call(self) -> Callable[[], None]:
+        counter = itertools.count()
+        return lambda: self.fn(next(counter) % self.n_sets)
+
+    @property
+    def cold(self) -> bool:
+        return self.case.timing.l2 == "cold" and self.n_sets > 1
+
+    @property
+    def settles(self) -> bool:
+        return self.case.timing.settle_ms > 0
+
+    def l2_words(self) -> str:
+        if self.cold:
+            return f"rotation over {self.n_sets} input sets (at least 3x L2)"
+        if self.case.timing.l2 == "cold":
+            return "one input set of at least 3x L2 (every call starts cold)"
+        return "hot (the same inputs every call)"
+
+    def fleetbench(self, cupti: bool) -> FleetbenchTiming:
+        import torch
+
+        from . import timing
+
+        stats = timing.time_cuda(self.fn, self.n_sets, self.case.timing)
+        if stats.method == "cuda-graph":
+            self.calls = stats.calls_per_sample
+            launch = f"graph replay of {self.calls} calls"
+        else:  # events mode: a graph only for CUPTI and for settling before a peer
+            self.calls = max(1, math.ceil(TARGET_SAMPLE_S / max(stats.median_us * 1e-6, 1e-7)))
+            self.calls = -(-self.calls // self.n_sets) * self.n_sets
+            launch = "per-call CUDA events"
+        self.graph = timing._capture(self.fn, self.calls, self.n_sets, timing._capture_stream())
+        self.graph.replay()
+        torch.cuda.synchronize()
+        settled = f"settled ({stats.settle_ms:g} ms)" if self.settles else "as found (settle_ms 0)"
+        ours = FleetbenchTiming(method=Method(l2=self.l2_words(), launch=launch, clock=settled),
+                                timing_method=stats.method, median_us=stats.median_us, mean_us=stats.mean_us,
+                                samples_us=stats.samples_us, calls_per_sample=stats.calls_per_sample,
+                                n_sets=self.n_sets, settle_ms=stats.settle_ms)
+        if not cupti:
+            ours.cupti_reason = "not asked (--no-cupti)"
+        else:
+            self._cupti(ours)
+        self.ours = ours
+        return ours
+
+    def _cupti(self, ours: FleetbenchTiming) -> None:
+        from . import cupti
+
+        problem = cupti.available()
+        if problem:
+            ours.cupti_reason = problem
+            return
+        self.settle()
+        try:
+            got = cupti.kernel_samples_us(self.graph.replay, self.calls, CUPTI_REPLAYS)
+        except cupti.CuptiError as exc:
+            ours.cupti_reason = str(exc)
+            return
+        ours.kernels_us = statistics.median(got.per_call_us)
+        ours.span_us = statistics.median(got.span_us)
+        ours.kernels, ours.cupti_split_by = got.kernels, got.split_by
+
+    def settle(self) -> None:
+        """Replay fleetbench's graph of the case until it is in its own steady state (worker/timing.py
+        settle), right before what runs next."""
+        if not self.settles:
+            return
+        import torch
+
+        from . import timing
+
+        stream = torch.cuda.current_stream()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+
+        def replay_us() -> float:
+            start.record(stream)
+            self.graph.replay()
+            end.record(stream)
+            end.synchronize()
+            return start.elapsed_time(end) * 1e3 / self.calls
+
+        timing.settle(replay_us, self.calls, self.case.timing.settle_ms)
+
+    def side_stream(self):
+        """A fresh stream made current: where a timer that captures graphs must not use the default one."""
+        import torch
+
+        return torch.cuda.stream(torch.cuda.Stream())
+
+    def idle(self) -> None:
+        """Leave the GPU idle as a user's script does before it reaches its timer (IDLE_S)."""
+        import torch
+
+        torch.cuda.synchronize()
+        time.sleep(IDLE_S)
+
+    def release(self) -> None:
+        import torch
+
+        self.graph = None
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
+
+
+def _version(dist: str, module) -> str:
+    try:
+        from importlib.metadata import version
+
+        return version(dist)
+    except Exception:
+        return str(getattr(module, "__version__", ""))
+
+
+def _signature(fn) -> tuple[str, set[str]]:
+    import inspect
+
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return "", set()
+    return str(sig), set(sig.parameters)
+
+
+def _stat(samples: list[float], statistic: str) -> Optional[float]:
+    if not samples:
+        return None
+    return statistics.median(samples) if statistic == "median" else statistics.fmean(samples)
+
+
+def _run(step: Step, call: str, method: Method, measure: Callable[[], list[float]]) -> Timed:
+    """One timer run: its samples (µs per call), the statistic of `method`, and what it warned."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            samples = [float(s) for s in measure()]
+            reason = ""
+        except Exception as exc:
+            traceback.print_exc()
+            samples, reason = [], f"{type(exc).__name__}: {exc}"[:400]
+    notes = list(dict.fromkeys(str(w.message)[:300] for w in caught))
+    return Timed(step=step, call=call, method=method, samples_us=[round(s, 4) for s in samples],
+                 value_us=_stat(samples, method.statistic), reason=reason, notes=notes)
+
+
+def _with_statistic(run: Timed, statistic: str) -> Timed:
+    """The same samples under another statistic: the `statistic` step costs no new run."""
+    method = run.method.model_copy(update={"statistic": statistic})
+    return run.model_copy(update={"step": "statistic", "method": method, "value_us": _stat(run.samples_us, statistic),
+                                  "notes": ["the samples of the run above"]})
+
+
+# -- FlashInfer: flashinfer.testing.bench_gpu_time ---------------------------------------------------------
+FLASHINFER_STATISTIC = "median"  # what FlashInfer's own benchmarks report of the times it returns (its #1337)
+
+
+def flashinfer_runs(bench: CaseBench) -> PeerResult:
+    timer = TIMERS["flashinfer"]
+    try:
+        import flashinfer.testing as fit
+    except Exception as exc:  # not installed, or it fails to import here: a reason either way
+        return PeerResult(peer="flashinfer", timer=timer, status="unavailable",
+                          reason=f"FlashInfer cannot be imported here ({type(exc).__name__}: {str(exc)[:200]})")
+    import flashinfer
+
+    version = _version("flashinfer-python", flashinfer)
+    bench_gpu_time = getattr(fit, "bench_gpu_time", None)
+    if bench_gpu_time is None:
+        return PeerResult(peer="flashinfer", timer=timer, status="unavailable", version=version,
+                          reason=f"FlashInfer {version} has no flashinfer.testing.bench_gpu_time")
+    signature, accepted = _signature(bench_gpu_time)
+    result = PeerResult(peer="flashinfer", timer=timer, status="ok", version=version, signature=signature)
+
+    def measure(call: Callable[[], None], **kwargs) -> Callable[[], list[float]]:
+        missing = [k for k in kwargs if k not in accepted]
+
+        def run() -> list[float]:
+            if missing:
+                raise TypeError(f"this bench_gpu_time has no parameter {', '.join(missing)}")
+            return [t * 1e3 for t in bench_gpu_time(call, **kwargs)]
+        return run
+
+    def text(**kwargs) -> str:
+        return "bench_gpu_time(" + ", ".join(["fn", *(f"{k}={v!r}" for k, v in kwargs.items())]) + ")"
+
+    flush = "2x L2 zeroed before each call (cold_l2_cache=True)"
+    events = "per-call CUDA events"
+    from_idle = "from idle"
+    runs = result.runs
+    bench.idle()
+    runs.append(_run("default", text(), Method(l2=flush, launch=events, clock=from_idle,
+                                                  statistic=FLASHINFER_STATISTIC), measure(bench.fixed)))
+    ours = bench.ours
+    l2_kwargs = {"cold_l2_cache": False}
+    call = bench.rotating_call() if bench.cold else bench.fixed
+    bench.idle()
+    runs.append(_run("l2", text(**l2_kwargs), Method(l2=bench.l2_words(), launch=events, clock=from_idle),
+                     measure(call, **l2_kwargs)))
+    matched = dict(l2_kwargs)
+    launch = events
+    if ours is not None and ours.timing_method == "cuda-graph":
+        matched.update(use_cuda_graph=True, num_iters_within_graph=bench.calls)
+        launch = f"graph replay of {bench.calls} calls"
+        call = bench.rotating_call() if bench.cold else bench.fixed
+        bench.idle()
+        runs.append(_run("launch", text(**matched), Method(l2=bench.l2_words(), launch=launch, clock=from_idle),
+                         measure(call, **matched)))
+    if bench.settles:
+        call = bench.rotating_call() if bench.cold else bench.fixed
+        bench.settle()
+        runs.append(_run("clock", text(**matched), Method(l2=bench.l2_words(), launch=launch, clock="settled"),
+                         measure(call, **matched)))
+    result.notes += _cupti_note("enable_cupti" in accepted)
+    if all(r.value_us is None for r in runs):
+        result.status, result.reason = "failed", runs[0].reason
+    return result
+
+
+def _cupti_note(has_parameter: bool) -> list[str]:
+    """What FlashInfer's CUPTI timer (flashinfer_benchmark.py's default since its #2180) would do here."""
+    if not has_parameter:
+        return ["this bench_gpu_time has no enable_cupti"]
+    try:
+        from importlib.metadata import version
+
+        found = version("cupti-python")
+    except Exception:
+        return ["enable_cupti=True (flashinfer_benchmark.py's default) would fall back to CUDA events here: "
+                "cupti-python is not installed; fleetbench's CUPTI column is that kind of figure"]
+    return [f"cupti-python {found} is installed: enable_cupti=True times kernels alone, as fleetbench's CUPTI column does"]
+
+
+# -- Triton: triton.testing.do_bench_cudagraph ---------------------------------------------------------------
+TRITON_STATISTIC = "mean"  # do_bench_cudagraph's default return_mode
+
+
+def triton_runs(bench: CaseBench) -> PeerResult:
+    timer = TIMERS["triton"]
+    try:
+        import triton
+        import triton.testing as tt
+    except Exception as exc:
+        return PeerResult(peer="triton", timer=timer, status="unavailable",
+                          reason=f"Triton cannot be imported here ({type(exc).__name__}: {str(exc)[:200]})")
+    version = _version("triton", triton)
+    do_bench_cudagraph = getattr(tt, "do_bench_cudagraph", None)
+    if do_bench_cudagraph is None:
+        return PeerResult(peer="triton", timer=timer, status="unavailable", version=version,
+                          reason=f"Triton {version} has no triton.testing.do_bench_cudagraph")
+    signature, accepted = _signature(do_bench_cudagraph)
+    result = PeerResult(peer="triton", timer=timer, status="ok", version=version, signature=signature)
+
+    def all_times(call: Callable[[], None]) -> Callable[[], list[float]]:
+        # return_mode="all" gives every replay's per-call time, so one run yields both statistics. Older
+        # Triton captures on the current stream and refuses the default one: a side stream serves both.
+        def run() -> list[float]:
+            with bench.side_stream():
+                if "all" in modes:
+                    try:
+                        return [t * 1e3 for t in do_bench_cudagraph(call, return_mode="all")]
+                    except AssertionError:  # a Triton with return_mode but without "all"
+                        modes.discard("all")
+                        warnings.warn("this do_bench_cudagraph refuses return_mode='all': its mean alone")
+                return [do_bench_cudagraph(call) * 1e3]  # its mean, alone
+        return run
+
+    modes = {"all"} if "return_mode" in accepted else set()
+    text = "do_bench_cudagraph(fn, return_mode='all')" if modes else "do_bench_cudagraph(fn)"
+    graph = "graph of ~20 ms of calls"  # its rep=20 ms, unrolled into one graph
+    runs = result.runs
+    bench.idle()
+    first = _run("default", text, Method(l2="hot (the same inputs every call)", launch=graph, clock="from idle",
+                                         statistic=TRITON_STATISTIC), all_times(bench.fixed))
+    runs.append(first)
+    if "all" not in modes:
+        result.unmatched.append("statistic (this do_bench_cudagraph gives its mean alone)")
+    else:
+        runs.append(_with_statistic(first, "median"))
+    statistic = "median" if "all" in modes else "mean"  # the mean where the median cannot be had
+    if bench.cold:
+        bench.idle()
+        runs.append(_run("l2", text, Method(l2=bench.l2_words(), launch=graph, clock="from idle", statistic=statistic),
+                         all_times(bench.rotating_call())))
+    if bench.settles:
+        bench.settle()
+        runs.append(_run("clock", text, Method(l2=bench.l2_words(), launch=graph, clock="settled", statistic=statistic),
+                         all_times(bench.rotating_call() if bench.cold else bench.fixed)))
+    if bench.ours is not None and bench.ours.timing_method != "cuda-graph":
+        result.unmatched.append("launch (do_bench_cudagraph always replays a graph; this case was timed with "
+                                "per-call CUDA events)")
+    if all(r.value_us is None for r in runs):
+        result.status, result.reason = "failed", runs[0].reason
+    return result
+
+
+TIMERS = {"flashinfer": "flashinfer.testing.bench_gpu_time", "triton": "triton.testing.do_bench_cudagraph"}
+PEER_RUNS: dict[str, Callable[[CaseBench], PeerResult]] = {"flashinfer": flashinfer_runs, "triton": triton_runs}
