@@ -286,11 +286,14 @@ step_crosscheck() {
     run=$(run_dir_of "$WORK/crosscheck-seed.err")
     echo "seed: run $run"
     summarize "$WORK/crosscheck-seed.json" "$run"
-    "$GPU_PY" -m orchestrator.cli crosscheck "$run" --all --steps --format md > "$WORK/crosscheck.md" 2> "$WORK/crosscheck.err"
+    # XC_SELECT: which cases (default --all; e.g. "--backend torch-bf16 --backend torch-fp8" for a shorter call)
+    "$GPU_PY" -m orchestrator.cli crosscheck "$run" ${XC_SELECT:---all} --steps --format md > "$WORK/crosscheck.md" \
+        2> "$WORK/crosscheck.err"
     rc=$?
     echo "crosscheck: exit $rc"
     grep -v ': crosschecking ' "$WORK/crosscheck.err" | tail -n 20 | sed 's/^/  err| /'
-    "$GPU_PY" -m orchestrator.cli crosscheck "$run" --all --steps --stored --format json > "$DEST/crosscheck-h200.json"
+    "$GPU_PY" -m orchestrator.cli crosscheck "$run" ${XC_SELECT:---all} --steps --stored --format json \
+        > "$DEST/crosscheck-h200.json"
     "$GPU_PY" benchmarks/cupti_check.py --out "$WORK/cupti.md" > "$WORK/cupti.log" 2>&1
     echo "cupti_check: exit $?"; tail -n 3 "$WORK/cupti.log"
     { echo "# fleetbench against FlashInfer's and Triton's timers (H200, commit $(git rev-parse --short HEAD 2>/dev/null))"

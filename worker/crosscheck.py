@@ -217,13 +217,29 @@ def check_case(runner, case: CaseSpec, options: CrosscheckOptions, locked_mhz: O
                           peers=[_not_on_cpu(p) for p in options.peers])
         bench = CaseBench(fn, n_sets, case)
         ours = bench.fleetbench(options.cupti)
-        peers = [PEER_RUNS[p](bench) for p in options.peers]
+        peers = [_peer(p, bench) for p in options.peers]
         bench.release()
         del fn, sets
         return record("ok", "", fleetbench=ours, peers=peers)
     except Exception as exc:  # what the case raises is its reason, as in a sweep
         traceback.print_exc()
         return record("failed", f"{type(exc).__name__}: {exc}"[:500])
+
+
+def _peer(peer: str, bench: "CaseBench") -> PeerResult:
+    """One peer's ladder; whatever it raises beyond its steps is its reason, and a capture it left
+    unfinished does not leave its stream current for the next peer (as worker/runner.py guards it)."""
+    import torch
+
+    before = torch.cuda.current_stream()
+    try:
+        return PEER_RUNS[peer](bench)
+    except Exception as exc:
+        traceback.print_exc()
+        return PeerResult(peer=peer, timer=TIMERS[peer], status="failed", reason=f"{type(exc).__name__}: {exc}"[:400])
+    finally:
+        if torch.cuda.current_stream() != before:
+            torch.cuda.set_stream(before)
 
 
 def _time_on_cpu(fn, n_sets: int, case: CaseSpec) -> FleetbenchTiming:
@@ -293,7 +309,7 @@ class CaseBench:
         self.graph = timing._capture(self.fn, self.calls, self.n_sets, timing._capture_stream())
         self.graph.replay()
         torch.cuda.synchronize()
-        settled = f"settled ({stats.settle_ms:g} ms)" if self.settles else "as found (settle_ms 0)"
+        settled = f"settled ({stats.settle_ms or 0:g} ms)" if self.settles else "as found (settle_ms 0)"
         ours = FleetbenchTiming(method=Method(l2=self.l2_words(), launch=launch, clock=settled),
                                 timing_method=stats.method, median_us=stats.median_us, mean_us=stats.mean_us,
                                 samples_us=stats.samples_us, calls_per_sample=stats.calls_per_sample,
