@@ -382,3 +382,18 @@ def test_a_case_the_worker_cannot_run_is_its_record(tmp_path):
     runner = CaseRunner("cpu")
     record = xc.check_case(runner, CaseSpec(backend="no-such-backend", m=1, n=1, k=1), CrosscheckOptions())
     assert record.status == "failed" and "unknown backend 'no-such-backend'" in record.reason and not record.peers
+
+
+def test_showing_stored_crosschecks_imports_neither_the_ssh_stack_nor_torch(tmp_path):
+    import os
+    import subprocess
+
+    store = stored_run(tmp_path, hosts_file(tmp_path), ms=(16,))
+    assert main(["crosscheck", str(store.dir), "--all", "--peer", "triton", "--format", "json"]) == 0
+    code = ("import json, sys\nfrom orchestrator.cli import main\n"
+            f"rc = main(['crosscheck', {str(store.dir)!r}, '--all', '--stored', '--format', 'json'])\n"
+            "print(json.dumps([rc, sorted({m.split('.')[0] for m in sys.modules})]), file=sys.stderr)")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)})
+    rc, modules = json.loads(proc.stderr.strip().splitlines()[-1])
+    assert rc == 0 and not set(modules) & {"paramiko", "fabric", "invoke", "torch", "rich"}

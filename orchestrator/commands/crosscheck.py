@@ -75,8 +75,6 @@ def run(args, io: Streams) -> int:
 
     from ..analysis.crosscheck import compare, fleetbench_view, summarize
     from ..analysis.diff import resolve_side
-    from ..config.inventory import load_inventory
-    from ..execution.crosscheck import plan_crosschecks, run_crosschecks
     from ..views.crosscheck import case_text, crosscheck_document
     from ..views.output import write
 
@@ -89,6 +87,9 @@ def run(args, io: Streams) -> int:
     wanted = select_cases(slots, args)
     if args.stored:
         return _show_stored(store, wanted, tolerance, gap, args, io)
+    from ..config.inventory import load_inventory
+    from ..execution.crosscheck import plan_crosschecks, run_crosschecks
+
     inventory = load_inventory(Path(args.inventory or run_inventory(store)))
     plan = plan_crosschecks(store, inventory, wanted)
     options = CrosscheckOptions(peers=list(dict.fromkeys(args.peer)) or list(PEERS), cupti=not args.no_cupti)
