@@ -389,3 +389,33 @@ def test_burst_samples_after_a_cool_down_and_stop_before_the_power_controller_ac
     stats = timing._burst_sample(batch_us, calls, opts, lambda: events.append("settled"), "cuda-graph")
     assert slept == [0.3] and events[:2] == ["sleep", "settled"]
     assert stats.n == timing.BURST_GPU_MS / 5.0 and stats.settle_ms == 0.0  # stopped by GPU time, not by n
+
+
+def test_cupti_mode_samples_the_kernels_of_the_timed_graph_and_keeps_its_replay_time_beside(monkeypatch):
+    """`timing.mode: cupti` times the same graph by CUPTI's trace right after its event-timed samples: each
+    sample is a call's summed kernel time; the replay median stays beside it (the difference is launch
+    gaps), and the settling is the replay timing's."""
+    from worker import cupti, timing
+    from worker.schema import TimingOptions
+
+    asked = {}
+
+    def traced(replay, calls_per_replay, replays, lead_in_ms=cupti.LEAD_IN_MS):
+        asked.update(replay=replay, calls=calls_per_replay, replays=replays)
+        return cupti.KernelSamples(per_call_us=[9.0, 9.1, 8.9] * 4, span_us=[9.5] * 12, kernels=["gemm"],
+                                   split_by="launch")
+
+    monkeypatch.setattr(cupti, "kernel_samples_us", traced)
+
+    class Graph:
+        def replay(self):
+            pass
+
+    graph = Graph()
+    replayed = timing.summarize([10.0, 10.2, 10.1], method="cuda-graph", calls_per_sample=64, l2="cold")
+    replayed = replayed.model_copy(update={"settle_ms": 12.5})
+    opts = TimingOptions(mode="cupti", min_samples=12)
+    stats = timing._kernel_time(graph, 64, opts, replayed)
+    assert asked == {"replay": graph.replay, "calls": 64, "replays": 12}
+    assert stats.method == "cupti" and stats.median_us == 9.0 and stats.n == 12
+    assert stats.replay_median_us == 10.1 and stats.settle_ms == 12.5 and stats.calls_per_sample == 64

@@ -58,7 +58,9 @@ class TimingOptions(_Strict):
     """How a case is timed. Recorded with each case, never part of its id: runs with other timing
     settings still match case by case, and diff says which settings differ."""
 
-    mode: Literal["graph", "events"] = "graph"
+    # graph: CUDA-graph replay timed by events; events: per-call CUDA events; cupti: the same graph, each
+    # sample the summed GPU time of a call's kernels from CUPTI's trace (launch gaps out by construction)
+    mode: Literal["graph", "events", "cupti"] = "graph"
     l2: Literal["hot", "cold"] = "cold"
     warmup_ms: float = Field(default=25.0, ge=0)
     min_samples: int = Field(default=10, ge=3)
@@ -195,6 +197,8 @@ class Stats(_Strict):
     samples_us: list[float]
     rounds: list[RoundStats] = Field(default_factory=list)  # empty in records of format < 3
     settle_ms: Optional[float] = None  # GPU ms the case ran before its samples, all rounds (None: CPU)
+    # mode cupti: the same graph's per-call time by event-timed replay, beside the kernel time (median)
+    replay_median_us: Optional[float] = None
 
 
 class Correctness(_Strict):

@@ -177,6 +177,12 @@ def time_cuda(fn: Callable[[int], object], n_sets: int, opts: TimingOptions,
 
     last_phases.clear()
     stream = torch.cuda.current_stream()
+    if opts.mode == "cupti":
+        from .cupti import available
+
+        problem = available()
+        if problem:
+            raise RuntimeError(f"timing.mode cupti cannot run here: {problem}")
     if opts.mode == "events":
         _warm_up(fn, n_sets, opts, stream)
         if timed_once is not None:
@@ -196,7 +202,7 @@ def time_cuda(fn: Callable[[int], object], n_sets: int, opts: TimingOptions,
     if not _PRIMED:  # the module docstring says why the first graph timing of a process is discarded
         _PRIMED = True
         time_cuda(fn, n_sets, opts.model_copy(update={"budget_s": 0.05, "min_samples": 3, "max_samples": 5,
-                                                                "settle_ms": 0.0}), load=load)
+                                                                "settle_ms": 0.0, "mode": "graph"}), load=load)
     t0 = time.perf_counter()
     capture_stream = _capture_stream()
     side = torch.cuda.Stream()
@@ -253,9 +259,26 @@ def time_cuda(fn: Callable[[int], object], n_sets: int, opts: TimingOptions,
         return start.elapsed_time(end) * 1e3 / cps
 
     if opts.state == "burst":
-        return _burst_sample(replay_us, cps, opts, settled, "cuda-graph")
-    share = load(per_call_s * 1e6) if load is not None else None
-    return _settle_and_sample(replay_us, cps, opts, settled, "cuda-graph", settle_floor(opts.settle_ms, share))
+        stats = _burst_sample(replay_us, cps, opts, settled, "cuda-graph")
+    else:
+        share = load(per_call_s * 1e6) if load is not None else None
+        stats = _settle_and_sample(replay_us, cps, opts, settled, "cuda-graph", settle_floor(opts.settle_ms, share))
+    if opts.mode != "cupti":
+        return stats
+    return _kernel_time(graph, cps, opts, stats)
+
+
+def _kernel_time(graph, cps: int, opts: TimingOptions, replayed: Stats) -> Stats:
+    """Mode cupti: right after the event-timed samples (the GPU in the state they were taken in), as many
+    replays of the same graph traced by CUPTI; each sample is a call's summed kernel time
+    (worker/cupti.py). The replay median stays beside it: their difference is the launch gaps."""
+    from . import cupti
+
+    t0 = time.perf_counter()
+    traced = cupti.kernel_samples_us(graph.replay, cps, max(opts.min_samples, min(replayed.n, opts.max_samples)))
+    last_phases["cupti_s"] = time.perf_counter() - t0
+    stats = summarize(traced.per_call_us, method="cupti", calls_per_sample=cps, l2=opts.l2)
+    return stats.model_copy(update={"settle_ms": replayed.settle_ms, "replay_median_us": round(replayed.median_us, 4)})
 
 
 def _burst_sample(batch_us: Callable[[], float], calls: int, opts: TimingOptions,
