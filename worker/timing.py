@@ -101,7 +101,9 @@ def combine_rounds(parts: list[Stats]) -> Stats:
                  p90_us=quantile(ordered, 0.90), mean_us=statistics.fmean(ordered), stdev_us=statistics.stdev(ordered),
                  n=len(ordered), rel_ci=math.expm1(half), calls_per_sample=first.calls_per_sample, l2=first.l2,
                  samples_us=samples, rounds=[x for p in parts for x in p.rounds],
-                 settle_ms=None if any(p.settle_ms is None for p in parts) else sum(p.settle_ms for p in parts))
+                 settle_ms=None if any(p.settle_ms is None for p in parts) else sum(p.settle_ms for p in parts),
+                 replay_median_us=None if any(p.replay_median_us is None for p in parts)
+                 else statistics.median(p.replay_median_us for p in parts))
 
 
 def quantile(ordered: list[float], q: float) -> float:
