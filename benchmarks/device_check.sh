@@ -13,10 +13,16 @@
 #   order-bf16            the same, torch-bf16 alone                                 order-h200-bf16-settled.*
 #   order-bf16-unsettled  the same with settling off (--settle-ms 0)                 order-h200-bf16-settle-off.*
 #   neighbour             a large GEMM after a light and a heavy case                neighbour-h200.md
+#   settle-trace          every seed case replayed 400 ms, up / down / shuffled       settle-trace-h200.*
+#   decode                the decode GEMM's first reading after heavy cases, a freed   decode-h200.md
+#                         allocation, an emptied cache
+#   burst                 burst and settled numbers of the large GEMMs, with clocks   burst-h200.md
 #   first-case            the first timing of three fresh processes                  first-case-h200-primed.md
 #   calibration           the GPU's peaks, twice with a fresh cache                  calibration-h200.json
 #   moe                   the GLM-5 TP8 MoE layer sweep and its independent reference moe-layer-h200.md,
 #                                                                                     moe-fidelity-h200.md
+#   moe-decode            the MoE layer at 16 and 128 tokens against the reference in  moe-decode-h200.md
+#                         three states (right after set-up, settled 300 ms, after 1 s idle)
 #   byo                   examples/byo_kernels.yaml (user kernels)                   byo-kernels-h200.md
 #   verdicts              A, B identical and C 10% slower, then diff (repeatable)    verdicts-h200-N.md
 #   jit-cache             FlashInfer's JIT cache across shell and SSH (needs sshd)   jit-cache-h200-after.md
@@ -224,6 +230,12 @@ step_moe() {
         > "$DEST/moe-layer.md" 2> "$WORK/moe.err"
     "$GPU_PY" benchmarks/moe_fidelity.py "$(run_dir_of "$WORK/moe.err")" --out "$DEST/moe"
 }
+step_moe_decode() {
+    "$GPU_PY" -m orchestrator.cli run sweeps/glm5_tp8_moe_decode.yaml -i "$INV" --runs-dir "$RUNS" --format md \
+        > "$DEST/moe-decode-layer.md" 2> "$WORK/moe-decode.err"
+    "$GPU_PY" benchmarks/moe_fidelity.py "$(run_dir_of "$WORK/moe-decode.err")" --states plain,settled,idle \
+        --out "$DEST/moe-decode"
+}
 step_byo() {
     "$GPU_PY" -m orchestrator.cli run examples/byo_kernels.yaml -i "$INV" --runs-dir "$RUNS" --format md \
         > "$DEST/byo-kernels.md" 2>&1
@@ -278,6 +290,22 @@ EOF
         --host-python "$hv/bin/python" --controller-cpus 0,1 --host-cpus 2-15 --out "$DEST/fanout-pinned.md"
 }
 
+step_settle_trace() {
+    echo "== settle-trace: python benchmarks/settle_trace.py trace --out \$DEST"
+    "$GPU_PY" benchmarks/settle_trace.py trace --out "$DEST" > "$WORK/settle-trace.log" 2>&1
+    local rc=$?; tail -n 3 "$WORK/settle-trace.log"; return $rc
+}
+
+step_burst() {
+    echo "== burst: python benchmarks/burst.py --out \$DEST/burst.md"
+    "$GPU_PY" benchmarks/burst.py --out "$DEST/burst.md"
+}
+
+step_decode() {
+    echo "== decode: python benchmarks/settle_trace.py decode --out \$DEST"
+    "$GPU_PY" benchmarks/settle_trace.py decode --out "$DEST"
+}
+
 step_crosscheck() {
     echo "== crosscheck: fleetbench run $SWEEP, crosscheck RUN --all --steps, benchmarks/cupti_check.py"
     local run rc
@@ -308,7 +336,7 @@ collect() {
     tar -czf "$OUT/runs.tar.gz" -C "$WORK" --exclude=bin . 2>/dev/null
 }
 
-STEPS="seed cost interrupt diff fidelity order order-bf16 order-bf16-unsettled neighbour first-case calibration moe byo
+STEPS="seed cost interrupt diff fidelity order order-bf16 order-bf16-unsettled neighbour settle-trace decode burst first-case calibration moe moe-decode byo
 verdicts jit-cache fleet profile fanout crosscheck"
 [ $# -gt 0 ] || { echo "usage: bash benchmarks/device_check.sh STEP... (steps:" $STEPS")"; exit 2; }
 for step in "$@"; do
