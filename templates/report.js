@@ -277,7 +277,8 @@
         attrs.fill = heatColor(ratio);
         attrs["data-ratio"] = ratio.toFixed(4);
         hover(el("rect", attrs, svg), host + "\n" + col.c.case + (col.c.label ? " (" + col.c.label + ")" : "") + "\n" +
-              fmt(cell.us) + " µs, fleet median " + fmt(col.med) + " µs: " + ratio.toFixed(3) + "x");
+              fmt(cell.us) + " µs, fleet median " + fmt(col.med) + " µs: " + ratio.toFixed(3) + "x" +
+              (cell.profile ? "\nprofiled: " + cell.profile : ""));
       });
     });
     cols.forEach(function (col, j) {
