@@ -10,20 +10,24 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from conftest import REPO, kernel_sweep
 from cli_output import cli_json
 
 FAKE_GPU = "GPU-00000000-fake-0000-0000-000000000000"
 
 
-def stand_in(tmp_path: Path) -> tuple[Path, Path]:
-    """A `nvidia-smi` that logs every call and answers the default-clock query with 1755 MHz."""
+def stand_in(tmp_path: Path, lock_s: float = 0.0) -> tuple[Path, Path]:
+    """A `nvidia-smi` that logs every call, answers the default-clock query with 1755 MHz, and takes
+    `lock_s` seconds to lock."""
     bindir, calls = tmp_path / "bin", tmp_path / "nvidia-smi.calls"
     bindir.mkdir()
     smi = bindir / "nvidia-smi"
-    smi.write_text(f"#!{sys.executable}\nimport sys\nopen({str(calls)!r}, 'a').write(' '.join(sys.argv[1:]) + '\\n')\n"
+    smi.write_text(f"#!{sys.executable}\nimport sys, time\nopen({str(calls)!r}, 'a').write(' '.join(sys.argv[1:]) + '\\n')\n"
                    "if any(a.startswith('--query-gpu=clocks.default_applications') for a in sys.argv):\n"
-                   "    print('1755')\n")
+                   "    print('1755')\n"
+                   f"if any(a.startswith('--lock-gpu-clocks') for a in sys.argv):\n    time.sleep({lock_s})\n")
     smi.chmod(0o755)
     return bindir, calls
 
@@ -59,8 +63,11 @@ def test_a_host_with_clocks_lock_runs_its_sweep_locked_then_reset_and_says_so(tm
     assert {r["status"] for r in cli_json(out)} == {"ok"}
 
 
-def test_the_clock_is_given_back_after_ctrl_c(tmp_path):
-    bindir, calls = stand_in(tmp_path)
+@pytest.mark.parametrize("lock_s", [0.0, 2.0])
+def test_the_clock_is_given_back_after_ctrl_c(tmp_path, lock_s):
+    """Ctrl-C while the sweep runs locked, or while nvidia-smi is still locking (lock_s: a stop that came
+    before the supervisor's SIGTERM handler was in place left the clock locked)."""
+    bindir, calls = stand_in(tmp_path, lock_s)
     sweep = kernel_sweep(tmp_path, {}, ms=(16, 32, 48, 64, 80, 96), rounds=3,
                          timing={"budget_s": 0.4, "max_samples": 100000, "target_rel_ci": 1e-9})
     proc = cli("run", sweep, "-i", inventory(tmp_path, bindir, "lock"), "--runs-dir", tmp_path / "runs")

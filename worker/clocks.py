@@ -46,21 +46,26 @@ def locked_clocks(gpu: Optional[str], wanted: bool, say: Callable[[str], None]) 
         say(f"clocks: the default clock of GPU {gpu} could not be read: not locked")
         yield None
         return
-    rc, out = _smi(["-i", gpu, f"--lock-gpu-clocks={mhz},{mhz}"])
-    if rc != 0:
-        say(f"clocks: nvidia-smi could not lock GPU {gpu} at {mhz} MHz ({out[:200]}): not locked "
-            "(locking needs root)")
-        yield None
-        return
-    say(f"clocks: GPU {gpu} locked at {mhz} MHz for this sweep")
 
     def stopped(signum, frame):  # a stop (TERM, then KILL after a grace) must still give the clock back
         raise SystemExit(128 + signum)
 
+    # The handler is in place before nvidia-smi is asked to lock: a stop that arrives while it runs (or just
+    # after) still resets what it may have locked.
     previous = signal.signal(signal.SIGTERM, stopped)
+    give_back = True
     try:
+        rc, out = _smi(["-i", gpu, f"--lock-gpu-clocks={mhz},{mhz}"])
+        if rc != 0:
+            give_back = False  # nothing of ours to reset (and a lock someone else set stays)
+            say(f"clocks: nvidia-smi could not lock GPU {gpu} at {mhz} MHz ({out[:200]}): not locked "
+                "(locking needs root)")
+            yield None
+            return
+        say(f"clocks: GPU {gpu} locked at {mhz} MHz for this sweep")
         yield mhz
     finally:
-        rc, out = _smi(["-i", gpu, "--reset-gpu-clocks"])
-        say(f"clocks: GPU {gpu} given back ({'reset' if rc == 0 else 'reset failed: ' + out[:200]})")
+        if give_back:
+            rc, out = _smi(["-i", gpu, "--reset-gpu-clocks"])
+            say(f"clocks: GPU {gpu} given back ({'reset' if rc == 0 else 'reset failed: ' + out[:200]})")
         signal.signal(signal.SIGTERM, previous)
