@@ -579,16 +579,18 @@ def test_a_fused_case_never_matches_a_grouped_one_in_a_diff():
     assert fused.case_id != fused.model_copy(update={"backend": SGL_GROUPED}).case_id
 
 
-def test_the_shipped_fp4_moe_sweeps_load_and_pair():
-    """Every block of moe_fp4_block.yaml has both projections in moe_fp4.yaml, with the same routing."""
+def test_the_shipped_fp4_moe_sweep_holds_each_block_and_its_projections():
+    """Every block of moe_fp4.yaml has both projections in the same sweep (one run), with the same routing;
+    the fused backend runs the blocks only (each shape's `backends:`, tests/test_sweep_backends.py)."""
     from pathlib import Path
 
     from orchestrator.config.sweep import load_sweep
 
-    sweeps = Path(__file__).resolve().parent.parent / "sweeps"
-    projections = load_sweep(sweeps / "moe_fp4.yaml").cases()
-    blocks = load_sweep(sweeps / "moe_fp4_block.yaml").cases()
-    assert {c.backend for c in blocks} == {FI_FUSED} and all(c.n % 384 == 0 for c in blocks)
+    cases = load_sweep(Path(__file__).resolve().parent.parent / "sweeps" / "moe_fp4.yaml").cases()
+    blocks = [c for c in cases if CATALOG[c.backend].kernel == "fused"]
+    projections = [c for c in cases if CATALOG[c.backend].kernel != "fused"]
+    assert {c.backend for c in blocks} == {FI_FUSED} and all(c.n % 384 == 0 for c in blocks) and len(blocks) == 6
+    assert not {(c.n, c.k) for c in blocks} & {(c.n, c.k) for c in projections}
     assert {FI_GROUPED, SGL_GROUPED} <= {c.backend for c in projections}
     for block in blocks:
         inter, hidden = block.n // 3, block.k

@@ -6,11 +6,16 @@
       - preset: glm5-tp8
       - {m: [16, 64], n: 2048, k: 6144, label: "MoE expert"}
       - {moe: {batch: [512, 4096], top_k: 8, experts: 256}, n: 2048, k: 6144, label: "MoE expert"}
+      - {m: [16, 64], n: 768, k: 6144, backends: [torch-bf16, reference-nvfp4]}
     timing: {mode: graph, l2: cold, target_rel_ci: 0.01, budget_s: 0.5}
 
 A backend may also be the user's own file, `{name: my-gemm, file: kernels/my_gemm.py}` (the path is
 relative to the sweep file; the file's contract is in worker/userkernel.py). Its bytes are read and
 hashed here, travel inside the worker bundle, and each of its cases records the hash.
+
+A shape entry runs every backend of the sweep that runs its kind (GEMM or MoE layer); with its own
+`backends:` it runs only those it names, each one of the sweep's (so one run can hold a fused MoE block
+and its two projections, each timed by other backends).
 """
 from __future__ import annotations
 
@@ -21,7 +26,8 @@ import math
 from pathlib import Path
 from typing import Annotated, Literal, Optional, Union
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
+from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, PrivateAttr, ValidationError, field_validator,
+                      model_validator)
 
 from worker.backends import CATALOG, MOE_CATALOG
 from worker.routing import describe as describe_routing
@@ -170,6 +176,21 @@ class ShapeEntry(BaseModel):
     n: Optional[IntList] = None
     k: Optional[IntList] = None
     label: PrintableText = ""
+    # The sweep's backends that run this entry (None: all of its kind); checked against the sweep's list
+    # by Sweep.entry_backends.
+    backends: Optional[list[PrintableText]] = None
+
+    @field_validator("backends")
+    @classmethod
+    def _names_listed_once(cls, names: Optional[list[str]]) -> Optional[list[str]]:
+        if names is not None:
+            if not names:
+                raise ValueError("an empty list runs nothing: name the backends this shape runs, or leave "
+                                 "'backends' out to run all the sweep's")
+            twice = next((n for i, n in enumerate(names) if n in names[:i]), None)
+            if twice is not None:
+                raise ValueError(f"backend {twice!r} is named twice")
+        return names
 
     @model_validator(mode="after")
     def _one_kind(self) -> "ShapeEntry":
@@ -274,6 +295,34 @@ class Sweep(BaseModel):
             names.extend(name for name in found if name not in names)
         return names
 
+    def entry_backends(self, entry: ShapeEntry) -> list[str]:
+        """The backends that run `entry`, in the sweep's order: every one of its kind (GEMM or MoE
+        layer), or those its own `backends:` names. Raises ValueError for a name the sweep does not
+        run or one of the other kind (load_sweep reports it naming the entry)."""
+        names = self.backend_names()
+        if entry.workload == "moe":
+            fits = [b for b in names if b in MOE_CATALOG]
+        else:
+            fits = [b for b in names if b not in MOE_CATALOG]
+        if entry.backends is None:
+            return fits
+        for name in entry.backends:
+            known = name in names or name in CATALOG  # a kernel file runs GEMM shapes, as built-ins outside MOE_CATALOG
+            if known and (name in MOE_CATALOG) != (entry.workload == "moe"):
+                runs, entry_is = ("MoE layers", "a GEMM shape") if name in MOE_CATALOG else \
+                    ("GEMM shapes", "an MoE layer")
+                raise ValueError(f"backend {name!r} runs {runs} and this shape is {entry_is} "
+                                 f"(the sweep's backends for it: {', '.join(fits) or 'none'})")
+            if name not in names:
+                if any(c in name for c in "*?["):
+                    why = f"{name!r}: name each backend (globs belong in the sweep's 'backends')"
+                elif name in CATALOG:
+                    why = f"backend {name!r} is not in the sweep's 'backends' (a shape picks among them)"
+                else:
+                    why = f"unknown backend {name!r}"
+                raise ValueError(f"{why}; the sweep's backends for it: {', '.join(fits) or 'none'}")
+        return [b for b in fits if b in entry.backends]
+
     def user_kernels(self) -> dict[str, tuple[str, bytes]]:
         """User backend name -> (sha256, the file's bytes), read once (paths as load_sweep resolved
         them): the cases' hashes and the bundle's files are then the same bytes."""
@@ -290,18 +339,16 @@ class Sweep(BaseModel):
         seen: set[str] = set()
         cases = []
         kernels = {name: sha for name, (sha, _) in self.user_kernels().items()}
-        names = self.backend_names()
-        moe_backends = [b for b in names if b in MOE_CATALOG]
-        gemm_backends = [b for b in names if b not in MOE_CATALOG]
         for entry in self.shapes:
+            backends = self.entry_backends(entry)
             if entry.workload == "moe":
                 planned = [CaseSpec(workload="moe", backend=backend, m=tokens, n=n, k=k, label=label, moe=spec,
                                     out_dtype=self.out_dtype, seed=self.seed, timing=self.timing)
-                           for label, tokens, n, k, spec in entry.moe_layers(self.seed) for backend in moe_backends]
+                           for label, tokens, n, k, spec in entry.moe_layers(self.seed) for backend in backends]
             else:
                 planned = [CaseSpec(backend=backend, m=m, n=n, k=k, label=label, out_dtype=self.out_dtype,
                                     seed=self.seed, timing=self.timing, kernel_sha256=kernels.get(backend))
-                           for label, m, n, k in entry.shapes() for backend in gemm_backends]
+                           for label, m, n, k in entry.shapes() for backend in backends]
             for case in planned:
                 if case.case_id not in seen:
                     seen.add(case.case_id)
@@ -335,14 +382,27 @@ def load_sweep(path: Path) -> Sweep:
     if unknown:
         raise InputError(f"{path}: field 'backends': unknown backend {', '.join(map(repr, unknown))} "
                          f"(known: {', '.join(CATALOG)})")
-    backend_names = sweep.backend_names()
-    has_moe = any(b in MOE_CATALOG for b in backend_names)
-    has_gemm = any(b not in MOE_CATALOG for b in backend_names)
+    names = [b.name for b in user]
+    for b in user:
+        if b.name in CATALOG:
+            raise InputError(f"{path}: backend {b.name!r}: a built-in backend has that name; give your kernel another")
+        if names.count(b.name) > 1:
+            raise InputError(f"{path}: backend {b.name!r} is defined twice")
+        file = _beside(path, b.file)
+        if not file.is_file():
+            raise InputError(f"{path}: backend {b.name!r}: kernel file {file} does not exist")
+        b.file = str(file)
+    used: set[str] = set()
     for i, entry in enumerate(sweep.shapes):
-        if entry.workload == "moe" and not has_moe:
+        try:
+            runs = sweep.entry_backends(entry)
+        except ValueError as exc:
+            raise InputError(f"{path}: field 'shapes.{i}.backends': {exc}") from None
+        used.update(runs)
+        if entry.workload == "moe" and not runs:
             raise InputError(f"{path}: shapes[{i}] is an MoE layer but no backend runs MoE layers "
                              f"(add some of: {', '.join(MOE_CATALOG)})")
-        if entry.workload == "gemm" and not has_gemm:
+        if entry.workload == "gemm" and not runs:
             raise InputError(f"{path}: shapes[{i}] is a GEMM shape but every backend is an MoE backend")
         layer = entry.moe_layer
         if layer is not None and layer.routing == "file":
@@ -354,14 +414,15 @@ def load_sweep(path: Path) -> Sweep:
                                  f"{exc.strerror or exc}") from None
             except ValueError as exc:
                 raise InputError(f"{path}: shapes[{i}].moe_layer.counts_file: {exc}") from None
-    names = [b.name for b in user]
-    for b in user:
-        if b.name in CATALOG:
-            raise InputError(f"{path}: backend {b.name!r}: a built-in backend has that name; give your kernel another")
-        if names.count(b.name) > 1:
-            raise InputError(f"{path}: backend {b.name!r} is defined twice")
-        file = _beside(path, b.file)
-        if not file.is_file():
-            raise InputError(f"{path}: backend {b.name!r}: kernel file {file} does not exist")
-        b.file = str(file)
+    # A backend named in the sweep that shapes of its kind all leave out of their own lists runs nothing:
+    # a forgotten name, said before a run that would time less than the sweep reads. (A glob may expand
+    # to backends no shape wants; a backend with no shape of its kind at all is left as it always was.)
+    kinds = {entry.workload for entry in sweep.shapes}
+    for b in sweep.backends:
+        name = b.name if isinstance(b, UserBackend) else b
+        if any(c in name for c in "*?[") or name in used:
+            continue
+        if ("moe" if name in MOE_CATALOG else "gemm") in kinds:
+            raise InputError(f"{path}: field 'backends': {name!r} runs on no shape: every shape of its kind "
+                             f"names its own 'backends' without it")
     return sweep
