@@ -23,12 +23,9 @@ has (read with inspect, recorded); a missing one fails that step with its name.
 """
 from __future__ import annotations
 
-import contextlib
 import itertools
 import math
-import os
 import statistics
-import sys
 import time
 import traceback
 import warnings
@@ -36,6 +33,7 @@ from typing import Callable, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from .caseloop import CasesParams, CaseWork, ControllerData, run_each_case
 from .schema import CaseSpec
 
 # History of the crosscheck params and records (bump on any change a reader must know about):
@@ -52,25 +50,13 @@ CUPTI_REPLAYS = 20
 TARGET_SAMPLE_S = 2e-3  # one sample of fleetbench's graph, as worker/timing.py sizes it
 
 
-class _Data(BaseModel):
-    # Params are written by the controller for this worker: nothing unknown is accepted.
-    model_config = ConfigDict(extra="forbid")
-
-
-class CrosscheckOptions(_Data):
+class CrosscheckOptions(ControllerData):
     peers: list[PeerName] = Field(default_factory=lambda: list(PEERS))
     cupti: bool = True  # fleetbench's own graph timed by CUPTI too: kernel time beside replay time
 
 
-class CrosscheckParams(_Data):
+class CrosscheckParams(CasesParams):
     format: int = CROSSCHECK_FORMAT
-    run_id: str
-    host: str
-    gpu: Optional[int] = None
-    device: str = "auto"
-    lock_timeout_s: float = 600.0
-    lock_clocks: bool = False
-    cases: list[CaseSpec]
     options: CrosscheckOptions = Field(default_factory=CrosscheckOptions)
 
 
@@ -152,37 +138,15 @@ def crosscheck(params_path) -> int:
     EXIT_GPU_BUSY when another sweep held the GPU past the lock timeout."""
     from pathlib import Path
 
-    from .clocks import CLOCK_ENV, locked_clocks
-    from .gpulock import CPU, GpuLockTimeout, gpu_lock
-    from .protocol import EXIT_GPU_BUSY, RECORD_PREFIX, emit_progress, heartbeat, write_line
-
     params = CrosscheckParams.model_validate_json(Path(params_path).read_text(encoding="utf-8"))
-    held = contextlib.ExitStack()
-    try:
-        with heartbeat(state="lock-wait"):
-            locked_id = held.enter_context(gpu_lock(
-                f"crosscheck of {params.run_id}", params.host, params.lock_timeout_s,
-                ids=[CPU] if params.device == "cpu" else None,
-                on_wait=lambda holder: emit_progress(event="lock-wait", holder=holder.get("run_id", "?"))))
-    except GpuLockTimeout as exc:
-        print(f"fleetbench: {exc}", file=sys.stderr, flush=True)
-        return EXIT_GPU_BUSY
-    with held, heartbeat():
-        say = lambda line: print(f"fleetbench: {line}", file=sys.stderr, flush=True)  # noqa: E731
-        with locked_clocks(locked_id, params.lock_clocks, say) as mhz:
-            if mhz is not None:
-                os.environ[CLOCK_ENV] = str(mhz)
-            from .runner import CaseRunner
 
-            runner = CaseRunner(params.device)
-            for i, case in enumerate(params.cases):
-                emit_progress(event="start", done=i, total=len(params.cases), case_id=case.case_id,
-                              backend=case.backend, m=case.m, n=case.n, k=case.k)
-                record = check_case(runner, case, params.options, locked_mhz=mhz)
-                write_line(RECORD_PREFIX + record.model_dump_json())
-                emit_progress(event="end", done=i + 1, total=len(params.cases), case_id=case.case_id,
-                              status=record.status, reason=record.reason[:200])
-    return 0
+    def start(locked_mhz: Optional[int]) -> CaseWork:
+        from .runner import CaseRunner
+
+        runner = CaseRunner(params.device)
+        return lambda case: check_case(runner, case, params.options, locked_mhz=locked_mhz)
+
+    return run_each_case(params, "crosscheck", start)
 
 
 def check_case(runner, case: CaseSpec, options: CrosscheckOptions, locked_mhz: Optional[int] = None
@@ -389,6 +353,29 @@ def _version(dist: str, module) -> str:
         return str(getattr(module, "__version__", ""))
 
 
+def _installed_timer(peer: str, label: str, dist: str) -> tuple[PeerResult, Optional[Callable], set[str]]:
+    """The peer's timer (TIMERS) as installed here: (the peer's result so far, the timer, the parameters
+    its signature has). Where its package cannot be imported or lacks the timer, the result says so
+    (unavailable) and the timer is None."""
+    import importlib
+
+    timer = TIMERS[peer]
+    module_name, function = timer.rsplit(".", 1)
+    try:
+        package = importlib.import_module(module_name.split(".")[0])
+        module = importlib.import_module(module_name)
+    except Exception as exc:  # not installed, or it fails to import here: a reason either way
+        why = f"{label} cannot be imported here ({type(exc).__name__}: {str(exc)[:200]})"
+        return PeerResult(peer=peer, timer=timer, status="unavailable", reason=why), None, set()
+    version = _version(dist, package)
+    fn = getattr(module, function, None)
+    if fn is None:
+        return PeerResult(peer=peer, timer=timer, status="unavailable", version=version,
+                          reason=f"{label} {version} has no {timer}"), None, set()
+    signature, accepted = _signature(fn)
+    return PeerResult(peer=peer, timer=timer, status="ok", version=version, signature=signature), fn, accepted
+
+
 def _signature(fn) -> tuple[str, set[str]]:
     import inspect
 
@@ -432,21 +419,9 @@ FLASHINFER_STATISTIC = "median"  # what FlashInfer's own benchmarks report of th
 
 
 def flashinfer_runs(bench: CaseBench) -> PeerResult:
-    timer = TIMERS["flashinfer"]
-    try:
-        import flashinfer.testing as fit
-    except Exception as exc:  # not installed, or it fails to import here: a reason either way
-        return PeerResult(peer="flashinfer", timer=timer, status="unavailable",
-                          reason=f"FlashInfer cannot be imported here ({type(exc).__name__}: {str(exc)[:200]})")
-    import flashinfer
-
-    version = _version("flashinfer-python", flashinfer)
-    bench_gpu_time = getattr(fit, "bench_gpu_time", None)
+    result, bench_gpu_time, accepted = _installed_timer("flashinfer", "FlashInfer", "flashinfer-python")
     if bench_gpu_time is None:
-        return PeerResult(peer="flashinfer", timer=timer, status="unavailable", version=version,
-                          reason=f"FlashInfer {version} has no flashinfer.testing.bench_gpu_time")
-    signature, accepted = _signature(bench_gpu_time)
-    result = PeerResult(peer="flashinfer", timer=timer, status="ok", version=version, signature=signature)
+        return result
 
     def measure(call: Callable[[], None], **kwargs) -> Callable[[], list[float]]:
         missing = [k for k in kwargs if k not in accepted]
@@ -512,20 +487,9 @@ TRITON_STATISTIC = "mean"  # do_bench_cudagraph's default return_mode
 
 
 def triton_runs(bench: CaseBench) -> PeerResult:
-    timer = TIMERS["triton"]
-    try:
-        import triton
-        import triton.testing as tt
-    except Exception as exc:
-        return PeerResult(peer="triton", timer=timer, status="unavailable",
-                          reason=f"Triton cannot be imported here ({type(exc).__name__}: {str(exc)[:200]})")
-    version = _version("triton", triton)
-    do_bench_cudagraph = getattr(tt, "do_bench_cudagraph", None)
+    result, do_bench_cudagraph, accepted = _installed_timer("triton", "Triton", "triton")
     if do_bench_cudagraph is None:
-        return PeerResult(peer="triton", timer=timer, status="unavailable", version=version,
-                          reason=f"Triton {version} has no triton.testing.do_bench_cudagraph")
-    signature, accepted = _signature(do_bench_cudagraph)
-    result = PeerResult(peer="triton", timer=timer, status="ok", version=version, signature=signature)
+        return result
 
     def all_times(call: Callable[[], None]) -> Callable[[], list[float]]:
         # return_mode="all" gives every replay's per-call time, so one run yields both statistics. Older

@@ -31,6 +31,7 @@ from typing import Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from .caseloop import CasesParams, CaseWork, ControllerData, run_each_case
 from .schema import CaseSpec
 
 # History of the profile params and records (bump on any change a reader must know about):
@@ -53,12 +54,7 @@ LOG_TAIL_LINES = 40
 IMPORT_TIMEOUT_S = 300.0
 
 
-class _Data(BaseModel):
-    # Params are written by the controller for this worker: nothing unknown is accepted.
-    model_config = ConfigDict(extra="forbid")
-
-
-class ProfileOptions(_Data):
+class ProfileOptions(ControllerData):
     calls: int = Field(default=3, ge=1, le=100)  # calls of the case inside the profiled range
     kernel_regex: str = ""  # ncu --kernel-name regex: only kernels whose function name matches
     max_kernels: int = Field(default=64, ge=1)  # ncu --launch-count: a case of many kernels stops here
@@ -66,15 +62,8 @@ class ProfileOptions(_Data):
     case_timeout_s: float = Field(default=900.0, gt=0)  # one case under ncu, its import included
 
 
-class ProfileParams(_Data):
+class ProfileParams(CasesParams):
     format: int = PROFILE_FORMAT
-    run_id: str
-    host: str
-    gpu: Optional[int] = None
-    device: str = "auto"
-    lock_timeout_s: float = 600.0
-    lock_clocks: bool = False
-    cases: list[CaseSpec]
     options: ProfileOptions = Field(default_factory=ProfileOptions)
 
 
@@ -201,44 +190,23 @@ def profile(params_path: Path, out_dir: Path) -> int:
     """Profile every case of `params_path` under ncu, one record each on the protocol channel, holding
     this GPU's lock (and its clocks, where the host locks them) as a sweep does. Returns 0, or
     EXIT_GPU_BUSY when another sweep held the GPU past the lock timeout."""
-    import contextlib
-
-    from .clocks import CLOCK_ENV, locked_clocks
-    from .gpulock import CPU, GpuLockTimeout, gpu_lock
-    from .protocol import EXIT_GPU_BUSY, RECORD_PREFIX, emit_progress, heartbeat, write_line
-
     params = ProfileParams.model_validate_json(Path(params_path).read_text(encoding="utf-8"))
     out_dir.mkdir(parents=True, exist_ok=True)
-    held = contextlib.ExitStack()
-    try:
-        with heartbeat(state="lock-wait"):
-            locked_id = held.enter_context(gpu_lock(
-                f"profile of {params.run_id}", params.host, params.lock_timeout_s,
-                ids=[CPU] if params.device == "cpu" else None,
-                on_wait=lambda holder: emit_progress(event="lock-wait", holder=holder.get("run_id", "?"))))
-    except GpuLockTimeout as exc:
-        print(f"fleetbench: {exc}", file=sys.stderr, flush=True)
-        return EXIT_GPU_BUSY
-    with held, heartbeat():
-        with locked_clocks(locked_id, params.lock_clocks, lambda line: print(f"fleetbench: {line}", file=sys.stderr,
-                                                                              flush=True)) as mhz:
-            if mhz is not None:
-                os.environ[CLOCK_ENV] = str(mhz)
-            ncu, looked = find_ncu(params.options.ncu)
-            version = ncu_version(ncu) if ncu else ""
-            for i, case in enumerate(params.cases):
-                emit_progress(event="start", done=i, total=len(params.cases), case_id=case.case_id,
-                              backend=case.backend, m=case.m, n=case.n, k=case.k)
-                if ncu is None:
-                    record = _record(case, params.options, "no-ncu", "ncu (Nsight Compute) is not on this host "
-                                     f"(looked in: {', '.join(looked)}): install Nsight Compute, or name it with "
-                                     f"--ncu PATH or {NCU_ENV} in the host's env", time.time())
-                else:
-                    record = profile_one(params_path, params, case, out_dir, ncu, version)
-                write_line(RECORD_PREFIX + record.model_dump_json())
-                emit_progress(event="end", done=i + 1, total=len(params.cases), case_id=case.case_id,
-                              status=record.status, reason=record.reason[:200])
-    return 0
+
+    def start(locked_mhz: Optional[int]) -> CaseWork:
+        ncu, looked = find_ncu(params.options.ncu)
+        version = ncu_version(ncu) if ncu else ""
+
+        def profile_case(case: CaseSpec) -> ProfileRecord:
+            if ncu is None:
+                return _record(case, params.options, "no-ncu", "ncu (Nsight Compute) is not on this host "
+                               f"(looked in: {', '.join(looked)}): install Nsight Compute, or name it with "
+                               f"--ncu PATH or {NCU_ENV} in the host's env", time.time())
+            return profile_one(params_path, params, case, out_dir, ncu, version)
+
+        return profile_case
+
+    return run_each_case(params, "profile", start)
 
 
 def _record(case: CaseSpec, options: ProfileOptions, status: ProfileStatus, reason: str, started: float,

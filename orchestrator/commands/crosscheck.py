@@ -3,12 +3,10 @@ fleetbench against (FlashInfer's bench_gpu_time, Triton's do_bench_cudagraph), e
 settings, then matched to fleetbench's method step by step; every gap printed with its causes."""
 from __future__ import annotations
 
-import fnmatch
-from pathlib import Path
-
 from ..errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, InputError
 from .common import (Streams, opt_accept_new, opt_format, opt_inventory, opt_parallel, opt_runs_dir,
-                     parse_threshold, run_inventory, seconds)
+                     parse_threshold, seconds)
+from .storedcases import declare_selection, one_run, plan_on_hosts, report_problems, run_on_hosts, select_cases
 
 HELP = "time cases of a stored run beside FlashInfer's and Triton's timers, and say why they differ"
 EPILOG = ("TARGET: RUN (every host of the run), RUN:host or RUN:host:gpu. Each case is prepared as the sweep prepared "
@@ -21,13 +19,7 @@ EPILOG = ("TARGET: RUN (every host of the run), RUN:host or RUN:host:gpu. Each c
 
 
 def declare(p):
-    p.add_argument("targets", nargs="+", metavar="TARGET", help="RUN, RUN:host or RUN:host:gpu")
-    p.add_argument("--case", action="append", default=[], metavar="ID", help="a case id or a unique prefix (repeatable)")
-    p.add_argument("--backend", action="append", default=[], metavar="NAME", help="backend name or glob (repeatable)")
-    p.add_argument("--m", type=int)
-    p.add_argument("--n", type=int)
-    p.add_argument("--k", type=int)
-    p.add_argument("--label", help="cases whose label contains this")
+    declare_selection(p, "RUN, RUN:host or RUN:host:gpu")
     p.add_argument("--all", action="store_true", help="every case the run measured (ok)")
     p.add_argument("--peer", action="append", choices=["flashinfer", "triton"], default=[],
                    help="only this peer (repeatable; default: both)")
@@ -45,74 +37,34 @@ def declare(p):
     opt_format(p)
 
 
-def _selected(rec, args) -> bool:
-    case = rec.case
-    return ((not args.case or any(case.case_id.startswith(c) for c in args.case))
-            and (not args.backend or any(fnmatch.fnmatchcase(case.backend, b) for b in args.backend))
-            and all(v is None or getattr(case, f) == v for f, v in (("m", args.m), ("n", args.n), ("k", args.k)))
-            and (args.label is None or args.label in case.label))
-
-
-def select_cases(slots, args) -> dict[str, list[str]]:
-    """slot -> the ids of its ok cases that the selection names. InputError when it names none."""
-    if not (args.all or args.case or args.backend or args.label is not None
-            or any(v is not None for v in (args.m, args.n, args.k))):
-        raise InputError("say which cases to crosscheck: --case ID, --backend NAME, --m / --n / --k, --label TEXT, "
-                         "or --all (each case costs a few seconds of GPU time per peer)")
-    wanted = {}
-    for s in slots:
-        ids = [cid for cid, (_, rec) in s.records.items() if rec.status == "ok" and rec.timing and _selected(rec, args)]
-        if ids:
-            wanted[s.slot] = ids
-    if not wanted:
-        raise InputError(f"no case that is ok on {', '.join(s.slot for s in slots)} matches the selection "
-                         "(only cases the run measured can be crosschecked)")
-    return wanted
-
-
 def run(args, io: Streams) -> int:
     from worker.crosscheck import PEERS, CrosscheckOptions
 
     from ..analysis.crosscheck import compare, fleetbench_view, summarize
-    from ..analysis.diff import resolve_side
     from ..views.crosscheck import case_text, crosscheck_document
     from ..views.output import write
 
     tolerance, gap = parse_threshold(args.tolerance), parse_threshold(args.gap)
-    sides = [resolve_side(Path(args.runs_dir), t) for t in args.targets]
-    store = sides[0].store
-    if any(s.store.dir.resolve() != store.dir.resolve() for s in sides):
-        raise InputError("crosscheck: every TARGET must name the same run (RUN, RUN:host, RUN:host:gpu)")
-    slots = list({s.slot: s for side in sides for s in side.slots}.values())
-    wanted = select_cases(slots, args)
+    store, slots = one_run(args, "crosscheck", "RUN, RUN:host, RUN:host:gpu")
+    wanted = select_cases(slots, args, verb="crosscheck", done="crosschecked", or_all=True,
+                          cost="each case costs a few seconds of GPU time per peer")
     if args.stored:
         return _show_stored(store, wanted, tolerance, gap, args, io)
-    from ..config.inventory import load_inventory
-    from ..execution.crosscheck import plan_crosschecks, run_crosschecks
+    from ..execution.crosscheck import CROSSCHECK
 
-    inventory = load_inventory(Path(args.inventory or run_inventory(store)))
-    plan = plan_crosschecks(store, inventory, wanted)
+    plan = plan_on_hosts(store, args, wanted, CROSSCHECK)
     options = CrosscheckOptions(peers=list(dict.fromkeys(args.peer)) or list(PEERS), cupti=not args.no_cupti)
     try:
-        results = run_crosschecks(plan, options, parallel=args.parallel, accept_new=args.accept_new,
-                                  say=lambda slot, text: io.problem(f"{slot}: {text}"), lock_timeout_s=args.lock_timeout)
+        results = run_on_hosts(plan, CROSSCHECK, options, args, io)
     except KeyboardInterrupt:
         io.problem(f"interrupted: the hosts were stopped; what came back is stored in {store.dir / 'crosschecks'}")
         return EXIT_INTERRUPTED
-    checks = [c for r in results for c in r.checks]
+    checks = [c for r in results for c in r.stored]
     comparisons = compare(checks, tolerance, gap)
     summaries = summarize(comparisons, gap)
     io.write(write(crosscheck_document([fleetbench_view(c) for c in checks], comparisons, summaries, tolerance, gap,
                                        steps=args.steps), args.format, io.width()))
-    bad = False
-    for r in results:
-        if r.error:
-            bad = True
-            io.problem(f"{r.slot}: {r.error}")
-        for c in r.checks:
-            if c.record.status != "ok":
-                bad = True
-                io.problem(f"{r.slot}: {case_text(c.record.case.model_dump())}: {c.record.status}: {c.record.reason}")
+    bad = report_problems(results, io)
     for c in comparisons:
         if c.verdict == "unexplained":
             io.problem(f"{c.slot}: {case_text(c.as_dict())}: {c.peer}: unexplained: {c.explanation}")

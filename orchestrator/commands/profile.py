@@ -3,13 +3,12 @@ profiling step of `diff --across-hosts --profile` (each flagged case on its outl
 closest to the fleet median, with the counter diff that names the likely cause)."""
 from __future__ import annotations
 
-import fnmatch
 import math
-from pathlib import Path
 
 from ..errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, InputError
-from .common import (Streams, opt_accept_new, opt_format, opt_inventory, opt_parallel, opt_runs_dir,
-                     positive_int, run_inventory, seconds)
+from .common import (Streams, opt_accept_new, opt_format, opt_inventory, opt_parallel, opt_runs_dir, positive_int,
+                     seconds)
+from .storedcases import declare_selection, one_run, plan_on_hosts, report_problems, run_on_hosts, select_cases
 
 HELP = "profile cases of a stored run under Nsight Compute (ncu) on their own hosts"
 EPILOG = ("TARGET: RUN:host or RUN:host:gpu (several: profiled in parallel, one host at a time per GPU). Each case "
@@ -35,14 +34,7 @@ def declare_profiling(p) -> None:
 
 
 def declare(p):
-    p.add_argument("targets", nargs="+", metavar="TARGET", help="RUN:host or RUN:host:gpu")
-    p.add_argument("--case", action="append", default=[], metavar="ID",
-                   help="a case id or a unique prefix (repeatable)")
-    p.add_argument("--backend", action="append", default=[], metavar="NAME", help="backend name or glob (repeatable)")
-    p.add_argument("--m", type=int)
-    p.add_argument("--n", type=int)
-    p.add_argument("--k", type=int)
-    p.add_argument("--label", help="cases whose label contains this")
+    declare_selection(p, "RUN:host or RUN:host:gpu")
     declare_profiling(p)
     opt_inventory(p, "hosts file (default: the one the run was started with; its hosts must be the run's)")
     opt_runs_dir(p)
@@ -72,84 +64,24 @@ def options_of(args):
                           case_timeout_s=args.timeout)
 
 
-def _selected(rec, args) -> bool:
-    case = rec.case
-    return ((not args.case or any(case.case_id.startswith(c) for c in args.case))
-            and (not args.backend or any(fnmatch.fnmatchcase(case.backend, b) for b in args.backend))
-            and all(v is None or getattr(case, f) == v for f, v in (("m", args.m), ("n", args.n), ("k", args.k)))
-            and (args.label is None or args.label in case.label))
-
-
-def select_cases(slots, args) -> dict[str, list[str]]:
-    """slot -> the ids of its ok cases that the selection names. InputError when it names none."""
-    shape = (args.m, args.n, args.k)
-    if not (args.case or args.backend or args.label is not None or any(v is not None for v in shape)):
-        raise InputError("say which cases to profile: --case ID, --backend NAME, --m / --n / --k, --label TEXT "
-                         "(each case costs a run under ncu)")
-    wanted = {}
-    for s in slots:
-        ids = [cid for cid, (_, rec) in s.records.items() if rec.status == "ok" and rec.timing and _selected(rec, args)]
-        if ids:
-            wanted[s.slot] = ids
-    if not wanted:
-        raise InputError(f"no case that is ok on {', '.join(s.slot for s in slots)} matches the selection "
-                         "(only cases the run measured can be profiled)")
-    return wanted
-
-
-def _plan(store, args, wanted):
-    from ..config.inventory import load_inventory
-    from ..execution.profile import plan_profiles
-
-    inventory = load_inventory(Path(args.inventory or run_inventory(store)))
-    return plan_profiles(store, inventory, wanted)
-
-
-def _run(plan, args, io: Streams):
-    from ..execution.profile import run_profiles
-
-    return run_profiles(plan, options_of(args), parallel=args.parallel, accept_new=args.accept_new,
-                        say=lambda slot, text: io.problem(f"{slot}: {text}"), lock_timeout_s=args.lock_timeout)
-
-
-def report_problems(results, io: Streams) -> bool:
-    """One line per slot that failed and per case not profiled; True when there was any."""
-    from ..views.profile import case_text
-
-    bad = False
-    for r in results:
-        if r.error:
-            bad = True
-            io.problem(f"{r.slot}: {r.error}")
-        for p in r.profiles:
-            if p.record.status != "ok":
-                bad = True
-                io.problem(f"{r.slot}: {case_text(p.record.case)}: {p.record.status}: {p.record.reason}")
-            elif p.problem:
-                io.problem(f"{r.slot}: {case_text(p.record.case)}: {p.problem}")
-    return bad
-
-
 def run(args, io: Streams) -> int:
-    from ..analysis.diff import resolve_side
     from ..views.output import write
     from ..views.profile import profile_document
 
-    sides = [resolve_side(Path(args.runs_dir), t) for t in args.targets]
-    store = sides[0].store
-    if any(s.store.dir.resolve() != store.dir.resolve() for s in sides):
-        raise InputError("profile: every TARGET must name the same run (RUN:host, RUN:host:gpu)")
+    store, slots = one_run(args, "profile", "RUN:host, RUN:host:gpu")
     if any(":" not in t for t in args.targets):
         raise InputError("profile: name the host of each TARGET (RUN:host or RUN:host:gpu): profiling costs ncu time "
                          "per host and case")
-    slots = list({s.slot: s for side in sides for s in side.slots}.values())
-    plan = _plan(store, args, select_cases(slots, args))
+    wanted = select_cases(slots, args, verb="profile", done="profiled", cost="each case costs a run under ncu")
+    from ..execution.profile import PROFILE
+
+    plan = plan_on_hosts(store, args, wanted, PROFILE)
     try:
-        results = _run(plan, args, io)
+        results = run_on_hosts(plan, PROFILE, options_of(args), args, io)
     except KeyboardInterrupt:
         io.problem(f"interrupted: ncu was stopped on the hosts; what came back is stored in {store.dir / 'profiles'}")
         return EXIT_INTERRUPTED
-    profiles = [p for r in results for p in r.profiles]
+    profiles = [p for r in results for p in r.stored]
     io.write(write(profile_document(profiles), args.format, io.width()))
     bad = report_problems(results, io)
     if profiles:
@@ -176,6 +108,7 @@ def profile_flagged(args, side, report, fleet_doc, io: Streams) -> int:
     """Profile the flagged cases of the outlier hosts (at most --profile-limit, furthest first) and the
     same cases on the host closest to the fleet median; print and store the counter diffs."""
     from ..analysis.profile import ProfileFormatError, explain, summary_of
+    from ..execution.profile import PROFILE
     from ..runs.profiles import write_fleet
     from ..views.output import write
     from ..views.profile import case_text, counter_diff_document
@@ -195,14 +128,14 @@ def profile_flagged(args, side, report, fleet_doc, io: Streams) -> int:
         for slot in filter(None, (d.slot, ref)):
             if d.case_key not in wanted.setdefault(slot, []):
                 wanted[slot].append(d.case_key)
-    plan = _plan(side.store, args, wanted)
+    plan = plan_on_hosts(side.store, args, wanted, PROFILE)
     try:
-        results = _run(plan, args, io)
+        results = run_on_hosts(plan, PROFILE, options_of(args), args, io)
     except KeyboardInterrupt:
         io.problem("interrupted: ncu was stopped on the hosts; what came back is stored in "
                    f"{side.store.dir / 'profiles'}")
         return EXIT_INTERRUPTED
-    by_key = {(p.slot, p.case_id): p for r in results for p in r.profiles}
+    by_key = {(p.slot, p.case_id): p for r in results for p in r.stored}
     comparisons = []
     for d, ref in pairs:
         a, b = by_key.get((ref, d.case_key)), by_key.get((d.slot, d.case_key))

@@ -121,7 +121,7 @@ def describe_commands(plan: Plan, scripts: dict[str, RenderedScript]) -> list[st
 
 
 # -- rerun ------------------------------------------------------------------------------------------
-def _stored_bundle(store: RunStore, manifest: Manifest) -> WorkerBundle:
+def stored_bundle(store: RunStore, manifest: Manifest) -> WorkerBundle:
     path = store.dir / "worker.tar.gz"
     try:
         data = path.read_bytes()
@@ -134,7 +134,7 @@ def _stored_bundle(store: RunStore, manifest: Manifest) -> WorkerBundle:
     return bundle
 
 
-def _stored_script(store: RunStore, manifest: Manifest, host: Host, bundle: WorkerBundle) -> RenderedScript:
+def stored_script(store: RunStore, manifest: Manifest, host: Host, bundle: WorkerBundle) -> RenderedScript:
     """The run's own script for `host`, checked against the manifest and against the host's workdir."""
     stored = manifest.scripts[host.name]
     path = store.dir / stored.path
@@ -156,7 +156,7 @@ def _stored_script(store: RunStore, manifest: Manifest, host: Host, bundle: Work
     return RenderedScript(host=host.name, path=path, sha256=stored.sha256, layout=layout)
 
 
-def _same_host(store: RunStore, manifest: Manifest, host: Host, inventory_path: str) -> None:
+def check_same_host(store: RunStore, manifest: Manifest, host: Host, inventory_path: str) -> None:
     """A rerun completes a run on its own hosts: refuse an inventory whose host of that name is another machine."""
     stored = manifest.stored_host(host.name)
     difference = host.differs_from(stored) if stored else None
@@ -218,7 +218,7 @@ def plan_rerun(store: RunStore, inventory: Inventory, *, failed: bool, hosts_sel
         raise NothingToRerun(f"run {store.run_id}: nothing to rerun: every case{where} is done "
                              "(ok, unsupported or unavailable)")
 
-    bundle = _stored_bundle(store, manifest)
+    bundle = stored_bundle(store, manifest)
     lock_timeout = manifest.worker.lock_timeout_s if lock_timeout_s is None else lock_timeout_s
     hosts, jobs, tasks, scripts = [], [], [], {}
     for job_info, cases in chosen:
@@ -226,8 +226,8 @@ def plan_rerun(store: RunStore, inventory: Inventory, *, failed: bool, hosts_sel
         if host is None:
             raise InputError(f"host '{job_info.host}' of run {store.run_id} is not in {inventory.path}")
         if host.name not in scripts:
-            _same_host(store, manifest, host, inventory.path)
-            scripts[host.name] = _stored_script(store, manifest, host, bundle)
+            check_same_host(store, manifest, host, inventory.path)
+            scripts[host.name] = stored_script(store, manifest, host, bundle)
             hosts.append(host)
         # Limits for what runs now: the host's own settings, else derived from these cases.
         job = with_limits(Job(host=host, gpu=job_info.gpu, cases=tuple(cases)), lock_timeout,

@@ -36,10 +36,15 @@ class Job:
 
     @property
     def env(self) -> dict[str, str]:
-        env = dict(self.host.env)
-        if self.gpu is not None:
-            env["CUDA_VISIBLE_DEVICES"] = str(self.gpu)
-        return env
+        return slot_env(self.host, self.gpu)
+
+
+def slot_env(host: Host, gpu: Optional[int]) -> dict[str, str]:
+    """The environment of a worker on `host`: its own env, pinned to `gpu` (CUDA_VISIBLE_DEVICES) when it has one."""
+    env = dict(host.env)
+    if gpu is not None:
+        env["CUDA_VISIBLE_DEVICES"] = str(gpu)
+    return env
 
 
 @dataclass(frozen=True)
