@@ -31,6 +31,8 @@
 #   profile               3 sshd hosts on the GPU, one slowed: fleetbench profile,   profile-h200.md
 #                         diff --across-hosts --profile (needs ncu)
 #   fanout                fan-out cost, tools on CPUs 0-1, hosts on 2-15 (no GPU)    (none kept: RESULTS.md, History)
+#   moe-fp4               sweeps/moe_fp4.yaml: the grouped / fused NVFP4 MoE         moe-fp4-h200.md
+#                         backends (unsupported below CC 10.0) beside bf16
 #   crosscheck            the seed sweep once, crosscheck --all on it (FlashInfer,    crosscheck-h200.md,
 #                         Triton), then CUPTI against graph replay (cupti_check.py)  crosscheck-h200.json
 #
@@ -306,19 +308,48 @@ step_decode() {
     "$GPU_PY" benchmarks/settle_trace.py decode --out "$DEST"
 }
 
+step_moe_fp4() {
+    echo "== moe-fp4: fleetbench run sweeps/moe_fp4.yaml (the grouped / fused NVFP4 MoE backends, issue 33)"
+    local rc
+    "$GPU_PY" -m orchestrator.cli run sweeps/moe_fp4.yaml -i "$INV" --runs-dir "$RUNS" --format json \
+        > "$WORK/moe-fp4.json" 2> "$WORK/moe-fp4.err"
+    rc=$?
+    echo "moe-fp4: exit $rc, run $(run_dir_of "$WORK/moe-fp4.err")"
+    summarize "$WORK/moe-fp4.json" "$(run_dir_of "$WORK/moe-fp4.err")"
+    { echo "# The FP4 MoE backends on the H200 (issue 33, commit $(git rev-parse --short HEAD 2>/dev/null))"
+      echo; echo "Reproduce: \`bash benchmarks/device_check.sh moe-fp4\` (carry .whl and .carry/fi.tar.xz): \`fleetbench run sweeps/moe_fp4.yaml\` (exit $rc)."
+      echo; "$GPU_PY" -m orchestrator.cli show "$(run_dir_of "$WORK/moe-fp4.err")" --format md
+      echo; echo "Each row's status and reason:"; echo
+      "$GPU_PY" - "$WORK/moe-fp4.json" <<'EOF2'
+import collections, json, sys
+rows = json.load(open(sys.argv[1])).get("items") or []
+seen = collections.OrderedDict()
+for r in rows:
+    key = (r.get("backend"), r.get("kernel"), r.get("status"), r.get("reason") or "")
+    seen[key] = seen.get(key, 0) + 1
+print("| backend | kernel | status | rows | reason |"); print("|---|---|---|---:|---|")
+for (b, kern, st, note), n in seen.items():
+    print(f"| {b} | {kern} | {st} | {n} | {note.replace('|', '/')} |")
+EOF2
+    } > "$DEST/moe-fp4-h200.md"
+    return $rc
+}
+
 step_crosscheck() {
     echo "== crosscheck: fleetbench run $SWEEP, crosscheck RUN --all --steps, benchmarks/cupti_check.py"
-    local run rc
+    local run rc t0
+    t0=$(now)
     "$GPU_PY" -m orchestrator.cli run "$SWEEP" -i "$INV" --runs-dir "$RUNS" --format json \
         > "$WORK/crosscheck-seed.json" 2> "$WORK/crosscheck-seed.err"
     run=$(run_dir_of "$WORK/crosscheck-seed.err")
-    echo "seed: run $run"
+    echo "seed: run $run, wall $(elapsed "$t0" "$(now)") s"
+    t0=$(now)
     summarize "$WORK/crosscheck-seed.json" "$run"
     # XC_SELECT: which cases (default --all; e.g. "--backend torch-bf16 --backend torch-fp8" for a shorter call)
     "$GPU_PY" -m orchestrator.cli crosscheck "$run" ${XC_SELECT:---all} --steps --format md > "$WORK/crosscheck.md" \
         2> "$WORK/crosscheck.err"
     rc=$?
-    echo "crosscheck: exit $rc"
+    echo "crosscheck: exit $rc, wall $(elapsed "$t0" "$(now)") s"
     grep -v ': crosschecking ' "$WORK/crosscheck.err" | tail -n 20 | sed 's/^/  err| /'
     "$GPU_PY" -m orchestrator.cli crosscheck "$run" ${XC_SELECT:---all} --steps --stored --format json \
         > "$DEST/crosscheck-h200.json"
@@ -337,7 +368,7 @@ collect() {
 }
 
 STEPS="seed cost interrupt diff fidelity order order-bf16 order-bf16-unsettled neighbour settle-trace decode burst first-case calibration moe moe-decode byo
-verdicts jit-cache fleet profile fanout crosscheck"
+verdicts jit-cache fleet profile fanout moe-fp4 crosscheck"
 [ $# -gt 0 ] || { echo "usage: bash benchmarks/device_check.sh STEP... (steps:" $STEPS")"; exit 2; }
 for step in "$@"; do
     case " $(echo $STEPS) " in
