@@ -4,6 +4,7 @@ refused when it cannot be attributed. The trace comes from fakes shaped like tor
 lent GPU's real trace is read by benchmarks/cupti_check.py."""
 from __future__ import annotations
 
+import os
 import random
 from types import SimpleNamespace
 
@@ -166,3 +167,27 @@ def test_lead_in_replays_are_traced_and_discarded(monkeypatch):
     events.clear()
     once = cupti.kernel_samples_us(replay, calls_per_replay=2, replays=1, lead_in_ms=0)
     assert once.per_call_us == pytest.approx([7.0])  # no lead-in: the first (slow) replay is the sample
+
+
+@pytest.mark.parametrize("cuda, env, teardown, stays", [
+    ("13.0", None, "1", ""),
+    ("12.6", None, "1", ""),
+    ("13.0", "1", "1", ""),
+    ("13.0", "0", "0", "TEARDOWN_CUPTI=0 in the environment"),  # the caller's choice is kept, and said
+    ("12.4", None, None, "CUDA 12.4 cannot tear CUPTI down safely"),  # torch's own rule for CUDA graphs
+])
+def test_cupti_is_torn_down_after_a_trace_where_it_is_safe(cuda, env, teardown, stays, monkeypatch):
+    """Kineto keeps CUPTI attached after a trace unless TEARDOWN_CUPTI=1, and an attached CUPTI slows
+    every later timing of the process (benchmarks/cupti_after.py): the trace asks for teardown."""
+    import torch
+
+    monkeypatch.setattr(torch.version, "cuda", cuda)
+    if env is None:
+        monkeypatch.delenv("TEARDOWN_CUPTI", raising=False)
+    else:
+        monkeypatch.setenv("TEARDOWN_CUPTI", env)
+    why = cupti._ask_for_teardown()
+    assert os.environ.get("TEARDOWN_CUPTI") == teardown
+    assert (why == "") == (stays == "") and stays in why
+    if stays:
+        assert "later timings in this process run with it" in why

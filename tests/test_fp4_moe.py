@@ -487,6 +487,9 @@ def test_unsupported_on_the_h200_and_on_cpu_with_the_reason(name, cc, words, mon
     fake = _fake(name)
     rec = _runner(monkeypatch, fake, cc=cc).run(_case(name))
     assert rec.status == "unsupported" and words in rec.reason
+    if cc is not None:  # the library's own capabilities, named beside the FP4 floor
+        listed = ", ".join("%d.%d" % c for c in sorted(CATALOG[name].only_cc))
+        assert rec.reason.endswith(f"(this kernel: {listed} only)")
     assert fake.calls == []  # refused before any call: FP4 quantizers below 10.0 write garbage silently
 
 

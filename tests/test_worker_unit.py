@@ -20,8 +20,9 @@ FAST = TimingOptions(budget_s=0.05, warmup_ms=1, min_samples=3, max_samples=10)
 
 
 @pytest.mark.parametrize("backend,cc,expected", [
-    ("flashinfer-fp4-cutlass", (9, 0), "needs compute capability >= 10.0, host has 9.0"),
-    ("sgl-fp4-cutlass", (9, 0), "needs compute capability >= 10.0, host has 9.0"),
+    ("flashinfer-fp4-cutlass", (9, 0),
+     "needs compute capability >= 10.0, host has 9.0 (this kernel: 10.0, 10.3, 10.7, 11.0, 12.0, 12.1 only)"),
+    ("sgl-fp4-cutlass", (9, 0), "needs compute capability >= 10.0, host has 9.0 (this kernel: 10.0, 10.3, 12.0 only)"),
     ("torch-nvfp4", (8, 9), "needs compute capability >= 10.0, host has 8.9"),
     ("flashinfer-fp4-trtllm", (12, 0), "supports compute capability 10.0, 10.3, 10.7 only, host has 12.0"),
     ("flashinfer-fp4-b12x", (10, 0), "supports compute capability 12.0, 12.1 only, host has 10.0"),

@@ -113,6 +113,7 @@ class FleetbenchTiming(_Read):
     kernels: list[str] = Field(default_factory=list)
     cupti_split_by: str = ""
     cupti_reason: str = ""
+    cupti_notes: list[str] = Field(default_factory=list)  # e.g. CUPTI left attached for later timings
 
 
 class CrosscheckRecord(_Read):
@@ -300,7 +301,7 @@ class CaseBench:
             return
         ours.kernels_us = statistics.median(got.per_call_us)
         ours.span_us = statistics.median(got.span_us)
-        ours.kernels, ours.cupti_split_by = got.kernels, got.split_by
+        ours.kernels, ours.cupti_split_by, ours.cupti_notes = got.kernels, got.split_by, list(got.notes)
 
     def settle(self) -> None:
         """Replay fleetbench's graph of the case until it is in its own steady state (worker/timing.py

@@ -14,6 +14,12 @@ kineto reports the launch; else the activities, in time order, are split into re
 replay ends in a synchronize, so no replay's activities interleave with the next one's). A count that
 does not divide, or replays that ran different kernels, is refused: those samples would be wrong.
 
+CUPTI must leave with the trace. Kineto keeps it attached after a profiler session unless TEARDOWN_CUPTI=1
+(pytorch#146604): every later launch and graph replay of the process then pays CUPTI's instrumentation,
+which slows short kernels measurably (benchmarks/cupti_after.py). So the trace asks for teardown where
+torch itself allows it with CUDA graphs (CUDA 12.6 and later); where it cannot, or the caller set
+TEARDOWN_CUPTI=0, the samples say that later timings in the process ran with CUPTI attached.
+
 A call's activities are summed, never merged: two kernels of one call running at once on two streams
 count twice (the `span` beside the sum, first start to last end, bounds their union).
 """
@@ -99,6 +105,7 @@ def kernel_samples_us(replay: Callable[[], None], calls_per_replay: int, replays
     from torch.profiler import ProfilerActivity, profile
 
     torch.cuda.synchronize()
+    stays = _ask_for_teardown()
     lead_in = 0
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         deadline = time.perf_counter() + lead_in_ms / 1e3
@@ -110,7 +117,31 @@ def kernel_samples_us(replay: Callable[[], None], calls_per_replay: int, replays
             replay()
             torch.cuda.synchronize()
     activities, launches = read_trace(prof.profiler.kineto_results.events())
-    return split_replays(activities, launches, calls_per_replay, replays, skip=lead_in)
+    got = split_replays(activities, launches, calls_per_replay, replays, skip=lead_in)
+    if stays:
+        got.notes.append(stays)
+    return got
+
+
+def _ask_for_teardown() -> str:
+    """Set TEARDOWN_CUPTI=1 for kineto (read when a trace ends) unless the caller chose otherwise or this
+    CUDA cannot tear CUPTI down safely with graphs. Returns "" when CUPTI will leave, else why it stays."""
+    import os
+
+    import torch
+
+    chosen = os.environ.get("TEARDOWN_CUPTI")
+    if chosen is not None and chosen != "1":
+        return (f"TEARDOWN_CUPTI={chosen} in the environment: CUPTI stays attached after this trace, and later "
+                "timings in this process run with it (slower launches)")
+    version = tuple(int(p) for p in (torch.version.cuda or "0.0").split(".")[:2] if p.isdigit())
+    if version < (12, 6):
+        # torch's own rule (torch/profiler/profiler.py): before 12.6, re-initialising CUPTI after a teardown
+        # crashes processes that use CUDA graphs.
+        return (f"CUDA {torch.version.cuda} cannot tear CUPTI down safely with CUDA graphs (12.6 and later can): "
+                "CUPTI stays attached after this trace, and later timings in this process run with it")
+    os.environ["TEARDOWN_CUPTI"] = "1"
+    return ""
 
 
 def read_trace(events) -> tuple[list[DeviceActivity], list[int]]:

@@ -194,7 +194,7 @@ def fleetbench_view(stored) -> dict:
             "k": case.k, "label": case.label, "status": rec.status, "reason": rec.reason,
             "sweep_median_us": stored.sweep_median_us, "median_us": None, "now_over_sweep": None,
             "kernels_us": None, "span_us": None, "kernels_over_replay": None, "kernels_per_call": None,
-            "kernels": [], "cupti_split_by": "", "cupti_reason": "", "method": None, "settle_ms": None,
+            "kernels": [], "cupti_split_by": "", "cupti_reason": "", "cupti_notes": [], "method": None, "settle_ms": None,
             "gpu_name": rec.gpu_name, "sm_clock_locked_mhz": rec.sm_clock_locked_mhz}
     if ours is None:
         return view
@@ -202,7 +202,7 @@ def fleetbench_view(stored) -> dict:
                 kernels_us=ours.kernels_us, span_us=ours.span_us,
                 kernels_over_replay=_ratio(ours.kernels_us, ours.median_us),
                 kernels_per_call=len(ours.kernels) if ours.kernels_us is not None else None, kernels=ours.kernels,
-                cupti_split_by=ours.cupti_split_by, cupti_reason=ours.cupti_reason,
+                cupti_split_by=ours.cupti_split_by, cupti_reason=ours.cupti_reason, cupti_notes=ours.cupti_notes,
                 method=ours.method.model_dump(mode="json"), settle_ms=ours.settle_ms,
                 spread=statistics.pstdev(ours.samples_us) / ours.median_us if len(ours.samples_us) > 1 else None)
     return view

@@ -29,6 +29,7 @@ def crosscheck_document(ours: list[dict], comparisons: list, summaries: list, to
     for o in ours:
         note = o["reason"] or o["cupti_reason"] or (f"{o['kernels_per_call']} activities per call, split by "
                                                     f"{o['cupti_split_by']}" if o["kernels_per_call"] else "")
+        note = "; ".join([note, *o.get("cupti_notes", [])]).strip("; ")
         ours_rows.append([o["slot"], case_text(o), significant(o["sweep_median_us"], US_DIGITS),
                           significant(o["median_us"], US_DIGITS), ratio_text(o["now_over_sweep"]),
                           significant(o["kernels_us"], US_DIGITS), ratio_text(o["kernels_over_replay"]),

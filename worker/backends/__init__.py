@@ -142,10 +142,12 @@ def support_problem(spec: BackendSpec, m: int, n: int, k: int, cc: Optional[CC])
     if spec.min_cc is not None and not (cc is None and spec.cpu_ok):
         if cc is None:
             return f"needs a CUDA GPU with compute capability >= {_cc_text(spec.min_cc)}; host has none (CPU)"
+        listed = ", ".join(_cc_text(c) for c in sorted(spec.only_cc or ()))
         if cc < spec.min_cc:
-            return f"needs compute capability >= {_cc_text(spec.min_cc)}, host has {_cc_text(cc)}"
+            # The library's own list too, so a reader of an H200 row knows where the kernel would run.
+            only = f" (this kernel: {listed} only)" if listed else ""
+            return f"needs compute capability >= {_cc_text(spec.min_cc)}, host has {_cc_text(cc)}{only}"
         if spec.only_cc is not None and cc not in spec.only_cc:
-            listed = ", ".join(_cc_text(c) for c in sorted(spec.only_cc))
             return f"supports compute capability {listed} only, host has {_cc_text(cc)}"
     if spec.family == "fp4" and k % 16:
         return f"needs K % 16 == 0 for NVFP4 blocks (K={k})"
