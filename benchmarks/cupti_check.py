@@ -106,6 +106,7 @@ def main() -> int:
     if problem:
         print(f"CUPTI timing cannot run here: {problem}")
         return 1
+    cupti.ask_for_teardown()  # before this script's own first trace (kineto_report), as the worker's first
     runner = CaseRunner("cuda")
     lines = [f"# CUPTI kernel time against event-timed graph replay ({runner.device.name}, torch {torch.__version__})",
              "", f"Reproduce: `python benchmarks/cupti_check.py --backends {args.backends} --replays {args.replays}`", ""]

@@ -277,6 +277,61 @@ def test_the_summary_counts_cells_within_tolerance_and_attributed_gaps():
                                          "match; 2 raw gaps beyond 3%, 1 of them attributed; 1 not compared")
 
 
+class FakeNvml:
+    """An NVML probe whose SM clock reads from a list, then holds its last value."""
+
+    NVML_CLOCK_SM = 0
+
+    def __init__(self, mhz: list[int]):
+        self.mhz, self.reads = list(mhz), 0
+
+    def nvmlDeviceGetClockInfo(self, handle, which):
+        self.reads += 1
+        return self.mhz.pop(0) if len(self.mhz) > 1 else self.mhz[0]
+
+
+def test_the_clock_a_timer_ran_at_is_read_while_it_runs_in_the_clock_step_only(monkeypatch):
+    import time as _time
+
+    from worker.health import ClockSampler, NvmlProbe
+
+    nvml = FakeNvml([1980, 1750, 1750, 1750, 1750])
+    with ClockSampler(NvmlProbe(None, nvml), interval_s=0.001) as clock:
+        _time.sleep(0.05)
+    assert clock.readings >= 5 and clock.median_mhz == 1750.0
+    with ClockSampler(None) as none:  # no NVML: no thread, no figure
+        pass
+    assert none.median_mhz is None
+    bench = Bench()
+    bench.probe = NvmlProbe(None, FakeNvml([1700]))
+    fake_triton(monkeypatch, bench)
+    runs = {r.step: r for r in xc.triton_runs(bench).runs}
+    assert runs["clock"].sm_clock_mhz == 1700.0
+    assert all(r.sm_clock_mhz is None for step, r in runs.items() if step != "clock")
+
+
+@pytest.mark.parametrize("peer_mhz, verdict, words", [
+    # Matched 9% low, the peer's samples at a clock 10% higher: the same cycles, attributed to the clock.
+    (1700.0, "attributed", "clock while timing -9.1% (the peer's samples at 1700 MHz vs fleetbench's 1545 MHz; "
+                           "at fleetbench's clock it reads +0.0%)"),
+    (1545.0, "unexplained", "-9.1% with every method matched"),  # the same clock: nothing explains it
+    (None, "unexplained", "-9.1% with every method matched"),  # no reading: never guessed
+    (2000.0, "unexplained", "-9.1% with every method matched"),  # a clock that over-explains is no explanation
+])
+def test_a_matched_gap_the_clock_explains_is_attributed_to_it(peer_mhz, verdict, words):
+    bench = Bench()
+    bench.ours = bench.ours.model_copy(update={"sm_clock_mhz": 1545.0})
+    peer = peer_of(9.0, 9.0, 9.0, 10.0 * 1545 / 1700)
+    peer.runs[-1].sm_clock_mhz = peer_mhz
+    c = judged(bench, peer)
+    assert c.verdict == verdict and c.explanation.startswith(words)
+    (s,) = summarize([c])
+    assert (s.agree_matched, s.agree_at_clock) == (0, int(verdict == "attributed"))
+    if verdict == "attributed":
+        assert c.at_fleetbench_clock_ratio == pytest.approx(1.0)
+        assert "1 more at fleetbench's SM clock (the same cycles)" in s.line(0.02, 0.03)
+
+
 def test_a_stored_record_of_a_later_version_with_fields_this_one_lacks_still_reads():
     bench = Bench()
     doc = json.loads(CrosscheckRecord(case_id=bench.case.case_id, case=bench.case, status="ok", fleetbench=bench.ours,

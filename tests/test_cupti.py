@@ -186,7 +186,7 @@ def test_cupti_is_torn_down_after_a_trace_where_it_is_safe(cuda, env, teardown, 
         monkeypatch.delenv("TEARDOWN_CUPTI", raising=False)
     else:
         monkeypatch.setenv("TEARDOWN_CUPTI", env)
-    why = cupti._ask_for_teardown()
+    why = cupti.ask_for_teardown()
     assert os.environ.get("TEARDOWN_CUPTI") == teardown
     assert (why == "") == (stays == "") and stays in why
     if stays:

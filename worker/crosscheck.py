@@ -83,6 +83,9 @@ class Timed(_Read):
     value_us: Optional[float] = None  # the method's statistic of the samples; None: the run failed
     reason: str = ""  # why there is no value
     notes: list[str] = Field(default_factory=list)  # what the timer warned, and how the statistic was had
+    # The median SM clock NVML read while the timer ran (the clock step only: a reading thread could slow
+    # a timer that launches call by call); None where not read.
+    sm_clock_mhz: Optional[float] = None
 
 
 class PeerResult(_Read):
@@ -106,6 +109,7 @@ class FleetbenchTiming(_Read):
     calls_per_sample: int
     n_sets: int
     settle_ms: Optional[float] = None
+    sm_clock_mhz: Optional[float] = None  # the median SM clock while fleetbench timed the case (NVML)
     # The same case's graph, its kernels as CUPTI records them: the median over replays of the summed
     # activity time per call, and of first start to last end per call; None with a reason when not traced.
     kernels_us: Optional[float] = None
@@ -232,6 +236,7 @@ class CaseBench:
         self.graph = None
         self.calls = 1  # calls in self.graph
         self.ours: Optional[FleetbenchTiming] = None
+        self.probe = _nvml_probe()
 
     # The closures the peers time. `fixed` is what a user hands a timer: a call on one set of inputs.
     # `rotating` goes through the case's input sets as fleetbench's graph does; a graph captured from
@@ -263,7 +268,10 @@ class CaseBench:
 
         from . import timing
 
-        stats = timing.time_cuda(self.fn, self.n_sets, self.case.timing)
+        from .health import ClockSampler
+
+        with ClockSampler(self.probe) as clock:
+            stats = timing.time_cuda(self.fn, self.n_sets, self.case.timing)
         if stats.method == "cuda-graph":
             self.calls = stats.calls_per_sample
             launch = f"graph replay of {self.calls} calls"
@@ -278,7 +286,7 @@ class CaseBench:
         ours = FleetbenchTiming(method=Method(l2=self.l2_words(), launch=launch, clock=settled),
                                 timing_method=stats.method, median_us=stats.median_us, mean_us=stats.mean_us,
                                 samples_us=stats.samples_us, calls_per_sample=stats.calls_per_sample,
-                                n_sets=self.n_sets, settle_ms=stats.settle_ms)
+                                n_sets=self.n_sets, settle_ms=stats.settle_ms, sm_clock_mhz=clock.median_mhz)
         if not cupti:
             ours.cupti_reason = "not asked (--no-cupti)"
         else:
@@ -345,6 +353,18 @@ class CaseBench:
         torch.cuda.empty_cache()
 
 
+_PROBE: list = []
+
+
+def _nvml_probe():
+    """One NVML handle for the process's GPU (None without NVML), made on first use."""
+    if not _PROBE:
+        from .health import NvmlProbe
+
+        _PROBE.append(NvmlProbe.for_current_device())
+    return _PROBE[0]
+
+
 def _version(dist: str, module) -> str:
     try:
         from importlib.metadata import version
@@ -393,9 +413,12 @@ def _stat(samples: list[float], statistic: str) -> Optional[float]:
     return statistics.median(samples) if statistic == "median" else statistics.fmean(samples)
 
 
-def _run(step: Step, call: str, method: Method, measure: Callable[[], list[float]]) -> Timed:
-    """One timer run: its samples (µs per call), the statistic of `method`, and what it warned."""
-    with warnings.catch_warnings(record=True) as caught:
+def _run(step: Step, call: str, method: Method, measure: Callable[[], list[float]], probe=None) -> Timed:
+    """One timer run: its samples (µs per call), the statistic of `method`, and what it warned; with an
+    NVML `probe`, the SM clock it ran at."""
+    from .health import ClockSampler
+
+    with warnings.catch_warnings(record=True) as caught, ClockSampler(probe) as clock:
         warnings.simplefilter("always")
         try:
             samples = [float(s) for s in measure()]
@@ -405,7 +428,8 @@ def _run(step: Step, call: str, method: Method, measure: Callable[[], list[float
             samples, reason = [], f"{type(exc).__name__}: {exc}"[:400]
     notes = list(dict.fromkeys(str(w.message)[:300] for w in caught))
     return Timed(step=step, call=call, method=method, samples_us=[round(s, 4) for s in samples],
-                 value_us=_stat(samples, method.statistic), reason=reason, notes=notes)
+                 value_us=_stat(samples, method.statistic), reason=reason, notes=notes,
+                 sm_clock_mhz=clock.median_mhz)
 
 
 def _with_statistic(run: Timed, statistic: str) -> Timed:
@@ -462,7 +486,7 @@ def flashinfer_runs(bench: CaseBench) -> PeerResult:
         call = bench.rotating_call() if bench.cold else bench.fixed
         bench.settle()
         runs.append(_run("clock", text(**matched), Method(l2=bench.l2_words(), launch=launch, clock="settled"),
-                         measure(call, **matched)))
+                         measure(call, **matched), probe=bench.probe))
     result.notes += _cupti_note("enable_cupti" in accepted)
     if all(r.value_us is None for r in runs):
         result.status, result.reason = "failed", runs[0].reason
@@ -526,7 +550,7 @@ def triton_runs(bench: CaseBench) -> PeerResult:
     if bench.settles:
         bench.settle()
         runs.append(_run("clock", text, Method(l2=bench.l2_words(), launch=graph, clock="settled", statistic=statistic),
-                         all_times(bench.rotating_call() if bench.cold else bench.fixed)))
+                         all_times(bench.rotating_call() if bench.cold else bench.fixed), probe=bench.probe))
     if bench.ours is not None and bench.ours.timing_method != "cuda-graph":
         result.unmatched.append("launch (do_bench_cudagraph always replays a graph; this case was timed with "
                                 "per-call CUDA events)")

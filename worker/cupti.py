@@ -105,7 +105,7 @@ def kernel_samples_us(replay: Callable[[], None], calls_per_replay: int, replays
     from torch.profiler import ProfilerActivity, profile
 
     torch.cuda.synchronize()
-    stays = _ask_for_teardown()
+    stays = ask_for_teardown()
     lead_in = 0
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         deadline = time.perf_counter() + lead_in_ms / 1e3
@@ -123,9 +123,11 @@ def kernel_samples_us(replay: Callable[[], None], calls_per_replay: int, replays
     return got
 
 
-def _ask_for_teardown() -> str:
-    """Set TEARDOWN_CUPTI=1 for kineto (read when a trace ends) unless the caller chose otherwise or this
-    CUDA cannot tear CUPTI down safely with graphs. Returns "" when CUPTI will leave, else why it stays."""
+def ask_for_teardown() -> str:
+    """Set TEARDOWN_CUPTI=1 for kineto unless the caller chose otherwise or this CUDA cannot tear CUPTI
+    down safely with graphs. Returns "" when CUPTI will leave, else why it stays. Call it before the
+    process's first trace: kineto reads it when a trace starts too, and a process that traced with CUPTI
+    kept then switched to teardown crashed its next graph replay on the H200 (unspecified launch failure)."""
     import os
 
     import torch

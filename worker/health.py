@@ -134,3 +134,51 @@ def assess(before: HealthSnapshot, after: HealthSnapshot) -> Health:
     if new_bad:
         reasons.append("throttling began: " + ", ".join(new_bad))
     return Health(before=before, after=after, tainted=bool(reasons), taint_reason="; ".join(reasons))
+
+
+class ClockSampler:
+    """The SM clock, read every `interval_s` from a background thread while a timer runs: what clock the
+    GPU held during that timer's samples, where a before/after reading would miss a dip or a recovery.
+    The thread holds the GIL only for one NVML call per reading. `median_mhz` is None without NVML."""
+
+    def __init__(self, probe: Optional[NvmlProbe], interval_s: float = 0.002):
+        self._probe, self._interval = probe, interval_s
+        self._readings: list[int] = []
+        self._stop = None
+        self._thread = None
+
+    def __enter__(self) -> "ClockSampler":
+        if self._probe is None:
+            return self
+        import threading
+
+        self._stop = threading.Event()
+        nv = self._probe._nvml
+
+        def sample() -> None:
+            while not self._stop.is_set():
+                mhz = self._probe._read("nvmlDeviceGetClockInfo", nv.NVML_CLOCK_SM)
+                if mhz:
+                    self._readings.append(int(mhz))
+                self._stop.wait(self._interval)
+
+        self._thread = threading.Thread(target=sample, name="fleetbench-clock", daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> bool:
+        if self._thread is not None:
+            self._stop.set()
+            self._thread.join()
+        return False
+
+    @property
+    def median_mhz(self) -> Optional[float]:
+        if not self._readings:
+            return None
+        ordered = sorted(self._readings)
+        return float(ordered[len(ordered) // 2])
+
+    @property
+    def readings(self) -> int:
+        return len(self._readings)

@@ -39,6 +39,7 @@ class StepView:
     share: Optional[float]  # the previous step's ratio / this one's: its factor's share of the raw gap
     reason: str = ""
     notes: list[str] = field(default_factory=list)
+    sm_clock_mhz: Optional[float] = None
 
 
 @dataclass
@@ -65,6 +66,11 @@ class PeerComparison:
     verdict: str = ""  # agrees | attributed | unexplained | not compared
     explanation: str = ""
     unmatched: list[str] = field(default_factory=list)  # factors the ladder could not match
+    # The SM clock each ran at (NVML, median while timing) and the matched figure at fleetbench's clock
+    # (its time x the peer's clock / fleetbench's: the same cycles), where both were read.
+    fleetbench_clock_mhz: Optional[float] = None
+    peer_clock_mhz: Optional[float] = None
+    at_fleetbench_clock_ratio: Optional[float] = None
     steps: list[StepView] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
@@ -94,7 +100,7 @@ def compare_peer(slot: str, record, peer, tolerance: float = TOLERANCE, gap: flo
         share = previous / ratio if ratio and previous is not None else None
         out.steps.append(StepView(run.step, run.call, run.method.l2, run.method.launch, run.method.clock,
                                   run.method.statistic, run.value_us, ratio, share if run.step != "default" else None,
-                                  run.reason, list(run.notes)))
+                                  run.reason, list(run.notes), getattr(run, "sm_clock_mhz", None)))
         if run.step != "default" and run.step in FACTORS:
             out.factors[run.step] = share
         if ratio is not None:
@@ -123,7 +129,20 @@ def compare_peer(slot: str, record, peer, tolerance: float = TOLERANCE, gap: flo
         out.causes.append(f"{FACTOR_NAMES[factor]} {_pct(share)} ({_method_of(before, factor)} vs "
                           f"{_method_of(step, factor)})")
     raw_off, matched_off = abs(out.raw_ratio - 1), abs(out.matched_ratio - 1)
-    if matched_off > tolerance:
+    out.fleetbench_clock_mhz, out.peer_clock_mhz = getattr(ours, "sm_clock_mhz", None), last.sm_clock_mhz
+    if out.fleetbench_clock_mhz and out.peer_clock_mhz:
+        out.at_fleetbench_clock_ratio = out.matched_ratio * out.peer_clock_mhz / out.fleetbench_clock_mhz
+    clock_share = (out.fleetbench_clock_mhz / out.peer_clock_mhz) if out.at_fleetbench_clock_ratio else None
+    if (matched_off > tolerance and clock_share is not None and abs(clock_share - 1) >= NAMED
+            and abs(out.at_fleetbench_clock_ratio - 1) <= tolerance):
+        # Matched in method, not in the clock the GPU held while timing: a timer that idles the GPU right
+        # before its samples (a graph capture, a sleep) times a power-limited kernel nearer its burst clock.
+        out.verdict = "attributed"
+        out.explanation = "; ".join([f"clock while timing {_pct(clock_share)} (the peer's samples at "
+                                     f"{out.peer_clock_mhz:.0f} MHz vs fleetbench's {out.fleetbench_clock_mhz:.0f} "
+                                     f"MHz; at fleetbench's clock it reads {_pct(out.at_fleetbench_clock_ratio)})",
+                                     *out.causes])
+    elif matched_off > tolerance:
         out.verdict = "unexplained"
         out.explanation = (f"{_pct(out.matched_ratio)} with every method matched"
                            + (f" (not matched: {', '.join(out.unmatched)})" if out.unmatched else ""))
@@ -156,6 +175,7 @@ class PeerSummary:
     peer: str
     compared: int  # cells with a raw and a matched figure
     agree_matched: int  # ... whose matched figure is within the tolerance
+    agree_at_clock: int  # ... beyond it, but within it at fleetbench's SM clock (the same cycles)
     raw_gaps: int  # ... whose raw gap is beyond GAP
     raw_gaps_attributed: int
     not_compared: int
@@ -165,20 +185,25 @@ class PeerSummary:
         if not self.compared:
             return f"{self.peer}: not compared ({'; '.join(self.reasons) or 'no record'})"
         share = 100.0 * self.agree_matched / self.compared
+        at_clock = (f", {self.agree_at_clock} more at fleetbench's SM clock (the same cycles)"
+                    if self.agree_at_clock else "")
         text = (f"{self.peer}: {self.agree_matched} of {self.compared} cells ({share:.0f}%) within "
-                f"{tolerance:.0%} of fleetbench once the methods match; {self.raw_gaps} raw gaps beyond {gap:.0%}, "
-                f"{self.raw_gaps_attributed} of them attributed")
+                f"{tolerance:.0%} of fleetbench once the methods match{at_clock}; {self.raw_gaps} raw gaps beyond "
+                f"{gap:.0%}, {self.raw_gaps_attributed} of them attributed")
         return text + (f"; {self.not_compared} not compared" if self.not_compared else "")
 
 
-def summarize(comparisons: list[PeerComparison], gap: float = GAP) -> list[PeerSummary]:
+def summarize(comparisons: list[PeerComparison], gap: float = GAP, tolerance: float = TOLERANCE
+              ) -> list[PeerSummary]:
     out = []
     for peer in dict.fromkeys(c.peer for c in comparisons):
         mine = [c for c in comparisons if c.peer == peer]
         done = [c for c in mine if c.verdict != "not compared"]
         gaps = [c for c in done if abs(c.raw_ratio - 1) > gap]
         out.append(PeerSummary(peer=peer, compared=len(done),
-                               agree_matched=sum(c.verdict != "unexplained" for c in done),
+                               agree_matched=sum(abs(c.matched_ratio - 1) <= tolerance for c in done),
+                               agree_at_clock=sum(abs(c.matched_ratio - 1) > tolerance and c.verdict != "unexplained"
+                                                  for c in done),
                                raw_gaps=len(gaps), raw_gaps_attributed=sum(c.verdict == "attributed" for c in gaps),
                                not_compared=len(mine) - len(done),
                                reasons=list(dict.fromkeys(c.explanation for c in mine if c.verdict == "not compared"))))
@@ -194,8 +219,9 @@ def fleetbench_view(stored) -> dict:
             "k": case.k, "label": case.label, "status": rec.status, "reason": rec.reason,
             "sweep_median_us": stored.sweep_median_us, "median_us": None, "now_over_sweep": None,
             "kernels_us": None, "span_us": None, "kernels_over_replay": None, "kernels_per_call": None,
-            "kernels": [], "cupti_split_by": "", "cupti_reason": "", "cupti_notes": [], "method": None, "settle_ms": None,
-            "gpu_name": rec.gpu_name, "sm_clock_locked_mhz": rec.sm_clock_locked_mhz}
+            "kernels": [], "cupti_split_by": "", "cupti_reason": "", "cupti_notes": [], "method": None,
+            "settle_ms": None,
+            "gpu_name": rec.gpu_name, "sm_clock_locked_mhz": rec.sm_clock_locked_mhz, "sm_clock_mhz": None}
     if ours is None:
         return view
     view.update(median_us=ours.median_us, now_over_sweep=_ratio(ours.median_us, stored.sweep_median_us),
@@ -203,6 +229,6 @@ def fleetbench_view(stored) -> dict:
                 kernels_over_replay=_ratio(ours.kernels_us, ours.median_us),
                 kernels_per_call=len(ours.kernels) if ours.kernels_us is not None else None, kernels=ours.kernels,
                 cupti_split_by=ours.cupti_split_by, cupti_reason=ours.cupti_reason, cupti_notes=ours.cupti_notes,
-                method=ours.method.model_dump(mode="json"), settle_ms=ours.settle_ms,
+                method=ours.method.model_dump(mode="json"), settle_ms=ours.settle_ms, sm_clock_mhz=ours.sm_clock_mhz,
                 spread=statistics.pstdev(ours.samples_us) / ours.median_us if len(ours.samples_us) > 1 else None)
     return view

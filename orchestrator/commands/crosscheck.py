@@ -61,7 +61,7 @@ def run(args, io: Streams) -> int:
         return EXIT_INTERRUPTED
     checks = [c for r in results for c in r.stored]
     comparisons = compare(checks, tolerance, gap)
-    summaries = summarize(comparisons, gap)
+    summaries = summarize(comparisons, gap, tolerance)
     io.write(write(crosscheck_document([fleetbench_view(c) for c in checks], comparisons, summaries, tolerance, gap,
                                        steps=args.steps), args.format, io.width()))
     bad = report_problems(results, io)
@@ -88,6 +88,7 @@ def _show_stored(store, wanted: dict[str, list[str]], tolerance: float, gap: flo
         raise InputError(f"run {store.run_id} has no stored crosscheck of the selected cases "
                          "(`fleetbench crosscheck` without --stored makes one)")
     comparisons = compare(checks, tolerance, gap)
-    io.write(write(crosscheck_document([fleetbench_view(c) for c in checks], comparisons, summarize(comparisons, gap),
+    summaries = summarize(comparisons, gap, tolerance)
+    io.write(write(crosscheck_document([fleetbench_view(c) for c in checks], comparisons, summaries,
                                        tolerance, gap, steps=args.steps), args.format, io.width()))
     return EXIT_FAILED if problems else EXIT_OK

@@ -6,8 +6,8 @@ from __future__ import annotations
 from .output import Document, Section
 from .tables import US_DIGITS, ratio_text, significant
 
-OURS_HEADERS = ["host", "case", "sweep µs", "now µs", "now / sweep", "CUPTI kernels µs", "kernels / replay",
-                "kernels", "note"]
+OURS_HEADERS = ["host", "case", "sweep µs", "now µs", "now / sweep", "SM MHz", "CUPTI kernels µs",
+                "kernels / replay", "kernels", "note"]
 PEER_HEADERS = ["host", "case", "peer", "default µs", "default / fb", "matched µs", "matched / fb", "verdict",
                 "why"]
 STEP_HEADERS = ["host", "case", "peer", "step", "call", "L2", "launch", "clock", "statistic", "µs", "/ fb", "share"]
@@ -16,6 +16,10 @@ _VERDICT_STYLE = {"agrees": "green", "attributed": "cyan", "unexplained": "bold 
 
 def case_text(c) -> str:
     return f"{c['backend']} {c['m']}x{c['n']}x{c['k']}"
+
+
+def _mhz(x) -> str:
+    return "" if not x else f"{x:.0f}"
 
 
 def _share(x) -> str:
@@ -32,7 +36,8 @@ def crosscheck_document(ours: list[dict], comparisons: list, summaries: list, to
         note = "; ".join([note, *o.get("cupti_notes", [])]).strip("; ")
         ours_rows.append([o["slot"], case_text(o), significant(o["sweep_median_us"], US_DIGITS),
                           significant(o["median_us"], US_DIGITS), ratio_text(o["now_over_sweep"]),
-                          significant(o["kernels_us"], US_DIGITS), ratio_text(o["kernels_over_replay"]),
+                          _mhz(o.get("sm_clock_mhz")), significant(o["kernels_us"], US_DIGITS),
+                          ratio_text(o["kernels_over_replay"]),
                           "" if o["kernels_per_call"] is None else str(o["kernels_per_call"]), note])
     peer_rows, step_rows = [], []
     for c in comparisons:
@@ -40,11 +45,13 @@ def crosscheck_document(ours: list[dict], comparisons: list, summaries: list, to
         peer_rows.append([c.slot, case_text(d), c.peer, significant(c.raw_us, US_DIGITS), ratio_text(c.raw_ratio),
                           significant(c.matched_us, US_DIGITS), ratio_text(c.matched_ratio), c.verdict, c.explanation])
         for s in c.steps:
-            step_rows.append([c.slot, case_text(d), c.peer, s.step, s.call, s.l2, s.launch, s.clock, s.statistic,
+            clock = s.clock + (f" ({s.sm_clock_mhz:.0f} MHz)" if s.sm_clock_mhz else "")
+            step_rows.append([c.slot, case_text(d), c.peer, s.step, s.call, s.l2, s.launch, clock, s.statistic,
                               significant(s.value_us, US_DIGITS), ratio_text(s.ratio), _share(s.share)])
     sections = [Section(OURS_HEADERS, ours_rows, title="fleetbench on each case, timed again beside its peers",
-                        right=("sweep µs", "now µs", "now / sweep", "CUPTI kernels µs", "kernels / replay", "kernels"),
-                        optional=("kernels", "kernels / replay")),
+                        right=("sweep µs", "now µs", "now / sweep", "SM MHz", "CUPTI kernels µs", "kernels / replay",
+                               "kernels"),
+                        optional=("kernels", "kernels / replay", "SM MHz")),
                 Section(PEER_HEADERS, peer_rows, title="each peer in its default settings, then with fleetbench's "
                         "methods (fb: fleetbench's median now)",
                         right=("default µs", "default / fb", "matched µs", "matched / fb"), styles={7: _VERDICT_STYLE})]
