@@ -33,6 +33,7 @@
 #   fanout                fan-out cost, tools on CPUs 0-1, hosts on 2-15 (no GPU)    (none kept: RESULTS.md, History)
 #   moe-fp4               sweeps/moe_fp4.yaml: the grouped / fused NVFP4 MoE         moe-fp4-h200.md
 #                         backends (unsupported below CC 10.0) beside bf16
+#   cupti                 CUPTI kernel time beside graph replay, every seed cell     cupti-h200.md
 #   cupti-after           graph replay before and after a CUPTI trace in one process, cupti-after-h200.md
 #                         with CUPTI left attached and torn down
 #   crosscheck            the seed sweep once, crosscheck --all on it (FlashInfer,    crosscheck-h200.md,
@@ -337,6 +338,12 @@ EOF2
     return $rc
 }
 
+step_cupti() {
+    echo "== cupti: CUPTI kernel time against event-timed graph replay, every seed cell (cupti_check.py)"
+    "$GPU_PY" benchmarks/cupti_check.py --out "$DEST/cupti-h200.md" > "$WORK/cupti.log" 2>&1
+    echo "cupti_check: exit $?"; grep -c CuptiError "$DEST/cupti-h200.md"; tail -n 3 "$WORK/cupti.log"
+}
+
 step_cupti_after() {
     echo "== cupti-after: graph replay before and after a CUPTI trace, CUPTI attached vs torn down"
     "$GPU_PY" benchmarks/cupti_after.py --out "$DEST/cupti-after-h200.md"
@@ -375,7 +382,7 @@ collect() {
 }
 
 STEPS="seed cost interrupt diff fidelity order order-bf16 order-bf16-unsettled neighbour settle-trace decode burst first-case calibration moe moe-decode byo
-verdicts jit-cache fleet profile fanout moe-fp4 cupti-after crosscheck"
+verdicts jit-cache fleet profile fanout moe-fp4 cupti cupti-after crosscheck"
 [ $# -gt 0 ] || { echo "usage: bash benchmarks/device_check.sh STEP... (steps:" $STEPS")"; exit 2; }
 for step in "$@"; do
     case " $(echo $STEPS) " in

@@ -191,3 +191,41 @@ def test_cupti_is_torn_down_after_a_trace_where_it_is_safe(cuda, env, teardown, 
     assert (why == "") == (stays == "") and stays in why
     if stays:
         assert "later timings in this process run with it" in why
+
+
+def test_a_trace_that_records_nothing_after_a_teardown_is_taken_again_once(monkeypatch):
+    import torch
+
+    traces: list = []
+
+    class FakeProfile:
+        def __init__(self, activities):
+            recorded = [] if not traces else [kineto(GEMM, DeviceType.CUDA, "kernel", 0, 5000, 0)]
+            traces.append(recorded)
+            self.profiler = SimpleNamespace(kineto_results=SimpleNamespace(events=lambda: list(recorded)))
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+    monkeypatch.setattr(cupti, "available", lambda: None)
+    monkeypatch.setattr(cupti, "ask_for_teardown", lambda: "")
+    monkeypatch.setattr(cupti, "RETRACE_WAIT_S", 0.0)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    monkeypatch.setattr(torch.profiler, "profile", FakeProfile)
+    got = cupti.kernel_samples_us(lambda: None, calls_per_replay=1, replays=1, lead_in_ms=0)
+    assert len(traces) == 2 and got.per_call_us == pytest.approx([5.0])
+    assert any("traced again" in n for n in got.notes)
+    traces.clear()
+    traces.append("a first trace that recorded")  # the next trace records: no retry
+    cupti.kernel_samples_us(lambda: None, calls_per_replay=1, replays=1, lead_in_ms=0)
+    assert len(traces) == 2
+    monkeypatch.setattr(FakeProfile, "__init__", lambda self, activities: (
+        traces.append([]), setattr(self, "profiler", SimpleNamespace(
+            kineto_results=SimpleNamespace(events=lambda: []))))[-1])
+    traces.clear()
+    with pytest.raises(CuptiError, match="no GPU activity"):  # twice nothing: refused, never a third
+        cupti.kernel_samples_us(lambda: None, calls_per_replay=1, replays=1, lead_in_ms=0)
+    assert len(traces) == 2
