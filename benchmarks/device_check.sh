@@ -37,7 +37,7 @@
 #   cupti-after           graph replay before and after a CUPTI trace in one process, cupti-after-h200.md
 #                         with CUPTI left attached and torn down
 #   crosscheck            the seed sweep once, crosscheck --all on it (FlashInfer,    crosscheck-h200.md,
-#                         Triton), then CUPTI against graph replay (cupti_check.py)  crosscheck-h200.json
+#                         Triton)                                                    crosscheck-h200.json
 #
 # Carried (the `run` call's `carry`; ignored folders, see RESULTS.md "Running the GPU steps" for how each
 # is made): .whl (the controller's wheels for Python 3.12: always); .carry/fi.tar.xz (FlashInfer's files:
@@ -319,7 +319,8 @@ step_moe_fp4() {
     rc=$?
     echo "moe-fp4: exit $rc, run $(run_dir_of "$WORK/moe-fp4.err")"
     summarize "$WORK/moe-fp4.json" "$(run_dir_of "$WORK/moe-fp4.err")"
-    { echo "# The FP4 MoE backends on the H200 (issue 33, commit $(git rev-parse --short HEAD 2>/dev/null))"
+    # No commit in the header: the device's copy of the tree may carry an older .git than its files.
+    { echo "# The FP4 MoE backends on the H200 (issue 33)"
       echo; echo "Reproduce: \`bash benchmarks/device_check.sh moe-fp4\` (carry .whl and .carry/fi.tar.xz): \`fleetbench run sweeps/moe_fp4.yaml\` (exit $rc)."
       echo; "$GPU_PY" -m orchestrator.cli show "$(run_dir_of "$WORK/moe-fp4.err")" --format md
       echo; echo "Each row's status and reason:"; echo
@@ -350,7 +351,7 @@ step_cupti_after() {
 }
 
 step_crosscheck() {
-    echo "== crosscheck: fleetbench run $SWEEP, crosscheck RUN --all --steps, benchmarks/cupti_check.py"
+    echo "== crosscheck: fleetbench run $SWEEP, crosscheck RUN --all --steps"
     local run rc t0
     t0=$(now)
     "$GPU_PY" -m orchestrator.cli run "$SWEEP" -i "$INV" --runs-dir "$RUNS" --format json \
@@ -367,11 +368,9 @@ step_crosscheck() {
     grep -v ': crosschecking ' "$WORK/crosscheck.err" | tail -n 20 | sed 's/^/  err| /'
     "$GPU_PY" -m orchestrator.cli crosscheck "$run" ${XC_SELECT:---all} --steps --stored --format json \
         > "$DEST/crosscheck-h200.json"
-    "$GPU_PY" benchmarks/cupti_check.py --out "$WORK/cupti.md" > "$WORK/cupti.log" 2>&1
-    echo "cupti_check: exit $?"; tail -n 3 "$WORK/cupti.log"
-    { echo "# fleetbench against FlashInfer's and Triton's timers (H200, commit $(git rev-parse --short HEAD 2>/dev/null))"
-      echo; echo "Reproduce: \`bash benchmarks/device_check.sh crosscheck\` (carry .whl and .carry/fi.tar.xz): \`fleetbench run $SWEEP\`, then \`fleetbench crosscheck RUN --all --steps\` (exit $rc), then \`python benchmarks/cupti_check.py\`."
-      echo; cat "$WORK/crosscheck.md"; echo; sed 's/^# /## /' "$WORK/cupti.md"; } > "$DEST/crosscheck-h200.md"
+    { echo "# fleetbench against FlashInfer's and Triton's timers (H200)"
+      echo; echo "Reproduce: \`bash benchmarks/device_check.sh crosscheck\` (carry .whl and .carry/fi.tar.xz): \`fleetbench run $SWEEP\`, then \`fleetbench crosscheck RUN --all --steps\` (exit $rc)."
+      echo; cat "$WORK/crosscheck.md"; } > "$DEST/crosscheck-h200.md"
     return $rc
 }
 
