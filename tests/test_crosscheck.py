@@ -17,6 +17,7 @@ import pytest
 import yaml
 
 from cli_output import cli_json
+from storedruns import write_ok_attempt
 from orchestrator.analysis.crosscheck import compare_peer, summarize
 from orchestrator.cli import main
 from orchestrator.config.inventory import load_inventory
@@ -365,12 +366,7 @@ def stored_run(tmp_path: Path, inventory_path: Path, ms=(16, 32), median_us: flo
             stats = summarize_samples([median_us] * 5, method="cpu-wallclock", calls_per_sample=10, l2="hot")
             lines.append(CaseRecord(case_id=case.case_id, case=case, status="ok", timing=stats, started_at="t",
                                     duration_s=0.1).model_dump_json())
-        d = store.attempt_dir(job.slot, 1)
-        d.mkdir(parents=True)
-        (d / "results.jsonl").write_text("\n".join(lines) + "\n")
-        (d / "outcome.json").write_text(json.dumps({"slot": job.slot, "host": job.host.name, "attempt": 1,
-                                                    "outcome": "ok", "cases_total": len(job.cases),
-                                                    "cases_done": len(job.cases)}))
+        write_ok_attempt(store, job, lines)
     return store
 
 

@@ -18,6 +18,7 @@ import pytest
 import yaml
 
 from cli_output import cli_json
+from storedruns import write_ok_attempt
 from conftest import processes_under, start_cli
 from orchestrator.analysis.profile import (ProfileFormatError, at_clock_us, convert, explain, parse_ncu_csv,
                                            short_name, summarize)
@@ -163,12 +164,7 @@ def stored_run(tmp_path: Path, inventory_path: Path, factors: dict[str, float], 
                                                                    rel_ci=stats.rel_ci, sm_clock_mhz=sm_clock_mhz)]})
             lines.append(CaseRecord(case_id=case.case_id, case=case, status="ok", timing=stats, started_at="t",
                                     duration_s=0.1).model_dump_json())
-        d = store.attempt_dir(job.slot, 1)
-        d.mkdir(parents=True)
-        (d / "results.jsonl").write_text("\n".join(lines) + "\n")
-        (d / "outcome.json").write_text(json.dumps({"slot": job.slot, "host": job.host.name, "attempt": 1,
-                                                    "outcome": "ok", "cases_total": len(job.cases),
-                                                    "cases_done": len(job.cases)}))
+        write_ok_attempt(store, job, lines)
     return store
 
 
