@@ -34,6 +34,8 @@
 #   moe-fp4               sweeps/moe_fp4.yaml: the grouped / fused NVFP4 MoE         moe-fp4-h200.md
 #                         backends (unsupported below CC 10.0) beside bf16
 #   cupti                 CUPTI kernel time beside graph replay, every seed cell     cupti-h200.md
+#   graph-length          a case timed by fleetbench, by one ~20 ms graph (Triton's   graph-length-h200.md
+#                         method) on its stream and a side stream, and by Triton
 #   cupti-after           graph replay before and after a CUPTI trace in one process, cupti-after-h200.md
 #                         with CUPTI left attached and torn down
 #   crosscheck            the seed sweep once, crosscheck --all on it (FlashInfer,    crosscheck-h200.md,
@@ -345,6 +347,11 @@ step_cupti() {
     echo "cupti_check: exit $?"; grep -c CuptiError "$DEST/cupti-h200.md"; tail -n 3 "$WORK/cupti.log"
 }
 
+step_graph_length() {
+    echo "== graph-length: one case timed by fleetbench, a long graph, on a side stream, and Triton"
+    "$GPU_PY" benchmarks/graph_length.py --out "$DEST/graph-length-h200.md"
+}
+
 step_cupti_after() {
     echo "== cupti-after: graph replay before and after a CUPTI trace, CUPTI attached vs torn down"
     "$GPU_PY" benchmarks/cupti_after.py --out "$DEST/cupti-after-h200.md"
@@ -381,7 +388,7 @@ collect() {
 }
 
 STEPS="seed cost interrupt diff fidelity order order-bf16 order-bf16-unsettled neighbour settle-trace decode burst first-case calibration moe moe-decode byo
-verdicts jit-cache fleet profile fanout moe-fp4 cupti cupti-after crosscheck"
+verdicts jit-cache fleet profile fanout moe-fp4 cupti cupti-after graph-length crosscheck"
 [ $# -gt 0 ] || { echo "usage: bash benchmarks/device_check.sh STEP... (steps:" $STEPS")"; exit 2; }
 for step in "$@"; do
     case " $(echo $STEPS) " in
