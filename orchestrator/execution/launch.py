@@ -165,6 +165,21 @@ def check_same_host(store: RunStore, manifest: Manifest, host: Host, inventory_p
                          f"{difference} (start a new run)")
 
 
+def run_host(store: RunStore, manifest: Manifest, inventory: Inventory, name: str, bundle: WorkerBundle,
+             scripts: dict[str, RenderedScript]) -> tuple[Host, bool]:
+    """The run's host `name` as the inventory names it, checked to be the machine the run ran on, its
+    stored script added to `scripts` the first time: (the host, whether this call added it). InputError
+    when the inventory lacks the host or it is another machine now."""
+    host = next((h for h in inventory.hosts if h.name == name), None)
+    if host is None:
+        raise InputError(f"host '{name}' of run {store.run_id} is not in {inventory.path}")
+    if host.name in scripts:
+        return host, False
+    check_same_host(store, manifest, host, inventory.path)
+    scripts[host.name] = stored_script(store, manifest, host, bundle)
+    return host, True
+
+
 def cases_to_finish(planned: list[CaseSpec], records: dict) -> list[CaseSpec]:
     """The cases of a job that are not done, as they should run now: missing, failed, crashed or hung
     cases in full; a case whose rounds were cut short, for the rounds it still lacks (its case id is
@@ -196,7 +211,6 @@ def plan_rerun(store: RunStore, inventory: Inventory, *, failed: bool, hosts_sel
 
     manifest = store.manifest()
     planned = store.planned_cases()
-    by_name = {h.name: h for h in inventory.hosts}
     selected_hosts = None
     if hosts_selector:
         run_hosts = [h for h in inventory.hosts if h.name in {j.host for j in manifest.jobs}]
@@ -222,12 +236,8 @@ def plan_rerun(store: RunStore, inventory: Inventory, *, failed: bool, hosts_sel
     lock_timeout = manifest.worker.lock_timeout_s if lock_timeout_s is None else lock_timeout_s
     hosts, jobs, tasks, scripts = [], [], [], {}
     for job_info, cases in chosen:
-        host = by_name.get(job_info.host)
-        if host is None:
-            raise InputError(f"host '{job_info.host}' of run {store.run_id} is not in {inventory.path}")
-        if host.name not in scripts:
-            check_same_host(store, manifest, host, inventory.path)
-            scripts[host.name] = stored_script(store, manifest, host, bundle)
+        host, first = run_host(store, manifest, inventory, job_info.host, bundle, scripts)
+        if first:
             hosts.append(host)
         # Limits for what runs now: the host's own settings, else derived from these cases.
         job = with_limits(Job(host=host, gpu=job_info.gpu, cases=tuple(cases)), lock_timeout,

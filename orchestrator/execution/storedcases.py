@@ -35,7 +35,7 @@ from ..runs.slotfolders import SlotFolders, StoredCase
 from ..runs.store import RunStore
 from ..transport import Transport, TransportError, login_relative, make_transport
 from .fanout import HostResult, Running, fan_out
-from .launch import check_same_host, stored_bundle, stored_script
+from .launch import run_host, stored_bundle
 from .remote import RenderedScript, lacks_files, run_first, stop_remote, sync_script
 
 START_ALLOWANCE_S = 300.0  # the worker's start (torch, a peer's import, ncu's own), beyond the cases' limits
@@ -126,7 +126,6 @@ def plan_cases(store: RunStore, inventory: Inventory, wanted: dict[str, list[str
         raise InputError(f"run {store.run_id} was made by fleetbench {manifest.fleetbench_version or '?'}, whose "
                          f"worker cannot {name}: {name} a run made by this fleetbench (`fleetbench run` the sweep "
                          "again)")
-    by_name = {h.name: h for h in inventory.hosts}
     jobs_by_slot = {j.slot: j for j in manifest.jobs}
     planned = store.planned_cases()
     sweep = {(s.slot, cid): rec.timing for s in load_slots(store) for cid, (_, rec) in s.records.items()
@@ -136,12 +135,7 @@ def plan_cases(store: RunStore, inventory: Inventory, wanted: dict[str, list[str
         stored = jobs_by_slot.get(slot)
         if stored is None:
             raise InputError(f"run {store.run_id} has no slot '{slot}'")
-        host = by_name.get(stored.host)
-        if host is None:
-            raise InputError(f"host '{stored.host}' of run {store.run_id} is not in {inventory.path}")
-        if host.name not in scripts:
-            check_same_host(store, manifest, host, inventory.path)
-            scripts[host.name] = stored_script(store, manifest, host, bundle)
+        host, _ = run_host(store, manifest, inventory, stored.host, bundle, scripts)
         jobs.append(CaseJob(host=host, gpu=stored.gpu, slot=slot, cases=tuple(planned[c] for c in case_ids)))
     return CasePlan(store=store, jobs=jobs, scripts=scripts, bundle_path=store.dir / "worker.tar.gz",
                     lock_timeout_s=manifest.worker.lock_timeout_s, stall_timeout_s=manifest.stall_timeout,
