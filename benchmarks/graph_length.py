@@ -59,7 +59,7 @@ def main() -> int:
     import torch
 
     from worker import timing
-    from worker.health import ClockSampler, NvmlProbe
+    from worker.health import ClockSampler
     from worker.runner import CaseRunner, _spec_of
 
     if not torch.cuda.is_available():
@@ -69,8 +69,8 @@ def main() -> int:
         from triton.testing import do_bench_cudagraph
     except ImportError:
         do_bench_cudagraph = None
-    probe = NvmlProbe.for_current_device()
     runner = CaseRunner("cuda")
+    probe = runner.probe
     lines = [f"# One case, four timers of the same calls ({torch.cuda.get_device_name()}, torch {torch.__version__})",
              "", f"Reproduce: `python benchmarks/graph_length.py --cases {args.cases}`", "",
              "| case | fleetbench µs (MHz) | long graph µs (MHz) | / fb | long, side stream µs (MHz) | / fb | "

@@ -184,7 +184,7 @@ def check_case(runner, case: CaseSpec, options: CrosscheckOptions, locked_mhz: O
         if runner.device.device != "cuda":
             return record("ok", "", fleetbench=_time_on_cpu(fn, n_sets, case),
                           peers=[_not_on_cpu(p) for p in options.peers])
-        bench = CaseBench(fn, n_sets, case)
+        bench = CaseBench(fn, n_sets, case, probe=runner.probe)
         ours = bench.fleetbench(options.cupti)
         peers = [_peer(p, bench) for p in options.peers]
         bench.release()
@@ -231,12 +231,12 @@ class CaseBench:
     """A prepared case on the GPU: `fn(i)` runs it on input set i. Holds fleetbench's graph of the case
     once timed (for CUPTI and for settling before a peer) and the words for fleetbench's own method."""
 
-    def __init__(self, fn: Callable[[int], object], n_sets: int, case: CaseSpec):
+    def __init__(self, fn: Callable[[int], object], n_sets: int, case: CaseSpec, probe=None):
         self.fn, self.n_sets, self.case = fn, n_sets, case
         self.graph = None
         self.calls = 1  # calls in self.graph
         self.ours: Optional[FleetbenchTiming] = None
-        self.probe = _nvml_probe()
+        self.probe = probe  # NVML, to read the SM clock while a timer runs (None: not read)
 
     # The closures the peers time. `fixed` is what a user hands a timer: a call on one set of inputs.
     # `rotating` goes through the case's input sets as fleetbench's graph does; a graph captured from
@@ -351,18 +351,6 @@ class CaseBench:
         self.graph = None
         torch.cuda.synchronize()
         torch.cuda.empty_cache()
-
-
-_PROBE: list = []
-
-
-def _nvml_probe():
-    """One NVML handle for the process's GPU (None without NVML), made on first use."""
-    if not _PROBE:
-        from .health import NvmlProbe
-
-        _PROBE.append(NvmlProbe.for_current_device())
-    return _PROBE[0]
 
 
 def _version(dist: str, module) -> str:

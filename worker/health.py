@@ -52,6 +52,9 @@ class NvmlProbe:
         except Exception:
             return None
 
+    def sm_clock_mhz(self) -> Optional[int]:
+        return self._read("nvmlDeviceGetClockInfo", self._nvml.NVML_CLOCK_SM)
+
     def snapshot(self) -> HealthSnapshot:
         nv = self._nvml
         power = self._read("nvmlDeviceGetPowerUsage")
@@ -59,7 +62,7 @@ class NvmlProbe:
         if reasons is None:
             reasons = self._read("nvmlDeviceGetCurrentClocksThrottleReasons")
         return HealthSnapshot(
-            sm_clock_mhz=self._read("nvmlDeviceGetClockInfo", nv.NVML_CLOCK_SM),
+            sm_clock_mhz=self.sm_clock_mhz(),
             mem_clock_mhz=self._read("nvmlDeviceGetClockInfo", nv.NVML_CLOCK_MEM),
             temperature_c=self._read("nvmlDeviceGetTemperature", nv.NVML_TEMPERATURE_GPU),
             power_w=None if power is None else power / 1000.0,
@@ -153,11 +156,10 @@ class ClockSampler:
         import threading
 
         self._stop = threading.Event()
-        nv = self._probe._nvml
 
         def sample() -> None:
             while not self._stop.is_set():
-                mhz = self._probe._read("nvmlDeviceGetClockInfo", nv.NVML_CLOCK_SM)
+                mhz = self._probe.sm_clock_mhz()
                 if mhz:
                     self._readings.append(int(mhz))
                 self._stop.wait(self._interval)

@@ -100,7 +100,7 @@ def compare_peer(slot: str, record, peer, tolerance: float = TOLERANCE, gap: flo
         share = previous / ratio if ratio and previous is not None else None
         out.steps.append(StepView(run.step, run.call, run.method.l2, run.method.launch, run.method.clock,
                                   run.method.statistic, run.value_us, ratio, share if run.step != "default" else None,
-                                  run.reason, list(run.notes), getattr(run, "sm_clock_mhz", None)))
+                                  run.reason, list(run.notes), run.sm_clock_mhz))
         if run.step != "default" and run.step in FACTORS:
             out.factors[run.step] = share
         if ratio is not None:
@@ -129,7 +129,7 @@ def compare_peer(slot: str, record, peer, tolerance: float = TOLERANCE, gap: flo
         out.causes.append(f"{FACTOR_NAMES[factor]} {_pct(share)} ({_method_of(before, factor)} vs "
                           f"{_method_of(step, factor)})")
     raw_off, matched_off = abs(out.raw_ratio - 1), abs(out.matched_ratio - 1)
-    out.fleetbench_clock_mhz, out.peer_clock_mhz = getattr(ours, "sm_clock_mhz", None), last.sm_clock_mhz
+    out.fleetbench_clock_mhz, out.peer_clock_mhz = ours.sm_clock_mhz, last.sm_clock_mhz
     if out.fleetbench_clock_mhz and out.peer_clock_mhz:
         out.at_fleetbench_clock_ratio = out.matched_ratio * out.peer_clock_mhz / out.fleetbench_clock_mhz
     clock_share = (out.fleetbench_clock_mhz / out.peer_clock_mhz) if out.at_fleetbench_clock_ratio else None

@@ -33,10 +33,10 @@ def crosscheck_document(ours: list[dict], comparisons: list, summaries: list, to
     for o in ours:
         note = o["reason"] or o["cupti_reason"] or (f"{o['kernels_per_call']} activities per call, split by "
                                                     f"{o['cupti_split_by']}" if o["kernels_per_call"] else "")
-        note = "; ".join([note, *o.get("cupti_notes", [])]).strip("; ")
+        note = "; ".join(text for text in [note, *o["cupti_notes"]] if text)
         ours_rows.append([o["slot"], case_text(o), significant(o["sweep_median_us"], US_DIGITS),
                           significant(o["median_us"], US_DIGITS), ratio_text(o["now_over_sweep"]),
-                          _mhz(o.get("sm_clock_mhz")), significant(o["kernels_us"], US_DIGITS),
+                          _mhz(o["sm_clock_mhz"]), significant(o["kernels_us"], US_DIGITS),
                           ratio_text(o["kernels_over_replay"]),
                           "" if o["kernels_per_call"] is None else str(o["kernels_per_call"]), note])
     peer_rows, step_rows = [], []
