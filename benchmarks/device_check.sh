@@ -6,7 +6,8 @@
 #   seed                  the seed sweep twice, each a cold CLI process, then diff   device-check-h200.md,
 #                         of the two; seed1.md is the first run's table               seed-h200-settled.md
 #   interrupt             SIGINT mid-sweep, then the printed rerun command           device-check-h200.md
-#   cost                  where each seed run's time went (after seed)             sweep-cost-h200.md
+#   cost                  where each seed run's time went (after seed; CPROFILE=N   sweep-cost-h200.md
+#                         also profiles the second run's worker again)
 #   diff                  diff of the two seed runs (seed runs it too)
 #   fidelity              the worker against an independent replay                   fidelity-h200-settled.*
 #   order                 forward / reversed / shuffled, 3 processes per order       order-h200-settled-repeat3.*
@@ -35,7 +36,8 @@
 #                         backends (unsupported below CC 10.0) beside bf16
 #   cupti                 CUPTI kernel time beside graph replay, every seed cell     cupti-h200.md
 #   graph-length          a case timed by fleetbench, by one ~20 ms graph (Triton's   graph-length-h200.md
-#                         method) on its stream and a side stream, and by Triton
+#                         method) on its stream and a side stream, by Triton's steps
+#                         written out, and by Triton, twice
 #   cupti-after           graph replay before and after a CUPTI trace in one process, cupti-after-h200.md
 #                         with CUPTI left attached and torn down
 #   crosscheck            the seed sweep once, crosscheck --all on it (FlashInfer,    crosscheck-h200.md,
@@ -53,7 +55,7 @@
 #
 # Environment: GPU_PY (the device's Python), SWEEP (default sweeps/glm5_tp8.yaml), INTERRUPT_AFTER
 # (seconds before the SIGINT of `interrupt`, default 6), WORK (default /tmp/device-check), SKIP_WHEELS,
-# SIZES and REPS (fanout, default 8,32,64 and 3).
+# SIZES and REPS (fanout, default 8,32,64 and 3), CPROFILE (cost).
 set -u
 export PYTHONUNBUFFERED=1
 GPU_PY=${GPU_PY:-/opt/torch/.venv/bin/python3}
@@ -166,6 +168,9 @@ step_cost() {  # where each seed run's time went (run `seed` first, in the same 
         [ -d "$run" ] || { echo "cost: no seed run (give the seed step first)"; return 1; }
         "$GPU_PY" benchmarks/sweep_cost.py "$run" --top 12 > "$DEST/cost-$(basename "$run").md" && echo "cost: $run"
     done
+    # CPROFILE=N: the second run's worker once more under cProfile, its N costliest functions
+    [ -z "${CPROFILE:-}" ] || "$GPU_PY" benchmarks/sweep_cost.py "$run" --cprofile "$CPROFILE" \
+        > "$DEST/cprofile-$(basename "$run").md" 2> "$WORK/cprofile.err" && echo "cprofile: $run"
 }
 
 step_interrupt() {

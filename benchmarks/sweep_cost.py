@@ -1,14 +1,18 @@
 """Where a sweep's wall time goes: per host, the controller and the worker's start-up apart from the cases,
 and per case round its phases (prepare, oracle check, timing with its settling, health probes), from the
-records a run of format >= 7 stores. Prints Markdown tables.
+records a run of format >= 7 stores. Prints Markdown tables. With `--cprofile`, the first host's first
+attempt runs again in this process (its params, a fresh results file: every case) under cProfile, and
+the functions where the worker's time went are listed: start-up (imports, CUDA, facts) and the Python
+around the rounds, which the records do not break down.
 
-    python benchmarks/sweep_cost.py RUN_DIR [--top 10]
+    python benchmarks/sweep_cost.py RUN_DIR [--top 10] [--cprofile 40]
 """
 from __future__ import annotations
 
 import argparse
 import collections
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -33,6 +37,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("run", type=Path, help="a run folder")
     parser.add_argument("--top", type=int, default=10, help="the costliest case rounds to list")
+    parser.add_argument("--cprofile", type=int, default=0, metavar="N",
+                        help="run the first host's first attempt again under cProfile and list its N costliest functions")
     args = parser.parse_args()
     store = RunStore(args.run)
     print(f"# Where the time of run {store.run_id} went\n")
@@ -77,7 +83,44 @@ def main() -> int:
     for cost, backend, shape, i, r in sorted(rounds, key=lambda x: -x[0])[:args.top]:
         print(f"| {backend} | {shape} | {i} | {cost:.3f} | {r.prepare_s or 0:.3f} | {r.check_s or 0:.3f} | "
               f"{r.timing_s or 0:.3f} | {r.settle_ms or 0:.0f} | {r.probe_s or 0:.3f} |")
+    if args.cprofile:
+        slot = sorted(store.dir.glob("hosts/*/attempt-1/params.json"))
+        if not slot:
+            print("\nno attempt-1/params.json in this run: nothing to profile")
+            return 1
+        profile_worker(slot[0], args.cprofile)
     return 0
+
+
+def profile_worker(params: Path, top: int) -> None:
+    """The worker of `params` run in this process under cProfile (imports included), into a scratch
+    results file; prints its `top` functions by cumulative and by own time."""
+    import cProfile
+    import io
+    import pstats
+    import tempfile
+    import time
+
+    from worker.protocol import PROTOCOL_FD_ENV
+
+    # Its records and progress lines go nowhere (a supervisor would read them); its log stays on stderr.
+    os.environ[PROTOCOL_FD_ENV] = str(os.open(os.devnull, os.O_WRONLY))
+    with tempfile.TemporaryDirectory() as scratch:
+        prof = cProfile.Profile()
+        t0 = time.perf_counter()
+        prof.enable()
+        from worker.runner import load_params, run_params
+
+        run_params(load_params(params), Path(scratch) / "results.jsonl")
+        prof.disable()
+        wall = time.perf_counter() - t0
+    for key in ("cumulative", "tottime"):
+        out = io.StringIO()
+        pstats.Stats(prof, stream=out).sort_stats(key).print_stats(top)
+        text = out.getvalue()
+        body = text[text.find("   ncalls"):] if "   ncalls" in text else text
+        print(f"\n{params.parent.parent.name}'s worker again under cProfile ({wall:.1f} s), by {key}:\n")
+        print("```\n" + body.rstrip() + "\n```")
 
 
 if __name__ == "__main__":

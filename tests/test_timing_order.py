@@ -419,3 +419,34 @@ def test_cupti_mode_samples_the_kernels_of_the_timed_graph_and_keeps_its_replay_
     assert asked == {"replay": graph.replay, "calls": 64, "replays": 12}
     assert stats.method == "cupti" and stats.median_us == 9.0 and stats.n == 12
     assert stats.replay_median_us == 10.1 and stats.settle_ms == 12.5 and stats.calls_per_sample == 64
+
+
+def test_a_later_round_replays_the_graph_its_first_round_built_and_reads_the_same(monkeypatch):
+    """A case's first round builds its timed graph (warm-up, probe, capture) and hands it to `keep`; a later
+    round given that graph replays it without warming up or capturing again, settles it and reads what a
+    fresh build reads."""
+    gpu = SimGpu()
+    install(monkeypatch, gpu)
+    graphs = []
+    real_graph = torch.cuda.CUDAGraph
+    monkeypatch.setattr(torch.cuda, "CUDAGraph", lambda *a, **k: graphs.append(real_graph()) or graphs[-1])
+    runner = CaseRunner.__new__(CaseRunner)
+    runner.device = SimpleNamespace(device="cuda", l2_bytes=L2_BYTES)
+    case = CaseSpec(backend="torch-bf16", m=64, n=2048, k=6144,
+                    timing=TimingOptions(l2="cold", warmup_ms=0, budget_s=5, rounds=3))
+    n_sets = runner._input_sets(case, "bf16")
+    sets = [next(_SERIAL) for _ in range(n_sets)]
+    per_set = (case.m + case.n) * case.k * 2
+
+    def fn(i):
+        return gpu.call(sets[i], per_set)
+
+    kept = []
+    first = timing.time_cuda(fn, n_sets, case.timing, keep=kept.append)
+    built = len(graphs)
+    assert len(kept) == 1 and built >= 2  # the priming pass's, the probe's, the timed graph
+    later = [timing.time_cuda(fn, n_sets, case.timing, graph=kept[0]) for _ in range(2)]
+    assert len(graphs) == built  # nothing captured again
+    assert timing.last_phases["warmup_s"] == timing.last_phases["capture_s"] == 0.0
+    assert [s.median_us for s in later] == pytest.approx([first.median_us] * 2, rel=1e-9)
+    assert all(s.calls_per_sample == first.calls_per_sample for s in later)

@@ -288,3 +288,83 @@ def test_a_session_without_the_compiler_variables_gets_the_hosts_last_ones(tmp_p
     assert stable_build_env(ssh) == {}
     # Nothing to remember where the home is read-only: the run goes on.
     assert stable_build_env({"HOME": "/proc/none", "PATH": "/usr/bin", "CUDA_HOME": no_toolkit, "CC": "/bin/sh"}) == {}
+
+
+def _kept_runner(monkeypatch, budget: int):
+    """A CUDA runner without a GPU: preparing and timing are stand-ins that count what they build; each
+    build allocates 100 bytes."""
+    from types import SimpleNamespace
+
+    r = runner_mod.CaseRunner.__new__(runner_mod.CaseRunner)
+    r.device, r.calibration, r.probe, r.l2, r.kept, r.keep_budget = SimpleNamespace(device="cuda"), None, None, None, {}, budget
+    allocated = [0]
+    built = []
+    monkeypatch.setattr(r, "_allocated", lambda: allocated[0])
+
+    def prepare(case, spec):
+        allocated[0] += 100
+        return (lambda i: None), [("a", "b")], 1
+
+    def time_(case, fn, n_sets, guard=None, graph=None, keep=None):
+        if graph is None:
+            built.append(case.case_id)
+            graph = object()
+            if keep is not None:
+                keep(graph)
+        stats = Stats(method="cuda-graph", median_us=10.0, p10_us=10, p90_us=10, mean_us=10, stdev_us=0, n=3,
+                      rel_ci=0.0, calls_per_sample=8, l2="cold", samples_us=[10.0])
+        from worker.schema import RoundStats
+
+        return stats.model_copy(update={"rounds": [RoundStats(median_us=10.0, n=3, rel_ci=0.0)]}), None
+
+    monkeypatch.setattr(r, "_prepare", prepare)
+    monkeypatch.setattr(r, "_time", time_)
+    monkeypatch.setattr(r, "_guard", lambda *a, **k: SimpleNamespace(seconds=0.0, watched=None))
+    return r, built, allocated
+
+
+def test_later_rounds_replay_the_kept_graph_within_the_budget_and_build_their_own_beyond_it(monkeypatch):
+    from types import SimpleNamespace
+
+    opts = TimingOptions(rounds=3)
+    cases = [CaseSpec(backend="torch-bf16", m=m, n=256, k=512, timing=opts) for m in (16, 32)]
+    r, built, _ = _kept_runner(monkeypatch, budget=150)  # room for one case's 100 bytes, not two
+    for case in cases:  # round 1 of each, as CaseRunner._measure keeps what it built
+        before = r._allocated()
+        fn, sets, n_sets = r._prepare(case, None)
+        r._keep(case, fn, sets, n_sets, SimpleNamespace(watched=None), [object()], before)
+    assert list(r.kept) == [cases[0].case_id]
+    stats, _, _ = r.again(cases[0], 8)
+    assert stats.rounds[0].prepare_s == 0.0 and built == []  # replayed round 1's graph
+    r.again(cases[1], 8)
+    assert built == [cases[1].case_id] and list(r.kept) == [cases[0].case_id]  # built its own, no room to keep
+    r.release(cases[0].case_id)  # the first case ended
+    r.again(cases[1], 8)
+    assert built == [cases[1].case_id] * 2 and list(r.kept) == [cases[1].case_id]  # room now: kept
+    r.again(cases[1], 8)
+    assert built == [cases[1].case_id] * 2
+    r.release()
+    assert r.kept == {}
+
+
+def test_out_of_memory_with_graphs_kept_frees_them_and_tries_the_round_once_more(monkeypatch):
+    r, built, _ = _kept_runner(monkeypatch, budget=10**6)
+    case = CaseSpec(backend="torch-bf16", m=16, n=256, k=512, timing=TimingOptions(rounds=3))
+    r.kept["other"] = runner_mod.Kept(None, None, 1, None, object(), 100)
+    calls = []
+
+    class OutOfMemoryError(RuntimeError):
+        pass
+
+    def again(case, cps):
+        calls.append(len(r.kept))
+        if len(calls) == 1:
+            raise OutOfMemoryError("CUDA out of memory")
+        return "timed"
+
+    monkeypatch.setattr(r, "_again", again)
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
+    assert r.again(case, 8) == "timed" and calls == [1, 0]
+    calls.clear()
+    with pytest.raises(OutOfMemoryError):  # nothing kept to free: the error is the round's
+        r.again(case, 8)

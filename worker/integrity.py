@@ -264,8 +264,10 @@ class RoundGuard:
     when it fails. Each raises IntegrityFailure; `seconds` is the time spent in these checks."""
 
     def __init__(self, fn, as_output, synchronize, tolerance: float,
-                 judge: Optional[Callable[[object, int], Optional[str]]] = None, l2: Optional["L2Persistence"] = None):
-        self.watched = Watched(fn)
+                 judge: Optional[Callable[[object, int], Optional[str]]] = None, l2: Optional["L2Persistence"] = None,
+                 watched: Optional[Watched] = None):
+        # `watched`: an earlier round's, when this round replays the graph captured through it
+        self.watched = watched if watched is not None else Watched(fn)
         self.as_output = as_output
         self.synchronize = synchronize
         self.tolerance = tolerance

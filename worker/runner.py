@@ -1,11 +1,13 @@
 """Run cases: support check, seeded inputs, correctness verdict, timing in rounds, one JSON line each.
 
 Each case is timed in `timing.rounds` independent rounds, spread over the sweep: round 1 of every case,
-then round 2 of every case (in another order, so that each round has other neighbours), and so on;
-every round prepares its inputs and warms up again, so a case's rounds see what separate runs would
-see (clock and cache states, the neighbours it runs between) and their spread is honest about
-run-to-run variation. The first round also checks the result against the oracle; a wrong result is
-never timed. Every round runs the integrity checks around its timing (worker/integrity.py: a kernel that
+then round 2 of every case, and so on (round_order), so a case's rounds see what separate runs would see
+(clock and cache states, time passing, the neighbours it runs between) and their spread is honest about
+run-to-run variation. Round 1 prepares the inputs, checks the result against the oracle (a wrong result
+is never timed), warms up and captures the timed graph; a later round replays that graph (kept while
+the kept graphs fit KEEP_SHARE of the GPU's memory; else it prepares and captures its own), settles it
+and samples it: its wall time goes to timed samples of a settled GPU, not to building the same graph
+again. Every round runs the integrity checks around its timing (worker/integrity.py: a kernel that
 caches, works on a side stream, returns a lazy result, writes into its inputs or keeps them in L2 is
 `failed`, its reason naming the check, and its numbers dropped). A case that raises is recorded as failed
 (with the traceback tail) and the loop goes on.
@@ -39,6 +41,18 @@ COLD_L2_FACTOR = 3
 EXPECTED_FIXED_US = 8.0
 LATER_WARMUP_MS = 5.0
 MAX_SETS = 64
+# What a case's first round built (inputs, timed graph) is kept for its later rounds while everything kept
+# stays within this share of the GPU's memory; a case beyond it builds its own in each round.
+KEEP_SHARE = 0.25
+
+
+class Kept:
+    """A case's inputs and timed graph, built in its first round and replayed by its later ones."""
+
+    __slots__ = ("fn", "sets", "n_sets", "watched", "graph", "nbytes")
+
+    def __init__(self, fn, sets, n_sets: int, watched, graph, nbytes: int):
+        self.fn, self.sets, self.n_sets, self.watched, self.graph, self.nbytes = fn, sets, n_sets, watched, graph, nbytes
 
 
 def append_record(path: Path, record: CaseRecord | FactsRecord) -> None:
@@ -55,7 +69,12 @@ class CaseRunner:
         self.calibration = None  # this GPU's measured peaks (worker/calibrate.py), for speed of light
         self.probe = None
         self.l2 = None  # the L2 persistence settings (worker/integrity.py), where the driver has them
+        self.kept: dict[str, Kept] = {}  # by case id: what a later round of the case replays
+        self.keep_budget = 0  # bytes
         if self.device.device == "cuda":
+            import torch
+
+            self.keep_budget = int(KEEP_SHARE * torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory)
             from .health import NvmlProbe
             from .integrity import L2Persistence
 
@@ -81,11 +100,14 @@ class CaseRunner:
             return record("unavailable", problem)
         if spec.name == "noop":
             return record("ok", "no-op: nothing was measured")
-        try:
-            return self._measure(case, spec, record)
-        except Exception as exc:
-            tb = traceback.format_exc()
-            return record("failed", f"{type(exc).__name__}: {exc}"[:500], traceback=tb[-4000:])
+        for attempt in (1, 2):
+            try:
+                return self._measure(case, spec, record)
+            except Exception as exc:
+                if attempt == 1 and self._freed_kept(exc):
+                    continue
+                tb = traceback.format_exc()
+                return record("failed", f"{type(exc).__name__}: {exc}"[:500], traceback=tb[-4000:])
 
     def _prepare(self, case: CaseSpec, spec):
         """(fn, input sets, how many) for one round: inputs made from the case's seed, the backend prepared."""
@@ -107,9 +129,10 @@ class CaseRunner:
         fn = module.prepare(spec, sets, getattr(torch, case.out_dtype))
         return fn, sets, n_sets
 
-    def _time(self, case: CaseSpec, fn, n_sets: int, guard=None):
+    def _time(self, case: CaseSpec, fn, n_sets: int, guard=None, graph=None, keep=None):
         """One round's timing: (Stats with its RoundStats, Health or None). With `guard` (an
-        integrity.RoundGuard), the integrity checks around it: raises IntegrityFailure."""
+        integrity.RoundGuard), the integrity checks around it: raises IntegrityFailure. `graph`: a kept
+        timing.TimedGraph to replay; `keep(graph)` is told of one built now (worker/timing.py time_cuda)."""
         from .health import assess, cpu_counters, host_reference_us, round_environment
         from .schema import RoundStats
         from .timing import time_cpu
@@ -130,7 +153,8 @@ class CaseRunner:
 
             spec = _spec_of(case)
             stats = self._time_cuda(case, fn, n_sets, settled, guard,
-                                    load=None if isinstance(spec, str) else lambda us: self.load_share(case, spec, us))
+                                    load=None if isinstance(spec, str) else lambda us: self.load_share(case, spec, us),
+                                    graph=graph, keep=keep)
         else:
             stats = time_cpu(guard.watched if guard else fn, n_sets, case.timing)
         timing_s = time.perf_counter() - t_timing
@@ -152,7 +176,7 @@ class CaseRunner:
         return stats.model_copy(update={"rounds": [one]}), health
 
     @staticmethod
-    def _time_cuda(case: CaseSpec, fn, n_sets: int, settled, guard, load=None):
+    def _time_cuda(case: CaseSpec, fn, n_sets: int, settled, guard, load=None, graph=None, keep=None):
         import torch
 
         from .timing import time_cuda
@@ -160,7 +184,7 @@ class CaseRunner:
         before = torch.cuda.current_stream()
         try:
             return time_cuda(guard.watched if guard else fn, n_sets, case.timing, settled,
-                             timed_once=guard.timed_once if guard else None, load=load)
+                             timed_once=guard.timed_once if guard else None, load=load, graph=graph, keep=keep)
         except RuntimeError as exc:
             if guard is not None:
                 guard.capture_failed(exc)
@@ -179,9 +203,34 @@ class CaseRunner:
     def again(self, case: CaseSpec, calls_per_sample: int = 0) -> tuple:
         """A later round of a case whose first round was ok: (Stats, Health or None, seconds taken).
         Raises integrity.IntegrityFailure when the kernel fails an integrity check in this round."""
+        try:
+            return self._again(case, calls_per_sample)
+        except Exception as exc:
+            if not self._freed_kept(exc):
+                raise
+        return self._again(case, calls_per_sample)
+
+    def _freed_kept(self, exc: BaseException) -> bool:
+        """After an out-of-memory error: drop every kept graph and its inputs and say whether any was
+        (the case is then worth one more try)."""
+        if type(exc).__name__ != "OutOfMemoryError" or not self.kept:
+            return False
+        import torch
+
+        self.release()
+        torch.cuda.empty_cache()
+        return True
+
+    def _again(self, case: CaseSpec, calls_per_sample: int) -> tuple:
         t0 = time.perf_counter()
         spec = _spec_of(case)
         self._round_start()
+        kept = self.kept.get(case.case_id)
+        if kept is not None:  # the graph round 1 captured: settling runs it into the case's steady state
+            guard = self._guard(case, spec, kept.fn, kept.sets, first_round=False, watched=kept.watched)
+            stats, health = self._time(case, kept.fn, kept.n_sets, guard, graph=kept.graph)
+            return self._costs(stats, prepare_s=0.0, integrity_s=guard.seconds), health, time.perf_counter() - t0
+        before = self._allocated()
         fn, sets, n_sets = self._prepare(case, spec)
         prepared = time.perf_counter()
         guard = self._guard(case, spec, fn, sets, first_round=False)
@@ -190,9 +239,34 @@ class CaseRunner:
         # `calls_per_sample`: round 1's, so the graph is sized without a probe graph of its own.
         warm = case.timing.model_copy(update={"warmup_ms": min(case.timing.warmup_ms, LATER_WARMUP_MS),
                                               "calls_per_sample": case.timing.calls_per_sample or calls_per_sample})
-        stats, health = self._time(case.model_copy(update={"timing": warm}), fn, n_sets, guard)
+        built = []
+        stats, health = self._time(case.model_copy(update={"timing": warm}), fn, n_sets, guard, keep=built.append)
+        self._keep(case, fn, sets, n_sets, guard, built, before)
         del fn, sets
         return self._costs(stats, prepare_s=prepared - t0, integrity_s=guard.seconds), health, time.perf_counter() - t0
+
+    def _allocated(self) -> int:
+        if self.device.device != "cuda":
+            return 0
+        import torch
+
+        return torch.cuda.memory_allocated()
+
+    def _keep(self, case: CaseSpec, fn, sets, n_sets: int, guard, built: list, before: int) -> None:
+        """Keep a timed graph just built (`built`: [TimedGraph] or []) with its inputs for the case's later
+        rounds, when everything kept then fits the budget (KEEP_SHARE)."""
+        if not built or case.timing.rounds < 2:
+            return
+        nbytes = max(0, self._allocated() - before)
+        if sum(k.nbytes for k in self.kept.values()) + nbytes <= self.keep_budget:
+            self.kept[case.case_id] = Kept(fn, sets, n_sets, guard.watched, built[0], nbytes)
+
+    def release(self, case_id: Optional[str] = None) -> None:
+        """Drop what was kept for a case (all cases: None)."""
+        if case_id is None:
+            self.kept.clear()
+        else:
+            self.kept.pop(case_id, None)
 
     def _round_start(self) -> None:
         """Before a round's `prepare`: L2 persistence that anything before set is not this case's doing."""
@@ -239,6 +313,7 @@ class CaseRunner:
 
         t0 = time.perf_counter()
         self._round_start()
+        before = self._allocated()
         fn, sets, n_sets = self._prepare(case, spec)
         prepared = time.perf_counter()
         check, integrity_s = self._check(case, spec, fn, sets[0])
@@ -247,11 +322,13 @@ class CaseRunner:
             return record("failed", failure_reason(check), correctness=check)
         checked = time.perf_counter()
         guard = self._guard(case, spec, fn, sets, first_round=True)
+        built = []
         try:
-            stats, health = self._time(case, fn, n_sets, guard)
+            stats, health = self._time(case, fn, n_sets, guard, keep=built.append)
         except IntegrityFailure as exc:  # caught around the timing: its numbers are not a result
             check = with_integrity(check, exc.findings)
             return record("failed", failure_reason(check), correctness=check)
+        self._keep(case, fn, sets, n_sets, guard, built, before)
         stats = self._costs(stats, prepare_s=prepared - t0, check_s=checked - prepared,
                             integrity_s=integrity_s + guard.seconds)
         metrics = self._metrics(case, spec, stats.median_us)
@@ -313,7 +390,7 @@ class CaseRunner:
         """An MoE layer's verdict alone (tests/test_moe.py checks the per-expert oracle through it)."""
         return self._check(case, spec, fn, first_set)[0]
 
-    def _guard(self, case: CaseSpec, spec, fn, sets, first_round: bool):
+    def _guard(self, case: CaseSpec, spec, fn, sets, first_round: bool, watched=None):
         """The integrity checks around one timing (integrity.RoundGuard). In the first round the output of
         one timed sample is judged against the oracle of the input set it used; in later ones the call on
         negated inputs after the timing vouches for it (the eager path passed the oracle in round 1)."""
@@ -325,7 +402,7 @@ class CaseRunner:
             return None if check.verdict == "pass" else check.detail
 
         return RoundGuard(fn, self._as_output(case), self._synchronize, THRESHOLDS[spec.family].max_rel_err,
-                          against_oracle if first_round else None, getattr(self, "l2", None))
+                          against_oracle if first_round else None, getattr(self, "l2", None), watched=watched)
 
     def _synchronize(self) -> None:
         if self.device.device == "cuda":
@@ -453,11 +530,13 @@ def _run_cases(runner: "CaseRunner", todo: list[CaseSpec], done: set[str], total
     """Round 1 of every case, then round 2 of those still timing (in the same order: round_order), and so on
     (module docstring). `partial`: cases with rounds already timed, which go on from there."""
     pending: dict[str, CaseRecord] = dict(partial or {})  # ok, rounds so far
+    release = getattr(runner, "release", lambda case_id=None: None)  # tests drive stand-in runners
 
     def end(rec: CaseRecord) -> None:
         append_record(results, rec)
         done.add(rec.case_id)
         pending.pop(rec.case_id, None)
+        release(rec.case_id)
         emit_progress(event="end", done=len(done), total=total, case_id=rec.case_id, status=rec.status,
                       reason=rec.reason[:200], median_us=rec.timing.median_us if rec.timing else None)
 
@@ -488,39 +567,42 @@ def _run_cases(runner: "CaseRunner", todo: list[CaseSpec], done: set[str], total
         return 1.0 if share is None else share  # a family without a calibrated peak: as heavy
 
     passes = max((rounds_left(c) for c in todo), default=1)
-    for r in range(passes):
-        for case in round_order(todo, load):
-            first = pending.get(case.case_id)
-            if case.case_id in done or (r > 0 and first is None) or rounds_left(case) <= 0:
-                continue
-            this_round = case.timing.rounds - rounds_left(case) + 1
-            emit_progress(event="start", done=len(done), total=total, case_id=case.case_id, backend=case.backend,
-                          m=case.m, n=case.n, k=case.k, round=this_round, rounds=case.timing.rounds)
-            mark_inflight(inflight, case.case_id, f"round {this_round} of {case.timing.rounds}")
-            if first is None:
-                rec = runner.run(case)
-                if rec.status != "ok" or rec.timing is None:
-                    end(rec)
-                else:
-                    round_ended(rec.model_copy(update={"complete": case.timing.rounds == 1}))
-                continue
-            try:
-                stats, health, seconds = runner.again(case, first.timing.calls_per_sample)
-            except IntegrityFailure as exc:  # this round's numbers are not a result, nor are the earlier ones
-                from .verify import failure_reason, with_integrity
+    try:
+        for r in range(passes):
+            for case in round_order(todo, load):
+                first = pending.get(case.case_id)
+                if case.case_id in done or (r > 0 and first is None) or rounds_left(case) <= 0:
+                    continue
+                this_round = case.timing.rounds - rounds_left(case) + 1
+                emit_progress(event="start", done=len(done), total=total, case_id=case.case_id, backend=case.backend,
+                              m=case.m, n=case.n, k=case.k, round=this_round, rounds=case.timing.rounds)
+                mark_inflight(inflight, case.case_id, f"round {this_round} of {case.timing.rounds}")
+                if first is None:
+                    rec = runner.run(case)
+                    if rec.status != "ok" or rec.timing is None:
+                        end(rec)
+                    else:
+                        round_ended(rec.model_copy(update={"complete": case.timing.rounds == 1}))
+                    continue
+                try:
+                    stats, health, seconds = runner.again(case, first.timing.calls_per_sample)
+                except IntegrityFailure as exc:  # this round's numbers are not a result, nor are the earlier ones
+                    from .verify import failure_reason, with_integrity
 
-                check = with_integrity(first.correctness, exc.findings)
-                end(first.model_copy(update={"status": "failed", "timing": None, "metrics": None, "complete": True,
-                                             "correctness": check, "reason": f"round {this_round} of "
-                                             f"{case.timing.rounds}: {failure_reason(check)}"}))
-                continue
-            except Exception as exc:
-                end(first.model_copy(update={"status": "failed", "timing": None, "metrics": None, "complete": True,
-                                             "reason": f"round {this_round} of {case.timing.rounds}: "
-                                                       f"{type(exc).__name__}: {exc}"[:500],
-                                             "traceback": traceback.format_exc()[-4000:]}))
-                continue
-            round_ended(add_rounds(first, stats, health, seconds, case.timing.rounds))
+                    check = with_integrity(first.correctness, exc.findings)
+                    end(first.model_copy(update={"status": "failed", "timing": None, "metrics": None, "complete": True,
+                                                 "correctness": check, "reason": f"round {this_round} of "
+                                                 f"{case.timing.rounds}: {failure_reason(check)}"}))
+                    continue
+                except Exception as exc:
+                    end(first.model_copy(update={"status": "failed", "timing": None, "metrics": None, "complete": True,
+                                                 "reason": f"round {this_round} of {case.timing.rounds}: "
+                                                           f"{type(exc).__name__}: {exc}"[:500],
+                                                 "traceback": traceback.format_exc()[-4000:]}))
+                    continue
+                round_ended(add_rounds(first, stats, health, seconds, case.timing.rounds))
+    finally:
+        release()  # what was kept for cases still timing (an interruption) goes with the loop
 
 
 def _spec_of(case: CaseSpec):

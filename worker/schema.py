@@ -67,7 +67,7 @@ class TimingOptions(_Strict):
     max_samples: int = Field(default=200, ge=3)
     target_rel_ci: float = Field(default=0.01, gt=0, lt=1)
     budget_s: float = Field(default=0.5, gt=0)
-    calls_per_sample: int = Field(default=0, ge=0)  # 0: chosen so one sample lasts ~1 ms
+    calls_per_sample: int = Field(default=0, ge=0)  # 0: chosen so one sample lasts ~2 ms (worker/timing.py)
     # GPU time the case runs on its own before its samples, so it is measured in its own clock and power
     # state, not in what the case before it left (worker/timing.py settle); 0 turns it off.
     settle_ms: float = Field(default=100.0, ge=0)
@@ -167,7 +167,8 @@ class RoundStats(_Strict):
     settle_ms: Optional[float] = None  # GPU time the round ran the case before its samples (format >= 6)
     # Where the round's wall time went (format >= 7): inputs and the backend prepared, the oracle check
     # (round 1 only), the timing itself (warm-up, capture, settling, samples), and the health and
-    # environment probes around it. benchmarks/sweep_cost.py adds them up over a run.
+    # environment probes around it. benchmarks/sweep_cost.py adds them up over a run. A later round that
+    # replays the graph its first round built (worker/runner.py) reads 0 for prepare, warm-up and capture.
     prepare_s: Optional[float] = None
     check_s: Optional[float] = None
     timing_s: Optional[float] = None

@@ -85,8 +85,8 @@ def t95(df: float) -> float:
 
 def combine_rounds(parts: list[Stats]) -> Stats:
     """One case's rounds as one Stats: the median of the round medians; the CI from how the rounds
-    differ (t interval of their log medians: each round prepared and warmed on its own, so their spread
-    is what the next run will see too); the samples and round details of every round. A part may hold
+    differ (t interval of their log medians: each round settled and sampled in its own place of the sweep,
+    so their spread is what the next run will see too); the samples and round details of every round. A part may hold
     several rounds already joined (a case resumed after an interruption): the result is over every
     round of every part."""
     if len(parts) == 1:
@@ -163,10 +163,39 @@ def time_cpu(fn: Callable[[int], object], n_sets: int, opts: TimingOptions) -> S
     return summarize(samples, method="cpu-wallclock", calls_per_sample=cps, l2="hot")
 
 
+class TimedGraph:
+    """A case's timed CUDA graph: `calls` back-to-back calls rotating through `n_sets` input sets, and the
+    events a sample is timed by. Built once for a case (worker/runner.py keeps it across the case's
+    rounds), replayed by every round."""
+
+    def __init__(self, graph, calls: int, n_sets: int, stream, per_call_s: float):
+        import torch
+
+        self.graph, self.calls, self.n_sets, self.stream = graph, calls, n_sets, stream
+        self.per_call_s = per_call_s  # from one whole replay right after capture: the case's load
+        self.start, self.end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+
+    def replay_us(self) -> float:
+        """One timed replay: its per-call time in µs."""
+        self.start.record(self.stream)
+        self.graph.replay()
+        self.end.record(self.stream)
+        self.end.synchronize()
+        return self.start.elapsed_time(self.end) * 1e3 / self.calls
+
+    def replay_once(self) -> int:
+        """Exactly what one timed sample runs, ended as the timer ends it; the input set of its last call."""
+        self.graph.replay()
+        self.end.record(self.stream)
+        self.end.synchronize()
+        return (self.calls - 1) % self.n_sets
+
+
 def time_cuda(fn: Callable[[int], object], n_sets: int, opts: TimingOptions,
               settled: Optional[Callable[[], None]] = None,
               timed_once: Optional[Callable[[Callable[[], int]], None]] = None,
-              load: Optional[Callable[[float], Optional[float]]] = None) -> Stats:
+              load: Optional[Callable[[float], Optional[float]]] = None,
+              graph: Optional[TimedGraph] = None, keep: Optional[Callable[[TimedGraph], None]] = None) -> Stats:
     """CUDA timing by graph replay or per-call events; `fn(i)` runs the kernel on input set i.
     `settled()` is called once the case has settled, just before its samples (health readings taken
     there judge the samples, not the settling, which may rightly lower the clock). `timed_once(run)` is
@@ -174,7 +203,10 @@ def time_cuda(fn: Callable[[int], object], n_sets: int, opts: TimingOptions,
     graph; in events mode one call on input set 0), ended as the timer ends it (the timed stream's end
     event), returning the input set of its last call, so worker/integrity.py can check that what is timed
     does the work. `load(per_call_us)`: the share of the GPU's tensor peak a call at that speed uses
-    (None: unknown), which sets how long the case settles at least (module docstring)."""
+    (None: unknown), which sets how long the case settles at least (module docstring).
+    Graph modes: `graph`, a TimedGraph an earlier round of the case built, is replayed as it is (no
+    warm-up, no capture: settling runs it into its steady state); otherwise one is built, and `keep(it)`
+    is told of it so a later round can replay it."""
     import torch
 
     last_phases.clear()
@@ -198,6 +230,31 @@ def time_cuda(fn: Callable[[int], object], n_sets: int, opts: TimingOptions,
 
             timed_once(one_call)
         return _time_events(fn, n_sets, opts, settled)
+    if graph is None:
+        graph = build_graph(fn, n_sets, opts, stream, load)
+        if keep is not None:
+            keep(graph)
+    else:
+        last_phases.update(warmup_s=0.0, capture_s=0.0)
+    if timed_once is not None:
+        timed_once(graph.replay_once)
+    if opts.state == "burst":
+        stats = _burst_sample(graph.replay_us, graph.calls, opts, settled, "cuda-graph")
+    else:
+        share = load(graph.per_call_s * 1e6) if load is not None else None
+        stats = _settle_and_sample(graph.replay_us, graph.calls, opts, settled, "cuda-graph",
+                                   settle_floor(opts.settle_ms, share))
+    if opts.mode != "cupti":
+        return stats
+    return _kernel_time(graph.graph, graph.calls, opts, stats)
+
+
+def build_graph(fn: Callable[[int], object], n_sets: int, opts: TimingOptions, stream,
+                load: Optional[Callable[[float], Optional[float]]] = None) -> TimedGraph:
+    """Warm the case up and capture its timed graph, sized so one replay lasts ~TARGET_SAMPLE_S; events
+    on `stream` time it. Records warmup_s and capture_s in last_phases."""
+    import torch
+
     # Warm up on the stream the graphs are captured on (a library's lazy per-stream state then exists
     # before capture), and call once on a fresh stream: the module docstring says why.
     global _PRIMED
@@ -244,30 +301,7 @@ def time_cuda(fn: Callable[[int], object], n_sets: int, opts: TimingOptions,
     per_call_s = start.elapsed_time(end) / 1e3 / cps  # the case's load (settle_floor), from a whole replay
     last_phases.clear()
     last_phases.update(warmup_s=warmed - t0, capture_s=time.perf_counter() - warmed)
-    if timed_once is not None:
-        def one_replay() -> int:
-            graph.replay()
-            end.record(stream)
-            end.synchronize()
-            return (cps - 1) % n_sets
-
-        timed_once(one_replay)
-
-    def replay_us() -> float:
-        start.record(stream)
-        graph.replay()
-        end.record(stream)
-        end.synchronize()
-        return start.elapsed_time(end) * 1e3 / cps
-
-    if opts.state == "burst":
-        stats = _burst_sample(replay_us, cps, opts, settled, "cuda-graph")
-    else:
-        share = load(per_call_s * 1e6) if load is not None else None
-        stats = _settle_and_sample(replay_us, cps, opts, settled, "cuda-graph", settle_floor(opts.settle_ms, share))
-    if opts.mode != "cupti":
-        return stats
-    return _kernel_time(graph, cps, opts, stats)
+    return TimedGraph(graph, cps, n_sets, stream, per_call_s)
 
 
 def _kernel_time(graph, cps: int, opts: TimingOptions, replayed: Stats) -> Stats:
