@@ -10,6 +10,7 @@
 #                         also profiles the second run's worker again)
 #   diff                  diff of the two seed runs (seed runs it too)
 #   fidelity              the worker against an independent replay                   fidelity-h200-settled.*
+#   fidelity-runs         the two seed runs' medians against that replay (after seed) fidelity-runs-h200.md
 #   order                 forward / reversed / shuffled, 3 processes per order       order-h200-settled-repeat3.*
 #   order-bf16            the same, torch-bf16 alone                                 order-h200-bf16-settled.*
 #   order-bf16-unsettled  the same with settling off (--settle-ms 0)                 order-h200-bf16-settle-off.*
@@ -220,6 +221,10 @@ need_sshd() {
 drop_order_scratch() { rm -f "$1"/params-* "$1"/results-*; }
 
 step_fidelity() { "$GPU_PY" benchmarks/fidelity.py --repeat 2 --no-sweep --out "$DEST/fidelity"; }
+step_fidelity_runs() {  # run `seed` first, in the same call
+    "$GPU_PY" benchmarks/fidelity.py --runs "$(run_dir_of "$WORK/seed1.err")" "$(run_dir_of "$WORK/seed2.err")" \
+        --out "$DEST/fidelity-runs-h200.md"
+}
 step_order() { "$GPU_PY" benchmarks/order.py --repeat 3 --out "$DEST/order"; drop_order_scratch "$DEST/order"; }
 step_order_bf16() {
     "$GPU_PY" benchmarks/order.py --backends torch-bf16 --repeat 3 --out "$DEST/order-bf16"
@@ -392,7 +397,7 @@ collect() {
     tar -czf "$OUT/runs.tar.gz" -C "$WORK" --exclude=bin . 2>/dev/null
 }
 
-STEPS="seed cost interrupt diff fidelity order order-bf16 order-bf16-unsettled neighbour settle-trace decode burst first-case calibration moe moe-decode byo
+STEPS="seed cost interrupt diff fidelity fidelity-runs order order-bf16 order-bf16-unsettled neighbour settle-trace decode burst first-case calibration moe moe-decode byo
 verdicts jit-cache fleet profile fanout moe-fp4 cupti cupti-after graph-length crosscheck"
 [ $# -gt 0 ] || { echo "usage: bash benchmarks/device_check.sh STEP... (steps:" $STEPS")"; exit 2; }
 for step in "$@"; do

@@ -13,6 +13,12 @@ first), then the whole seed sweep runs through the real worker CLI (`python -m w
 
     python benchmarks/fidelity.py --out DIR [--repeat 2]   # prints Markdown, writes DIR/fidelity.{md,json}
 
+With `--runs RUN_DIR...` it measures stored sweeps instead (issue 29's criterion): every ok baseline case
+of each run (the median of its rounds, as the table shows it) against one reference timing of the case,
+run after them in this process.
+
+    python benchmarks/fidelity.py --runs RUN_A RUN_B [--out FILE.md]
+
 Needs a CUDA GPU and torch; FlashInfer (fp8 via cuBLAS) is used when importable.
 """
 from __future__ import annotations
@@ -143,6 +149,43 @@ def compare(shapes, backends, repeat: int, reference_settle_ms: float = 300.0):
     return rows
 
 
+def against_runs(run_dirs: list[Path], reference_settle_ms: float) -> str:
+    """Markdown: each stored run's baseline cases (cold L2) against the reference, one timing per case."""
+    from orchestrator.analysis.merge import load_slots
+    from orchestrator.runs.store import RunStore
+
+    medians: dict[tuple, dict[int, float]] = {}
+    for i, run in enumerate(run_dirs):
+        for slot in load_slots(RunStore(run)):
+            for _, rec in slot.records.values():
+                c = rec.case
+                if rec.status == "ok" and rec.timing and c.backend in BASELINES and c.workload == "gemm" \
+                        and c.timing.l2 == "cold":
+                    medians.setdefault((c.backend, c.m, c.n, c.k), {})[i] = rec.timing.median_us
+    lines = [f"Each run's median against a reference settled for {reference_settle_ms:g} ms (benchmarks/fidelity.py):",
+             "", "| backend | M | N | K | reference µs | " + " | ".join(f"run {i + 1} µs | / ref" for i in range(len(run_dirs))) + " |",
+             "|---|---:|---:|---:|---:|" + "---:|---:|" * len(run_dirs)]
+    within = [0] * len(run_dirs)
+    counted = [0] * len(run_dirs)
+    for (backend, m, n, k), got in sorted(medians.items()):
+        ref = reference_us(backend, m, n, k, True, settle_ms=reference_settle_ms)
+        cells = []
+        for i in range(len(run_dirs)):
+            if i not in got:
+                cells.append(" | ")
+                continue
+            ratio = got[i] / ref
+            counted[i] += 1
+            within[i] += abs(ratio - 1) <= 0.05
+            cells.append(f"{got[i]:.2f} | {ratio:.3f}{' **' if abs(ratio - 1) > 0.05 else ''}")
+        lines.append(f"| {backend} | {m} | {n} | {k} | {ref:.2f} | " + " | ".join(cells) + " |")
+        print(lines[-1], flush=True)
+    lines.append("")
+    lines += [f"- run {i + 1} ({Path(r).name}): {within[i]} of {counted[i]} within ±5% of the reference"
+              for i, r in enumerate(run_dirs)]
+    return "\n".join(lines) + "\n"
+
+
 def full_sweep(out: Path, backends):
     """The seed sweep through the worker CLI, as a host runs it; returns wall seconds and statuses."""
     from orchestrator.config.sweep import Sweep
@@ -199,7 +242,14 @@ def main() -> int:
     ap.add_argument("--no-sweep", action="store_true", help="skip the whole-sweep run")
     ap.add_argument("--reference-settle-ms", type=float, default=300.0,
                     help="back-to-back replays before the reference's timed ones (0: none, before issue 21)")
+    ap.add_argument("--runs", type=Path, nargs="+", help="stored runs to hold against the reference instead")
     args = ap.parse_args()
+    if args.runs:
+        md = against_runs(args.runs, args.reference_settle_ms)
+        if args.out.suffix == ".md":
+            args.out.write_text(md)
+        print(md)
+        return 0
     args.out.mkdir(parents=True, exist_ok=True)
     from worker.env import collect_facts, detect_device
 

@@ -33,8 +33,9 @@ from worker.schema import CaseRecord, CaseSpec, FactsRecord, TimingOptions
 from worker.timing import summarize as summarize_samples
 
 # The stand-ins' model of one call of the case: 10 µs of kernels; FlashInfer's flush leaves L2 dirty
-# (+5%); per-call events add 2 µs of launch; a GPU timed from idle runs at its burst clock (-4%).
-KERNEL_US, FLUSH, LAUNCH_US, BURST = 10.0, 1.05, 2.0, 0.96
+# (+5%); per-call events add 2 µs of launch; a GPU timed from idle runs at its burst clock (-4%), and so
+# does a timer's first RAMP_MS after its own capture (the GPU idles while a timer captures its graph).
+KERNEL_US, FLUSH, LAUNCH_US, BURST, RAMP_MS = 10.0, 1.05, 2.0, 0.96, 150
 
 
 class Bench(CaseBench):
@@ -58,6 +59,9 @@ class Bench(CaseBench):
     def side_stream(self):
         self.log.append("side stream")
         return contextlib.nullcontext()
+
+    def eager_ms(self, call) -> float:
+        return KERNEL_US / 1e3  # the stand-ins launch as fast as the GPU runs
 
     def state(self) -> str:
         return next(e for e in reversed(self.log) if e in ("idle", "settle"))
@@ -83,16 +87,19 @@ def fake_flashinfer(monkeypatch, bench: Bench, *, with_graph: bool = True, versi
                        enable_cupti=False, use_cuda_graph=False, num_iters_within_graph=10, input_args=(),
                        input_kwargs=None, cold_l2_cache=True, aggregate_op=max):
         calls.append({"cold_l2_cache": cold_l2_cache, "num_iters_within_graph": num_iters_within_graph,
-                      "use_cuda_graph": use_cuda_graph, "since": len(bench.log)})
+                      "use_cuda_graph": use_cuda_graph, "dry_run_time_ms": dry_run_time_ms, "since": len(bench.log)})
         for _ in range(num_iters_within_graph if use_cuda_graph else 5):
             fn()
-        us = per_call_us(bench, flush=cold_l2_cache, graph=use_cuda_graph)
+        # After its capture (or from idle) its timed calls run at the burst clock unless its dry run outlasts it
+        burst = dry_run_time_ms < RAMP_MS and (use_cuda_graph or bench.state() == "idle")
+        us = KERNEL_US * (FLUSH if cold_l2_cache else 1.0) * (BURST if burst else 1.0) + (0.0 if use_cuda_graph else LAUNCH_US)
         return [us / 1e3] * 7 + [us * 1.5 / 1e3]  # a slow outlier: the median ignores it
 
     if not with_graph:
         exec_ns: dict = {}
         exec("def bench_gpu_time(fn, dry_run_time_ms=25, repeat_time_ms=100, cold_l2_cache=True):\n"
-             "    return impl(fn, cold_l2_cache=cold_l2_cache)", {"impl": bench_gpu_time}, exec_ns)
+             "    return impl(fn, dry_run_time_ms=dry_run_time_ms, cold_l2_cache=cold_l2_cache)",
+             {"impl": bench_gpu_time}, exec_ns)
         timer = exec_ns["bench_gpu_time"]
     else:
         timer = bench_gpu_time
@@ -107,16 +114,17 @@ def fake_flashinfer(monkeypatch, bench: Bench, *, with_graph: bool = True, versi
 
 
 def fake_triton(monkeypatch, bench: Bench, modes=("min", "max", "mean", "median", "all")) -> list:
-    """triton.testing.do_bench_cudagraph: hot unless fn rotates, a graph (no launch cost), ten replays."""
+    """triton.testing.do_bench_cudagraph: hot unless fn rotates, a graph (no launch cost), ten replays of
+    `rep` ms each right after its capture: those that start within RAMP_MS of it run at the burst clock."""
     calls = []
 
     def do_bench_cudagraph(fn, rep=20, grad_to_none=None, quantiles=None, return_mode="mean"):
-        calls.append({"return_mode": return_mode, "since": len(bench.log)})
+        calls.append({"return_mode": return_mode, "rep": rep, "since": len(bench.log)})
         assert return_mode in modes
         for _ in range(8):
             fn()
-        us = per_call_us(bench, flush=False, graph=True)
-        times = [us / 1e3] * 9 + [us * 2 / 1e3]  # one slow replay: the mean feels it, the median does not
+        times = [KERNEL_US * (BURST if i * rep < RAMP_MS else 1.0) / 1e3 for i in range(10)]
+        times[-1] *= 2  # one slow replay: the mean feels it, the median does not
         return times if return_mode == "all" else float(np.mean(times) if return_mode == "mean" else np.median(times))
 
     package = types.ModuleType("triton")
@@ -150,7 +158,9 @@ def test_flashinfer_is_run_as_a_user_calls_it_then_matched_one_setting_at_a_time
     assert launch["use_cuda_graph"] and launch["num_iters_within_graph"] == 8  # fleetbench's calls per sample
     assert [bench.log[c["since"] - 1] for c in calls] == ["idle", "idle", "idle", "settle"]
     assert peer.runs[0].call == "bench_gpu_time(fn)"
-    assert peer.runs[3].call == "bench_gpu_time(fn, cold_l2_cache=False, use_cuda_graph=True, num_iters_within_graph=8)"
+    assert peer.runs[3].call == ("bench_gpu_time(fn, cold_l2_cache=False, use_cuda_graph=True, num_iters_within_graph=8, "
+                                 "dry_run_time_ms=200)")  # its own untimed calls outlast the burst after its capture
+    assert [c["dry_run_time_ms"] for c in calls] == [25, 25, 25, 200]
     assert peer.runs[0].value_us == pytest.approx(KERNEL_US * FLUSH * BURST + LAUNCH_US)  # its median, not the outlier
     assert any("cupti-python is not installed" in n for n in peer.notes)
     c = judged(bench, peer)
@@ -160,7 +170,7 @@ def test_flashinfer_is_run_as_a_user_calls_it_then_matched_one_setting_at_a_time
     assert c.factors["clock"] == pytest.approx(BURST)
     assert c.causes[0] == "launch overhead +20.8% (per-call CUDA events vs graph replay of 8 calls)"
     assert [x.split(" ")[0] for x in c.causes] == ["launch", "L2", "clock"]
-    assert "clock state -4.0% (from idle vs settled)" in c.explanation
+    assert "clock state -4.0% (from idle vs settled, then 200 ms of its own untimed calls)" in c.explanation
 
 
 def test_triton_is_run_as_a_user_calls_it_then_matched(monkeypatch):
@@ -171,8 +181,10 @@ def test_triton_is_run_as_a_user_calls_it_then_matched(monkeypatch):
     assert [c["return_mode"] for c in calls] == ["all"] * 3 and "side stream" in bench.log
     assert bench.sets(calls, 0) == [0] * 8 and bench.sets(calls, 1) == [0, 1, 2, 3] * 2
     assert peer.runs[0].method.statistic == "mean" and peer.runs[1].samples_us == peer.runs[0].samples_us
+    # its replays of 20 ms right after its capture: 8 of 10 at the burst clock; the clock step's of 100 ms: 2
+    assert [c["rep"] for c in calls] == [20, 20, 100] and peer.runs[-1].call.endswith("rep=100)")
     c = judged(bench, peer)
-    assert c.factors["statistic"] == pytest.approx(1.1)  # its mean felt the slow replay
+    assert c.factors["statistic"] == pytest.approx((8 * BURST + 3) / 10 / BURST)  # its mean felt the slow replay
     assert c.factors["l2"] == pytest.approx(1.0) and c.factors["clock"] == pytest.approx(BURST)
     assert c.matched_ratio == pytest.approx(1.0) and c.verdict == "attributed"
     assert [x.split(" ")[0] for x in c.causes] == ["statistic", "clock"]  # L2 moved nothing here: not named

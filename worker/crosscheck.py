@@ -13,7 +13,11 @@ Each peer runs first in its own default settings, as a user calls it on a closur
              call) -> fleetbench's rotation through the case's input sets, inside the peer's own timing
   launch     per-call CUDA events -> graph replay of as many calls as fleetbench's sample
   clock      from idle (a GPU that idled climbs to its burst clock; peers time it there) -> settled, by
-             replaying fleetbench's own graph until the case's steady state right before the peer runs
+             replaying fleetbench's own graph until the case's steady state right before the peer runs,
+             and by the peer's own settings: each captures its graph right before it times it, and the
+             GPU idles while it captures, so the peer runs long enough after its capture (FlashInfer's
+             untimed replays, dry_run_time_ms; Triton's replay length, rep) that its timed window
+             starts after the power controller acted
 So the first run gives the raw gap, the last the matched gap, and each step's ratio names the share of
 one cause (orchestrator/analysis/crosscheck.py). A step whose setting already matches is not run.
 
@@ -48,6 +52,14 @@ Step = Literal["default", "statistic", "l2", "launch", "clock"]
 IDLE_S = 0.2
 CUPTI_REPLAYS = 20
 TARGET_SAMPLE_S = 2e-3  # one sample of fleetbench's graph, as worker/timing.py sizes it
+# The clock step after a peer's own capture, which idles the GPU (11-125 ms on the H200), so the replays
+# right after it run at the burst clock for the ~80 ms the power controller takes (worker/timing.py;
+# benchmarks/graph_length.py shows Triton's first replays 5-10% faster than its last): FlashInfer replays
+# untimed for PEER_DRY_RUN_MS first; each of Triton's 10 replays lasts ~TRITON_REPLAY_MS of GPU time, so
+# the first absorbs the burst and its median is the settled state's.
+PEER_DRY_RUN_MS = 200
+TRITON_REPLAY_MS = 100
+TRITON_MAX_REP_MS = 5000
 
 
 class CrosscheckOptions(ControllerData):
@@ -332,6 +344,21 @@ class CaseBench:
 
         timing.settle(replay_us, self.calls, self.case.timing.settle_ms)
 
+    def eager_ms(self, call: Callable[[], None]) -> float:
+        """Milliseconds per call of `call` launched eagerly, five between events after one (as Triton's
+        do_bench_cudagraph estimates it before it sizes its graph)."""
+        import torch
+
+        with self.side_stream():
+            call()
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            for _ in range(5):
+                call()
+            end.record()
+            torch.cuda.synchronize()
+        return start.elapsed_time(end) / 5
+
     def side_stream(self):
         """A fresh stream made current: where a timer that captures graphs must not use the default one."""
         import torch
@@ -472,8 +499,15 @@ def flashinfer_runs(bench: CaseBench) -> PeerResult:
                          measure(call, **matched)))
     if bench.settles:
         call = bench.rotating_call() if bench.cold else bench.fixed
+        clock = "settled"
+        if "dry_run_time_ms" in accepted:
+            matched["dry_run_time_ms"] = PEER_DRY_RUN_MS
+            clock = f"settled, then {PEER_DRY_RUN_MS} ms of its own untimed calls"
+        else:
+            result.unmatched.append("clock (this bench_gpu_time has no dry_run_time_ms: its timed calls start "
+                                    "right after its own set-up, at the burst clock)")
         bench.settle()
-        runs.append(_run("clock", text(**matched), Method(l2=bench.l2_words(), launch=launch, clock="settled"),
+        runs.append(_run("clock", text(**matched), Method(l2=bench.l2_words(), launch=launch, clock=clock),
                          measure(call, **matched), probe=bench.probe))
     result.notes += _cupti_note("enable_cupti" in accepted)
     if all(r.value_us is None for r in runs):
@@ -504,18 +538,18 @@ def triton_runs(bench: CaseBench) -> PeerResult:
     if do_bench_cudagraph is None:
         return result
 
-    def all_times(call: Callable[[], None]) -> Callable[[], list[float]]:
+    def all_times(call: Callable[[], None], **kwargs) -> Callable[[], list[float]]:
         # return_mode="all" gives every replay's per-call time, so one run yields both statistics. Older
         # Triton captures on the current stream and refuses the default one: a side stream serves both.
         def run() -> list[float]:
             with bench.side_stream():
                 if "all" in modes:
                     try:
-                        return [t * 1e3 for t in do_bench_cudagraph(call, return_mode="all")]
+                        return [t * 1e3 for t in do_bench_cudagraph(call, return_mode="all", **kwargs)]
                     except AssertionError:  # a Triton with return_mode but without "all"
                         modes.discard("all")
                         warnings.warn("this do_bench_cudagraph refuses return_mode='all': its mean alone")
-                return [do_bench_cudagraph(call) * 1e3]  # its mean, alone
+                return [do_bench_cudagraph(call, **kwargs) * 1e3]  # its mean, alone
         return run
 
     modes = {"all"} if "return_mode" in accepted else set()
@@ -536,9 +570,22 @@ def triton_runs(bench: CaseBench) -> PeerResult:
         runs.append(_run("l2", text, Method(l2=bench.l2_words(), launch=graph, clock="from idle", statistic=statistic),
                          all_times(bench.rotating_call())))
     if bench.settles:
+        call = bench.rotating_call() if bench.cold else bench.fixed
+        kwargs, clock = {}, "settled"
+        if "rep" in accepted and bench.ours is not None:
+            # It sizes its graph as rep / (its eager time per call): scaled so one replay lasts ~TRITON_REPLAY_MS
+            # of the GPU time fleetbench measured.
+            rep_ms = TRITON_REPLAY_MS * bench.eager_ms(call) / (bench.ours.median_us / 1e3)
+            kwargs["rep"] = int(min(TRITON_MAX_REP_MS, max(TRITON_REPLAY_MS, rep_ms)))
+            clock = f"settled, and replays of ~{TRITON_REPLAY_MS} ms (rep={kwargs['rep']})"
+        else:
+            result.unmatched.append("clock (this do_bench_cudagraph has no rep: its replays follow its capture at "
+                                    "the burst clock)")
+        step_text = text[:-1] + "".join(f", {k}={v!r}" for k, v in kwargs.items()) + ")"
         bench.settle()
-        runs.append(_run("clock", text, Method(l2=bench.l2_words(), launch=graph, clock="settled", statistic=statistic),
-                         all_times(bench.rotating_call() if bench.cold else bench.fixed), probe=bench.probe))
+        runs.append(_run("clock", step_text, Method(l2=bench.l2_words(), launch=graph, clock=clock,
+                                                    statistic=statistic),
+                         all_times(call, **kwargs), probe=bench.probe))
     if bench.ours is not None and bench.ours.timing_method != "cuda-graph":
         result.unmatched.append("launch (do_bench_cudagraph always replays a graph; this case was timed with "
                                 "per-call CUDA events)")
