@@ -345,6 +345,26 @@ def test_a_matched_gap_the_clock_explains_is_attributed_to_it(peer_mhz, verdict,
         assert "1 more at fleetbench's SM clock (the same cycles)" in s.line(0.02, 0.03)
 
 
+@pytest.mark.parametrize("sweep_us, verdict, words", [
+    # fleetbench read 10.0 now, its sweep 9.0: the peer's matched 9.05 agrees with the sweep, not with now
+    (9.0, "attributed", "fleetbench now +11.1% off its sweep's median (9 µs), which the matched peer is within +0.6% of"),
+    (10.0, "unexplained", "-9.5% with every method matched"),  # fleetbench now is its sweep: the peer's gap
+    (9.6, "unexplained", "-9.5% with every method matched"),  # the peer 5.7% off the sweep too: no explanation
+    (None, "unexplained", "-9.5% with every method matched"),  # no sweep median: never guessed
+])
+def test_a_matched_gap_where_fleetbench_now_strayed_from_its_own_sweep_says_so(sweep_us, verdict, words):
+    bench = Bench()
+    peer = peer_of(9.0, 9.0, 9.0, 9.05)
+    record = CrosscheckRecord(case_id=bench.case.case_id, case=bench.case, status="ok", fleetbench=bench.ours,
+                              peers=[peer])
+    c = compare_peer("h1", record, peer, sweep_us=sweep_us)
+    assert c.verdict == verdict and c.explanation.startswith(words)
+    (s,) = summarize([c])
+    assert (s.agree_matched, s.agree_at_clock, s.agree_with_sweep) == (0, 0, int(verdict == "attributed"))
+    if verdict == "attributed":
+        assert "1 more within it of fleetbench's sweep median" in s.line(0.02, 0.03)
+
+
 def test_a_stored_record_of_a_later_version_with_fields_this_one_lacks_still_reads():
     bench = Bench()
     doc = json.loads(CrosscheckRecord(case_id=bench.case.case_id, case=bench.case, status="ok", fleetbench=bench.ours,

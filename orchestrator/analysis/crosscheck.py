@@ -71,6 +71,11 @@ class PeerComparison:
     fleetbench_clock_mhz: Optional[float] = None
     peer_clock_mhz: Optional[float] = None
     at_fleetbench_clock_ratio: Optional[float] = None
+    # A matched gap beyond the tolerance that something other than the methods explains: "clock" (the SM
+    # clock each ran at) or "sweep" (fleetbench's own reading now strayed from its sweep's median, which
+    # the matched peer agrees with); "" otherwise.
+    explained_by: str = ""
+    sweep_us: Optional[float] = None  # the median the run's sweep stored for the case
     steps: list[StepView] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
@@ -86,14 +91,17 @@ def _pct(x: float) -> str:
     return f"{(x - 1) * 100:+.1f}%"
 
 
-def compare_peer(slot: str, record, peer, tolerance: float = TOLERANCE, gap: float = GAP) -> PeerComparison:
-    """One peer of one stored crosscheck record (worker/crosscheck.py CrosscheckRecord, PeerResult)."""
+def compare_peer(slot: str, record, peer, tolerance: float = TOLERANCE, gap: float = GAP,
+                 sweep_us: Optional[float] = None) -> PeerComparison:
+    """One peer of one stored crosscheck record (worker/crosscheck.py CrosscheckRecord, PeerResult);
+    `sweep_us`: the case's median in the run's sweep."""
     case = record.case
     ours = record.fleetbench
     base = ours.median_us if ours else None
     out = PeerComparison(slot=slot, case_id=record.case_id, backend=case.backend, m=case.m, n=case.n, k=case.k,
                          label=case.label, peer=peer.peer, timer=peer.timer, version=peer.version,
-                         status=peer.status, reason=peer.reason, fleetbench_us=base, notes=list(peer.notes))
+                         status=peer.status, reason=peer.reason, fleetbench_us=base, notes=list(peer.notes),
+                         sweep_us=sweep_us)
     previous: Optional[float] = None
     for run in peer.runs:
         ratio = _ratio(run.value_us, base)
@@ -137,10 +145,18 @@ def compare_peer(slot: str, record, peer, tolerance: float = TOLERANCE, gap: flo
             and abs(out.at_fleetbench_clock_ratio - 1) <= tolerance):
         # Matched in method, not in the clock the GPU held while timing: a timer that idles the GPU right
         # before its samples (a graph capture, a sleep) times a power-limited kernel nearer its burst clock.
-        out.verdict = "attributed"
+        out.verdict, out.explained_by = "attributed", "clock"
         out.explanation = "; ".join([f"clock while timing {_pct(clock_share)} (the peer's samples at "
                                      f"{out.peer_clock_mhz:.0f} MHz vs fleetbench's {out.fleetbench_clock_mhz:.0f} "
                                      f"MHz; at fleetbench's clock it reads {_pct(out.at_fleetbench_clock_ratio)})",
+                                     *out.causes])
+    elif (matched_off > tolerance and sweep_us and abs(base / sweep_us - 1) > tolerance
+          and abs(out.matched_us / sweep_us - 1) <= tolerance):
+        # The peer agrees with what fleetbench's sweep stored; fleetbench's one timing in this process did not:
+        # the gap is fleetbench's own round-to-round spread, not the peer's method.
+        out.verdict, out.explained_by = "attributed", "sweep"
+        out.explanation = "; ".join([f"fleetbench now {_pct(base / sweep_us)} off its sweep's median ({sweep_us:.4g} µs),"
+                                     f" which the matched peer is within {_pct(out.matched_us / sweep_us)} of",
                                      *out.causes])
     elif matched_off > tolerance:
         out.verdict = "unexplained"
@@ -167,7 +183,8 @@ def _method_of(step: StepView, factor: str) -> str:
 
 def compare(stored: list, tolerance: float = TOLERANCE, gap: float = GAP) -> list[PeerComparison]:
     """Every peer of every stored crosscheck (runs/crosschecks.py StoredCrosscheck), in order."""
-    return [compare_peer(s.slot, s.record, p, tolerance, gap) for s in stored for p in s.record.peers]
+    return [compare_peer(s.slot, s.record, p, tolerance, gap, sweep_us=s.sweep_median_us)
+            for s in stored for p in s.record.peers]
 
 
 @dataclass
@@ -176,6 +193,7 @@ class PeerSummary:
     compared: int  # cells with a raw and a matched figure
     agree_matched: int  # ... whose matched figure is within the tolerance
     agree_at_clock: int  # ... beyond it, but within it at fleetbench's SM clock (the same cycles)
+    agree_with_sweep: int  # ... beyond it, but within it of fleetbench's sweep median, which fleetbench now strayed from
     raw_gaps: int  # ... whose raw gap is beyond GAP
     raw_gaps_attributed: int
     not_compared: int
@@ -187,6 +205,9 @@ class PeerSummary:
         share = 100.0 * self.agree_matched / self.compared
         at_clock = (f", {self.agree_at_clock} more at fleetbench's SM clock (the same cycles)"
                     if self.agree_at_clock else "")
+        if self.agree_with_sweep:
+            at_clock += (f", {self.agree_with_sweep} more within it of fleetbench's sweep median (fleetbench's own "
+                         "timing now strayed from it)")
         text = (f"{self.peer}: {self.agree_matched} of {self.compared} cells ({share:.0f}%) within "
                 f"{tolerance:.0%} of fleetbench once the methods match{at_clock}; {self.raw_gaps} raw gaps beyond "
                 f"{gap:.0%}, {self.raw_gaps_attributed} of them attributed")
@@ -202,8 +223,8 @@ def summarize(comparisons: list[PeerComparison], gap: float = GAP, tolerance: fl
         gaps = [c for c in done if abs(c.raw_ratio - 1) > gap]
         out.append(PeerSummary(peer=peer, compared=len(done),
                                agree_matched=sum(abs(c.matched_ratio - 1) <= tolerance for c in done),
-                               agree_at_clock=sum(abs(c.matched_ratio - 1) > tolerance and c.verdict != "unexplained"
-                                                  for c in done),
+                               agree_at_clock=sum(c.explained_by == "clock" for c in done),
+                               agree_with_sweep=sum(c.explained_by == "sweep" for c in done),
                                raw_gaps=len(gaps), raw_gaps_attributed=sum(c.verdict == "attributed" for c in gaps),
                                not_compared=len(mine) - len(done),
                                reasons=list(dict.fromkeys(c.explanation for c in mine if c.verdict == "not compared"))))
