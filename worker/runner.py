@@ -140,7 +140,6 @@ class CaseRunner:
         if guard is not None:
             guard.before_timing()
         t0 = time.perf_counter()
-        ref_before = host_reference_us()
         cpu_before = cpu_counters()
         before = self.probe.snapshot() if self.probe else None
         t_timing = time.perf_counter()
@@ -160,7 +159,7 @@ class CaseRunner:
         timing_s = time.perf_counter() - t_timing
         after = self.probe.snapshot() if self.probe else None
         health = assess(before, after) if before is not None and after is not None else None
-        env = round_environment(cpu_before, cpu_counters(), before, after, (ref_before + host_reference_us()) / 2)
+        env = round_environment(cpu_before, cpu_counters(), before, after, host_reference_us())
         if self.probe is not None:
             from .env import gpu_processes
 
