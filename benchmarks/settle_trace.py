@@ -9,7 +9,9 @@ against the end of each trace (`--ref-from` ms on: the case's own sustained stat
 
 `decode`: the light decode GEMM's first reading in fresh processes, alone or after heavy cases, after a
 large allocation freed without any kernel, and after heavy cases with the allocator's cache emptied:
-tells the GPU's state apart from where the case's inputs landed in memory.
+tells the GPU's state apart from where the case's inputs landed in memory. Condition `replay` (after the
+heavy cases) builds the case's timed graph once, as a case's first round does, then replays that same
+graph as a later round does: right after, after 25 ms of eager calls of the case, and after 0.5 s idle.
 
     python benchmarks/settle_trace.py trace [--orders up,down,shuffled] [--ms 400] [--out DIR]
     python benchmarks/settle_trace.py decode [--procs 3] [--out DIR]
@@ -201,7 +203,7 @@ def timed(m, n, k, backend="torch-bf16", look=False):
     stats = time_cuda(fn, n_sets, case.timing, timed_once=(lambda run: kernels(run)) if look else None)
     del fn, sets
     return stats.median_us
-if cond in ("heavy", "heavy-emptied", "heavy-kernels"):
+if cond in ("heavy", "heavy-emptied", "heavy-kernels", "replay"):
     for shape in ((512, 2048, 6144), (1024, 2048, 6144), (256, 2048, 6144)):
         timed(*shape)
     if cond == "heavy-emptied":
@@ -212,14 +214,31 @@ elif cond == "freed":
 elif cond == "idle":
     time.sleep(1.0)
 look = cond == "heavy-kernels"
-print("DECODE", " ".join(f"{{timed(16, 2048, 6144, look=look):.3f}}" for _ in range(3)))
+if cond == "replay":
+    case = CaseSpec(backend="torch-bf16", m=16, n=2048, k=6144, timing=opts)
+    fn, sets, n_sets = runner._prepare(case, _spec_of(case))
+    kept = []
+    got = [time_cuda(fn, n_sets, opts, keep=kept.append).median_us,
+           time_cuda(fn, n_sets, opts, graph=kept[0]).median_us]
+    end = time.perf_counter() + 0.025
+    while time.perf_counter() < end:
+        fn(0)
+    got.append(time_cuda(fn, n_sets, opts, graph=kept[0]).median_us)
+    torch.cuda.synchronize()
+    time.sleep(0.5)
+    got.append(time_cuda(fn, n_sets, opts, graph=kept[0]).median_us)
+    print("DECODE", " ".join(f"{{v:.3f}}" for v in got))
+else:
+    print("DECODE", " ".join(f"{{timed(16, 2048, 6144, look=look):.3f}}" for _ in range(3)))
 """
 
 
 def decode_main(args) -> int:
     conditions = args.conditions.split(",")
-    lines = ["### torch-bf16 16x2048x6144 (cold L2) in fresh processes: three readings in a row (µs)", "",
-             "| condition | process | 1st | 2nd | 3rd |", "|---|---:|---:|---:|---:|"]
+    lines = ["### torch-bf16 16x2048x6144 (cold L2) in fresh processes: readings in a row (µs)", "",
+             "`replay`: 1st the graph built (warm-up, capture, settle, samples), then the same graph replayed: "
+             "2nd right after, 3rd after 25 ms of eager calls of the case, 4th after 0.5 s idle.", "",
+             "| condition | process | 1st | 2nd | 3rd | 4th |", "|---|---:|---:|---:|---:|---:|"]
     for cond in conditions:
         for p in range(args.procs):
             out = subprocess.run([sys.executable, "-c", DECODE.format(root=str(ROOT), cond=cond)],
@@ -230,7 +249,7 @@ def decode_main(args) -> int:
                     lines.append(f"<!-- {cond} {p + 1}: {ln} -->")
             got = [ln.split()[1:] for ln in out.stdout.splitlines() if ln.startswith("DECODE")]
             cells = got[0] if got else ["failed: " + (out.stderr.strip().splitlines() or ["?"])[-1][:80]]
-            lines.append(f"| {cond} | {p + 1} | " + " | ".join(cells) + " |")
+            lines.append(f"| {cond} | {p + 1} | " + " | ".join(cells + [""] * (4 - len(cells))) + " |")
             print(lines[-1], flush=True)
     md = "\n".join(lines) + "\n"
     args.out.mkdir(parents=True, exist_ok=True)
