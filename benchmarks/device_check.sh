@@ -170,8 +170,10 @@ step_cost() {  # where each seed run's time went (run `seed` first, in the same 
         "$GPU_PY" benchmarks/sweep_cost.py "$run" --top 12 > "$DEST/cost-$(basename "$run").md" && echo "cost: $run"
     done
     # CPROFILE=N: the second run's worker once more under cProfile, its N costliest functions
-    [ -z "${CPROFILE:-}" ] || "$GPU_PY" benchmarks/sweep_cost.py "$run" --cprofile "$CPROFILE" \
-        > "$DEST/cprofile-$(basename "$run").md" 2> "$WORK/cprofile.err" && echo "cprofile: $run"
+    if [ -n "${CPROFILE:-}" ]; then
+        "$GPU_PY" benchmarks/sweep_cost.py "$run" --cprofile "$CPROFILE" \
+            > "$DEST/cprofile-$(basename "$run").md" 2> "$WORK/cprofile.err" && echo "cprofile: $run"
+    fi
 }
 
 step_interrupt() {
