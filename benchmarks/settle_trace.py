@@ -12,9 +12,12 @@ large allocation freed without any kernel, and after heavy cases with the alloca
 tells the GPU's state apart from where the case's inputs landed in memory. Condition `replay` (after the
 heavy cases) builds the case's timed graph once, as a case's first round does, then replays that same
 graph as a later round does: right after, after 25 ms of eager calls of the case, and after 0.5 s idle.
+Condition `series` (nothing before) builds it once and then times that graph 12 times in a row, each
+reading with the milliseconds since the build ended: how long a state the build leaves lasts.
+`--case BACKEND:MxNxK` picks another case than the decode GEMM.
 
     python benchmarks/settle_trace.py trace [--orders up,down,shuffled] [--ms 400] [--out DIR]
-    python benchmarks/settle_trace.py decode [--procs 3] [--out DIR]
+    python benchmarks/settle_trace.py decode [--procs 3] [--conditions first,heavy,...] [--case B:MxNxK] [--out DIR]
 
 Needs a CUDA GPU and pynvml. Prints Markdown; writes DIR/settle-trace.{md,json} or DIR/decode.md.
 """
@@ -186,6 +189,8 @@ from worker.runner import CaseRunner, _spec_of
 from worker.schema import CaseSpec, TimingOptions
 from worker.timing import time_cuda
 cond = {cond!r}
+backend, shape = {case!r}.split(":")
+M, N, K = (int(x) for x in shape.split("x"))
 runner = CaseRunner("cuda")
 opts = TimingOptions(budget_s=0.3, rounds=1)
 def kernels(run):
@@ -214,8 +219,19 @@ elif cond == "freed":
 elif cond == "idle":
     time.sleep(1.0)
 look = cond == "heavy-kernels"
-if cond == "replay":
-    case = CaseSpec(backend="torch-bf16", m=16, n=2048, k=6144, timing=opts)
+if cond == "series":
+    case = CaseSpec(backend=backend, m=M, n=N, k=K, timing=opts)
+    fn, sets, n_sets = runner._prepare(case, _spec_of(case))
+    kept = []
+    first = time_cuda(fn, n_sets, opts, keep=kept.append).median_us
+    built = time.perf_counter()
+    got = [f"{{first:.3f}}"]
+    for _ in range(12):
+        us = time_cuda(fn, n_sets, opts, graph=kept[0]).median_us
+        got.append(f"{{us:.3f}}@{{(time.perf_counter() - built) * 1e3:.0f}}ms")
+    print("DECODE", " ".join(got))
+elif cond == "replay":
+    case = CaseSpec(backend=backend, m=M, n=N, k=K, timing=opts)
     fn, sets, n_sets = runner._prepare(case, _spec_of(case))
     kept = []
     got = [time_cuda(fn, n_sets, opts, keep=kept.append).median_us,
@@ -229,19 +245,19 @@ if cond == "replay":
     got.append(time_cuda(fn, n_sets, opts, graph=kept[0]).median_us)
     print("DECODE", " ".join(f"{{v:.3f}}" for v in got))
 else:
-    print("DECODE", " ".join(f"{{timed(16, 2048, 6144, look=look):.3f}}" for _ in range(3)))
+    print("DECODE", " ".join(f"{{timed(M, N, K, backend, look=look):.3f}}" for _ in range(3)))
 """
 
 
 def decode_main(args) -> int:
     conditions = args.conditions.split(",")
-    lines = ["### torch-bf16 16x2048x6144 (cold L2) in fresh processes: readings in a row (µs)", "",
+    lines = [f"### {args.case} (cold L2) in fresh processes: readings in a row (µs)", "",
              "`replay`: 1st the graph built (warm-up, capture, settle, samples), then the same graph replayed: "
              "2nd right after, 3rd after 25 ms of eager calls of the case, 4th after 0.5 s idle.", "",
              "| condition | process | 1st | 2nd | 3rd | 4th |", "|---|---:|---:|---:|---:|---:|"]
     for cond in conditions:
         for p in range(args.procs):
-            out = subprocess.run([sys.executable, "-c", DECODE.format(root=str(ROOT), cond=cond)],
+            out = subprocess.run([sys.executable, "-c", DECODE.format(root=str(ROOT), cond=cond, case=args.case)],
                                  capture_output=True, text=True, timeout=300)
             for ln in out.stdout.splitlines():
                 if ln.startswith("KERNELS"):
@@ -249,6 +265,8 @@ def decode_main(args) -> int:
                     lines.append(f"<!-- {cond} {p + 1}: {ln} -->")
             got = [ln.split()[1:] for ln in out.stdout.splitlines() if ln.startswith("DECODE")]
             cells = got[0] if got else ["failed: " + (out.stderr.strip().splitlines() or ["?"])[-1][:80]]
+            if cond == "series":  # 13 readings: all in the first column
+                cells = [" ".join(cells)]
             lines.append(f"| {cond} | {p + 1} | " + " | ".join(cells + [""] * (4 - len(cells))) + " |")
             print(lines[-1], flush=True)
     md = "\n".join(lines) + "\n"
@@ -270,6 +288,7 @@ def main() -> int:
     d = sub.add_parser("decode")
     d.add_argument("--procs", type=int, default=3)
     d.add_argument("--conditions", default="first,heavy,freed,heavy-emptied")
+    d.add_argument("--case", default="torch-bf16:16x2048x6144", help="BACKEND:MxNxK (default: the decode GEMM)")
     d.add_argument("--out", type=Path, default=Path("settle-out"))
     args = ap.parse_args()
     return trace_main(args) if args.what == "trace" else decode_main(args)
