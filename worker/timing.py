@@ -8,11 +8,14 @@ confidence interval is narrower than `target_rel_ci` or the budget runs out; eve
 
 A case's number must not depend on what ran before it in the process. cuBLAS graphs replay faster for
 as long as the process has run cuBLAS eagerly on at most one side stream (benchmarks/first_case.py;
-docs/TIMING.md and benchmarks/RESULTS.md give the figures). So every timing runs the case eagerly on two
-streams before capturing: its warm-up on the process's one capture stream, and one call on a fresh
-side stream. Every case is then measured in the state that any process using more than one stream (a
-serving engine) is in. The first graph timing of a process still read low with that alone (what exactly
-flips the state is not isolated), so each process's first graph timing is a discarded priming pass.
+docs/TIMING.md and benchmarks/RESULTS.md give the figures). So every graph is built (build_graph) after
+the case ran eagerly on two streams: its warm-up on the process's one capture stream, and one call on a
+fresh side stream. Every case is then measured in the state that any process using more than one stream
+(a serving engine) is in. The first graph timing of a process still read low with that alone (what
+exactly flips the state is not isolated), so each process's first graph timing is a discarded priming
+pass. A later round of a case replays the graph its first round built (TimedGraph, kept by
+worker/runner.py): a graph keeps the speed it was captured with for as long as it lives (RESULTS.md,
+"It is the graph, not the moment"), so its rounds differ by what the GPU does, not by their captures.
 
 A case must not read what the case before it left behind either: a large GEMM reads slower after a
 heavy neighbour (the GPU's clock and power state follow the load of the last ~100 ms;
