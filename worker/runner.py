@@ -1,9 +1,9 @@
 """Run cases: support check, seeded inputs, correctness verdict, timing in rounds, one JSON line each.
 
 Each case is timed in `timing.rounds` independent rounds, spread over the sweep: round 1 of every case,
-then round 2 of every case, and so on (round_order), so a case's rounds see what separate runs would see
-(clock and cache states, time passing, the neighbours it runs between) and their spread is honest about
-run-to-run variation. Round 1 prepares the inputs, checks the result against the oracle (a wrong result
+then round 2 of every case, and so on (round_order), so a case's rounds see much of what separate runs
+would see (clock and power states, time passing, the neighbours it runs between; not a new capture:
+docs/TIMING.md) and their spread is honest about that run-to-run variation. Round 1 prepares the inputs, checks the result against the oracle (a wrong result
 is never timed), warms up and captures the timed graph; a later round replays that graph (kept while
 the kept graphs fit KEEP_SHARE of the GPU's memory; else it prepares and captures its own), settles it
 and samples it: its wall time goes to timed samples of a settled GPU, not to building the same graph
