@@ -398,12 +398,13 @@ def test_cupti_mode_samples_the_kernels_of_the_timed_graph_and_keeps_its_replay_
     from worker import cupti, timing
     from worker.schema import TimingOptions
 
+    monkeypatch.setattr(timing, "last_notes", [])
     asked = {}
 
     def traced(replay, calls_per_replay, replays, lead_in_ms=cupti.LEAD_IN_MS):
         asked.update(replay=replay, calls=calls_per_replay, replays=replays)
         return cupti.KernelSamples(per_call_us=[9.0, 9.1, 8.9] * 4, span_us=[9.5] * 12, kernels=["gemm"],
-                                   split_by="launch")
+                                   split_by="launch", notes=["CUPTI stays attached"])
 
     monkeypatch.setattr(cupti, "kernel_samples_us", traced)
 
@@ -419,6 +420,7 @@ def test_cupti_mode_samples_the_kernels_of_the_timed_graph_and_keeps_its_replay_
     assert asked == {"replay": graph.replay, "calls": 64, "replays": 12}
     assert stats.method == "cupti" and stats.median_us == 9.0 and stats.n == 12
     assert stats.replay_median_us == 10.1 and stats.settle_ms == 12.5 and stats.calls_per_sample == 64
+    assert timing.last_notes == ["CUPTI stays attached"]  # the runner puts it in the case's reason
 
 
 def test_a_later_round_replays_the_graph_its_first_round_built_and_reads_the_same(monkeypatch):

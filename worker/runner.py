@@ -332,7 +332,10 @@ class CaseRunner:
                             integrity_s=integrity_s + guard.seconds)
         metrics = self._metrics(case, spec, stats.median_us)
         del fn, sets
-        return record("ok", "", timing=stats, metrics=metrics, correctness=check, health=health)
+        from . import timing as timing_mod
+
+        notes = "; ".join(dict.fromkeys(timing_mod.last_notes)) if self.device.device == "cuda" else ""
+        return record("ok", notes, timing=stats, metrics=metrics, correctness=check, health=health)
 
     def _references(self, case: CaseSpec, spec, one_set):
         """(oracle, bf16 product or None, Thresholds): what an output of input set `one_set` is judged by,

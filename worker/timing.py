@@ -213,6 +213,7 @@ def time_cuda(fn: Callable[[int], object], n_sets: int, opts: TimingOptions,
     import torch
 
     last_phases.clear()
+    last_notes.clear()
     stream = torch.cuda.current_stream()
     if opts.mode == "cupti":
         from .cupti import available
@@ -316,6 +317,7 @@ def _kernel_time(graph, cps: int, opts: TimingOptions, replayed: Stats) -> Stats
     t0 = time.perf_counter()
     traced = cupti.kernel_samples_us(graph.replay, cps, max(opts.min_samples, min(replayed.n, opts.max_samples)))
     last_phases["cupti_s"] = time.perf_counter() - t0
+    last_notes.extend(traced.notes)
     stats = summarize(traced.per_call_us, method="cupti", calls_per_sample=cps, l2=opts.l2)
     return stats.model_copy(update={"settle_ms": replayed.settle_ms, "replay_median_us": round(replayed.median_us, 4)})
 
@@ -400,6 +402,9 @@ _PRIMED = False
 # Wall seconds of the last graph timing's phases (warmup_s, capture_s, settle_s or cooldown_s, samples_s),
 # which the runner records with the round: where a sweep's time goes (benchmarks/sweep_cost.py).
 last_phases: dict[str, float] = {}
+# What the last timing has to say beside its numbers (mode cupti: CUPTI left attached, a trace taken
+# again), which the runner puts in the case's reason.
+last_notes: list[str] = []
 _LAST_HEAVY = False  # whether this process's last timing was of a heavy case (settle_floor)
 
 
