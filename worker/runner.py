@@ -3,8 +3,9 @@
 Each case is timed in `timing.rounds` independent rounds, spread over the sweep: round 1 of every case,
 then round 2 of every case, and so on (round_order), so a case's rounds see much of what separate runs
 would see (clock and power states, time passing, the neighbours it runs between; not a new capture:
-docs/TIMING.md) and their spread is honest about that run-to-run variation. Round 1 prepares the inputs, checks the result against the oracle (a wrong result
-is never timed), warms up and captures the timed graph; a later round replays that graph (kept while
+docs/TIMING.md) and their spread is honest about that run-to-run variation. Round 1 prepares the inputs,
+checks the result against the oracle (a wrong result is never timed), warms up and captures the timed
+graph; a later round replays that graph (kept while
 the kept graphs fit KEEP_SHARE of the GPU's memory; else it prepares and captures its own), settles it
 and samples it: its wall time goes to timed samples of a settled GPU, not to building the same graph
 again. Every round runs the integrity checks around its timing (worker/integrity.py: a kernel that
@@ -100,14 +101,11 @@ class CaseRunner:
             return record("unavailable", problem)
         if spec.name == "noop":
             return record("ok", "no-op: nothing was measured")
-        for attempt in (1, 2):
-            try:
-                return self._measure(case, spec, record)
-            except Exception as exc:
-                if attempt == 1 and self._freed_kept(exc):
-                    continue
-                tb = traceback.format_exc()
-                return record("failed", f"{type(exc).__name__}: {exc}"[:500], traceback=tb[-4000:])
+        try:
+            return self._freeing_kept(lambda: self._measure(case, spec, record))
+        except Exception as exc:
+            tb = traceback.format_exc()
+            return record("failed", f"{type(exc).__name__}: {exc}"[:500], traceback=tb[-4000:])
 
     def _prepare(self, case: CaseSpec, spec):
         """(fn, input sets, how many) for one round: inputs made from the case's seed, the backend prepared."""
@@ -202,23 +200,21 @@ class CaseRunner:
     def again(self, case: CaseSpec, calls_per_sample: int = 0) -> tuple:
         """A later round of a case whose first round was ok: (Stats, Health or None, seconds taken).
         Raises integrity.IntegrityFailure when the kernel fails an integrity check in this round."""
-        try:
-            return self._again(case, calls_per_sample)
-        except Exception as exc:
-            if not self._freed_kept(exc):
-                raise
-        return self._again(case, calls_per_sample)
+        return self._freeing_kept(lambda: self._again(case, calls_per_sample))
 
-    def _freed_kept(self, exc: BaseException) -> bool:
-        """After an out-of-memory error: drop every kept graph and its inputs and say whether any was
-        (the case is then worth one more try)."""
-        if type(exc).__name__ != "OutOfMemoryError" or not self.kept:
-            return False
+    def _freeing_kept(self, work: Callable[[], object]):
+        """`work()`; after an out-of-memory error with graphs kept, every kept graph and its inputs are
+        dropped and `work()` runs once more. Anything else it raises, it raises."""
+        try:
+            return work()
+        except Exception as exc:
+            if type(exc).__name__ != "OutOfMemoryError" or not self.kept:
+                raise
         import torch
 
         self.release()
         torch.cuda.empty_cache()
-        return True
+        return work()
 
     def _again(self, case: CaseSpec, calls_per_sample: int) -> tuple:
         t0 = time.perf_counter()
@@ -532,13 +528,12 @@ def _run_cases(runner: "CaseRunner", todo: list[CaseSpec], done: set[str], total
     """Round 1 of every case, then round 2 of those still timing (in the same order: round_order), and so on
     (module docstring). `partial`: cases with rounds already timed, which go on from there."""
     pending: dict[str, CaseRecord] = dict(partial or {})  # ok, rounds so far
-    release = getattr(runner, "release", lambda case_id=None: None)  # tests drive stand-in runners
 
     def end(rec: CaseRecord) -> None:
         append_record(results, rec)
         done.add(rec.case_id)
         pending.pop(rec.case_id, None)
-        release(rec.case_id)
+        runner.release(rec.case_id)  # its graph and inputs, if kept, are no longer needed
         emit_progress(event="end", done=len(done), total=total, case_id=rec.case_id, status=rec.status,
                       reason=rec.reason[:200], median_us=rec.timing.median_us if rec.timing else None)
 
@@ -569,42 +564,39 @@ def _run_cases(runner: "CaseRunner", todo: list[CaseSpec], done: set[str], total
         return 1.0 if share is None else share  # a family without a calibrated peak: as heavy
 
     passes = max((rounds_left(c) for c in todo), default=1)
-    try:
-        for r in range(passes):
-            for case in round_order(todo, load):
-                first = pending.get(case.case_id)
-                if case.case_id in done or (r > 0 and first is None) or rounds_left(case) <= 0:
-                    continue
-                this_round = case.timing.rounds - rounds_left(case) + 1
-                emit_progress(event="start", done=len(done), total=total, case_id=case.case_id, backend=case.backend,
-                              m=case.m, n=case.n, k=case.k, round=this_round, rounds=case.timing.rounds)
-                mark_inflight(inflight, case.case_id, f"round {this_round} of {case.timing.rounds}")
-                if first is None:
-                    rec = runner.run(case)
-                    if rec.status != "ok" or rec.timing is None:
-                        end(rec)
-                    else:
-                        round_ended(rec.model_copy(update={"complete": case.timing.rounds == 1}))
-                    continue
-                try:
-                    stats, health, seconds = runner.again(case, first.timing.calls_per_sample)
-                except IntegrityFailure as exc:  # this round's numbers are not a result, nor are the earlier ones
-                    from .verify import failure_reason, with_integrity
+    for r in range(passes):
+        for case in round_order(todo, load):
+            first = pending.get(case.case_id)
+            if case.case_id in done or (r > 0 and first is None) or rounds_left(case) <= 0:
+                continue
+            this_round = case.timing.rounds - rounds_left(case) + 1
+            emit_progress(event="start", done=len(done), total=total, case_id=case.case_id, backend=case.backend,
+                          m=case.m, n=case.n, k=case.k, round=this_round, rounds=case.timing.rounds)
+            mark_inflight(inflight, case.case_id, f"round {this_round} of {case.timing.rounds}")
+            if first is None:
+                rec = runner.run(case)
+                if rec.status != "ok" or rec.timing is None:
+                    end(rec)
+                else:
+                    round_ended(rec.model_copy(update={"complete": case.timing.rounds == 1}))
+                continue
+            try:
+                stats, health, seconds = runner.again(case, first.timing.calls_per_sample)
+            except IntegrityFailure as exc:  # this round's numbers are not a result, nor are the earlier ones
+                from .verify import failure_reason, with_integrity
 
-                    check = with_integrity(first.correctness, exc.findings)
-                    end(first.model_copy(update={"status": "failed", "timing": None, "metrics": None, "complete": True,
-                                                 "correctness": check, "reason": f"round {this_round} of "
-                                                 f"{case.timing.rounds}: {failure_reason(check)}"}))
-                    continue
-                except Exception as exc:
-                    end(first.model_copy(update={"status": "failed", "timing": None, "metrics": None, "complete": True,
-                                                 "reason": f"round {this_round} of {case.timing.rounds}: "
-                                                           f"{type(exc).__name__}: {exc}"[:500],
-                                                 "traceback": traceback.format_exc()[-4000:]}))
-                    continue
-                round_ended(add_rounds(first, stats, health, seconds, case.timing.rounds))
-    finally:
-        release()  # what was kept for cases still timing (an interruption) goes with the loop
+                check = with_integrity(first.correctness, exc.findings)
+                end(first.model_copy(update={"status": "failed", "timing": None, "metrics": None, "complete": True,
+                                             "correctness": check, "reason": f"round {this_round} of "
+                                             f"{case.timing.rounds}: {failure_reason(check)}"}))
+                continue
+            except Exception as exc:
+                end(first.model_copy(update={"status": "failed", "timing": None, "metrics": None, "complete": True,
+                                             "reason": f"round {this_round} of {case.timing.rounds}: "
+                                                       f"{type(exc).__name__}: {exc}"[:500],
+                                             "traceback": traceback.format_exc()[-4000:]}))
+                continue
+            round_ended(add_rounds(first, stats, health, seconds, case.timing.rounds))
 
 
 def _spec_of(case: CaseSpec):
