@@ -82,15 +82,10 @@ def replica(call, n_sets: int, whole: bool, rep_ms: float = 20.0) -> tuple:
 
     import torch
 
+    from worker.crosscheck import eager_ms
+
     with torch.cuda.stream(torch.cuda.Stream()):
-        call()
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(5):
-            call()
-        end.record()
-        torch.cuda.synchronize()
-        estimate_ms = start.elapsed_time(end) / 5
+        estimate_ms = eager_ms(call)  # its warm-up call, then five between events
         n = max(1, int(rep_ms / estimate_ms)) if estimate_ms else 1000
         if whole:
             n = -(-n // n_sets) * n_sets

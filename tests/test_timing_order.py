@@ -452,3 +452,40 @@ def test_a_later_round_replays_the_graph_its_first_round_built_and_reads_the_sam
     assert timing.last_phases["warmup_s"] == timing.last_phases["capture_s"] == 0.0
     assert [s.median_us for s in later] == pytest.approx([first.median_us] * 2, rel=1e-9)
     assert all(s.calls_per_sample == first.calls_per_sample for s in later)
+
+
+def test_crosscheck_settles_and_traces_the_graph_fleetbench_timed_without_capturing_it_again(monkeypatch):
+    """worker/crosscheck.py CaseBench: fleetbench's timing of the case builds its graph once; settling
+    before a peer (and CUPTI) replays that graph, so no capture follows the timing."""
+    from worker.crosscheck import CaseBench
+
+    gpu = SimGpu()
+    install(monkeypatch, gpu)
+    graphs = []
+    real_graph = torch.cuda.CUDAGraph
+    monkeypatch.setattr(torch.cuda, "CUDAGraph", lambda *a, **k: graphs.append(real_graph()) or graphs[-1])
+    runner = CaseRunner.__new__(CaseRunner)
+    runner.device = SimpleNamespace(device="cuda", l2_bytes=L2_BYTES)
+    case = CaseSpec(backend="torch-bf16", m=64, n=2048, k=6144,
+                    timing=TimingOptions(l2="cold", warmup_ms=0, budget_s=5, rounds=1))
+    n_sets = runner._input_sets(case, "bf16")
+    sets = [next(_SERIAL) for _ in range(n_sets)]
+    per_set = (case.m + case.n) * case.k * 2
+    timed_with = []  # graphs built when fleetbench's timing returned
+    real_time_cuda = timing.time_cuda
+
+    def time_cuda(*args, **kwargs):
+        stats = real_time_cuda(*args, **kwargs)
+        timed_with.append(len(graphs))
+        return stats
+
+    monkeypatch.setattr(timing, "time_cuda", time_cuda)
+    bench = CaseBench(lambda i: gpu.call(sets[i], per_set), n_sets, case)
+    ours = bench.fleetbench(cupti=False)
+    built = len(graphs)
+    assert built == timed_with[-1]  # nothing captured after the timing
+    assert bench.graph is graphs[-1] and bench.calls == ours.calls_per_sample == len(bench.graph.nodes)
+    assert ours.method.launch == f"graph replay of {ours.calls_per_sample} calls"
+    before = gpu.now_us
+    bench.settle()
+    assert len(graphs) == built and gpu.now_us - before >= case.timing.settle_ms * 1e3  # replayed, not captured

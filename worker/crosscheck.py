@@ -282,18 +282,19 @@ class CaseBench:
 
         from .health import ClockSampler
 
+        built = []
         with ClockSampler(self.probe) as clock:
-            stats = timing.time_cuda(self.fn, self.n_sets, self.case.timing)
-        if stats.method == "cuda-graph":
-            self.calls = stats.calls_per_sample
+            stats = timing.time_cuda(self.fn, self.n_sets, self.case.timing, keep=built.append)
+        if stats.method == "cuda-graph":  # the timed graph serves CUPTI and settling before a peer
+            self.graph, self.calls = built[0].graph, built[0].calls
             launch = f"graph replay of {self.calls} calls"
         else:  # events mode: a graph only for CUPTI and for settling before a peer
             self.calls = max(1, math.ceil(TARGET_SAMPLE_S / max(stats.median_us * 1e-6, 1e-7)))
             self.calls = -(-self.calls // self.n_sets) * self.n_sets
             launch = "per-call CUDA events"
-        self.graph = timing._capture(self.fn, self.calls, self.n_sets, timing._capture_stream())
-        self.graph.replay()
-        torch.cuda.synchronize()
+            self.graph = timing._capture(self.fn, self.calls, self.n_sets, timing._capture_stream())
+            self.graph.replay()
+            torch.cuda.synchronize()
         settled = f"settled ({stats.settle_ms or 0:g} ms)" if self.settles else "as found (settle_ms 0)"
         ours = FleetbenchTiming(method=Method(l2=self.l2_words(), launch=launch, clock=settled),
                                 timing_method=stats.method, median_us=stats.median_us, mean_us=stats.mean_us,
@@ -345,19 +346,9 @@ class CaseBench:
         timing.settle(replay_us, self.calls, self.case.timing.settle_ms)
 
     def eager_ms(self, call: Callable[[], None]) -> float:
-        """Milliseconds per call of `call` launched eagerly, five between events after one (as Triton's
-        do_bench_cudagraph estimates it before it sizes its graph)."""
-        import torch
-
+        """eager_ms on a fresh side stream, where Triton estimates it."""
         with self.side_stream():
-            call()
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            for _ in range(5):
-                call()
-            end.record()
-            torch.cuda.synchronize()
-        return start.elapsed_time(end) / 5
+            return eager_ms(call)
 
     def side_stream(self):
         """A fresh stream made current: where a timer that captures graphs must not use the default one."""
@@ -378,6 +369,21 @@ class CaseBench:
         self.graph = None
         torch.cuda.synchronize()
         torch.cuda.empty_cache()
+
+
+def eager_ms(call: Callable[[], None]) -> float:
+    """Milliseconds per call of `call` launched eagerly on the current stream, five between events after
+    one: how Triton's do_bench_cudagraph estimates a call before it sizes its graph."""
+    import torch
+
+    call()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(5):
+        call()
+    end.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(end) / 5
 
 
 def _version(dist: str, module) -> str:
