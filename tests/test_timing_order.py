@@ -350,6 +350,41 @@ def test_settle_stops_when_the_case_stops_drifting_and_never_runs_forever():
     assert timing.settle(kernel(lambda t: 10.0), 100, 0.0) == 0.0
 
 
+def test_the_settled_tail_is_the_first_of_the_samples_and_a_drifting_one_is_not():
+    """The batches that ended settling (the latest third, found drift-free against the third before) were
+    already timed in the state the samples are taken in: they count as samples, so a round only times
+    what it still needs. A kernel stopped at the settling limit while drifting gives none: its samples are
+    all taken after it. The reported settle_ms is what ran before the samples."""
+    def kernel(per_call):
+        state = {"t_us": 0.0, "batches": 0}
+
+        def batch() -> float:
+            us = per_call(state["t_us"])
+            state["t_us"] += us * 100
+            state["batches"] += 1
+            return us
+        return batch, state
+
+    opts = TimingOptions(min_samples=10, max_samples=200, target_rel_ci=0.01, budget_s=5, settle_ms=100.0)
+    # A heavy case: 100 ms of 1 ms batches, the thirds agree at the 100th; its tail (33) is enough samples.
+    steady, state = kernel(lambda t: 10.0)
+    stats = timing._settle_and_sample(steady, 100, opts, None, "cuda-graph")
+    assert (stats.n, state["batches"]) == (33, 100)
+    assert stats.settle_ms == pytest.approx(67.0, abs=0.01)
+    # A light one: 10 ms of 2 ms batches, settled at the 6th; its tail of 2 and 8 more make the 10 samples.
+    light, state = kernel(lambda t: 20.0)
+    stats = timing._settle_and_sample(light, 100, opts, None, "cuda-graph", floor_ms=10.0)
+    assert (stats.n, state["batches"]) == (10, 14)
+    assert stats.settle_ms == pytest.approx(8.0, abs=0.01)
+    # One that never stops drifting: every sample is taken after settling gave up.
+    drifting, state = kernel(lambda t: 10.0 * (1 + t / 1e5))
+    stats = timing._settle_and_sample(drifting, 100, opts, None, "cuda-graph")
+    alone, settling = kernel(lambda t: 10.0 * (1 + t / 1e5))
+    settled = timing._settle(alone, 100, 100.0)
+    assert settled.tail == [] and state["batches"] == settling["batches"] + stats.n
+    assert stats.settle_ms == pytest.approx(settled.spent_ms, abs=0.1)
+
+
 @pytest.mark.parametrize("clocks, tainted", [((1980, 1500, 1490), False), ((1980, 1980, 1500), True)])
 def test_health_is_judged_over_the_samples_not_over_the_settling(monkeypatch, clocks, tainted):
     """Settling lets a heavy GEMM bring the GPU to its power-limited clock (1980 -> ~1500 MHz on the

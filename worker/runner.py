@@ -142,8 +142,9 @@ class CaseRunner:
         before = self.probe.snapshot() if self.probe else None
         t_timing = time.perf_counter()
         if self.device.device == "cuda":
-            # Health is judged over the samples: settling brings the GPU to the case's own clock, which
-            # for a heavy GEMM is its power-limited one, and that fall is what it should be measured at.
+            # Health is judged from the end of settling: settling brings the GPU to the case's own clock,
+            # which for a heavy GEMM is its power-limited one, and that fall is what it should be measured
+            # at. (The settled tail, already judged drift-free, is counted as samples: worker/timing.py.)
             def settled() -> None:
                 nonlocal before
                 before = self.probe.snapshot() if self.probe else None

@@ -26,13 +26,15 @@ case that drives the tensor cores hard enough to meet the power limit (`load` >=
 calibrated peak) reads its burst clock for the first 50-80 ms, until the power controller acts, so it
 settles at least `settle_ms`; so does any case right after such a case (the clock climbs back). A light
 case after a light one runs at the clock it found, which is its own: LIGHT_SETTLE_MS is enough.
+The replays that end settling were judged drift-free against those before them, in the state the
+samples are taken in, so they are the first samples (Settled).
 """
 from __future__ import annotations
 
 import math
 import statistics
 import time
-from typing import Callable, Optional
+from typing import Callable, NamedTuple, Optional
 
 from .schema import Stats, TimingOptions
 
@@ -358,20 +360,31 @@ def _settle_and_sample(batch_us: Callable[[], float], calls: int, opts: TimingOp
                        settled: Optional[Callable[[], None]], method: str, floor_ms: Optional[float] = None) -> Stats:
     """Settle (`settle`, at least `floor_ms`, default `settle_ms`), tell `settled`, then take samples
     (`batch_us()`: the per-call time of one timed batch of `calls` calls) until the interval is narrow
-    enough or the budget is spent."""
+    enough or the budget is spent. The settled tail (Settled) is the first of the samples."""
     floor = opts.settle_ms if floor_ms is None else floor_ms
     t0 = time.perf_counter()
-    settled_ms = settle(batch_us, calls, floor, opts.settle_ms)
+    done = _settle(batch_us, calls, floor, opts.settle_ms)
     if settled is not None:
         settled()
-    last_phases["settle_s"] = time.perf_counter() - t0
-    samples: list[float] = []
-    started = time.perf_counter()
+    started = done.tail_started if done.tail else time.perf_counter()
+    last_phases["settle_s"] = started - t0
+    samples = done.tail[-opts.max_samples:]
     while not _enough(samples, opts, started):
         samples.append(batch_us())
     last_phases["samples_s"] = time.perf_counter() - started
     stats = summarize(samples, method=method, calls_per_sample=calls, l2=opts.l2)
-    return stats.model_copy(update={"settle_ms": round(settled_ms, 1)})
+    tail_ms = sum(done.tail) * calls / 1e3
+    return stats.model_copy(update={"settle_ms": round(done.spent_ms - tail_ms, 1)})
+
+
+class Settled(NamedTuple):
+    """What settling ran: `spent_ms` of GPU time in all, and its settled tail: the latest third of its
+    batches, which the stopping rule found within SETTLE_TOL of the third before, so the GPU already held
+    the state the samples are taken in (empty when settling is off, or stopped at its limit still
+    drifting). `tail_started`: perf_counter() when the tail's first batch began."""
+    spent_ms: float
+    tail: list[float]
+    tail_started: float
 
 
 def settle(per_call_us: Callable[[], float], calls: int, settle_ms: float,
@@ -381,20 +394,28 @@ def settle(per_call_us: Callable[[], float], calls: int, settle_ms: float,
     latest third of the batches agrees with the middle third within SETTLE_TOL, at most
     SETTLE_MAX_FACTOR x `limit_ms` (default `settle_ms`). Counted in GPU time, not wall time, so a slow
     host does not shorten it. Returns the GPU milliseconds spent."""
+    return _settle(per_call_us, calls, settle_ms, limit_ms).spent_ms
+
+
+def _settle(per_call_us: Callable[[], float], calls: int, settle_ms: float,
+            limit_ms: Optional[float] = None) -> Settled:
+    """`settle`, with its settled tail (Settled)."""
     limit_ms = settle_ms if limit_ms is None else limit_ms
     if limit_ms <= 0:
-        return 0.0
+        return Settled(0.0, [], time.perf_counter())
     seen: list[float] = []
+    began: list[float] = []
     spent_ms = 0.0
     while spent_ms < SETTLE_MAX_FACTOR * limit_ms:
+        began.append(time.perf_counter())
         seen.append(per_call_us())
         spent_ms += seen[-1] * calls / 1e3
         if spent_ms >= settle_ms and len(seen) >= 6:
             third = len(seen) // 3
             latest, middle = statistics.median(seen[-third:]), statistics.median(seen[-2 * third:-third])
             if abs(latest / middle - 1) <= SETTLE_TOL:
-                break
-    return spent_ms
+                return Settled(spent_ms, seen[-third:], began[-third])
+    return Settled(spent_ms, [], time.perf_counter())
 
 
 _CAPTURE_STREAM = None
