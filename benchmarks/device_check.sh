@@ -43,6 +43,11 @@
 #                         with CUPTI left attached and torn down
 #   crosscheck            the seed sweep once, crosscheck --all on it (FlashInfer,    crosscheck-h200.md,
 #                         Triton)                                                    crosscheck-h200.json
+#   startup               a worker's imports, as the machine has them and with bytecode (none kept: RESULTS.md)
+#                         cached (PYTHONPYCACHEPREFIX), with torch's slowest imports
+#   tradeoff              the seed sweep with each timing variant of                 tradeoff-h200.md
+#                         benchmarks/tradeoff.py (VARIANTS=a,b: some), a cold CLI
+#                         process each, against one 300 ms-settled reference
 #
 # Carried (the `run` call's `carry`; ignored folders, see RESULTS.md "Running the GPU steps" for how each
 # is made): .whl (the controller's wheels for Python 3.12: always); .carry/fi.tar.xz (FlashInfer's files:
@@ -56,7 +61,8 @@
 #
 # Environment: GPU_PY (the device's Python), SWEEP (default sweeps/glm5_tp8.yaml), INTERRUPT_AFTER
 # (seconds before the SIGINT of `interrupt`, default 6), WORK (default /tmp/device-check), SKIP_WHEELS,
-# SIZES and REPS (fanout, default 8,32,64 and 3), CPROFILE (cost).
+# SIZES and REPS (fanout, default 8,32,64 and 3), CPROFILE (cost), BYTECODE (1: bytecode cached, see
+# setup), VARIANTS (tradeoff).
 set -u
 export PYTHONUNBUFFERED=1
 GPU_PY=${GPU_PY:-/opt/torch/.venv/bin/python3}
@@ -80,6 +86,13 @@ setup() {
         tar -xJf .carry/fi.tar.xz -C "$SITE" || { echo "setup: unpacking .carry/fi.tar.xz failed"; exit 1; }
     fi
     export PYTHONPATH=$SITE:$REPO PATH=$SITE/bin:$PATH
+    # BYTECODE=1: processes write and read bytecode in $WORK/pycache, as on a host whose packages pip
+    # installed (the lent machine sets PYTHONDONTWRITEBYTECODE=1, and .whl installs with --no-compile).
+    ORIG_DWB=${PYTHONDONTWRITEBYTECODE-}
+    if [ -n "${BYTECODE:-}" ]; then
+        export PYTHONPYCACHEPREFIX=$WORK/pycache
+        unset PYTHONDONTWRITEBYTECODE
+    fi
     # `fleetbench` as the console script of an installed package would be: the printed hints name it.
     printf '#!/bin/sh\nexec %s -m orchestrator.cli "$@"\n' "$GPU_PY" > "$WORK/bin/fleetbench"
     chmod +x "$WORK/bin/fleetbench"
@@ -393,6 +406,39 @@ step_crosscheck() {
     return $rc
 }
 
+step_startup() {  # what a worker's start-up costs, with and without bytecode on disk
+    echo "== startup: the machine's PYTHONDONTWRITEBYTECODE=${ORIG_DWB:-(unset)}"
+    local venv pyc py i
+    venv=$("$GPU_PY" -c 'import sys; print(sys.prefix)')
+    pyc=$(find "$venv" "$SITE" -name '*.pyc' 2>/dev/null | wc -l)
+    py=$(find "$venv" "$SITE" -name '*.py' 2>/dev/null | wc -l)
+    echo "startup: $pyc .pyc beside $py .py files under $venv and $SITE"
+    local t0 imports='import torch, flashinfer, worker.runner, pydantic'
+    for i in 1 2; do
+        t0=$(now); env -u PYTHONPYCACHEPREFIX PYTHONDONTWRITEBYTECODE="$ORIG_DWB" "$GPU_PY" -c "$imports"
+        echo "startup: $imports, as the machine has them, $i: $(elapsed "$t0" "$(now)") s"
+    done
+    mkdir -p "$WORK/pycache"
+    for i in 1 2 3; do
+        t0=$(now); PYTHONDONTWRITEBYTECODE= PYTHONPYCACHEPREFIX=$WORK/pycache "$GPU_PY" -c "$imports"
+        echo "startup: the same, bytecode written to and read from $WORK/pycache, $i: $(elapsed "$t0" "$(now)") s"
+    done
+    env -u PYTHONPYCACHEPREFIX PYTHONDONTWRITEBYTECODE="$ORIG_DWB" "$GPU_PY" -X importtime -c 'import torch' \
+        2> "$WORK/importtime.txt"
+    echo "startup: slowest imports of torch (as found; cumulative µs):"
+    sort -t'|' -k2 -n -r "$WORK/importtime.txt" | head -n 5 | sed 's/^/  /'
+}
+
+step_tradeoff() {  # VARIANTS: which (default: every one benchmarks/tradeoff.py knows)
+    echo "== tradeoff: python benchmarks/tradeoff.py (each variant a cold fleetbench run)"
+    "$GPU_PY" benchmarks/tradeoff.py -i "$INV" --runs-dir "$RUNS" --sweep "$SWEEP" \
+        ${VARIANTS:+--variants "$VARIANTS"} --out "$DEST/tradeoff-h200.md" > "$WORK/tradeoff.log" 2>&1
+    local rc=$?
+    grep -v '^|' "$WORK/tradeoff.log" | tail -n 12 | sed 's/^/  /'
+    sed -n '1,16p' "$DEST/tradeoff-h200.md" 2>/dev/null
+    return $rc
+}
+
 collect() {
     [ -n "${OUT:-}" ] || return 0
     cp "$WORK/seed1.json" "$WORK/seed1.md" "$OUT/" 2>/dev/null
@@ -400,7 +446,7 @@ collect() {
 }
 
 STEPS="seed cost interrupt diff fidelity fidelity-runs order order-bf16 order-bf16-unsettled neighbour settle-trace decode burst first-case calibration moe moe-decode byo
-verdicts jit-cache fleet profile fanout moe-fp4 cupti cupti-after graph-length crosscheck"
+verdicts jit-cache fleet profile fanout moe-fp4 cupti cupti-after graph-length crosscheck startup tradeoff"
 [ $# -gt 0 ] || { echo "usage: bash benchmarks/device_check.sh STEP... (steps:" $STEPS")"; exit 2; }
 for step in "$@"; do
     case " $(echo $STEPS) " in

@@ -151,6 +151,11 @@ def compare(shapes, backends, repeat: int, reference_settle_ms: float = 300.0):
 
 def against_runs(run_dirs: list[Path], reference_settle_ms: float) -> str:
     """Markdown: each stored run's baseline cases (cold L2) against the reference, one timing per case."""
+    return runs_against_reference(run_dirs, reference_settle_ms)[0]
+
+
+def runs_against_reference(run_dirs: list[Path], reference_settle_ms: float) -> tuple[str, list[list[float]]]:
+    """(against_runs' Markdown, each run's ratios to the reference)."""
     from orchestrator.analysis.merge import load_slots
     from orchestrator.runs.store import RunStore
 
@@ -167,6 +172,7 @@ def against_runs(run_dirs: list[Path], reference_settle_ms: float) -> str:
              "|---|---:|---:|---:|---:|" + "---:|---:|" * len(run_dirs)]
     within = [0] * len(run_dirs)
     counted = [0] * len(run_dirs)
+    ratios: list[list[float]] = [[] for _ in run_dirs]
     if medians:  # the first graph timing of a process reads low (worker/timing.py): the reference's too
         reference_us(*min(medians), True, settle_ms=reference_settle_ms)
     for (backend, m, n, k), got in sorted(medians.items()):
@@ -177,6 +183,7 @@ def against_runs(run_dirs: list[Path], reference_settle_ms: float) -> str:
                 cells.append(" | ")
                 continue
             ratio = got[i] / ref
+            ratios[i].append(ratio)
             counted[i] += 1
             within[i] += abs(ratio - 1) <= 0.05
             cells.append(f"{got[i]:.2f} | {ratio:.3f}{' **' if abs(ratio - 1) > 0.05 else ''}")
@@ -185,7 +192,7 @@ def against_runs(run_dirs: list[Path], reference_settle_ms: float) -> str:
     lines.append("")
     lines += [f"- run {i + 1} ({Path(r).name}): {within[i]} of {counted[i]} within ±5% of the reference"
               for i, r in enumerate(run_dirs)]
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines) + "\n", ratios
 
 
 def full_sweep(out: Path, backends):
