@@ -27,6 +27,9 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
+    from worker.buildenv import adopt_build_env
+
+    adopt_build_env()  # FlashInfer's JIT modules as the sweeps build them (worker/buildenv.py)
     from worker.runner import CaseRunner
     from worker.schema import CaseSpec, TimingOptions
 

@@ -97,6 +97,9 @@ def main() -> int:
     ap.add_argument("--replays", type=int, default=20)
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
+    from worker.buildenv import adopt_build_env
+
+    adopt_build_env()  # FlashInfer's JIT modules as the sweeps build them (worker/buildenv.py)
     import torch
 
     from worker import cupti, timing

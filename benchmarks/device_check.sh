@@ -43,11 +43,14 @@
 #                         with CUPTI left attached and torn down
 #   crosscheck            the seed sweep once, crosscheck --all on it (FlashInfer,    crosscheck-h200.md,
 #                         Triton)                                                    crosscheck-h200.json
+#   jit                   one FlashInfer case, so its JIT module is built before     (none)
+#                         later steps time anything
 #   startup               a worker's imports, as the machine has them and with bytecode (none kept: RESULTS.md)
 #                         cached (PYTHONPYCACHEPREFIX), with torch's slowest imports
 #   tradeoff              the seed sweep with each timing variant of                 tradeoff-h200.md
 #                         benchmarks/tradeoff.py (VARIANTS=a,b: some), a cold CLI
-#                         process each, against one 300 ms-settled reference
+#                         process each, and the seed step's runs (if it ran before)
+#                         against one 300 ms-settled reference
 #
 # Carried (the `run` call's `carry`; ignored folders, see RESULTS.md "Running the GPU steps" for how each
 # is made): .whl (the controller's wheels for Python 3.12: always); .carry/fi.tar.xz (FlashInfer's files:
@@ -406,6 +409,17 @@ step_crosscheck() {
     return $rc
 }
 
+step_jit() {  # FlashInfer's JIT module built before anything is timed (a fresh machine has none)
+    echo "== jit: one flashinfer-fp8-cublas case through the CLI"
+    printf 'name: jit\nbackends: [flashinfer-fp8-cublas]\nshapes:\n  - {m: 16, n: 768, k: 6144}\ntiming: {rounds: 1}\n' \
+        > "$WORK/jit.yaml"
+    local t0; t0=$(now)
+    "$GPU_PY" -m orchestrator.cli run "$WORK/jit.yaml" -i "$INV" --runs-dir "$RUNS" --format json > /dev/null 2> "$WORK/jit.err"
+    local rc=$?
+    echo "jit: exit $rc, wall $(elapsed "$t0" "$(now)") s"
+    return $rc
+}
+
 step_startup() {  # what a worker's start-up costs, with and without bytecode on disk
     echo "== startup: the machine's PYTHONDONTWRITEBYTECODE=${ORIG_DWB:-(unset)}"
     local venv pyc py i
@@ -431,7 +445,9 @@ step_startup() {  # what a worker's start-up costs, with and without bytecode on
 
 step_tradeoff() {  # VARIANTS: which (default: every one benchmarks/tradeoff.py knows)
     echo "== tradeoff: python benchmarks/tradeoff.py (each variant a cold fleetbench run)"
-    "$GPU_PY" benchmarks/tradeoff.py -i "$INV" --runs-dir "$RUNS" --sweep "$SWEEP" \
+    local also=()  # the seed step's two runs, when it ran in this call, against the same reference
+    [ -f "$WORK/seed2.err" ] && also=(--also "$(run_dir_of "$WORK/seed1.err")" "$(run_dir_of "$WORK/seed2.err")")
+    "$GPU_PY" benchmarks/tradeoff.py -i "$INV" --runs-dir "$RUNS" --sweep "$SWEEP" "${also[@]}" \
         ${VARIANTS:+--variants "$VARIANTS"} --out "$DEST/tradeoff-h200.md" > "$WORK/tradeoff.log" 2>&1
     local rc=$?
     grep -v '^|' "$WORK/tradeoff.log" | tail -n 12 | sed 's/^/  /'
@@ -446,7 +462,7 @@ collect() {
 }
 
 STEPS="seed cost interrupt diff fidelity fidelity-runs order order-bf16 order-bf16-unsettled neighbour settle-trace decode burst first-case calibration moe moe-decode byo
-verdicts jit-cache fleet profile fanout moe-fp4 cupti cupti-after graph-length crosscheck startup tradeoff"
+verdicts jit-cache fleet profile fanout moe-fp4 cupti cupti-after graph-length crosscheck startup tradeoff jit"
 [ $# -gt 0 ] || { echo "usage: bash benchmarks/device_check.sh STEP... (steps:" $STEPS")"; exit 2; }
 for step in "$@"; do
     case " $(echo $STEPS) " in

@@ -14,10 +14,13 @@ first), then the whole seed sweep runs through the real worker CLI (`python -m w
     python benchmarks/fidelity.py --out DIR [--repeat 2]   # prints Markdown, writes DIR/fidelity.{md,json}
 
 With `--runs RUN_DIR...` it measures stored sweeps instead (issue 29's criterion): every ok baseline case
-of each run (the median of its rounds, as the table shows it) against one reference timing of the case,
-run after them in this process (after one discarded timing: a process's first graph timing reads low).
+of each run (the median of its rounds, as the table shows it) against the reference, run after them in
+this process (after one discarded timing: a process's first graph timing reads low): the median of
+`--reference-passes` (3) timings of the case, one per pass over every case, forward then reversed, with
+their spread. One timing is not a yardstick for a power-capped case: two in one lease read torch-fp8
+512x2048 15.16 and 16.73 µs (benchmarks/RESULTS.md).
 
-    python benchmarks/fidelity.py --runs RUN_A RUN_B [--out FILE.md]
+    python benchmarks/fidelity.py --runs RUN_A RUN_B [--reference-passes 3] [--out FILE.md]
 
 Needs a CUDA GPU and torch; FlashInfer (fp8 via cuBLAS) is used when importable.
 """
@@ -149,12 +152,14 @@ def compare(shapes, backends, repeat: int, reference_settle_ms: float = 300.0):
     return rows
 
 
-def against_runs(run_dirs: list[Path], reference_settle_ms: float) -> str:
-    """Markdown: each stored run's baseline cases (cold L2) against the reference, one timing per case."""
-    return runs_against_reference(run_dirs, reference_settle_ms)[0]
+def against_runs(run_dirs: list[Path], reference_settle_ms: float, passes: int = 3) -> str:
+    """Markdown: each stored run's baseline cases (cold L2) against the reference: the median of `passes`
+    timings of each case, one per pass over all cases (forward, then reversed, ...), with their spread."""
+    return runs_against_reference(run_dirs, reference_settle_ms, passes)[0]
 
 
-def runs_against_reference(run_dirs: list[Path], reference_settle_ms: float) -> tuple[str, list[list[float]]]:
+def runs_against_reference(run_dirs: list[Path], reference_settle_ms: float,
+                           passes: int = 3) -> tuple[str, list[list[float]]]:
     """(against_runs' Markdown, each run's ratios to the reference)."""
     from orchestrator.analysis.merge import load_slots
     from orchestrator.runs.store import RunStore
@@ -167,16 +172,24 @@ def runs_against_reference(run_dirs: list[Path], reference_settle_ms: float) -> 
                 if rec.status == "ok" and rec.timing and c.backend in BASELINES and c.workload == "gemm" \
                         and c.timing.l2 == "cold":
                     medians.setdefault((c.backend, c.m, c.n, c.k), {})[i] = rec.timing.median_us
-    lines = [f"Each run's median against a reference settled for {reference_settle_ms:g} ms (benchmarks/fidelity.py):",
-             "", "| backend | M | N | K | reference µs | " + " | ".join(f"run {i + 1} µs | / ref" for i in range(len(run_dirs))) + " |",
-             "|---|---:|---:|---:|---:|" + "---:|---:|" * len(run_dirs)]
+    lines = [f"Each run's median against a reference settled for {reference_settle_ms:g} ms (benchmarks/fidelity.py): "
+             f"the median of {passes} timings of each case, one per pass over every case (forward, reversed, ...); "
+             "`spread`: (largest - smallest) / median of those timings.",
+             "", "| backend | M | N | K | reference µs | spread | "
+             + " | ".join(f"run {i + 1} µs | / ref" for i in range(len(run_dirs))) + " |",
+             "|---|---:|---:|---:|---:|---:|" + "---:|---:|" * len(run_dirs)]
     within = [0] * len(run_dirs)
     counted = [0] * len(run_dirs)
     ratios: list[list[float]] = [[] for _ in run_dirs]
     if medians:  # the first graph timing of a process reads low (worker/timing.py): the reference's too
         reference_us(*min(medians), True, settle_ms=reference_settle_ms)
+    refs: dict[tuple, list[float]] = {}
+    for p in range(passes):
+        for cell in sorted(medians, reverse=bool(p % 2)):
+            refs.setdefault(cell, []).append(reference_us(*cell, True, settle_ms=reference_settle_ms))
     for (backend, m, n, k), got in sorted(medians.items()):
-        ref = reference_us(backend, m, n, k, True, settle_ms=reference_settle_ms)
+        timings = refs[(backend, m, n, k)]
+        ref = statistics.median(timings)
         cells = []
         for i in range(len(run_dirs)):
             if i not in got:
@@ -187,7 +200,8 @@ def runs_against_reference(run_dirs: list[Path], reference_settle_ms: float) -> 
             counted[i] += 1
             within[i] += abs(ratio - 1) <= 0.05
             cells.append(f"{got[i]:.2f} | {ratio:.3f}{' **' if abs(ratio - 1) > 0.05 else ''}")
-        lines.append(f"| {backend} | {m} | {n} | {k} | {ref:.2f} | " + " | ".join(cells) + " |")
+        spread = (max(timings) - min(timings)) / ref
+        lines.append(f"| {backend} | {m} | {n} | {k} | {ref:.2f} | {100 * spread:.1f}% | " + " | ".join(cells) + " |")
         print(lines[-1], flush=True)
     lines.append("")
     lines += [f"- run {i + 1} ({Path(r).name}): {within[i]} of {counted[i]} within ±5% of the reference"
@@ -252,9 +266,14 @@ def main() -> int:
     ap.add_argument("--reference-settle-ms", type=float, default=300.0,
                     help="back-to-back replays before the reference's timed ones (0: none, before issue 21)")
     ap.add_argument("--runs", type=Path, nargs="+", help="stored runs to hold against the reference instead")
+    ap.add_argument("--reference-passes", type=int, default=3,
+                    help="with --runs: timings of the reference per case, one per pass over every case (default 3)")
     args = ap.parse_args()
+    from worker.buildenv import adopt_build_env
+
+    adopt_build_env()  # FlashInfer's JIT modules as the sweeps build them (worker/buildenv.py)
     if args.runs:
-        md = against_runs(args.runs, args.reference_settle_ms)
+        md = against_runs(args.runs, args.reference_settle_ms, args.reference_passes)
         if args.out.suffix == ".md":
             args.out.write_text(md)
         print(md)

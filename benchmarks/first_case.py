@@ -270,6 +270,9 @@ def main() -> int:
     ap.add_argument("--dump", type=Path)
     ap.add_argument("--timeline", action="store_true")
     args = ap.parse_args()
+    from worker.buildenv import adopt_build_env
+
+    adopt_build_env()  # FlashInfer's JIT modules as the sweeps build them (worker/buildenv.py)
     shape = (args.backend, args.m, args.n, args.k)
     if args.clocks:
         clocks(*shape)

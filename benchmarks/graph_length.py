@@ -113,6 +113,9 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=2, help="times the whole sequence runs per case")
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
+    from worker.buildenv import adopt_build_env
+
+    adopt_build_env()  # FlashInfer's JIT modules as the sweeps build them (worker/buildenv.py)
     import itertools
 
     import torch

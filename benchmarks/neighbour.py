@@ -104,6 +104,9 @@ def main() -> int:
     ap.add_argument("--ms", type=float, default=1500.0)
     ap.add_argument("--out", type=Path, default=Path("neighbour-out"))
     args = ap.parse_args()
+    from worker.buildenv import adopt_build_env
+
+    adopt_build_env()  # FlashInfer's JIT modules as the sweeps build them (worker/buildenv.py)
     args.out.mkdir(parents=True, exist_ok=True)
     import pynvml
 

@@ -291,6 +291,9 @@ def main() -> int:
     d.add_argument("--case", default="torch-bf16:16x2048x6144", help="BACKEND:MxNxK (default: the decode GEMM)")
     d.add_argument("--out", type=Path, default=Path("settle-out"))
     args = ap.parse_args()
+    from worker.buildenv import adopt_build_env
+
+    adopt_build_env()  # FlashInfer's JIT modules as the sweeps build them (worker/buildenv.py)
     return trace_main(args) if args.what == "trace" else decode_main(args)
 
 

@@ -95,6 +95,9 @@ def main() -> int:
 def profile_worker(params: Path, top: int) -> None:
     """The worker of `params` run in this process under cProfile (imports included), into a scratch
     results file; prints its `top` functions by cumulative and by own time."""
+    from worker.buildenv import adopt_build_env
+
+    adopt_build_env()  # FlashInfer's JIT modules as the sweeps build them (worker/buildenv.py)
     import cProfile
     import io
     import pstats

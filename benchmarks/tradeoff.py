@@ -1,10 +1,11 @@
 """What a faster sweep costs: the seed sweep run with each of several `timing` settings, each as a cold
 CLI process (`fleetbench run`, exactly as a user starts it), one after another in one process of this
-script; then every run's medians held against one independent reference settled for 300 ms
-(benchmarks/fidelity.py `runs_against_reference`), measured after the runs in this process.
+script; then every run's medians held against one independent reference settled for 300 ms (the median of
+3 timings of each case: benchmarks/fidelity.py `runs_against_reference`), measured after the runs in
+this process.
 
     python benchmarks/tradeoff.py -i HOSTS.yaml --runs-dir RUNS [--sweep sweeps/glm5_tp8.yaml]
-        [--variants default,rounds-2,...] [--out FILE.md]
+        [--variants default,rounds-2,...] [--also RUN...] [--out FILE.md]
 
 Each variant is the sweep's own `timing` with the variant's fields on top (VARIANTS). Prints a Markdown
 table: wall seconds of the CLI process, the worker's seconds inside cases, the timed rounds, and how many
@@ -77,13 +78,19 @@ def main() -> int:
     ap.add_argument("--sweep", type=Path, default=ROOT / "sweeps" / "glm5_tp8.yaml")
     ap.add_argument("--variants", default=",".join(VARIANTS), help=f"comma-separated, of: {', '.join(VARIANTS)}")
     ap.add_argument("--reference-settle-ms", type=float, default=300.0)
+    ap.add_argument("--reference-passes", type=int, default=3, help="timings of the reference per case (fidelity.py)")
+    ap.add_argument("--also", type=Path, nargs="*", default=[],
+                    help="runs already stored (e.g. two identical default sweeps) to hold against the same reference")
     ap.add_argument("--out", type=Path, help="also write the Markdown here")
     args = ap.parse_args()
+    from worker.buildenv import adopt_build_env
+
+    adopt_build_env()  # FlashInfer's JIT modules as the sweeps build them (worker/buildenv.py)
     names = [v for v in args.variants.split(",") if v]
     unknown = [v for v in names if v not in VARIANTS]
     if unknown:
         ap.error(f"unknown variant(s) {', '.join(unknown)}; known: {', '.join(VARIANTS)}")
-    done = []
+    done = [(f"as stored: {run.name}", None, None, run) for run in args.also]
     for name in names:
         path = sweep_with(args.sweep, name, VARIANTS[name], args.runs_dir / "tradeoff-sweeps")
         wall, rc, run, err = run_cold(path, args.inventory, args.runs_dir)
@@ -94,10 +101,12 @@ def main() -> int:
         done.append((name, wall, rc, run))
     from benchmarks.fidelity import runs_against_reference
 
-    md, ratios = runs_against_reference([run for *_, run in done], args.reference_settle_ms)
+    md, ratios = runs_against_reference([run for *_, run in done], args.reference_settle_ms,
+                                        args.reference_passes)
     lines = [f"# What a faster sweep costs ({args.sweep.name})", "",
-             f"Reproduce: `python benchmarks/tradeoff.py -i HOSTS --runs-dir RUNS --variants {','.join(names)}`. "
-             "Each variant a cold `fleetbench run`, in this order; the reference after all of them.", "",
+             f"Reproduce: `python benchmarks/tradeoff.py -i HOSTS --runs-dir RUNS --variants {','.join(names)}"
+             + (" --also RUN..." if args.also else "") + "`. Each variant a cold `fleetbench run`, in this order; "
+             "the reference after all of them. Stored runs (`--also`) have no wall time here.", "",
              "| variant | timing on top of the sweep's | exit | wall s | in cases s | timed rounds | "
              f"within ±5% of the {args.reference_settle_ms:g} ms reference | worst ratio |",
              "|---|---|---:|---:|---:|---:|---:|---:|"]
@@ -105,9 +114,10 @@ def main() -> int:
         seconds, rounds = inside(run)
         worst = max(got, key=lambda r: abs(r - 1)) if got else None
         within = sum(abs(r - 1) <= 0.05 for r in got)
-        over = ", ".join(f"{k}: {v:g}" for k, v in VARIANTS[name].items()) or "(none)"
-        lines.append(f"| {name} | {over} | {rc} | {wall:.1f} | {seconds:.1f} | {rounds} | {within} of {len(got)} | "
-                     + (f"{worst:.3f}" if worst is not None else "") + " |")
+        over = ", ".join(f"{k}: {v:g}" for k, v in VARIANTS[name].items()) or "(none)" if name in VARIANTS else \
+            "(its own)"
+        lines.append(f"| {name} | {over} | {'' if rc is None else rc} | {'' if wall is None else f'{wall:.1f}'} | "
+                     f"{seconds:.1f} | {rounds} | {within} of {len(got)} | " + (f"{worst:.3f}" if worst is not None else "") + " |")
     text = "\n".join(lines) + "\n\n" + md
     if args.out:
         args.out.write_text(text, encoding="utf-8")

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 
 import pytest
@@ -254,6 +255,24 @@ def test_cuda_home_is_the_same_for_a_shell_and_an_ssh_session(tmp_path):
     assert stable_build_env({**home, "PATH": "/usr/bin", "CUDA_HOME": str(real)}) == {}  # already one spelling
     assert stable_build_env({"HOME": str(tmp_path / "h2"), "PATH": "/usr/bin",
                              "CUDA_HOME": str(tmp_path / "none")}) == {}  # no toolkit: untouched
+
+
+def test_a_tool_running_flashinfer_itself_takes_the_workers_build_variables(tmp_path, monkeypatch):
+    """A benchmark that calls FlashInfer in its own process (or starts `python -m worker run` itself) from
+    the H200's shell (CUDA_HOME through a symlink) rebuilt the JIT module the sweeps had built, and the next
+    sweep rebuilt it back (~25 s each): adopt_build_env gives it the worker child's variables."""
+    from worker.buildenv import adopt_build_env
+
+    real = tmp_path / "cuda-13.0"
+    (real / "bin").mkdir(parents=True)
+    (real / "bin" / "nvcc").write_text("#!/bin/sh\n")
+    (real / "bin" / "nvcc").chmod(0o755)
+    (tmp_path / "cuda").symlink_to(real)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("CUDA_HOME", str(tmp_path / "cuda"))
+    assert adopt_build_env() == {"CUDA_HOME": str(real)}
+    assert os.environ["CUDA_HOME"] == str(real)
+    assert adopt_build_env() == {}  # already the worker's
 
 
 def test_a_session_without_the_compiler_variables_gets_the_hosts_last_ones(tmp_path):

@@ -17,6 +17,7 @@ Every value the worker added is reported in the host's facts (worker/env.py), so
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -98,3 +99,13 @@ def describe_added(encoded: str, env: dict) -> list[str]:
         notes.append(f"the worker set {name}={env.get(name)} ({why}: one build environment keeps FlashInfer's "
                      "JIT cache valid across shell and SSH sessions)")
     return notes
+
+
+def adopt_build_env() -> dict[str, str]:
+    """For a tool that runs FlashInfer in its own process or starts `python -m worker run` itself
+    (benchmarks/): take the variables a worker's child gets (stable_build_env) into os.environ, so that
+    tool and sweeps share FlashInfer's JIT modules instead of rebuilding each other's. Returns what it added."""
+    added = stable_build_env(dict(os.environ))
+    os.environ.update(added)
+    return added
+
