@@ -14,7 +14,8 @@ heavy cases) builds the case's timed graph once, as a case's first round does, t
 graph as a later round does: right after, after 25 ms of eager calls of the case, and after 0.5 s idle.
 Condition `series` (nothing before) builds it once and then times that graph 12 times in a row, each
 reading with the milliseconds since the build ended: how long a state the build leaves lasts.
-`--case BACKEND:MxNxK` picks another case than the decode GEMM.
+Conditions `heavy-kernels` and `kernels` (nothing before) list the kernels of each timing's first
+replay (torch.profiler) beside its reading. `--case BACKEND:MxNxK` picks another case than the decode GEMM.
 
     python benchmarks/settle_trace.py trace [--orders up,down,shuffled] [--ms 400] [--out DIR]
     python benchmarks/settle_trace.py decode [--procs 3] [--conditions first,heavy,...] [--case B:MxNxK] [--out DIR]
@@ -218,7 +219,7 @@ elif cond == "freed":
     del big
 elif cond == "idle":
     time.sleep(1.0)
-look = cond == "heavy-kernels"
+look = cond in ("heavy-kernels", "kernels")
 if cond == "series":
     case = CaseSpec(backend=backend, m=M, n=N, k=K, timing=opts)
     fn, sets, n_sets = runner._prepare(case, _spec_of(case))
