@@ -489,10 +489,17 @@ def test_a_later_round_replays_the_graph_its_first_round_built_and_reads_the_sam
     assert all(s.calls_per_sample == first.calls_per_sample for s in later)
 
 
-def test_crosscheck_settles_and_traces_the_graph_fleetbench_timed_without_capturing_it_again(monkeypatch):
+@pytest.mark.parametrize("mode", ["graph", "cupti"])
+def test_crosscheck_settles_and_traces_the_graph_fleetbench_timed_without_capturing_it_again(monkeypatch, mode):
     """worker/crosscheck.py CaseBench: fleetbench's timing of the case builds its graph once; settling
-    before a peer (and CUPTI) replays that graph, so no capture follows the timing."""
+    before a peer (and CUPTI) replays that graph, so no capture follows the timing, in `timing.mode: cupti`
+    too, whose figure is named for what it is (kernel time, not a replay; never per-call events)."""
+    from worker import cupti
     from worker.crosscheck import CaseBench
+
+    monkeypatch.setattr(cupti, "available", lambda: None)
+    monkeypatch.setattr(cupti, "kernel_samples_us", lambda replay, calls, replays, lead_in_ms=0: cupti.KernelSamples(
+        per_call_us=[9.0] * replays, span_us=[9.5] * replays, kernels=["gemm"], split_by="launch", notes=[]))
 
     gpu = SimGpu()
     install(monkeypatch, gpu)
@@ -502,7 +509,7 @@ def test_crosscheck_settles_and_traces_the_graph_fleetbench_timed_without_captur
     runner = CaseRunner.__new__(CaseRunner)
     runner.device = SimpleNamespace(device="cuda", l2_bytes=L2_BYTES)
     case = CaseSpec(backend="torch-bf16", m=64, n=2048, k=6144,
-                    timing=TimingOptions(l2="cold", warmup_ms=0, budget_s=5, rounds=1))
+                    timing=TimingOptions(mode=mode, l2="cold", warmup_ms=0, budget_s=5, rounds=1))
     n_sets = runner._input_sets(case, "bf16")
     sets = [next(_SERIAL) for _ in range(n_sets)]
     per_set = (case.m + case.n) * case.k * 2
@@ -520,7 +527,8 @@ def test_crosscheck_settles_and_traces_the_graph_fleetbench_timed_without_captur
     built = len(graphs)
     assert built == timed_with[-1]  # nothing captured after the timing
     assert bench.graph is graphs[-1] and bench.calls == ours.calls_per_sample == len(bench.graph.nodes)
-    assert ours.method.launch == f"graph replay of {ours.calls_per_sample} calls"
+    assert ours.method.launch == (f"graph replay of {ours.calls_per_sample} calls" if mode == "graph" else
+                                  f"kernel time (CUPTI) of a graph of {ours.calls_per_sample} calls, no launch gaps")
     before = gpu.now_us
     bench.settle()
     assert len(graphs) == built and gpu.now_us - before >= case.timing.settle_ms * 1e3  # replayed, not captured

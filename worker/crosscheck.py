@@ -285,9 +285,10 @@ class CaseBench:
         built = []
         with ClockSampler(self.probe) as clock:
             stats = timing.time_cuda(self.fn, self.n_sets, self.case.timing, keep=built.append)
-        if stats.method == "cuda-graph":  # the timed graph serves CUPTI and settling before a peer
+        if built:  # graph and cupti modes: the timed graph serves CUPTI and settling before a peer
             self.graph, self.calls = built[0].graph, built[0].calls
-            launch = f"graph replay of {self.calls} calls"
+            launch = f"graph replay of {self.calls} calls" if stats.method == "cuda-graph" else \
+                f"kernel time (CUPTI) of a graph of {self.calls} calls, no launch gaps"
         else:  # events mode: a graph only for CUPTI and for settling before a peer
             self.calls = max(1, math.ceil(TARGET_SAMPLE_S / max(stats.median_us * 1e-6, 1e-7)))
             self.calls = -(-self.calls // self.n_sets) * self.n_sets
