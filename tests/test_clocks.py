@@ -4,6 +4,7 @@ and reset after, however the sweep ends; without it, nothing is changed."""
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -33,9 +34,9 @@ def stand_in(tmp_path: Path, lock_s: float = 0.0) -> tuple[Path, Path]:
 
 
 def inventory(tmp_path: Path, bindir: Path, clocks: str) -> Path:
-    import os
-
-    env = {"PATH": f"{bindir}:{os.environ['PATH']}", "CUDA_VISIBLE_DEVICES": FAKE_GPU}
+    # FLASHINFER_WORKSPACE_BASE: the host's caches (and its clock-lock records) in this test's folder
+    env = {"PATH": f"{bindir}:{os.environ['PATH']}", "CUDA_VISIBLE_DEVICES": FAKE_GPU,
+           "FLASHINFER_WORKSPACE_BASE": str(tmp_path / "cache")}
     inv = tmp_path / "hosts.yaml"
     inv.write_text(json.dumps({"hosts": [{"name": "local", "transport": "local", "clocks": clocks, "env": env,
                                           "workdir": str(tmp_path / "work")}]}))
@@ -91,3 +92,48 @@ def test_without_clocks_lock_nvidia_smi_changes_nothing(tmp_path):
     _, err = proc.communicate(timeout=300)
     assert proc.returncode == 0, err
     assert not calls.exists() or not any("lock" in c or "reset" in c for c in calls.read_text().splitlines())
+
+
+def supervisors_of(tmp_path: Path) -> list[int]:
+    """Pids of this test's worker supervisors (their command line names the test's workdir)."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            argv = (proc / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"supervise" in argv and any(str(tmp_path).encode() in a for a in argv):
+            found.append(int(proc.name))
+    return found
+
+
+def test_a_clock_left_locked_by_a_killed_supervisor_is_reset_by_the_next_sweep_on_that_gpu(tmp_path):
+    """SIGKILL cannot be caught, so a supervisor killed while it holds the clock locked cannot give it back;
+    the record it left names it, and the next sweep on that GPU (here one that does not lock) resets it
+    before it measures anything, and says so."""
+    bindir, calls = stand_in(tmp_path)
+    inv = inventory(tmp_path, bindir, "lock")
+    sweep = kernel_sweep(tmp_path, {}, ms=(16, 32, 48, 64, 80, 96), rounds=3,
+                         timing={"budget_s": 0.4, "max_samples": 100000, "target_rel_ci": 1e-9})
+    proc = cli("run", sweep, "-i", inv, "--runs-dir", tmp_path / "runs")
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not (calls.exists() and "--lock-gpu-clocks" in calls.read_text()):
+        time.sleep(0.1)
+    assert "--lock-gpu-clocks" in calls.read_text(), "the clock was never locked"
+    for pid in supervisors_of(tmp_path):
+        os.kill(pid, signal.SIGKILL)
+    proc.communicate(timeout=120)
+    records = list((tmp_path / "cache").glob(".cache/fleetbench/clock-lock-*.json"))
+    assert len(records) == 1 and not calls.read_text().rstrip().endswith("--reset-gpu-clocks")  # left locked
+
+    again = cli("run", kernel_sweep(tmp_path, {}, rounds=1), "-i", inventory(tmp_path, bindir, "leave"),
+                "--runs-dir", tmp_path / "runs", "--format", "json")
+    _, err = again.communicate(timeout=300)
+    assert again.returncode == 0, err
+    lines = calls.read_text().splitlines()
+    assert lines[-1] == f"-i {FAKE_GPU} --reset-gpu-clocks" and not records[0].exists()
+    log = next(p for p in sorted((tmp_path / "runs").glob("*/hosts/local/attempt-1/log.txt"))
+               if "was left locked" in p.read_text())
+    assert "by a sweep that was killed" in log.read_text()

@@ -3,14 +3,21 @@ given back after, however the sweep ends (a stop's SIGTERM included). Stdlib onl
 
 Locked at the GPU's default applications clock, which it sustains under load (a boost clock it cannot
 hold would read as throttling). Nothing is changed unless asked: a benchmark tool never changes the
-conditions it measures under behind the user's back.
+conditions it measures under behind the user's back. A supervisor killed outright (SIGKILL cannot be
+caught) cannot give the clock back, so while it holds a clock locked a record beside the host's caches
+names it, and the next sweep on that GPU (holding the GPU's lock, so no live sweep of this host uses it)
+resets a clock whose locker is gone, and says so.
 """
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import subprocess
+from pathlib import Path
 from typing import Callable, Iterator, Optional
+
+from .hostcache import cache_file, read_json, write_json
 
 NVIDIA_SMI = "nvidia-smi"
 # Set for the case loop while the clock is locked: its facts record the clock (FactsRecord.sm_clock_locked_mhz).
@@ -31,9 +38,43 @@ def default_sm_clock(gpu: str) -> Optional[int]:
     return int(float(first)) if first.replace(".", "", 1).isdigit() else None
 
 
+def lock_record(gpu: str) -> Path:
+    """Where a sweep that holds `gpu`'s clock locked says so (one file per GPU: sweeps on other GPUs of
+    the host write their own)."""
+    return cache_file(f"clock-lock-{''.join(c if c.isalnum() or c in '-_.' else '_' for c in gpu)}.json")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # exists, another user's
+        return True
+    return True
+
+
+def reset_left_lock(gpu: str, say: Callable[[str], None]) -> None:
+    """Reset the clock a killed sweep left locked on `gpu` (module docstring); nothing when none did."""
+    path = lock_record(gpu)
+    left = read_json(path)
+    pid = left.get("pid")
+    if not left or (isinstance(pid, int) and pid != os.getpid() and _alive(pid)):
+        return
+    rc, out = _smi(["-i", gpu, "--reset-gpu-clocks"])
+    say(f"clocks: GPU {gpu} was left locked at {left.get('mhz', '?')} MHz by a sweep that was killed "
+        f"(run {left.get('run_id', '?')}, pid {pid}): {'reset' if rc == 0 else 'reset failed: ' + out[:200]}")
+    if rc == 0:
+        path.unlink(missing_ok=True)
+
+
 @contextlib.contextmanager
-def locked_clocks(gpu: Optional[str], wanted: bool, say: Callable[[str], None]) -> Iterator[Optional[int]]:
-    """Yields the locked SM clock in MHz, or None (not asked, no GPU, or nvidia-smi refused: `say` tells)."""
+def locked_clocks(gpu: Optional[str], wanted: bool, say: Callable[[str], None],
+                  run_id: str = "") -> Iterator[Optional[int]]:
+    """Yields the locked SM clock in MHz, or None (not asked, no GPU, or nvidia-smi refused: `say` tells).
+    First resets a clock a killed sweep left locked on this GPU (reset_left_lock)."""
+    if gpu and gpu != "cpu":
+        reset_left_lock(gpu, say)
     if not wanted:
         yield None
         return
@@ -55,9 +96,12 @@ def locked_clocks(gpu: Optional[str], wanted: bool, say: Callable[[str], None]) 
     previous = signal.signal(signal.SIGTERM, stopped)
     give_back = True
     try:
+        # Recorded before it is asked: a kill while nvidia-smi locks still leaves the next sweep a record.
+        write_json(lock_record(gpu), {"pid": os.getpid(), "mhz": mhz, "run_id": run_id})
         rc, out = _smi(["-i", gpu, f"--lock-gpu-clocks={mhz},{mhz}"])
         if rc != 0:
             give_back = False  # nothing of ours to reset (and a lock someone else set stays)
+            lock_record(gpu).unlink(missing_ok=True)
             say(f"clocks: nvidia-smi could not lock GPU {gpu} at {mhz} MHz ({out[:200]}): not locked "
                 "(locking needs root)")
             yield None
@@ -68,4 +112,6 @@ def locked_clocks(gpu: Optional[str], wanted: bool, say: Callable[[str], None]) 
         if give_back:
             rc, out = _smi(["-i", gpu, "--reset-gpu-clocks"])
             say(f"clocks: GPU {gpu} given back ({'reset' if rc == 0 else 'reset failed: ' + out[:200]})")
+            if rc == 0:
+                lock_record(gpu).unlink(missing_ok=True)
         signal.signal(signal.SIGTERM, previous)

@@ -86,7 +86,7 @@ def _supervise_locked(params_path: Path, results_path: Path) -> int:
         def say(line: str) -> None:
             print(f"fleetbench: {line}", file=sys.stderr, flush=True)
 
-        with locked_clocks(locked_id, settings["lock_clocks"], say) as mhz:
+        with locked_clocks(locked_id, settings["lock_clocks"], say, settings["run_id"]) as mhz:
             if mhz is not None:  # the facts the child records say so
                 os.environ[CLOCK_ENV] = str(mhz)
             return _supervise_cases(params_path, results_path, settings["cases"], settings["limits"])
