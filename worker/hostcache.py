@@ -1,6 +1,7 @@
 """The host's own small state files (`.cache/fleetbench/` beside FlashInfer's cache): read tolerantly,
-written atomically and at best effort. What is kept there is a cache, never a record: losing a file
-costs a re-measurement or a rebuild, never a run."""
+written atomically and at best effort. Nothing there is part of a run: losing a file costs a
+re-measurement or a rebuild, or (a clock-lock note, worker/clocks.py) leaves a clock a killed sweep
+locked for the user to reset, as before there were notes."""
 from __future__ import annotations
 
 import json
