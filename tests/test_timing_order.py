@@ -371,6 +371,11 @@ def test_the_settled_tail_is_the_first_of_the_samples_and_a_drifting_one_is_not(
     stats = timing._settle_and_sample(steady, 100, opts, None, "cuda-graph")
     assert (stats.n, state["batches"]) == (33, 100)
     assert stats.settle_ms == pytest.approx(67.0, abs=0.01)
+    # With fewer samples allowed than the tail holds, the tail's first batches count as settling.
+    steady, state = kernel(lambda t: 10.0)
+    few = opts.model_copy(update={"max_samples": 20})
+    stats = timing._settle_and_sample(steady, 100, few, None, "cuda-graph")
+    assert (stats.n, state["batches"]) == (20, 100) and stats.settle_ms == pytest.approx(80.0, abs=0.01)
     # A light one: 10 ms of 2 ms batches, settled at the 6th; its tail of 2 and 8 more make the 10 samples.
     light, state = kernel(lambda t: 20.0)
     stats = timing._settle_and_sample(light, 100, opts, None, "cuda-graph", floor_ms=10.0)
@@ -458,10 +463,9 @@ def test_cupti_mode_samples_the_kernels_of_the_timed_graph_and_keeps_its_replay_
     assert timing.last_notes == ["CUPTI stays attached"]  # the runner puts it in the case's reason
 
 
-def test_a_later_round_replays_the_graph_its_first_round_built_and_reads_the_same(monkeypatch):
-    """A case's first round builds its timed graph (warm-up, probe, capture) and hands it to `keep`; a later
-    round given that graph replays it without warming up or capturing again, settles it and reads what a
-    fresh build reads."""
+def graphs_counted(monkeypatch, **timing_fields):
+    """A simulated GPU whose every CUDA graph is counted: (gpu, graphs built, a cold-L2 torch-bf16 case
+    with `timing_fields`, its input sets, its call on set i)."""
     gpu = SimGpu()
     install(monkeypatch, gpu)
     graphs = []
@@ -470,7 +474,7 @@ def test_a_later_round_replays_the_graph_its_first_round_built_and_reads_the_sam
     runner = CaseRunner.__new__(CaseRunner)
     runner.device = SimpleNamespace(device="cuda", l2_bytes=L2_BYTES)
     case = CaseSpec(backend="torch-bf16", m=64, n=2048, k=6144,
-                    timing=TimingOptions(l2="cold", warmup_ms=0, budget_s=5, rounds=3))
+                    timing=TimingOptions(l2="cold", warmup_ms=0, budget_s=5, **timing_fields))
     n_sets = runner._input_sets(case, "bf16")
     sets = [next(_SERIAL) for _ in range(n_sets)]
     per_set = (case.m + case.n) * case.k * 2
@@ -478,6 +482,14 @@ def test_a_later_round_replays_the_graph_its_first_round_built_and_reads_the_sam
     def fn(i):
         return gpu.call(sets[i], per_set)
 
+    return gpu, graphs, case, n_sets, fn
+
+
+def test_a_later_round_replays_the_graph_its_first_round_built_and_reads_the_same(monkeypatch):
+    """A case's first round builds its timed graph (warm-up, probe, capture) and hands it to `keep`; a later
+    round given that graph replays it without warming up or capturing again, settles it and reads what a
+    fresh build reads."""
+    gpu, graphs, case, n_sets, fn = graphs_counted(monkeypatch, rounds=3)
     kept = []
     first = timing.time_cuda(fn, n_sets, case.timing, keep=kept.append)
     built = len(graphs)
@@ -500,19 +512,7 @@ def test_crosscheck_settles_and_traces_the_graph_fleetbench_timed_without_captur
     monkeypatch.setattr(cupti, "available", lambda: None)
     monkeypatch.setattr(cupti, "kernel_samples_us", lambda replay, calls, replays, lead_in_ms=0: cupti.KernelSamples(
         per_call_us=[9.0] * replays, span_us=[9.5] * replays, kernels=["gemm"], split_by="launch", notes=[]))
-
-    gpu = SimGpu()
-    install(monkeypatch, gpu)
-    graphs = []
-    real_graph = torch.cuda.CUDAGraph
-    monkeypatch.setattr(torch.cuda, "CUDAGraph", lambda *a, **k: graphs.append(real_graph()) or graphs[-1])
-    runner = CaseRunner.__new__(CaseRunner)
-    runner.device = SimpleNamespace(device="cuda", l2_bytes=L2_BYTES)
-    case = CaseSpec(backend="torch-bf16", m=64, n=2048, k=6144,
-                    timing=TimingOptions(mode=mode, l2="cold", warmup_ms=0, budget_s=5, rounds=1))
-    n_sets = runner._input_sets(case, "bf16")
-    sets = [next(_SERIAL) for _ in range(n_sets)]
-    per_set = (case.m + case.n) * case.k * 2
+    gpu, graphs, case, n_sets, fn = graphs_counted(monkeypatch, mode=mode, rounds=1)
     timed_with = []  # graphs built when fleetbench's timing returned
     real_time_cuda = timing.time_cuda
 
@@ -522,7 +522,7 @@ def test_crosscheck_settles_and_traces_the_graph_fleetbench_timed_without_captur
         return stats
 
     monkeypatch.setattr(timing, "time_cuda", time_cuda)
-    bench = CaseBench(lambda i: gpu.call(sets[i], per_set), n_sets, case)
+    bench = CaseBench(fn, n_sets, case)
     ours = bench.fleetbench(cupti=False)
     built = len(graphs)
     assert built == timed_with[-1]  # nothing captured after the timing

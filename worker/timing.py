@@ -369,11 +369,11 @@ def _settle_and_sample(batch_us: Callable[[], float], calls: int, opts: TimingOp
     started = done.tail_started if done.tail else time.perf_counter()
     last_phases["settle_s"] = started - t0
     samples = done.tail[-opts.max_samples:]
+    tail_ms = sum(samples) * calls / 1e3  # a tail beyond max_samples: its first batches count as settling
     while not _enough(samples, opts, started):
         samples.append(batch_us())
     last_phases["samples_s"] = time.perf_counter() - started
     stats = summarize(samples, method=method, calls_per_sample=calls, l2=opts.l2)
-    tail_ms = sum(done.tail) * calls / 1e3
     return stats.model_copy(update={"settle_ms": round(done.spent_ms - tail_ms, 1)})
 
 
