@@ -114,8 +114,10 @@ def main() -> int:
         seconds, rounds = inside(run)
         worst = max(got, key=lambda r: abs(r - 1)) if got else None
         within = sum(abs(r - 1) <= 0.05 for r in got)
-        over = ", ".join(f"{k}: {v:g}" for k, v in VARIANTS[name].items()) or "(none)" if name in VARIANTS else \
-            "(its own)"
+        if name in VARIANTS:
+            over = ", ".join(f"{k}: {v:g}" for k, v in VARIANTS[name].items()) or "(none)"
+        else:  # a stored run (--also)
+            over = "(its own)"
         lines.append(f"| {name} | {over} | {'' if rc is None else rc} | {'' if wall is None else f'{wall:.1f}'} | "
                      f"{seconds:.1f} | {rounds} | {within} of {len(got)} | " + (f"{worst:.3f}" if worst is not None else "") + " |")
     text = "\n".join(lines) + "\n\n" + md
