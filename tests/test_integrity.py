@@ -97,7 +97,7 @@ def test_a_kernel_that_converts_its_input_without_saying_so_is_told_how(cheat_ru
 
 def test_diff_and_the_table_name_the_failed_check(cheat_run, capsys):
     _, run_dir = cheat_run
-    assert main(["diff", str(run_dir), str(run_dir), "--format", "json"]) in (0, 1)
+    assert main(["diff", str(run_dir), str(run_dir), "--format", "json"]) == 0
     cases = {c["backend"]: c for c in cli_json(capsys.readouterr().out)["cases"]}
     assert cases["cheat-copy"]["verdict"] == "NOT-OK"
     assert cases["cheat-copy"]["note"] == "A failed (integrity: cached), B failed (integrity: cached)"
