@@ -48,6 +48,8 @@ def seconds(text: str) -> float:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
     if not value >= 0:
         raise argparse.ArgumentTypeError(f"{text} is not 0 or more seconds")
+    if value == float("inf"):  # no wait is endless, and JSON (the run's manifest) cannot hold one
+        raise argparse.ArgumentTypeError(f"{text} is not a finite number of seconds")
     return value
 
 

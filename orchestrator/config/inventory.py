@@ -26,7 +26,7 @@ from typing import Annotated, Literal, Optional
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator
 
 from ..errors import InputError
-from .yamlfile import PrintableText, describe_validation, read_yaml_mapping
+from .yamlfile import PrintableText, describe_validation, read_yaml_mapping, refuse_non_finite
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 
@@ -208,6 +208,18 @@ def load_inventory(path: Path) -> Inventory:
     if not isinstance(hosts_raw, list) or not hosts_raw:
         raise InputError(f"{path}: field 'hosts': a non-empty list of hosts is required")
     problems = []
+    try:
+        refuse_non_finite(raw.get("defaults"), path, prefix="defaults: ")
+    except InputError as exc:
+        problems.append(str(exc))
+    for i, item in enumerate(hosts_raw):
+        label = item.get("name") if isinstance(item, dict) and isinstance(item.get("name"), str) else f"#{i + 1}"
+        try:
+            refuse_non_finite(item, path, prefix=f"host '{label}': ")
+        except InputError as exc:
+            problems.append(str(exc))
+    if problems:
+        raise InputError("\n".join(problems))
     # Strict: a value is taken as written, never converted (true is not port 1, "0" is not GPU 0).
     try:
         defaults = HostFields.model_validate(raw.get("defaults") or {}, strict=True)

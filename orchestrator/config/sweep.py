@@ -36,7 +36,7 @@ from worker.schema import CaseSpec, MoeSpec, TimingOptions
 
 from . import defaults
 from ..errors import InputError
-from .yamlfile import PrintableText, describe_validation, read_yaml_mapping
+from .yamlfile import PrintableText, describe_validation, read_yaml_mapping, refuse_non_finite
 
 # GEMM libraries take their sizes as 32-bit integers (cuBLAS's m, n, k): a larger size is a typo.
 MAX_SIZE = 2 ** 31 - 1
@@ -366,6 +366,7 @@ def _beside(sweep_path: Path, name: str) -> Path:
 def load_sweep(path: Path) -> Sweep:
     """Read and validate a sweep spec. Raises InputError naming the file and the field."""
     raw = read_yaml_mapping(Path(path), "sweep")
+    refuse_non_finite(raw, Path(path))
     try:
         # Strict: a value is taken as written, never converted (true is not 1, "16" is not 16).
         sweep = Sweep.model_validate(raw, strict=True)

@@ -3,6 +3,7 @@ the rule for text that tables show."""
 from __future__ import annotations
 
 import json
+import math
 import unicodedata
 from pathlib import Path
 from typing import Annotated, Any
@@ -55,6 +56,31 @@ def read_yaml_mapping(path: Path, what: str) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise InputError(f"{path}: expected a mapping at the top level, got {type(data).__name__}")
     return data
+
+
+def refuse_non_finite(data: Any, path: Path, prefix: str = "") -> None:
+    """InputError naming every field that holds an infinite or NaN number (YAML's .inf, -.inf, .nan).
+    No setting means anything at infinity, and JSON (manifest.json, records, params) cannot hold one:
+    refused here, for every field of the file, before any model sees it."""
+    found = []
+
+    def walk(value: Any, where: str) -> None:
+        if isinstance(value, float) and not math.isfinite(value):
+            found.append(f"{path}: {prefix}field '{where}': {_yaml_spelling(value)} is not a finite number")
+        elif isinstance(value, dict):
+            for key, item in value.items():
+                walk(item, f"{where}.{key}" if where else str(key))
+        elif isinstance(value, list):
+            for i, item in enumerate(value):
+                walk(item, f"{where}.{i}" if where else str(i))
+
+    walk(data, "")
+    if found:
+        raise InputError("\n".join(found))
+
+
+def _yaml_spelling(value: float) -> str:
+    return ".nan" if math.isnan(value) else (".inf" if value > 0 else "-.inf")
 
 
 def describe_validation(path: Path, exc: ValidationError, prefix: str = "") -> str:
