@@ -11,6 +11,7 @@ import yaml
 sys.path.insert(0, str(Path(__file__).parent))
 
 from sshfleet import SshFleet, sshd_available, start_fleet  # noqa: E402
+from support.ci import require  # noqa: E402
 
 
 REPO = Path(__file__).resolve().parent.parent
@@ -51,11 +52,7 @@ def stored_runs(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def ssh_fleet(tmp_path_factory) -> SshFleet:
     """Four real OpenSSH servers on loopback. In CI a missing sshd is a failure, not a skip."""
-    if not sshd_available():
-        message = "OpenSSH server not installed (apt-get install openssh-server); `make test` installs it"
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail(message)
-        pytest.skip(message)
+    require(sshd_available(), "OpenSSH server not installed (apt-get install openssh-server); `make test` installs it")
     fleet = start_fleet(tmp_path_factory.mktemp("fleet"), FLEET_SIZE)
     yield fleet
     fleet.stop()
@@ -135,10 +132,7 @@ def slurm_cluster(tmp_path_factory):
     from slurmcluster import slurm_available, start_cluster
 
     why = slurm_available()
-    if why:
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail(why + "; `make test` installs it")
-        pytest.skip(why)
+    require(not why, f"{why}; `make test` installs it")
     cluster = start_cluster(tmp_path_factory.mktemp("slurm"))
     yield cluster
     cluster.stop()

@@ -21,6 +21,7 @@ from worker.schema import (SCHEMA_VERSION, Calibration, CaseRecord, CaseSpec, Fa
                            Metrics, RoundStats)
 from worker.timing import combine_rounds, summarize
 from cli_output import cli_json
+from support.browser import chromium, headless
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -204,10 +205,6 @@ def test_bad_threshold_and_baseline_are_input_errors(tmp_path, capsys):
     assert "--threshold 'lots'" in err and "--baseline 'cublas-magic' is not in this run" in err
 
 
-def chromium() -> str | None:
-    return shutil.which("chromium") or shutil.which("chromium-browser")
-
-
 # Run inside the report page after its own script: hovers a point, switches a backend off in a legend and
 # a host off at the top, and writes what the page showed into <pre id="probe">.
 PROBE = """<script type="text/javascript">
@@ -240,19 +237,11 @@ PROBE = """<script type="text/javascript">
 </script>"""
 
 
-def headless(browser: str, page: Path, tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                           "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                           f"--user-data-dir={tmp_path / 'profile'}", "--enable-logging=stderr", "--v=0", *args,
-                           page.as_uri()], capture_output=True, text=True, timeout=120)
-
-
 def test_html_report_is_interactive_offline_in_headless_chromium(tmp_path, capsys):
     """The report is one file that needs no network: its plots are drawn by its own script, show values
     on hover, switch backends off from a legend and hosts off at the top (the fleet medians and the
     heatmap follow), with a marker per backend; opened in headless Chromium and checked from inside."""
     import html as htmlmod
-    import os
     import re
 
     make_run(tmp_path, "base", {"h1": 1.0, "h2": 1.0, "h3": 1.02}, seed=8)
@@ -264,10 +253,6 @@ def test_html_report_is_interactive_offline_in_headless_chromium(tmp_path, capsy
     assert "data:image/png" not in text and 'id="fleetbench-data"' in text
     assert "Hosts against the fleet" in text
     browser = chromium()
-    if browser is None:
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail("chromium is not installed; `make test` installs it")
-        pytest.skip("chromium not installed")
     probe = tmp_path / "probe.html"
     probe.write_text(text.replace("</body>", PROBE + "\n</body>"))
     proc = headless(browser, probe, tmp_path, "--dump-dom")

@@ -200,11 +200,9 @@ def test_the_forest_plot_draws_ratios_on_a_log_axis(tmp_path):
     import json
     import re
 
-    from test_compare import chromium, headless
+    from support.browser import chromium, headless
 
     browser = chromium()
-    if browser is None:
-        pytest.skip("chromium not installed")
     make_run(tmp_path, "a", {"h1": 1.0, "h2": 1.0}, seed=61)
     make_run(tmp_path, "b", {"h1": 4.0, "h2": 1.0}, seed=62)
     page = tmp_path / "r.html"
