@@ -17,6 +17,8 @@ from typing import Optional
 
 import yaml
 
+from support.polling import wait_until  # noqa: F401 (benchmarks/liveness.py and test_fleet_ops.py import it from here)
+
 # Overridable for machines where OpenSSH is unpacked into a folder (see benchmarks/gpu_fleet.py).
 SSHD = os.environ.get("FLEETBENCH_SSHD", "/usr/sbin/sshd")
 SSH_KEYGEN = os.environ.get("FLEETBENCH_SSH_KEYGEN") or shutil.which("ssh-keygen") or "/usr/bin/ssh-keygen"
@@ -228,13 +230,3 @@ def start_fleet(root: Path, count: int, user: Optional[str] = None,
     for h in fleet.hosts:
         h.start()
     return fleet
-
-
-def wait_until(predicate, timeout: float, interval: float = 0.05) -> bool:
-    """Poll with a deadline instead of sleeping for readiness."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(interval)
-    return predicate()

@@ -18,6 +18,7 @@ import yaml
 
 from cli_output import cli_json
 from storedruns import write_ok_attempt
+from support.polling import wait_until
 from orchestrator.analysis.crosscheck import compare_peer, summarize
 from orchestrator.cli import main
 from orchestrator.config.inventory import load_inventory
@@ -304,13 +305,11 @@ class FakeNvml:
 
 
 def test_the_clock_a_timer_ran_at_is_read_while_it_runs_in_the_clock_step_only(monkeypatch):
-    import time as _time
-
     from worker.health import ClockSampler, NvmlProbe
 
     nvml = FakeNvml([1980, 1750, 1750, 1750, 1750])
     with ClockSampler(NvmlProbe(None, nvml), interval_s=0.001) as clock:
-        _time.sleep(0.05)
+        assert wait_until(lambda: clock.readings >= 5, 10)  # read from its own thread while the block runs
     assert clock.readings >= 5 and clock.median_mhz == 1750.0
     with ClockSampler(None) as none:  # no NVML: no thread, no figure
         pass

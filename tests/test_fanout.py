@@ -11,6 +11,7 @@ import pytest
 
 from conftest import processes_under, start_cli
 from orchestrator.execution.fanout import Cancelled, fan_out
+from support.polling import wait_until
 
 
 def test_at_most_parallel_hosts_work_at_once_and_every_host_gets_its_result_in_order():
@@ -112,8 +113,7 @@ def test_ctrl_c_during_provision_stops_what_it_runs(tmp_path):
     proc = start_cli("provision", "-i", inv, "--profile", "minimal", "--base-python", slow)
     err = _interrupt_when_running(proc, slow)
     assert proc.returncode == 130, err
-    time.sleep(0.5)
-    assert not processes_under(slow)
+    assert wait_until(lambda: not processes_under(slow), 10), processes_under(slow)
 
 
 def test_ctrl_c_during_prune_stops_what_it_runs(tmp_path):
@@ -135,6 +135,5 @@ def test_ctrl_c_during_prune_stops_what_it_runs(tmp_path):
                             text=True, env=dict(os.environ, PATH=f"{slow.parent}:{os.environ['PATH']}"))
     err = _interrupt_when_running(proc, slow)
     assert proc.returncode == 130, err
-    time.sleep(0.5)
-    assert not processes_under(slow)
+    assert wait_until(lambda: not processes_under(slow), 10), processes_under(slow)
     assert list(runs.iterdir())  # interrupted: the run is kept

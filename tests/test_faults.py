@@ -11,7 +11,7 @@ import time
 import pytest
 import yaml
 from conftest import FAULTY, cases_ended, processes_under, set_host_field, slow_sweep, start_cli, write_sweep
-from sshfleet import wait_until
+from support.polling import wait_until
 
 from orchestrator.cli import main
 from orchestrator.runs.records import parse_results

@@ -18,7 +18,7 @@ from orchestrator.config.inventory import load_inventory
 from orchestrator.launchers.slurm import srun_prefix
 from cli_output import cli_json
 from conftest import REPO, cases_ended, processes_under, set_host_field, slow_sweep, start_cli
-from sshfleet import wait_until
+from support.polling import wait_until
 
 
 
