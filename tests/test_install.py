@@ -159,5 +159,7 @@ def test_init_says_when_the_local_host_has_no_torch(tmp_path, monkeypatch, capsy
     assert main(["init"]) == 0
     out = capsys.readouterr().out
     torch_spec = re.search(r"^TORCH_SPEC \?= (\S+)$", (REPO / "Makefile").read_text(), re.M).group(1)
-    cpu, extra = out.find(f"pip install {torch_spec}\n"), out.find("pip install 'fleetbench[worker]'")
-    assert 0 <= cpu < extra, out  # the small CPU torch first: the extra alone pulls a CUDA build
+    cpu = out.find(f"pip install {torch_spec} --index-url https://download.pytorch.org/whl/cpu\n")
+    extra = out.find("pip install 'fleetbench[worker]'")
+    assert 0 <= cpu < extra, out  # the small CPU torch first (its own index: PyPI's is CUDA's): the extra alone pulls a CUDA build
+    assert "fleetbench provision -l local" in out  # which installs the CPU build (tests/test_provision_profiles.py)

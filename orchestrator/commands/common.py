@@ -104,7 +104,8 @@ def opt_parallel(p):
 
 def opt_per_gpu(p):
     p.add_argument("--per-gpu", choices=["all", "shard"], default="all",
-                   help="hosts with several gpus: run every case on every GPU (all) or split them (shard)")
+                   help="hosts with several gpus: run every case on every GPU (all, the default) or split them "
+                        "(shard)")
 
 
 def opt_threshold(p):
@@ -113,6 +114,20 @@ def opt_threshold(p):
 
 def rerun_hint(store) -> str:
     return f"fleetbench rerun {store.dir.resolve()} --failed"
+
+
+# What the worker says when the host's Python lacks what it needs (worker/runner.py, worker/__main__.py).
+CANNOT_START = "the worker cannot start with"
+
+
+def provision_hint(store, host: str) -> str:
+    """The provision command for one host of a run: its profile is chosen for it (a CPU host, the local
+    one included, gets torch's CPU build, never the CUDA stack)."""
+    import shlex
+
+    inventory = store.manifest().inventory_path
+    where = f"-i {shlex.quote(str(Path(inventory).resolve()))} " if inventory else ""
+    return f"fleetbench provision {where}-l {shlex.quote(host)}"
 
 
 def print_interrupted(store, fmt: str, io: Streams) -> int:
@@ -162,6 +177,8 @@ def print_run(store, outcomes, fmt: str, io: Streams) -> int:
             if (slot.slot, problem) not in reported and not superseded:
                 failed = True
                 io.problem(f"{slot.slot}: {problem}")
+    for host in sorted({o.host for o in outcomes if CANNOT_START in o.error}):
+        io.problem(f"install what {host} lacks with: {provision_hint(store, host)}")
     bad = collections.Counter(r.status for r in rows if r.status in BAD_CASE_STATUSES)
     if bad:
         failed = True
