@@ -23,7 +23,7 @@ def declare_profiling(p) -> None:
     """The options of how a case is profiled (shared by `profile` and `diff --profile`)."""
     p.add_argument("--calls", type=positive_int, default=3, help="calls of the case profiled (default: 3)")
     p.add_argument("--kernel", metavar="REGEX", default="",
-                   help="only kernels whose function name matches (ncu --kernel-name regex:REGEX)")
+                   help="only kernels whose function name matches (ncu --kernel-name regex:REGEX; default: every kernel)")
     p.add_argument("--max-kernels", type=positive_int, default=64,
                    help="stop after this many kernel launches (ncu --launch-count; default: 64)")
     p.add_argument("--ncu", metavar="PATH", default="",

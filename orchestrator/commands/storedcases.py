@@ -7,7 +7,7 @@ import fnmatch
 from pathlib import Path
 
 from ..errors import InputError
-from .common import Streams, run_inventory
+from .common import Streams, positive_int, run_inventory
 
 
 def declare_selection(p, targets_help: str) -> None:
@@ -16,9 +16,9 @@ def declare_selection(p, targets_help: str) -> None:
     p.add_argument("--case", action="append", default=[], metavar="ID",
                    help="a case id or a unique prefix (repeatable)")
     p.add_argument("--backend", action="append", default=[], metavar="NAME", help="backend name or glob (repeatable)")
-    p.add_argument("--m", type=int)
-    p.add_argument("--n", type=int)
-    p.add_argument("--k", type=int)
+    p.add_argument("--m", type=positive_int, help="cases of this M (an MoE layer's: its tokens)")
+    p.add_argument("--n", type=positive_int, help="cases of this N")
+    p.add_argument("--k", type=positive_int, help="cases of this K")
     p.add_argument("--label", help="cases whose label contains this")
 
 
