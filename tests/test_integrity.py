@@ -36,6 +36,7 @@ CONVERTS_SILENTLY = CONVERTS_AND_SAYS.replace("    run.reads = [a2]\n", "")
 CPU_CHEATS = {
     "ahead": ("cached", "its call returned a result it did not compute"),
     "by-pointer": ("cached", "its call returned a result it did not compute"),
+    "by-version": ("cached", "its result did not follow its inputs"),  # issue 41: keyed on torch's version counter
     "copy": ("cached", "its result did not follow its inputs"),
     "warm-cache": ("cached", "its result did not follow its inputs"),
     "later-rounds": ("cached", "round 2 of 2: integrity (cached): its result did not follow its inputs"),
@@ -128,6 +129,24 @@ def test_sign_flips_are_exact_and_undo_themselves_in_every_operand_format():
         assert torch.equal(value(t) @ b.float().T, -before)
         integrity.flip_sign(t)
         assert integrity.bitwise_equal(t, kept)
+
+
+def test_sign_flips_leave_torchs_version_counter_where_it_was():
+    """The flips are raw writes into the same storage: a kernel caching on `(a.data_ptr(), a._version)`
+    (tests/kernels/cheats.py by-version) sees no change, in every operand format, views included."""
+    from worker import nvfp4
+    from worker.backends.fp8 import quantize_e4m3
+
+    gen = torch.Generator().manual_seed(7)
+    a = torch.randn((16, 64), generator=gen).to(torch.bfloat16)
+    a8, _ = quantize_e4m3(a)
+    packed = nvfp4.quantize(a).packed
+    for t in (a, a[4:12], a8, packed, a.float()):
+        kept, version = t.clone(), t._version
+        integrity.flip_sign(t)
+        assert t._version == version and not integrity.bitwise_equal(t, kept)
+        integrity.flip_sign(t)
+        assert t._version == version and integrity.bitwise_equal(t, kept)
 
 
 def test_every_builtin_backend_that_runs_here_says_what_its_call_reads():
@@ -244,14 +263,66 @@ def test_l2_persistence_is_reset_before_each_timing_and_a_kernel_that_sets_it_is
 
 
 def test_a_later_rounds_timed_sample_is_vouched_for_by_the_flip_and_named_when_it_differs():
-    """Without a judge (later rounds), a timed sample whose output is wrong is caught by the call on
-    negated inputs after the timing, and named `untimed` (an eager call disagrees with it), not `cached`."""
+    """Without a judge (later rounds), a timed sample whose output is wrong is caught by the timed sample
+    on negated inputs, and named `untimed`, not `cached`; when the timed sample follows, an eager call
+    after the timing that differs from it is named `untimed` too."""
     guard, out = _guard(judge=None)
     guard.timed_once(lambda: (guard.watched(0), 0)[1])
     guard.after_timing()  # an honest sample: one flipped call vouches for it
 
     guard, out = _guard(judge=None)
-    guard.timed_once(lambda: (out.fill_(1.0), 0)[1])  # the sample writes something, but not the product
+    with pytest.raises(integrity.IntegrityFailure) as caught:
+        guard.timed_once(lambda: (out.fill_(1.0), 0)[1])  # the sample writes something, but not the product
+    assert [f.check for f in caught.value.findings] == ["untimed"]
+
+    guard, out = _guard(judge=None)
+    guard.timed_once(lambda: (guard.watched(0), 0)[1])
+    guard.timed = (0, -guard.timed[1])  # the timed sample's output, wrong in a way the flip follows
     with pytest.raises(integrity.IntegrityFailure) as caught:
         guard.after_timing()
     assert [f.check for f in caught.value.findings] == ["untimed"]
+
+
+def test_a_timed_sample_that_only_copies_a_cached_result_is_named_untimed():
+    """Issue 41: a timed graph holding none of the kernels an eager call runs, only a copy of a result
+    computed before (tests/kernels/cheats.py graph-copy, on the GPU: tests/test_integrity_gpu.py). Its
+    poisoned sample is right, and its eager calls follow every flip; the timed sample on negated
+    inputs, written raw between replays, still copies the old result."""
+    guard, out = _guard()
+    cached = guard.watched.fn(0).clone()
+    a = guard.watched.fn.reads[0][0]
+    version = a._version
+    with pytest.raises(integrity.IntegrityFailure) as caught:
+        guard.timed_once(lambda: (out.copy_(cached), 0)[1])  # the "graph": one copy into the output
+    finding = caught.value.findings[0]
+    assert [f.check for f in caught.value.findings] == ["untimed"]
+    assert "what is timed does not follow its inputs" in finding.text and "copies of a cached result" in finding.text
+    assert a._version == version and torch.equal(out, cached)  # flipped back; torch's counter never moved
+
+    guard, out = _guard()
+    guard.timed_once(lambda: (guard.watched(0), 0)[1])  # the honest sample recomputes: it follows
+    assert guard.timed[0] == 0 and torch.equal(guard.timed[1], guard.watched.fn(0))
+
+
+def test_the_timed_flip_covers_every_input_set_the_graph_rotates_through():
+    """A graph rotates through every input set: A is negated in all of them, each once, and restored."""
+    gen = torch.Generator().manual_seed(11)
+    sets = [(torch.randn((8, 16), generator=gen), torch.randn((4, 16), generator=gen)) for _ in range(3)]
+    outs = [torch.empty((8, 4)) for _ in sets]
+
+    def fn(i):
+        return torch.mm(sets[i][0], sets[i][1].t(), out=outs[i])
+
+    fn.reads = [[a, a] for a, _ in sets]  # the same buffer twice is flipped once
+    kept = [a.clone() for a, _ in sets]
+    guard = integrity.RoundGuard(fn, lambda r: r, lambda: None, 0.01)
+    for i in range(3):
+        guard.watched(i)
+
+    def replay():  # the whole rotation, as a graph replays it; the last call's set is what it returns
+        for i in range(3):
+            guard.watched(i)
+        return 2
+
+    guard.timed_once(replay)
+    assert all(torch.equal(a, k) for (a, _), k in zip(sets, kept))

@@ -126,3 +126,115 @@ def test_bad_kernel_entries_are_input_errors(tmp_path, capsys):
     assert main(["run", str(clash), "--runs-dir", str(tmp_path / "runs")]) == 2
     assert "built-in backend has that name" in capsys.readouterr().err
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
+
+
+CHEATS = (Path(__file__).parent / "kernels" / "cheats.py").read_text()
+# tests/kernels/cheats.py tricks that return another output than was asked -> the sentence that fails them
+WRONG_OUTPUTS = {
+    "fp32-output": "output is float32 [16, 64] on cpu; expected bfloat16 [16, 64] on cpu",
+    "narrow-output": "output is bfloat16 [16, 63] on cpu; expected bfloat16 [16, 64] on cpu",
+    "meta-output": "output is bfloat16 [16, 64] on meta; expected bfloat16 [16, 64] on cpu",
+    "list-output": "output is a list of 2 tensors; expected one tensor, bfloat16 [16, 64] on cpu",
+}
+
+
+def test_an_output_other_than_asked_fails_with_a_sentence_naming_expected_and_actual(tmp_path, capsys):
+    """Issue 41: dtype, shape and device are checked before the values. An fp32 result of the right
+    numbers was `ok` at rel_err 0; an [M, N-1] one failed on torch's "The size of tensor a (63) must
+    match...", naming neither shape."""
+    kernels = {name: CHEATS.replace('CHEAT = "ahead"', f'CHEAT = "{name}"') for name in WRONG_OUTPUTS}
+    sweep = sweep_with(tmp_path, {**kernels, "good": GOOD})
+    code, rows, err = run_json(capsys, "run", sweep, "--runs-dir", tmp_path / "runs", "--format", "json")
+    by = {r["backend"]: r for r in rows}
+    assert code == 1, err
+    assert by["good"]["status"] == "ok" and by["torch-bf16"]["status"] == "ok"
+    for name, sentence in WRONG_OUTPUTS.items():
+        row = by[name]
+        assert row["status"] == "failed" and row["median_us"] in (None, ""), row
+        assert row["reason"] == f"WrongOutput: {sentence}", row
+        assert "must match" not in row["reason"]
+
+
+def test_the_output_contract_in_the_verdict_names_both_for_any_backend():
+    """worker/verify.py verdict: without an expected dtype, the oracle's shape and device; with one, the
+    dtype too, its values never compared."""
+    import torch
+
+    from worker.verify import THRESHOLDS, Expected, verdict
+
+    ref = torch.randn((16, 64))
+    good = verdict(ref.to(torch.bfloat16), ref, None, THRESHOLDS["bf16"])
+    assert good.verdict == "pass"
+    narrow = verdict(ref[:, :-1].to(torch.bfloat16), ref, None, THRESHOLDS["bf16"])
+    assert narrow.verdict == "fail" and narrow.detail == (
+        "output is bfloat16 [16, 63] on cpu; expected bfloat16 [16, 64] on cpu")
+    wide = verdict(ref, ref, None, THRESHOLDS["bf16"], Expected(torch.bfloat16, (16, 64), ref.device))
+    assert wide.verdict == "fail" and wide.detail == "output is float32 [16, 64] on cpu; expected bfloat16 [16, 64] on cpu"
+    assert wide.rel_err == 1e30 and wide.cosine == 0.0
+
+
+def test_an_moe_loops_per_expert_outputs_are_each_held_to_the_contract():
+    """An MoE loop returns one tensor per expert that receives tokens (worker/backends/moe.py as_output):
+    each is checked, named by its expert, before they are stacked; parts that cannot stack are named
+    rather than left to torch.cat's error."""
+    import pytest
+    import torch
+
+    from worker import integrity
+    from worker.backends import moe
+    from worker.verify import Expected, WrongOutput
+
+    rows = (3, 5)
+    a = torch.randn((8, 32)).to(torch.bfloat16)
+    w = torch.randn((2, 16, 32)).to(torch.bfloat16)
+    want = Expected(torch.bfloat16, (8, 16), a.device, rows)
+
+    def loop(dtype=torch.bfloat16, width=16):  # each expert's GEMM, computed at every call
+        return lambda: [(a[:3].float() @ w[0, :width].float().T).to(dtype), (a[3:].float() @ w[1].float().T).to(torch.bfloat16)]
+
+    def check(call, expected=want):
+        return integrity.check_calls(call, [a], [a], moe.as_output, lambda: None, 0.01, expected)
+
+    out, findings, _ = check(loop())
+    assert findings == [] and out.shape == (8, 16)
+    with pytest.raises(WrongOutput, match=r"^expert 0's output is float32 \[3, 16\] on cpu; expected bfloat16 "
+                                          r"\[3, 16\] on cpu$"):
+        check(loop(dtype=torch.float32))
+    with pytest.raises(WrongOutput, match=r"^expert 0's output is bfloat16 \[3, 15\] on cpu; expected bfloat16 \[3, 16\]"):
+        check(loop(width=15))
+    with pytest.raises(WrongOutput, match=r"^output is a list of 1 tensors; expected one per expert that receives "
+                                          r"tokens \(2\), together bfloat16 \[8, 16\] on cpu$"):
+        check(lambda: [torch.zeros((8, 16), dtype=torch.bfloat16)])
+    with pytest.raises(WrongOutput, match=r"do not stack into one \[rows, N\] output: bfloat16 \[3, 15\] on cpu, bfloat16 \[5, 16\] on cpu$"):
+        check(loop(width=15), expected=None)  # no contract given: torch.cat's failure, named
+    grouped = Expected(torch.bfloat16, (8, 16), a.device)  # a grouped kernel returns one [T, N] tensor
+    with pytest.raises(WrongOutput, match=r"^output is a list of 2 tensors; expected one tensor"):
+        check(loop(), expected=grouped)
+
+
+def test_every_builtin_backend_that_runs_here_keeps_the_output_contract():
+    """What worker/verify.py expected_output asks of each built-in (its case's out_dtype, fp32 for the
+    oracles; the oracle's shape; per expert for an MoE loop) is what each returns."""
+    from worker import integrity
+    from worker.backends import CATALOG, availability_problem, support_problem
+    from worker.runner import CaseRunner
+    from worker.schema import CaseSpec, MoeSpec
+    from worker.verify import THRESHOLDS, expected_output
+
+    runner = CaseRunner("cpu")
+    checked = []
+    for name, spec in CATALOG.items():
+        if name == "noop" or support_problem(spec, 16, 64, 128, None) or availability_problem(spec):
+            continue
+        moe_layer = MoeSpec(experts=4, top_k=2, routing="uniform", counts=[8, 0, 16, 8])
+        extra = {"workload": "moe", "moe": moe_layer} if spec.workload == "moe" else {}
+        for out_dtype in ("bfloat16", "float16"):
+            case = CaseSpec(backend=name, m=16, n=64, k=128, out_dtype=out_dtype, **extra)
+            fn, sets, _ = runner._prepare(case, spec)
+            oracle = runner._references(case, spec, sets[0])[0]
+            expected = expected_output(case, spec, oracle)
+            out, findings, _ = integrity.check_calls(lambda: fn(0), [], [], runner._as_output(case), lambda: None,
+                                                     THRESHOLDS[spec.family].max_rel_err, expected)
+            assert out is not None and not findings, name
+        checked.append(name)
+    assert {"torch-bf16", "reference-nvfp4", "moe-reference"} <= set(checked)

@@ -6,7 +6,9 @@ named by the check it failed (the names are data: Correctness.integrity, a row's
   back what it computed before shows the poison. Then the values the call reads change in place to
   values with a known exact answer: the sign of operand A is flipped in the buffers the call reads
   (bf16 negated, e4m3 sign bit, both sign bits of a packed e2m1 byte; scales untouched), so the next
-  output must be the exact negation of the one before; a copy of a cached result is not. A backend
+  output must be the exact negation of the one before; a copy of a cached result is not. The flips are
+  raw writes into the same storage through an alias with its own version counter: the tensor's
+  `_version` does not move, so a cache keyed on it (or on the address) sees no change. A backend
   names those buffers as `fn.reads` (per input set, the tensors holding A as its call reads them);
   a user kernel reads the `a` it was given unless its callable says otherwise (worker/userkernel.py).
   This runs before the first timing and again after every timing (a kernel may turn to a cache once
@@ -24,10 +26,17 @@ named by the check it failed (the names are data: Correctness.integrity, a row's
   graph) must produce the result: its output is poisoned, the sample run, and the output of the input
   set its last call used is judged (against that set's oracle in round 1). Work done once at capture
   (on a side stream the capture did not follow, or a kernel that computes only when not captured)
-  leaves the poison.
+  leaves the poison. Then one more timed sample runs with operand A negated (raw, in every input set)
+  and must return the negation: a timed graph holding none of the kernels an eager call runs (a copy
+  of a result computed outside it, say) replays the same numbers and is named `untimed`.
 - l2-persistence: inputs kept resident in L2 defeat cold-L2 timing. The persisting set-aside is reset
   to 0 (and persisting lines to normal) before every timing, and a call that sets it again, or sets
   an access-policy window on its stream, is named.
+- impossible: a case timed faster than the GPU's speed of light for its FLOPs and bytes, beyond a
+  margin, is not a result (worker/physics.py).
+
+The output contract (dtype, shape, device; worker/verify.py output_problem) is checked on every call
+these checks observe when they are told what is expected: a call that breaks it raises WrongOutput.
 """
 from __future__ import annotations
 
@@ -42,7 +51,8 @@ LAZY = "lazy"
 SIDE_STREAM = "side-stream"
 UNTIMED = "untimed"
 L2_PERSISTENCE = "l2-persistence"
-CHECKS = (CACHED, WROTE_INPUTS, LAZY, SIDE_STREAM, UNTIMED, L2_PERSISTENCE)
+IMPOSSIBLE = "impossible"
+CHECKS = (CACHED, WROTE_INPUTS, LAZY, SIDE_STREAM, UNTIMED, L2_PERSISTENCE, IMPOSSIBLE)
 
 
 @dataclass(frozen=True)
@@ -114,9 +124,12 @@ def _poison(outputs: list) -> bool:
 def flip_sign(t) -> None:
     """Negate `t` in place, exactly, in its stored format: float negated; float8 (e4m3/e5m2) sign bit;
     uint8 and float4_e2m1fn_x2 hold packed e2m1 (two FP4 codes per byte): both sign bits. Applied twice
-    it restores every bit. Raises TypeError for a format with no exact negation here."""
+    it restores every bit. The write goes through `t.data`, an alias of the same storage with a version
+    counter of its own: `t._version` does not move, so a kernel keying a cache on it cannot tell.
+    Raises TypeError for a format with no exact negation here."""
     import torch
 
+    t = t.data
     fp8 = {getattr(torch, n) for n in ("float8_e4m3fn", "float8_e5m2") if hasattr(torch, n)}
     fp4 = getattr(torch, "float4_e2m1fn_x2", None)
     if t.dtype in fp8:
@@ -154,15 +167,27 @@ def _relative_error(out, ref) -> float:
 
 # -- one call, observed ---------------------------------------------------------------------------------
 
-def _observed_call(call: Callable[[], object], as_output, synchronize, when: str):
+def _observed_call(call: Callable[[], object], as_output, synchronize, when: str, expected=None):
     """(result, a copy of its output taken in the caller's stream order before the device is synchronized,
     findings). The copy differing from the output after synchronizing means work the caller's stream
-    does not wait for was still writing it."""
+    does not wait for was still writing it. Raises verify.WrongOutput when the result breaks `expected`
+    (a verify.Expected), or is a list of tensors that do not stack into one output."""
+    from .verify import WrongOutput, describe, output_problem
+
     result = call()
     if tensors_of(result) is None:
         synchronize()
         return result, None, [_lazy(result)]
-    snap = as_output(result).clone()
+    problem = output_problem(result, expected) if expected is not None else None
+    if problem:
+        raise WrongOutput(problem)
+    try:
+        snap = as_output(result).clone()
+    except RuntimeError as exc:  # per-expert outputs that do not stack (torch.cat): name each part
+        if not isinstance(result, (list, tuple)):
+            raise
+        parts = ", ".join(describe(t.dtype, t.shape, t.device) for t in result)
+        raise WrongOutput(f"output is a list of tensors that do not stack into one [rows, N] output: {parts}") from exc
     synchronize()
     if not bitwise_equal(snap, as_output(result)):
         return result, snap, [Finding(SIDE_STREAM, f"its output was still being written after {when}: work on a "
@@ -170,13 +195,14 @@ def _observed_call(call: Callable[[], object], as_output, synchronize, when: str
     return result, snap, []
 
 
-def _follows_flip(call, reads: list, before, as_output, synchronize, tolerance: float) -> list[Finding]:
+def _follows_flip(call, reads: list, before, as_output, synchronize, tolerance: float,
+                  expected=None) -> list[Finding]:
     """Flip the sign of `reads` (operand A as the call reads it), call, flip back: the output must be the
     negation of `before` (the output on the unflipped values) within `tolerance`."""
     for t in reads:
         flip_sign(t)
     try:
-        _, snap, findings = _observed_call(call, as_output, synchronize, "its call returned")
+        _, snap, findings = _observed_call(call, as_output, synchronize, "its call returned", expected)
     finally:
         for t in reads:
             flip_sign(t)
@@ -193,17 +219,19 @@ def _follows_flip(call, reads: list, before, as_output, synchronize, tolerance: 
 
 
 def check_calls(call: Callable[[], object], inputs: list, reads: list, as_output: Callable[[object], object],
-                synchronize: Callable[[], None], tolerance: float) -> tuple[Optional[object], list[Finding], float]:
+                synchronize: Callable[[], None], tolerance: float,
+                expected=None) -> tuple[Optional[object], list[Finding], float]:
     """Three calls before the first timing: (the output to judge against the oracle, or None when there is
     none to judge; the findings; the seconds of the first call, which any result check makes: JIT builds
     and lazy set-up land there, not in the checks' cost). The inputs and `reads` must be left as they
-    were; the second call must overwrite the poisoned first output; the third, on A negated in `reads`,
-    must negate it."""
+    were; the second call must overwrite the poisoned first output; the third, on A negated in `reads`
+    (raw writes: worker/integrity.py flip_sign), must negate it. `expected` (a verify.Expected): what
+    every call must return, checked before anything else; raises verify.WrongOutput, naming both."""
     watched = _unique(list(inputs) + list(reads))
     kept = [t.clone() for t in watched]
     findings: list[Finding] = []
     t0 = time.perf_counter()
-    first, first_snap, found = _observed_call(call, as_output, synchronize, "its call returned")
+    first, first_snap, found = _observed_call(call, as_output, synchronize, "its call returned", expected)
     first_s = time.perf_counter() - t0
     if first_snap is None:
         return None, found, first_s
@@ -214,7 +242,7 @@ def check_calls(call: Callable[[], object], inputs: list, reads: list, as_output
             t.copy_(k)
         synchronize()
     poisoned = _poison(tensors_of(first))
-    second, second_snap, found = _observed_call(call, as_output, synchronize, "its call returned")
+    second, second_snap, found = _observed_call(call, as_output, synchronize, "its call returned", expected)
     if second_snap is None:
         return None, findings + found, first_s
     findings += found
@@ -223,7 +251,7 @@ def check_calls(call: Callable[[], object], inputs: list, reads: list, as_output
         return first_snap, findings + [Finding(CACHED, "its call returned a result it did not compute (computed "
                                                        "ahead or cached, and returned again)")], first_s
     if reads and not findings:
-        findings += _follows_flip(call, reads, second_snap, as_output, synchronize, tolerance)
+        findings += _follows_flip(call, reads, second_snap, as_output, synchronize, tolerance, expected)
     return second_snap, findings, first_s
 
 
@@ -318,7 +346,35 @@ class RoundGuard:
             return [Finding(UNTIMED, f"what is timed does not compute the result: the output of one timed sample "
                                      f"(input set {set_index}): {problem}")]
         self.timed = (set_index, snap)
-        return []
+        return self._timed_follows_flip(run, set_index, snap)
+
+    def _timed_follows_flip(self, run: Callable[[], int], set_index: int, before) -> list[Finding]:
+        """One more timed sample, its output poisoned, with operand A negated in every input set's buffers
+        (raw writes, torch's version counter unmoved): its output must be the negation of `before`. What is
+        timed replaying a result computed outside it (a graph of copies of a cached result) does not."""
+        fn = self.watched.fn
+        n_sets = len(getattr(fn, "reads", None) or [])
+        reads = _unique([t for j in range(n_sets) for t in reads_of(fn, j)])
+        if not reads:
+            return []
+        for t in reads:
+            flip_sign(t)
+        try:
+            _poison(tensors_of(self.watched.last))
+            flipped_set = run()
+            snap = self.as_output(self.watched.last).clone()
+        finally:
+            for t in reads:
+                flip_sign(t)
+            self.synchronize()
+        rel = _relative_error(snap, -before) if flipped_set == set_index else float("inf")
+        if rel <= self.tolerance:
+            return []
+        what = "left its output as it was" if _all_nan(snap) else f"returned rel_err {rel:.3g} against the negated result"
+        return [Finding(UNTIMED, f"what is timed does not follow its inputs: with operand A negated in the buffers "
+                                 f"its call reads (written in place, torch's version counter unmoved), one timed "
+                                 f"sample {what}: the timed work replays a result computed outside it (copies of a "
+                                 f"cached result, say), not the kernels an eager call runs")]
 
     def _which_differs(self, call, set_index: int, timed) -> list[Finding]:
         """After a failed flip with an unjudged timed sample: `untimed` when an eager call on the same inputs

@@ -9,8 +9,12 @@ file by hash (`CaseSpec.kernel_sha256`). The file's contract:
     def prepare(a, b, out_dtype):       # a: [M, K], b: [N, K], bf16, on the case's device
         return lambda: my_kernel(a, b)  # the callable that is timed; returns [M, N]
 
-Integrity (worker/integrity.py): between calls fleetbench flips the sign of `a` in place and expects the
-output negated, so a result cached or computed ahead fails. A prepare that converts `a` (quantizes,
+Output contract: every call returns one plain tensor of `out_dtype`, [M, N], on `a`'s device; a call
+that returns anything else of tensors (fp32 where bf16 was asked, [M, N-1], another device, a list)
+fails its case with the sentence naming both (verify.WrongOutput), before its values are compared.
+
+Integrity (worker/integrity.py): between calls fleetbench flips the sign of `a` in place (raw writes:
+`a._version` does not move) and expects the output negated, so a result cached or computed ahead fails. A prepare that converts `a` (quantizes,
 copies) names what its callable reads instead: `run.reads = [a8]` (the tensors holding A's values as
 the call reads them: float negated, float8 by its sign bit, uint8 as packed e2m1).
 
@@ -41,8 +45,12 @@ class UserKernel:
 
     def prepare(self, spec: BackendSpec, sets: list, out_dtype) -> Callable[[int], object]:
         """The built-in backends' signature: one user callable per input set, called by index; `reads`:
-        per set, what the callable says it reads of A (its `reads`), else the `a` it was given."""
+        per set, what the callable says it reads of A (its `reads`), else the `a` it was given; `expects`:
+        per set, what each call must return (verify.Expected), checked on every call (a compare of dtype,
+        shape and device, ~0.2 µs of host time; in graph timing only at capture, never at replay)."""
         import torch
+
+        from .verify import Expected, WrongOutput, output_problem
 
         calls = [self._prepare(a, b, out_dtype) for a, b in sets]
         bad = next((c for c in calls if not callable(c)), None)
@@ -52,10 +60,24 @@ class UserKernel:
         if any(type(t) is not torch.Tensor for r in reads for t in r):
             raise TypeError("a callable's `reads` must be a list of tensors (what its call reads of A)")
 
+        expects = [Expected(out_dtype, (a.shape[0], b.shape[0]), a.device) for a, b in sets]
+        tensor = torch.Tensor
+
         def run(i: int):
-            return calls[i]()
+            result = calls[i]()
+            want = expects[i]
+            if type(result) is tensor:
+                if result.dtype == want.dtype and result.shape == want.shape and result.device == want.device:
+                    return result
+            elif not isinstance(result, (list, tuple)):
+                return result  # not a tensor at all: worker/integrity.py names it (lazy)
+            problem = output_problem(result, want)
+            if problem:
+                raise WrongOutput(problem)
+            return result
 
         run.reads = reads
+        run.expects = expects
         return run
 
 

@@ -12,6 +12,10 @@ Thresholds, per operand family (relative error is ||out - ref||_F / ||ref||_F):
   costs ~10% per operand (0.096 measured with torchao), ~14% for the product: rel_err <= 30%,
   cosine >= 0.97 (FlashInfer's own refcheck threshold).
 A kernel writing zeros has rel_err 1 and cosine 0: it fails every check, loudly.
+
+Before any value is compared, the output's dtype, shape and device are checked against what was asked
+(output_problem): a kernel returning fp32 where bf16 was asked would otherwise match the fp32 oracle at
+rel_err 0, and one returning [M, N-1] would fail on torch's broadcasting error, naming neither shape.
 """
 from __future__ import annotations
 
@@ -42,6 +46,69 @@ THRESHOLDS = {
 REFERENCE_SELF = Thresholds("bf16 product", 0.30, 0.97)
 
 
+@dataclass(frozen=True)
+class Expected:
+    """What a call must return: one plain tensor of `dtype` and `shape` on `device`. With `rows` (an MoE
+    loop: the row count of each expert that receives tokens) it may instead return one [rows[e], N]
+    tensor per such expert, in order, which stack to `shape`."""
+    dtype: torch.dtype
+    shape: tuple
+    device: torch.device
+    rows: Optional[tuple] = None
+
+
+class WrongOutput(ValueError):
+    """A call returned another dtype, shape or device than it was asked for (the message says both)."""
+
+
+def describe(dtype: torch.dtype, shape, device) -> str:
+    """`bfloat16 [16, 2048] on cuda:0`."""
+    return f"{str(dtype).removeprefix('torch.')} {list(shape)} on {device}"
+
+
+def _matches(t: torch.Tensor, dtype: torch.dtype, shape, device: torch.device) -> bool:
+    return t.dtype == dtype and tuple(t.shape) == tuple(shape) and t.device == device
+
+
+def output_problem(result, expected: Expected) -> Optional[str]:
+    """None when `result` (a tensor, or a list of per-expert tensors) is what `expected` asks for; else a
+    sentence naming the actual and the expected dtype, shape and device, e.g. "output is float32
+    [16, 2048] on cuda:0; expected bfloat16 [16, 2048] on cuda:0". A result that is not plain tensors is
+    not judged here (worker/integrity.py names it `lazy`)."""
+    want = describe(expected.dtype, expected.shape, expected.device)
+    if not isinstance(result, (list, tuple)):
+        if type(result) is not torch.Tensor or _matches(result, expected.dtype, expected.shape, expected.device):
+            return None
+        return f"output is {describe(result.dtype, result.shape, result.device)}; expected {want}"
+    parts = list(result)
+    if not all(type(t) is torch.Tensor for t in parts):
+        return None
+    if expected.rows is None:
+        return f"output is a list of {len(parts)} tensors; expected one tensor, {want}"
+    if len(parts) != len(expected.rows):
+        return (f"output is a list of {len(parts)} tensors; expected one per expert that receives tokens "
+                f"({len(expected.rows)}), together {want}")
+    for e, (t, rows) in enumerate(zip(parts, expected.rows)):
+        shape = (rows, *expected.shape[1:])
+        if not _matches(t, expected.dtype, shape, expected.device):
+            return (f"expert {e}'s output is {describe(t.dtype, t.shape, t.device)}; expected "
+                    f"{describe(expected.dtype, shape, expected.device)}")
+    return None
+
+
+def expected_output(case, spec, oracle: torch.Tensor) -> Expected:
+    """What a call of backend `spec` on `case` must return: the case's out_dtype (fp32 for the oracles,
+    which compute in fp32 whatever their family), the shape of its oracle's result, on the oracle's
+    device; an MoE loop may return one tensor per expert that receives tokens."""
+    from .backends import ORACLE_BACKENDS
+
+    dtype = torch.float32 if case.backend in ORACLE_BACKENDS else getattr(torch, case.out_dtype)
+    rows = None
+    if case.workload == "moe" and (spec.option or "").startswith("loop:"):
+        rows = tuple(c for c in case.moe.counts if c)
+    return Expected(dtype, tuple(oracle.shape), oracle.device, rows)
+
+
 def compare(out: torch.Tensor, ref: torch.Tensor) -> tuple[float, float]:
     """(relative Frobenius error, cosine similarity) of `out` against `ref`, in fp64."""
     o = out.detach().to(torch.float64).flatten()
@@ -53,8 +120,17 @@ def compare(out: torch.Tensor, ref: torch.Tensor) -> tuple[float, float]:
     return rel, cos
 
 
-def verdict(out: torch.Tensor, ref: torch.Tensor, bf16_ref: Optional[torch.Tensor], th: Thresholds) -> Correctness:
-    """Pass only if every check holds; the detail names each one that failed."""
+def verdict(out: torch.Tensor, ref: torch.Tensor, bf16_ref: Optional[torch.Tensor], th: Thresholds,
+            expected: Optional[Expected] = None) -> Correctness:
+    """Pass only if every check holds; the detail names each one that failed. The output's dtype, shape and
+    device come first (`expected`; without it the oracle's shape and device, any dtype): an output that
+    is not what was asked for fails with a sentence naming both, its values not compared."""
+    want = Expected(expected.dtype if expected else out.dtype, tuple(ref.shape), ref.device)
+    problem = output_problem(out, want)
+    if problem:
+        return Correctness(verdict="fail", reference=th.reference, rel_err=_finite(math.inf), cosine=0.0,
+                           max_rel_err=th.max_rel_err, min_cosine=th.min_cosine,
+                           max_rel_err_bf16=th.max_rel_err_bf16, min_cosine_bf16=th.min_cosine_bf16, detail=problem)
     problems = []
     if not bool(torch.isfinite(out).all()):
         problems.append("output has NaN or Inf")

@@ -1,4 +1,4 @@
-"""Kernels that try to look fast without being fast (issue 31), one per trick, for tests/test_integrity.py
+"""Kernels that try to look fast without being fast (issues 31 and 41), one per trick, for tests/test_integrity.py
 (CPU) and tests/test_integrity_gpu.py (CUDA). Each is a sweep backend `{name, file}` whose FAMILY is bf16;
 CHEAT selects the trick (the test sets it when it writes the file). Each computes the right product
 somewhere, so only the integrity checks (worker/integrity.py) can tell."""
@@ -7,6 +7,7 @@ import torch
 FAMILY = "bf16"
 CHEAT = "ahead"
 _by_pointer: dict = {}
+_by_version: dict = {}
 _rounds = [0]  # prepare() calls: one per input set and round
 
 
@@ -60,6 +61,22 @@ def prepare(a, b, out_dtype):
             return honest
         done = torch.mm(a, bt).to(out_dtype)
         return lambda: done.clone()
+    if CHEAT == "by-version":  # cached by address and torch's version counter (bumped by every in-place torch
+        # op on `a`), a fresh copy per call: recomputes exactly when a check changes `a` through torch
+        def by_version():
+            key = (a.data_ptr(), a._version)
+            if key not in _by_version:
+                _by_version[key] = torch.mm(a, bt).to(out_dtype)
+            return _by_version[key].clone()
+        return by_version
+    if CHEAT == "fp32-output":  # the right numbers, in fp32 where out_dtype was asked (twice the bytes written)
+        return lambda: torch.mm(a.float(), bt.float())
+    if CHEAT == "narrow-output":  # one column short: [M, N-1]
+        return lambda: torch.mm(a, bt).to(out_dtype)[:, :-1]
+    if CHEAT == "meta-output":  # a tensor on another device (here `meta`: shape and dtype, no data)
+        return lambda: torch.empty((a.shape[0], b.shape[0]), dtype=out_dtype, device="meta")
+    if CHEAT == "list-output":  # the right result, split in two
+        return lambda: list(torch.mm(a, bt).to(out_dtype).chunk(2))
     if CHEAT == "writes-inputs":  # scribbles into its input after computing
         def writes():
             result = torch.mm(a, bt).to(out_dtype)
@@ -94,6 +111,16 @@ def prepare(a, b, out_dtype):
                 return out
             return honest()
         return capture_aware
+    if CHEAT == "graph-copy":  # honest eagerly (every check that calls it passes); while a CUDA graph is captured
+        # it records only a copy of the result of its last eager call, so each replay copies a cached result
+        last = {}
+
+        def graph_copy():
+            if torch.cuda.is_current_stream_capturing():
+                return out.copy_(last["result"])
+            last["result"] = torch.mm(a, bt).to(out_dtype)
+            return out.copy_(last["result"])
+        return graph_copy
     if CHEAT == "l2-persist":  # honest math, with its weights kept resident in L2 across the cold-L2 rotation
         import ctypes
 
