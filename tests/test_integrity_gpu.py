@@ -23,9 +23,11 @@ GPU_CHEATS = {
     **{c: check for c, (check, _) in CPU_CHEATS.items()},
     "side-stream": "side-stream",
     "capture-aware": "untimed",
+    "graph-copy": "untimed",  # issue 41: the timed graph holds only a copy of the last eager call's result
     "l2-persist": "l2-persistence",
 }
-EVENTS_CHEATS = {"side-stream-slow": "side-stream", "ahead": "cached", "l2-persist": "l2-persistence"}
+EVENTS_CHEATS = {"side-stream-slow": "side-stream", "ahead": "cached", "l2-persist": "l2-persistence",
+                 "by-version": "cached"}
 HONEST_KERNELS = {"honest": HONEST, "converts-and-says": CONVERTS_AND_SAYS,
                   "triton": (REPO / "examples" / "kernels" / "triton_matmul.py").read_text(),
                   "fp8-prequantized": (REPO / "examples" / "kernels" / "fp8_prequantized.py").read_text()}
@@ -76,6 +78,22 @@ def test_each_cheat_is_caught_with_its_check_in_event_timing(events_rows, cheat)
     for m in (16, 256):
         row = events_rows[(f"cheat-{cheat}", m)]
         assert row["status"] == "failed" and row["integrity"] == EVENTS_CHEATS[cheat], row
+
+
+@pytest.mark.parametrize("m", [16, 256])
+def test_a_timed_graph_of_copies_is_named_for_what_it_replays(graph_rows, m):
+    """Eagerly honest, so every eager check passes; its graph copies a cached result, which the timed
+    sample on negated inputs (written raw between replays) exposes."""
+    row = graph_rows[("cheat-graph-copy", m)]
+    assert "what is timed does not follow its inputs" in row["reason"] and "copies of a cached result" in row["reason"]
+
+
+def test_the_version_keyed_cache_is_caught_before_it_is_timed(graph_rows, events_rows):
+    for rows in (graph_rows, events_rows):
+        for m in (16, 256):
+            row = rows.get(("cheat-by-version", m))
+            if row is not None:
+                assert row["status"] == "failed" and row["integrity"] == "cached" and row["median_us"] in (None, ""), row
 
 
 @pytest.mark.parametrize("backend", [*HONEST_BUILTINS, *HONEST_KERNELS])
