@@ -128,7 +128,8 @@ def test_a_newer_format_is_refused_with_what_to_do(runs, tmp_path, capsys):
     (future / "manifest.json").write_text(json.dumps({**manifest, "manifest_version": MANIFEST_VERSION + 1}))
     assert main(["show", str(future)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "newer than this fleetbench reads" in err[0] and "upgrade fleetbench" in err[0]
+    assert len(err) == 1 and (f"written by a newer fleetbench (format {MANIFEST_VERSION + 1}; this one reads up to "
+                              f"{MANIFEST_VERSION}): upgrade fleetbench to read it") in err[0], err
     with pytest.raises(ValueError, match="newer than this fleetbench reads"):
         upgrade_record({"kind": "facts", "schema_version": SCHEMA_VERSION + 1})
 

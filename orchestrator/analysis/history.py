@@ -7,12 +7,15 @@ threshold is what `fleetbench history --steps` exits 1 for (a nightly gate).
 """
 from __future__ import annotations
 
+import datetime as _dt
 import json
 import statistics
 from dataclasses import asdict, dataclass, field
 from typing import Optional
 
+from ..errors import InputError
 from ..runs.index import LARGEST_INTEGER, RunIndex
+from ..runs.store import links_notes
 from .steps import MIN_POINTS, detect_steps
 
 
@@ -26,7 +29,7 @@ class Selection:
     host: Optional[str] = None  # slot name; None: every slot, each its own series
     fleet: bool = False  # one series per case: the median over hosts, per run
     sweep: Optional[str] = None
-    since: Optional[str] = None  # ISO date or time, inclusive
+    since: Optional[str] = None  # an instant in UTC as the index stores it (parse_when), inclusive
     until: Optional[str] = None
     case_id: Optional[str] = None
     versions: dict = field(default_factory=dict)  # library -> version (torch, flashinfer, sgl_kernel, driver, cuda)
@@ -48,11 +51,29 @@ class Selection:
             params.append(self.since)
         if self.until:
             clauses.append("runs.created_at <= ?")
-            params.append(self.until if "T" in self.until else self.until + "T99")  # a date: all of that day
+            params.append(self.until)
         for library, version in self.versions.items():
             clauses.append(f"h.{library} = ?")
             params.append(version)
         return " AND ".join(clauses), tuple(params)
+
+
+WHEN_FORMS = "a date like 2026-11-30 or a date-time like 2026-11-30T12:00 (UTC unless it names its offset)"
+
+
+def parse_when(option: str, text: str, *, end_of_day: bool = False) -> str:
+    """`text` (an ISO date or date-time) as the index stores a run's start: UTC, to the second. A date
+    alone is its first second, or with `end_of_day` its last. InputError naming `option` and the forms
+    it takes otherwise: a date that means nothing must not select nothing in silence."""
+    try:
+        when = _dt.datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise InputError(f"{option} {text!r}: not a date: give {WHEN_FORMS}") from None
+    date_only = len(text.strip()) <= 10 and "T" not in text and " " not in text.strip()
+    if date_only and end_of_day:
+        when = when.replace(hour=23, minute=59, second=59)
+    when = when if when.tzinfo else when.replace(tzinfo=_dt.timezone.utc)
+    return when.astimezone(_dt.timezone.utc).isoformat(timespec="seconds")
 
 
 @dataclass
@@ -154,6 +175,7 @@ def index_notes(index: RunIndex) -> list[str]:
     """One line per stored run the history leaves out (or holds only in part), with the reason; and
     whether the index had to be rebuilt."""
     notes = [f"the history index was rebuilt from the run folders: {index.rebuilt_because}"] if index.rebuilt_because else []
+    notes += links_notes(index.runs_dir)
     for run in index.runs():
         if run["state"] == "unreadable":
             notes.append(f"run folder {run['run_id']} left out: {run['problem']}")

@@ -11,9 +11,11 @@ from dataclasses import asdict, dataclass, field
 from typing import Optional
 
 from worker.rounds import join_records, rounds_in
-from worker.schema import CaseRecord, CaseSpec, FactsRecord
+from worker.schema import SCHEMA_VERSION, CaseRecord, CaseSpec, FactsRecord
 
+from ..errors import InputError
 from ..execution.outcome import HostOutcome
+from ..runs.formats import written_by_newer
 from ..runs.records import parse_results
 from ..runs.store import RunStore
 
@@ -95,7 +97,9 @@ def facts_change(before: Optional[FactsRecord], after: Optional[FactsRecord]) ->
 
 def load_slots(store: RunStore) -> list[SlotData]:
     """Every job of the run with where each case stands across attempts (worker/rounds.py
-    join_records, within attempts on the same software); what it planned comes from the manifest."""
+    join_records, within attempts on the same software); what it planned comes from the manifest.
+    InputError when a newer fleetbench wrote results into it: read with this one, its cases would look
+    never run, and a rerun would measure them again into a run this one cannot read."""
     manifest = store.manifest()
     cases_by_id = store.planned_cases()
     slots = []
@@ -109,7 +113,11 @@ def load_slots(store: RunStore) -> list[SlotData]:
         changed: dict[int, str] = {}
         problems: list[str] = [n for n in manifest.format_notes if n.startswith(f"job {slot}:")]
         for attempt in attempts:
-            parsed = parse_results(store.attempt_dir(slot, attempt) / "results.jsonl")
+            results = store.attempt_dir(slot, attempt) / "results.jsonl"
+            parsed = parse_results(results)
+            if parsed.newer is not None:
+                raise InputError(f"run {store.run_id} ({results.relative_to(store.dir)}): "
+                                 + written_by_newer(parsed.newer, SCHEMA_VERSION))
             facts = parsed.facts or facts
             facts_of[attempt] = parsed.facts
             first_facts = first_facts or parsed.facts

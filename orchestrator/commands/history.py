@@ -15,16 +15,21 @@ EPILOG = ("Reads the index RUNS_DIR/.index.sqlite, brought up to date with the r
 def declare(p):
     opt_runs_dir(p)
     p.add_argument("--backend", help="one backend")
-    p.add_argument("--m", type=positive_int, help="M (for an MoE layer: its tokens)")
-    p.add_argument("--n", type=positive_int)
-    p.add_argument("--k", type=positive_int)
+    p.add_argument("--m", type=positive_int,
+                   help="cases of this M: rows of A and of the output (for an MoE layer: its tokens)")
+    p.add_argument("--n", type=positive_int,
+                   help="cases of this N: rows of B, columns of the output (MoE: each expert's)")
+    p.add_argument("--k", type=positive_int,
+                   help="cases of this K: the reduced dimension, A is MxK (MoE: each expert's)")
     p.add_argument("--label", help="cases whose label contains this text")
     where = p.add_mutually_exclusive_group()
     where.add_argument("--host", help="one host slot (default: every host, each its own series)")
     where.add_argument("--fleet", action="store_true", help="one series per case: the median over hosts per run")
     p.add_argument("--sweep", help="runs of this sweep (its name)")
-    p.add_argument("--since", help="runs started at or after this date/time (ISO, UTC)")
-    p.add_argument("--until", help="runs started at or before this date/time (ISO, UTC)")
+    p.add_argument("--since", metavar="DATE",
+                   help="runs started at or after this date or date-time (2026-11-30, 2026-11-30T12:00; UTC)")
+    p.add_argument("--until", metavar="DATE",
+                   help="runs started at or before this date (all of that day) or date-time (UTC)")
     p.add_argument("--case", dest="case_id", help="one case id")
     p.add_argument("--version", dest="versions", action="append", default=[], metavar="LIB=VERSION",
                    help="runs whose host had this version (torch, flashinfer, sgl_kernel, driver, cuda); repeatable")
@@ -39,7 +44,7 @@ _VERSIONED = ("torch", "flashinfer", "sgl_kernel", "driver", "cuda")
 
 
 def run(args, io: Streams) -> int:
-    from ..analysis.history import Selection, history
+    from ..analysis.history import Selection, history, parse_when
     from ..runs.index import RunIndex
     from ..views.output import write
     from ..views.tables import history_document
@@ -52,7 +57,9 @@ def run(args, io: Streams) -> int:
             raise InputError(f"--version {item!r}: expected LIB=VERSION with LIB one of {', '.join(_VERSIONED)}")
         versions[lib] = version.strip()
     sel = Selection(backend=args.backend, m=args.m, n=args.n, k=args.k, label=args.label, host=args.host,
-                    fleet=args.fleet, sweep=args.sweep, since=args.since, until=args.until, case_id=args.case_id,
+                    fleet=args.fleet, sweep=args.sweep, case_id=args.case_id,
+                    since=None if args.since is None else parse_when("--since", args.since),
+                    until=None if args.until is None else parse_when("--until", args.until, end_of_day=True),
                     versions=versions)
     runs_dir = Path(args.runs_dir)
     if not runs_dir.is_dir():

@@ -28,6 +28,7 @@ def declare(p):
 def run(args, io: Streams) -> int:
     from ..config.inventory import load_inventory
     from ..execution.prune import parse_date, prune_runs
+    from ..runs.store import existing_runs_dir, links_notes
 
     older_than = parse_date(args.older_than) if args.older_than else None
     loaded: dict[str, object] = {}
@@ -38,6 +39,8 @@ def run(args, io: Streams) -> int:
             loaded[path] = load_inventory(Path(path))
         return loaded[path]
 
+    for note in links_notes(existing_runs_dir(Path(args.runs_dir))):
+        io.problem(f"note: {note}")
     results = prune_runs(Path(args.runs_dir), inventory_of, keep=args.keep, older_than=older_than,
                          dry_run=args.dry_run, local_only=args.local_only, accept_new=args.accept_new,
                          parallel=args.parallel)

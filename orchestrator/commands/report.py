@@ -23,6 +23,11 @@ def declare(p):
 def run(args, io: Streams) -> int:
     from ..views.htmlreport import write_report
 
+    if args.history:  # the trend plots read every run folder: say what among them is not one
+        from ..runs.store import links_notes
+
+        for note in links_notes(Path(args.runs_dir)):
+            io.problem(f"note: {note}")
     path = write_report(Path(args.runs_dir), args.run, args.against, Path(args.output), parse_threshold(args.threshold),
                         with_history=args.history, baseline=args.baseline)
     io.problem(f"wrote {path}")

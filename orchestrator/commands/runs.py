@@ -17,7 +17,8 @@ def declare(p):
 def run(args, io: Streams) -> int:
     from ..analysis.merge import merged_rows
     from ..views.output import write
-    from ..runs.store import RunStore, existing_runs_dir, list_run_dirs, run_dirs_without_manifest
+    from ..runs.store import (RunStore, existing_runs_dir, links_notes, list_run_dirs,
+                              run_dirs_without_manifest)
     from ..views.tables import runs_document
 
     def counted(values) -> dict[str, int]:
@@ -50,4 +51,6 @@ def run(args, io: Streams) -> int:
                         "cases": sum(len(j.case_ids) for j in manifest.jobs), "summary": summary,
                         "case_statuses": cases, "host_outcomes": hosts})
     io.write(write(runs_document(entries), args.format, io.width()))
+    for note in links_notes(runs_dir):
+        io.problem(f"note: {note}")
     return EXIT_OK

@@ -11,6 +11,10 @@ plan.Job), end the attempt. How the job starts and is stopped is its launcher's 
 launchers); what its output lines mean is the demultiplexer's (demux.py). Stopping (Ctrl-C, a stall
 or a deadline) kills the remote process group through the pid file the script wrote, then fetches
 whatever results exist.
+
+A full disk under the run folder stops the attempt, not the controller: the job is stopped, what was
+written stays (whole lines), and its outcome says so (failed: "disk full (ENOSPC) writing PATH ...");
+when even the outcome finds no room, an empty marker beside it says why (store.RunStore.outcome).
 """
 from __future__ import annotations
 
@@ -32,6 +36,7 @@ from ..config.inventory import Host
 from ..launchers import job_name, launcher_for
 from .outcome import AttemptEnd, HostOutcome, explain_stderr, judge
 from ..planning.plan import Job, Plan
+from ..runs.atomicfile import as_disk_full
 from ..runs.records import parse_results
 from .remote import (CLEANUP_LIMIT_S, RemoteLayout, RenderedScript, bounded, job_argv, job_params, lacks_files,
                      run_first, stop_job, sync_script, write_params)
@@ -151,7 +156,12 @@ class _HostPipeline:
         started_at = now_iso()
         for task in self.tasks:
             self.emit(JobEvent(task.job.slot, "connecting", total=len(task.cases)))
-            self.store.attempt_dir(task.job.slot, task.attempt).mkdir(parents=True, exist_ok=True)
+        try:
+            for task in self.tasks:
+                self.store.attempt_dir(task.job.slot, task.attempt).mkdir(parents=True, exist_ok=True)
+        except OSError as exc:  # nothing started: each attempt says why
+            return [self._finish(t, "failed", str(as_disk_full(exc, self.store.attempt_dir(t.job.slot, t.attempt))),
+                                 started_at) for t in self.tasks]
         transport = self.factory(self.host, accept_new=self.accept_new)
         try:
             try:
@@ -178,7 +188,10 @@ class _HostPipeline:
         collect what the stream missed, and judge how it ended."""
         job, slot, attempt = task.job, task.job.slot, task.attempt
         local = self.store.attempt_dir(slot, attempt)
-        params = write_params(local / "params.json", job_params(self.plan, job, task.cases), self.params_format)
+        try:
+            params = write_params(local / "params.json", job_params(self.plan, job, task.cases), self.params_format)
+        except OSError as exc:  # a full disk before the job started: it never ran
+            return self._finish(task, "failed", f"{exc}; the job was not started", started_at)
         results_local = local / "results.jsonl"
         progress = {"done": 0, "current": ""}
         argv = job_argv(job, self.script, attempt)
@@ -188,10 +201,15 @@ class _HostPipeline:
             state = "queued" if watch.waiting() else "running"
             self.emit(JobEvent(slot, state, total=len(task.cases), current=said if watch.waiting() else ""))
 
-        with open(local / "log.txt", "w", encoding="utf-8", buffering=1) as log, \
-                open(results_local, "w", encoding="utf-8") as results:
+        def on_write_error(exc: OSError) -> None:  # the disk refused a line: stop the job (in the background:
+            # this runs in the thread that reads its output, which must go on reading)
+            threading.Thread(target=stop_job, args=(transport, self.host, self.layout, slot, attempt),
+                             daemon=True).start()
+
+        # Unbuffered, line by line: a line is on disk as soon as it came, and a full disk is met at once.
+        with open(local / "log.txt", "wb", buffering=0) as log, open(results_local, "wb", buffering=0) as results:
             demux = StreamDemux(log, results, watch, lambda event: self._progress(task, event, progress),
-                                on_launcher)
+                                on_launcher, on_write_error)
 
             def launch() -> Optional[CommandResult]:
                 remaining = self.started + job.timeout_s - time.monotonic()
@@ -227,7 +245,9 @@ class _HostPipeline:
         self.emit(JobEvent(slot, "collecting", done=progress["done"], total=len(task.cases)))
         wanted = {c.case_id for c in task.cases}
         fetched: Optional[bool] = True
-        if not (result is not None and result.exit_code == 0 and wanted <= protocol.done_case_ids(results_local)):
+        if demux.write_error is not None:  # no room for the host's copy either: what is here is what there is
+            pass
+        elif not (result is not None and result.exit_code == 0 and wanted <= protocol.done_case_ids(results_local)):
             # The stream was cut short (or the command failed): the host's own file is the complete copy.
             results_remote = self.layout.results(slot, attempt)
             fetched_path = local / "results.fetched"
@@ -256,6 +276,10 @@ class _HostPipeline:
         outcome, error = judge(end)
         outcome, error = self.launcher.verdict(transport, job_name(self.layout.run_id, slot, attempt), outcome,
                                                error, end.total - end.done, end.total, end.cancelled)
+        if demux.write_error is not None:
+            outcome = "failed"
+            error = (f"{as_disk_full(demux.write_error, demux.write_error.filename or local)}; the job was stopped "
+                     f"with {end.done} of {end.total} cases stored")
         return self._finish(task, outcome, error, started_at, done=len(done_ids), statuses=dict(statuses),
                             problems=parsed.problems, queue_s=watch.queue_s())
 
@@ -287,7 +311,7 @@ class _HostPipeline:
     def failed_outcome(store: RunStore, task: JobTask, error: str) -> HostOutcome:
         result = HostOutcome(slot=task.job.slot, host=task.job.host.name, gpu=task.job.gpu, attempt=task.attempt,
                              outcome="failed", error=error, cases_total=len(task.cases), started_at=now_iso())
-        store.write_outcome(result)
+        store.keep_outcome(result)
         return result
 
     def _finish(self, task: JobTask, outcome: str, error: str, started_at: str, *, done: int = 0,
@@ -300,7 +324,7 @@ class _HostPipeline:
             statuses=statuses or {}, problems=problems or [], started_at=started_at,
             duration_s=duration, bytes_uploaded=self.bytes_uploaded, queue_s=queue_s,
         )
-        self.store.write_outcome(result)
+        self.store.keep_outcome(result)
         message = error
         if queue_s is not None:  # a launcher with a queue: the wait apart from the run
             message = "; ".join(filter(None, [error, self.launcher.describe_wait(queue_s, duration)]))
@@ -333,6 +357,7 @@ def recover_attempts(plan: Plan, store: RunStore, scripts: dict[str, RenderedScr
                     fetched = local.with_name("results.recovered")
                     remote = layout.results(job.slot, attempt)  # bound below: a thread past its limit lives on
                     if not bounded(lambda src=remote, dst=fetched: transport.get(src, dst), CLEANUP_LIMIT_S):
+                        fetched.unlink(missing_ok=True)  # a copy cut short (a full disk) is no copy
                         continue
                     old = local.read_bytes() if local.exists() else b""
                     new = fetched.read_bytes()

@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import os
 import platform
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
@@ -19,6 +20,7 @@ from .. import __version__
 from ..planning.bundle import WorkerBundle, build_worker_bundle
 from ..errors import InputError, RunInterrupted
 from .execute import EventSink, Execution, JobTask, recover_attempts, run_tasks
+from ..runs.atomicfile import DiskFull
 from ..runs.formats import MANIFEST_VERSION
 from ..config.inventory import Host, Inventory, select_hosts
 from ..runs.manifest import Manifest
@@ -78,10 +80,14 @@ def prepare_run(plan: Plan, sweep: Sweep, inventory: Inventory, runs_dir: Path, 
     if not plan.jobs:
         raise InputError("the plan is empty: no host has any case to run")
     store = RunStore.create(runs_dir, plan.run_id)
-    bundle = build_worker_bundle(user_kernels=[data for _, data in sweep.user_kernels().values()])
-    scripts = render_plan(plan, store.scripts_dir, bundle)
-    bundle.write(store.dir / "worker.tar.gz")
-    store.write_manifest(_manifest(plan, sweep, scripts, bundle, inventory, sweep_path, dry_run))
+    try:
+        bundle = build_worker_bundle(user_kernels=[data for _, data in sweep.user_kernels().values()])
+        scripts = render_plan(plan, store.scripts_dir, bundle)
+        bundle.write(store.dir / "worker.tar.gz")
+        store.write_manifest(_manifest(plan, sweep, scripts, bundle, inventory, sweep_path, dry_run))
+    except DiskFull as exc:  # nothing ran: the folder this call created holds no run, and takes room
+        shutil.rmtree(store.dir, ignore_errors=True)
+        raise DiskFull(exc.errno, exc.path, then=f"nothing ran, and the run folder {store.dir} was removed") from None
     return store, scripts, bundle
 
 

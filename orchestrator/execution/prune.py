@@ -4,6 +4,8 @@ Which runs: all but the newest `keep` (dry runs of `render` counted apart), and/
 (<workdir>/runs/<id>, results and logs of every attempt) are removed first; the local run folder goes
 only when every host of the run was cleaned (or with `local_only`), so nothing is left that a later
 prune could no longer find. A run in progress holds its lock (store.RunStore.hold) and is skipped.
+A symbolic link in the runs folder is never a run: nothing is removed through one (the caller lists them:
+store.links_notes).
 """
 from __future__ import annotations
 
@@ -34,7 +36,8 @@ def parse_date(text: str) -> _dt.datetime:
     try:
         when = _dt.datetime.fromisoformat(text)
     except ValueError:
-        raise InputError(f"--older-than {text!r}: give a date like 2026-11-30 (or 2026-11-30T12:00)") from None
+        raise InputError(f"--older-than {text!r}: not a date: give a date like 2026-11-30 or a date-time like "
+                         "2026-11-30T12:00 (UTC unless it names its offset)") from None
     return when if when.tzinfo else when.replace(tzinfo=_dt.timezone.utc)
 
 
@@ -79,21 +82,33 @@ def prune_runs(runs_dir, inventory_of: Callable[[RunStore], Inventory], *, keep:
     for store in select_runs(stores, keep, older_than):
         result = PruneResult(store.run_id, removed=False, dry_run=is_dry_run(store))
         results.append(result)
-        with store.hold(wait=False) as held:
-            if not held:
-                result.problems.append("in progress (a command holds it): kept")
-                continue
-            if not local_only and not result.dry_run:  # a dry run put nothing on its hosts
-                try:
-                    _clean_hosts(store, inventory_of(store), result, dry_run, accept_new, parallel)
-                except InputError as exc:
-                    result.problems.append(f"{exc}: kept (or --local-only)")
-            if result.problems and not local_only:
-                continue
-            result.removed = True
-            if not dry_run:
-                shutil.rmtree(store.dir)
+        if store.dir.is_symlink() or not store.dir.is_dir():  # replaced, or removed by another prune, since listed
+            result.problems.append("no longer a run folder here (replaced or removed meanwhile): left alone")
+            continue
+        try:
+            _prune_one(store, result, inventory_of, dry_run=dry_run, local_only=local_only, accept_new=accept_new,
+                       parallel=parallel)
+        except FileNotFoundError:  # another command removed it while this one held it
+            result.problems.append("removed meanwhile by another command")
     return results
+
+
+def _prune_one(store: RunStore, result: PruneResult, inventory_of: Callable[[RunStore], Inventory], *,
+               dry_run: bool, local_only: bool, accept_new: bool, parallel: int) -> None:
+    with store.hold(wait=False) as held:
+        if not held:
+            result.problems.append("in progress (a command holds it): kept")
+            return
+        if not local_only and not result.dry_run:  # a dry run put nothing on its hosts
+            try:
+                _clean_hosts(store, inventory_of(store), result, dry_run, accept_new, parallel)
+            except InputError as exc:
+                result.problems.append(f"{exc}: kept (or --local-only)")
+        if result.problems and not local_only:
+            return
+        result.removed = True
+        if not dry_run:
+            shutil.rmtree(store.dir)
 
 
 def _clean_hosts(store: RunStore, inventory: Inventory, result: PruneResult, dry_run: bool, accept_new: bool,

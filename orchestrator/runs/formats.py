@@ -44,13 +44,28 @@ MANIFEST_VERSION = 8
 _CASE_DEFAULTS = {"workload": "gemm", "label": "", "out_dtype": "bfloat16", "seed": 0}
 
 
+class NewerFormat(ValueError):
+    """A stored file of a format newer than this reader: a later fleetbench wrote it."""
+
+    def __init__(self, what: str, version: int, current: int):
+        super().__init__(f"{what} version {version} is newer than this fleetbench reads ({current}): "
+                         "upgrade fleetbench on this controller")
+        self.version, self.current = version, current
+
+
+def written_by_newer(version: int, current: int) -> str:
+    """The one sentence for a run (or a file of it) that a newer fleetbench wrote."""
+    return (f"written by a newer fleetbench (format {version}; this one reads up to {current}): "
+            "upgrade fleetbench to read it")
+
+
 def check_version(version, current: int, what: str) -> int:
-    """The version of a stored file, if this reader can read it; raises ValueError saying what to do."""
+    """The version of a stored file, if this reader can read it; raises ValueError saying what to do
+    (NewerFormat for a version newer than `current`)."""
     if not isinstance(version, int) or isinstance(version, bool) or version < 1:
         raise ValueError(f"{what} version {version!r} is not a positive integer")
     if version > current:
-        raise ValueError(f"{what} version {version} is newer than this fleetbench reads ({current}): "
-                         "upgrade fleetbench on this controller")
+        raise NewerFormat(what, version, current)
     return version
 
 
@@ -105,7 +120,7 @@ def _same_shape(version: int) -> Callable[[dict], dict]:
 _RECORD_UPGRADES: dict[int, Callable[[dict], dict]] = {1: _record_1_to_2, 2: _record_case_step(2, _timed_once),
                                                        3: _same_shape(3), 4: _same_shape(4),
                                                        5: _record_case_step(5, _not_settled), 6: _same_shape(6),
-                                                       7: _same_shape(7)}
+                                                       7: _same_shape(7), 8: _same_shape(8)}
 
 
 def upgrade_record(obj: dict) -> dict:
@@ -223,6 +238,8 @@ def upgrade_manifest(data: dict, where: str) -> dict:
         while version < MANIFEST_VERSION:
             data = _MANIFEST_UPGRADES[version](data)
             version += 1
+    except NewerFormat as exc:
+        raise InputError(f"{where}: {written_by_newer(exc.version, exc.current)}") from None
     except ValueError as exc:
         raise InputError(f"{where}: {exc}") from None
     except (KeyError, TypeError) as exc:

@@ -239,11 +239,13 @@ def _odd_values(case, timing) -> str:
 def _run_dirs(runs_dir: Path) -> list[Path]:
     """The run folders as store.list_run_dirs finds them, and those that lost their manifest (they still
     hold hosts/ or scripts/), listed here without importing the run readers (pydantic), which a query
-    that changes nothing never needs."""
+    that changes nothing never needs. A symbolic link is never followed (store.runs_folder_links)."""
     found = []
     for entry in os.scandir(runs_dir):
-        if entry.is_dir() and not entry.name.startswith(".") and any(
-                os.path.exists(os.path.join(entry.path, name)) for name in ("manifest.json", "hosts", "scripts")):
+        if entry.name.startswith(".") or entry.is_symlink():
+            continue
+        if entry.is_dir(follow_symlinks=False) and any(
+                os.path.lexists(os.path.join(entry.path, name)) for name in ("manifest.json", "hosts", "scripts")):
             found.append(Path(entry.path))
     return sorted(found)
 

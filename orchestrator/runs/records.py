@@ -11,7 +11,7 @@ from pydantic import TypeAdapter, ValidationError
 
 from worker.schema import CaseRecord, FactsRecord, Record
 
-from .formats import upgrade_record
+from .formats import NewerFormat, upgrade_record
 
 _RECORD = TypeAdapter(Record)
 
@@ -21,6 +21,7 @@ class ParsedResults:
     facts: Optional[FactsRecord] = None
     cases: list[CaseRecord] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
+    newer: Optional[int] = None  # the newest record format found beyond this reader's (a later fleetbench wrote it)
 
 
 def parse_line(text: str) -> FactsRecord | CaseRecord:
@@ -53,6 +54,10 @@ def parse_results(path: Path) -> ParsedResults:
                 continue
             try:
                 record = parse_line(line)
+            except NewerFormat as exc:
+                parsed.newer = max(parsed.newer or 0, exc.version)
+                parsed.problems.append(f"{Path(path).name} line {lineno}: {exc}")
+                continue
             except ValueError as exc:
                 parsed.problems.append(f"{Path(path).name} line {lineno}: {exc}")
                 continue

@@ -16,7 +16,7 @@ from typing import Any, Callable, TypeVar
 from pydantic import BaseModel
 
 from .atomicfile import write_json
-from .formats import check_version
+from .formats import NewerFormat, check_version, written_by_newer
 from .store import RunStore
 
 Stored = TypeVar("Stored")
@@ -81,6 +81,8 @@ class SlotFolders:
             record = self.record_type.model_validate(doc["record"])
             check_version(record.format, self.record_format, f"{path}: {self.kind} record")
             return build(doc, record)
+        except NewerFormat as exc:
+            raise ValueError(f"{path}: {self.kind} {written_by_newer(exc.version, exc.current)}") from None
         except (OSError, KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"{path}: unreadable {self.kind}: {exc}") from None
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
+import errno
 import fcntl
 import json
 import os
@@ -20,11 +21,14 @@ from typing import Optional
 
 from worker.schema import CaseSpec
 
-from .atomicfile import write_json
+from .atomicfile import is_disk_full, write_json
 from ..errors import InputError
 from .formats import MANIFEST_VERSION, upgrade_manifest
 from .manifest import Manifest, load_manifest
 from ..execution.outcome import HostOutcome
+
+
+DISK_FULL_MARK = "outcome.disk-full"  # empty: the attempt's outcome found no room on the disk
 
 
 def now_iso() -> str:
@@ -70,8 +74,20 @@ class RunStore:
                 raise InputError(f"{self.dir}: not a fleetbench run (no manifest.json)") from None
             except (ValueError, OSError) as exc:
                 raise InputError(f"{self.manifest_path}: unreadable manifest: {exc}") from None
-            self._manifest = load_manifest(upgrade_manifest(data, str(self.manifest_path)), str(self.manifest_path))
+            manifest = load_manifest(upgrade_manifest(data, str(self.manifest_path)), str(self.manifest_path))
+            if manifest.dry_run and self.ran():
+                # A dry run of `render` that a rerun executed since is an ordinary run for every reader.
+                manifest = manifest.model_copy(update={"dry_run": False})
+            self._manifest = manifest
         return self._manifest
+
+    def ran(self) -> bool:
+        """Whether any host of the run has an attempt (a dry run that `rerun` executed has)."""
+        try:
+            return any(p.name.startswith("attempt-") for slot in (self.dir / "hosts").iterdir() if slot.is_dir()
+                       for p in slot.iterdir())
+        except OSError:
+            return False
 
     def write_manifest(self, manifest: dict) -> None:
         self._manifest = None
@@ -115,12 +131,29 @@ class RunStore:
     def write_outcome(self, outcome: HostOutcome) -> None:
         write_json(self.attempt_dir(outcome.slot, outcome.attempt) / "outcome.json", outcome.model_dump(mode="json"))
 
+    def keep_outcome(self, outcome: HostOutcome) -> None:
+        """write_outcome, unless the disk has no room for it: then an empty file beside it (which takes no
+        room) says why it is missing, and `outcome` reads that."""
+        try:
+            self.write_outcome(outcome)
+        except OSError as exc:
+            if not is_disk_full(exc):
+                raise
+            with contextlib.suppress(OSError):
+                (self.attempt_dir(outcome.slot, outcome.attempt) / DISK_FULL_MARK).touch()
+
     def outcome(self, slot: str, attempt: int) -> HostOutcome:
-        """The attempt's outcome; one without outcome.json was cut short (controller killed)."""
+        """The attempt's outcome; one without outcome.json was cut short (controller killed, or a full disk:
+        keep_outcome)."""
         path = self.attempt_dir(slot, attempt) / "outcome.json"
         try:
             return HostOutcome.model_validate_json(path.read_text(encoding="utf-8"))
         except (FileNotFoundError, ValueError):
+            if (path.parent / DISK_FULL_MARK).exists():
+                return HostOutcome(slot=slot, host=slot.split(".gpu")[0], attempt=attempt, outcome="failed",
+                                   error=f"disk full (ENOSPC) under {path.parent}: this attempt stopped because the "
+                                         "disk was full, before its outcome could be written; what was written "
+                                         "before is kept", cases_total=0)
             return HostOutcome(slot=slot, host=slot.split(".gpu")[0], attempt=attempt, outcome="interrupted",
                                error="the controller stopped before this attempt finished", cases_total=0)
 
@@ -149,6 +182,9 @@ def resolve_run(runs_dir: Path, ref: str) -> RunStore:
             return store
         raise InputError(f"no runs in {runs_dir}" + (" (only dry runs of `render`)" if list_run_dirs(runs_dir) else ""))
     for candidate in (Path(ref), runs_dir / ref):
+        if candidate.is_symlink() and _inside(candidate.parent, runs_dir):
+            raise InputError(f"{candidate} is a symbolic link (to {_link_target(candidate)}): fleetbench never "
+                             "follows a link in the runs folder; name the run folder itself")
         if (candidate / "manifest.json").is_file():
             return RunStore(candidate)
     matches = [p for p in list_run_dirs(runs_dir) if p.name.startswith(ref)] if ref else []
@@ -160,19 +196,59 @@ def resolve_run(runs_dir: Path, ref: str) -> RunStore:
 
 
 def list_run_dirs(runs_dir: Path) -> list[Path]:
-    """Run folders, oldest first (ids start with a timestamp)."""
-    if not Path(runs_dir).is_dir():
-        return []
-    return sorted(p for p in Path(runs_dir).iterdir() if (p / "manifest.json").is_file())
+    """Run folders, oldest first (ids start with a timestamp). A symbolic link is never one: it is
+    listed by `runs_folder_links` and left alone."""
+    return sorted(p for p in _entries(runs_dir) if not p.is_symlink() and (p / "manifest.json").is_file())
 
 
 def run_dirs_without_manifest(runs_dir: Path) -> list[Path]:
     """Folders that hold a run's parts (scripts/, hosts/) but no manifest.json: damaged runs, which a listing
     names rather than leaving out."""
-    if not Path(runs_dir).is_dir():
+    return sorted(p for p in _entries(runs_dir) if not p.is_symlink() and p.is_dir()
+                  and not (p / "manifest.json").exists() and ((p / "scripts").is_dir() or (p / "hosts").is_dir()))
+
+
+def runs_folder_links(runs_dir: Path) -> list[tuple[Path, str]]:
+    """The symbolic links in the runs folder, with where each points: fleetbench reads, lists and
+    deletes nothing through them (a link to a run would be that run twice, or a run outside the folder;
+    a looping one leads nowhere)."""
+    return sorted((p, _link_target(p)) for p in _entries(runs_dir) if p.is_symlink())
+
+
+def links_notes(runs_dir: Path) -> list[str]:
+    """One note per symbolic link in the runs folder, saying it was left alone."""
+    return [f"{link} is a symbolic link (to {target}), not a run folder: left alone"
+            for link, target in runs_folder_links(runs_dir)]
+
+
+def _entries(runs_dir: Path) -> list[Path]:
+    """What the runs folder holds, its index and other hidden files left out."""
+    try:
+        return [Path(e.path) for e in os.scandir(runs_dir) if not e.name.startswith(".")]
+    except (FileNotFoundError, NotADirectoryError):
         return []
-    return sorted(p for p in Path(runs_dir).iterdir() if p.is_dir() and not (p / "manifest.json").exists()
-                  and ((p / "scripts").is_dir() or (p / "hosts").is_dir()))
+
+
+def _link_target(link: Path) -> str:
+    try:
+        target = os.readlink(link)
+    except OSError as exc:
+        return f"? ({exc.strerror})"
+    # What the link leads to, said in a word: a loop, nothing, or a place.
+    try:
+        Path(link).resolve(strict=True)
+    except RuntimeError:
+        return f"{target}, a loop"
+    except OSError as exc:
+        return f"{target}, " + ("a loop" if exc.errno == errno.ELOOP else "which does not exist")
+    return target
+
+
+def _inside(folder: Path, runs_dir: Path) -> bool:
+    try:
+        return Path(folder).resolve() == Path(runs_dir).resolve()
+    except (OSError, RuntimeError):
+        return False
 
 
 def existing_runs_dir(runs_dir: Path) -> Path:
