@@ -72,8 +72,13 @@ class CaseRunner:
         self.l2 = None  # the L2 persistence settings (worker/integrity.py), where the driver has them
         self.kept: dict[str, Kept] = {}  # by case id: what a later round of the case replays
         self.keep_budget = 0  # bytes
+        self.clock = None  # the SM clock read in the stream (worker/streamclock.py), where it loads
         if self.device.device == "cuda":
             import torch
+
+            from .streamclock import StreamClock
+
+            self.clock = StreamClock.open()
 
             self.keep_budget = int(KEEP_SHARE * torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory)
             from .health import NvmlProbe
@@ -87,10 +92,30 @@ class CaseRunner:
         started_at, t0 = now_iso(), time.perf_counter()
 
         def record(status: str, reason: str = "", **fields) -> CaseRecord:
-            return CaseRecord(case_id=case.case_id, case=case, status=status, reason=reason,
-                              started_at=started_at, duration_s=round(time.perf_counter() - t0, 4), **fields)
+            return self.record_of(case, t0, started_at, status, reason, **fields)
 
         spec = _spec_of(case)
+        early = self.before_measure(case, spec, t0, started_at)
+        if early is not None:
+            return early
+        try:
+            return self._freeing_kept(lambda: self._measure(case, spec, record))
+        except Exception as exc:
+            tb = traceback.format_exc()
+            return record("failed", f"{type(exc).__name__}: {exc}"[:500], traceback=tb[-4000:])
+
+    @staticmethod
+    def record_of(case: CaseSpec, t0: float, started_at: str, status: str, reason: str = "", **fields) -> CaseRecord:
+        """A record of `case`, begun at perf_counter() `t0` (`started_at` in ISO)."""
+        return CaseRecord(case_id=case.case_id, case=case, status=status, reason=reason,
+                          started_at=started_at, duration_s=round(time.perf_counter() - t0, 4), **fields)
+
+    def before_measure(self, case: CaseSpec, spec, t0: float, started_at: str) -> Optional[CaseRecord]:
+        """The record of a case that is not measured here (a kernel file that cannot load, an unknown,
+        unsupported or unavailable backend, the no-op), or None."""
+        def record(status: str, reason: str = "") -> CaseRecord:
+            return self.record_of(case, t0, started_at, status, reason)
+
         if isinstance(spec, str):  # a user file that cannot load is unavailable; an unknown name is a failure
             return record("unavailable" if case.kernel_sha256 else "failed", spec)
         problem = support_problem(spec, case.m, case.n, case.k, self.device.compute_capability)
@@ -101,11 +126,7 @@ class CaseRunner:
             return record("unavailable", problem)
         if spec.name == "noop":
             return record("ok", "no-op: nothing was measured")
-        try:
-            return self._freeing_kept(lambda: self._measure(case, spec, record))
-        except Exception as exc:
-            tb = traceback.format_exc()
-            return record("failed", f"{type(exc).__name__}: {exc}"[:500], traceback=tb[-4000:])
+        return None
 
     def _prepare(self, case: CaseSpec, spec):
         """(fn, input sets, how many) for one round: inputs made from the case's seed, the backend prepared."""
@@ -152,7 +173,7 @@ class CaseRunner:
             spec = _spec_of(case)
             stats = self._time_cuda(case, fn, n_sets, settled, guard,
                                     load=None if isinstance(spec, str) else lambda us: self.load_share(case, spec, us),
-                                    graph=graph, keep=keep)
+                                    graph=graph, keep=keep, clock=getattr(self, "clock", None))
         else:
             stats = time_cpu(guard.watched if guard else fn, n_sets, case.timing)
         timing_s = time.perf_counter() - t_timing
@@ -166,23 +187,29 @@ class CaseRunner:
         from . import timing as timing_mod
 
         phases = {k: round(v, 4) for k, v in timing_mod.last_phases.items()} if self.device.device == "cuda" else None
+        clock = getattr(self, "clock", None)
+        stream_mhz = clock.window_mhz if clock is not None and case.timing.mode != "events" else None
         one = RoundStats(median_us=stats.median_us, n=stats.n, rel_ci=stats.rel_ci, settle_ms=stats.settle_ms,
                          timing_s=round(timing_s, 4), probe_s=round(time.perf_counter() - t0 - timing_s, 4),
-                         timing_phases=phases or None, **env)
+                         timing_phases=phases or None,
+                         sm_clock_stream_mhz=None if stream_mhz is None else round(stream_mhz, 1), **env)
         if guard is not None:
             guard.after_timing()
         return stats.model_copy(update={"rounds": [one]}), health
 
     @staticmethod
-    def _time_cuda(case: CaseSpec, fn, n_sets: int, settled, guard, load=None, graph=None, keep=None):
+    def _time_cuda(case: CaseSpec, fn, n_sets: int, settled, guard, load=None, graph=None, keep=None, clock=None):
         import torch
 
         from .timing import time_cuda
 
         before = torch.cuda.current_stream()
+        if clock is not None:
+            clock.window_mhz = None
         try:
             return time_cuda(guard.watched if guard else fn, n_sets, case.timing, settled,
-                             timed_once=guard.timed_once if guard else None, load=load, graph=graph, keep=keep)
+                             timed_once=guard.timed_once if guard else None, load=load, graph=graph, keep=keep,
+                             clock=clock)
         except RuntimeError as exc:
             if guard is not None:
                 guard.capture_failed(exc)
@@ -527,7 +554,11 @@ def round_order(todo: list[CaseSpec], load: Callable[[CaseSpec], Optional[float]
 def _run_cases(runner: "CaseRunner", todo: list[CaseSpec], done: set[str], total: int, results: Path,
                inflight: Path, partial: Optional[dict[str, CaseRecord]] = None) -> None:
     """Round 1 of every case, then round 2 of those still timing (in the same order: round_order), and so on
-    (module docstring). `partial`: cases with rounds already timed, which go on from there."""
+    (module docstring), each case until it is sure (rounds_decision). On a GPU the contenders of a shape are
+    one unit, timed head-to-head in every round (worker/headtohead.py). `partial`: cases with rounds
+    already timed, which go on from there."""
+    from .headtohead import HeadToHead, units_of
+
     pending: dict[str, CaseRecord] = dict(partial or {})  # ok, rounds so far
 
     def end(rec: CaseRecord) -> None:
@@ -537,16 +568,6 @@ def _run_cases(runner: "CaseRunner", todo: list[CaseSpec], done: set[str], total
         runner.release(rec.case_id)  # its graph and inputs, if kept, are no longer needed
         emit_progress(event="end", done=len(done), total=total, case_id=rec.case_id, status=rec.status,
                       reason=rec.reason[:200], median_us=rec.timing.median_us if rec.timing else None)
-
-    def round_ended(rec: CaseRecord) -> None:
-        if rec.complete:
-            end(rec)
-        else:
-            append_record(results, rec)
-            pending[rec.case_id] = rec
-
-    def rounds_left(case: CaseSpec) -> int:
-        return case.timing.rounds - (rounds_in(pending[case.case_id]) if case.case_id in pending else 0)
 
     def load(case: CaseSpec) -> Optional[float]:
         """Measured in an earlier round where there is one, else as the case would load the GPU at its
@@ -564,40 +585,107 @@ def _run_cases(runner: "CaseRunner", todo: list[CaseSpec], done: set[str], total
             share = runner.load_share(case, spec, (at_peak or 0.0) + EXPECTED_FIXED_US)
         return 1.0 if share is None else share  # a family without a calibrated peak: as heavy
 
-    passes = max((rounds_left(c) for c in todo), default=1)
+    def mark(case: CaseSpec, what: str) -> None:
+        mark_inflight(inflight, case.case_id, what)
+
+    grouped = getattr(runner, "device", None) is not None and runner.device.device == "cuda"
+    units = units_of(todo, grouped)
+    head_to_head = HeadToHead(runner, _spec_of, mark)
+    passes = max((c.timing.rounds for c in todo), default=1)
     for r in range(passes):
-        for case in round_order(todo, load):
-            first = pending.get(case.case_id)
-            if case.case_id in done or (r > 0 and first is None) or rounds_left(case) <= 0:
+        for unit in unit_order(units, load):
+            members = [(c, pending.get(c.case_id)) for c in unit
+                       if c.case_id not in done and (r == 0 or c.case_id in pending)]
+            if not members:
                 continue
-            this_round = case.timing.rounds - rounds_left(case) + 1
-            emit_progress(event="start", done=len(done), total=total, case_id=case.case_id, backend=case.backend,
-                          m=case.m, n=case.n, k=case.k, round=this_round, rounds=case.timing.rounds)
-            mark_inflight(inflight, case.case_id, f"round {this_round} of {case.timing.rounds}")
-            if first is None:
-                rec = runner.run(case)
-                if rec.status != "ok" or rec.timing is None:
+            for case, first in members:
+                this_round = rounds_in(first) + 1 if first is not None else 1
+                emit_progress(event="start", done=len(done), total=total, case_id=case.case_id,
+                              backend=case.backend, m=case.m, n=case.n, k=case.k, round=this_round,
+                              rounds=case.timing.rounds)
+            if len(members) > 1:
+                records = head_to_head.round(members, max(c.timing.rounds for c, _ in members))
+            else:
+                records = [_alone(runner, *members[0], inflight)]
+            timed = []
+            for rec in records:
+                if rec.status != "ok" or rec.timing is None or rec.complete:
                     end(rec)
                 else:
-                    round_ended(rec.model_copy(update={"complete": case.timing.rounds == 1}))
-                continue
-            try:
-                stats, health, seconds = runner.again(case, first.timing.calls_per_sample)
-            except IntegrityFailure as exc:  # this round's numbers are not a result, nor are the earlier ones
-                from .verify import failure_reason, with_integrity
+                    timed.append(rec)
+            stop = rounds_decision(timed)
+            for rec in timed:
+                if stop is not None or rounds_in(rec) >= rec.case.timing.rounds:
+                    why = stop or ("fixed" if _min_rounds(rec.case) >= rec.case.timing.rounds else "cap")
+                    end(rec.model_copy(update={"complete": True,
+                                               "timing": rec.timing.model_copy(update={"rounds_stop": why})}))
+                else:
+                    append_record(results, rec)
+                    pending[rec.case_id] = rec
 
-                check = with_integrity(first.correctness, exc.findings)
-                end(first.model_copy(update={"status": "failed", "timing": None, "metrics": None, "complete": True,
-                                             "correctness": check, "reason": f"round {this_round} of "
-                                             f"{case.timing.rounds}: {failure_reason(check)}"}))
-                continue
-            except Exception as exc:
-                end(first.model_copy(update={"status": "failed", "timing": None, "metrics": None, "complete": True,
-                                             "reason": f"round {this_round} of {case.timing.rounds}: "
-                                                       f"{type(exc).__name__}: {exc}"[:500],
-                                             "traceback": traceback.format_exc()[-4000:]}))
-                continue
-            round_ended(add_rounds(first, stats, health, seconds, case.timing.rounds))
+
+def _min_rounds(case: CaseSpec) -> int:
+    return min(case.timing.min_rounds, case.timing.rounds)
+
+
+def rounds_decision(records: list[CaseRecord]) -> Optional[str]:
+    """Whether a unit's cases (their records after this round; contenders timed together stop together,
+    so their rounds stay paired) have had rounds enough: "fixed" (min_rounds == rounds, reached), "cap",
+    "target" (each case's interval of its time or its work within ±round_target, and each head-to-head
+    ratio's within ±pair_target), or None: another round."""
+    from .pairing import case_is_sure, pair_interval, paired_rounds
+
+    if not records:
+        return None
+    opts = records[0].case.timing
+    done = min(rounds_in(r) for r in records)
+    if done < _min_rounds(records[0].case):
+        return None
+    if done >= opts.rounds:
+        return "fixed" if _min_rounds(records[0].case) >= opts.rounds else "cap"
+    if not all(case_is_sure(r.timing, r.case.timing.round_target) for r in records):
+        return None
+    for i, a in enumerate(records):
+        for b in records[i + 1:]:
+            interval = pair_interval(paired_rounds(a.timing, b.timing))
+            if interval is not None and interval.half_width > opts.pair_target:
+                return None
+    return "target"
+
+
+def _alone(runner: "CaseRunner", case: CaseSpec, first: Optional[CaseRecord], inflight: Path) -> CaseRecord:
+    """One round of a case timed on its own: its record after it (an ok one with `complete` False), or the
+    final record of a case that failed or could not run."""
+    this_round = rounds_in(first) + 1 if first is not None else 1
+    mark_inflight(inflight, case.case_id, f"round {this_round} of at most {case.timing.rounds}")
+    if first is None:
+        rec = runner.run(case)
+        return rec if rec.status != "ok" or rec.timing is None else rec.model_copy(update={"complete": False})
+    try:
+        stats, health, seconds = runner.again(case, first.timing.calls_per_sample)
+    except IntegrityFailure as exc:  # this round's numbers are not a result, nor are the earlier ones
+        from .verify import failure_reason, with_integrity
+
+        check = with_integrity(first.correctness, exc.findings)
+        return first.model_copy(update={"status": "failed", "timing": None, "metrics": None, "complete": True,
+                                        "correctness": check,
+                                        "reason": f"round {this_round} of {case.timing.rounds}: {failure_reason(check)}"})
+    except Exception as exc:
+        return first.model_copy(update={"status": "failed", "timing": None, "metrics": None, "complete": True,
+                                        "reason": f"round {this_round} of {case.timing.rounds}: "
+                                                  f"{type(exc).__name__}: {exc}"[:500],
+                                        "traceback": traceback.format_exc()[-4000:]})
+    return add_rounds(first, stats, health, seconds, case.timing.rounds).model_copy(update={"complete": False})
+
+
+def unit_order(units: list[list[CaseSpec]], load: Callable[[CaseSpec], Optional[float]]) -> list[list[CaseSpec]]:
+    """The order of a round's units (round_order over units): by their heaviest case, lightest first."""
+    if not units:
+        return []
+    firsts = {id(u): max(round_order(u, load), key=lambda c: (load(c) or 0.0, c.case_id)) for u in units}
+    order = round_order([firsts[id(u)] for u in units], load)
+    by_case = {firsts[id(u)].case_id: u for u in units}
+    return [by_case[c.case_id] for c in order]
 
 
 def _spec_of(case: CaseSpec):

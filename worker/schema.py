@@ -35,6 +35,13 @@ run's records: reruns use the worker the run started with):
      cool-down, before the power controller acts. RoundStats.timing_phases (where a round's timing went)
      and the integrity checks' results (Correctness.integrity, RoundStats.integrity_s). A record of an
      older version was settled.
+  9  Head-to-head and rounds until sure (issue 40). The contenders of a shape are timed interleaved in
+     each round (TimingOptions.head_to_head); RoundStats.pair_id names the interleaved timing a round
+     took part in, so rounds with one pair_id are pairs, sample by sample. RoundStats.sm_clock_stream_mhz:
+     the SM clock of the round's samples read in the stream (worker/streamclock.py), beside NVML's
+     sm_clock_mhz. TimingOptions.min_rounds and round_target / pair_target: a case gets rounds until its
+     interval is that narrow, between min_rounds and `rounds` (now the cap); Stats.rounds_stop says why
+     it stopped. A record of an older version was timed alone, in a fixed number of rounds.
 """
 from __future__ import annotations
 
@@ -44,7 +51,7 @@ from typing import Annotated, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-SCHEMA_VERSION = 8
+SCHEMA_VERSION = 9
 
 # hung: stopped at the case's own time limit (the host went on with its next case).
 Status = Literal["ok", "unsupported", "unavailable", "failed", "crashed", "hung"]
@@ -72,8 +79,17 @@ class TimingOptions(_Strict):
     # state, not in what the case before it left (worker/timing.py settle); 0 turns it off.
     settle_ms: float = Field(default=100.0, ge=0)
     # Independent timings of each case, spread over the sweep: a case's number is the median of its
-    # rounds, and how much rounds differ is what a comparison between runs is judged against.
+    # rounds, and how much rounds differ is what a comparison between runs is judged against. A case gets
+    # rounds until it is sure: at least `min_rounds`, then until its interval (of its time, or of its time
+    # x in-stream SM clock) is within ±round_target and each of its head-to-head ratios within
+    # ±pair_target, at most `rounds`. min_rounds == rounds: a fixed count.
     rounds: int = Field(default=3, ge=1, le=50)
+    min_rounds: int = Field(default=2, ge=1, le=50)
+    round_target: float = Field(default=0.01, gt=0, lt=1)
+    pair_target: float = Field(default=0.005, gt=0, lt=1)
+    # The contenders of a shape (the backends of a sweep on one GPU) timed interleaved in every round, in
+    # the same GPU state (worker/interleave.py); false: each case timed on its own.
+    head_to_head: bool = True
     # settled: sampled in the clock and power state the case's own load holds the GPU in (after settling);
     # burst: sampled right after `cooldown_ms` idle, before the power controller acts (~50 ms of load on
     # the H200), as FlashInfer's benchmarks cool the GPU between cases: the burst clock's number.
@@ -178,6 +194,12 @@ class RoundStats(_Strict):
     # What the integrity checks added (issue 31): of check_s and timing_s, all but the one call a result
     # check makes anyway (JIT builds and lazy set-up land in that call).
     integrity_s: Optional[float] = None
+    # Format >= 9. The SM clock the samples ran at, read in the timer's stream (cycles over nanoseconds per
+    # SM, worker/streamclock.py); NVML's sm_clock_mhz reads 10-25% high under the power cap.
+    sm_clock_stream_mhz: Optional[float] = None
+    # The interleaved timing this round took part in (worker/interleave.py): rounds of cases with the
+    # same pair_id were timed cycle by cycle together, their samples pair by position. None: timed alone.
+    pair_id: Optional[str] = None
 
 
 class Stats(_Strict):
@@ -200,6 +222,9 @@ class Stats(_Strict):
     settle_ms: Optional[float] = None  # GPU ms the case ran before its samples, all rounds (None: CPU)
     # mode cupti: the same graph's per-call time by event-timed replay, beside the kernel time (median)
     replay_median_us: Optional[float] = None
+    # Why the case got the rounds it got (format >= 9): "target" (its intervals narrow enough), "cap" (the
+    # `rounds` cap reached first), "fixed" (min_rounds == rounds). None: timed before rounds until sure.
+    rounds_stop: Optional[Literal["target", "cap", "fixed"]] = None
 
 
 class Correctness(_Strict):

@@ -200,7 +200,8 @@ def time_cuda(fn: Callable[[int], object], n_sets: int, opts: TimingOptions,
               settled: Optional[Callable[[], None]] = None,
               timed_once: Optional[Callable[[Callable[[], int]], None]] = None,
               load: Optional[Callable[[float], Optional[float]]] = None,
-              graph: Optional[TimedGraph] = None, keep: Optional[Callable[[TimedGraph], None]] = None) -> Stats:
+              graph: Optional[TimedGraph] = None, keep: Optional[Callable[[TimedGraph], None]] = None,
+              clock=None) -> Stats:
     """CUDA timing by graph replay or per-call events; `fn(i)` runs the kernel on input set i.
     `settled()` is called once the case has settled, just before its samples (health readings taken
     there judge the samples, not the settling, which may rightly lower the clock). `timed_once(run)` is
@@ -211,7 +212,8 @@ def time_cuda(fn: Callable[[int], object], n_sets: int, opts: TimingOptions,
     (None: unknown), which sets how long the case settles at least (module docstring).
     Graph modes: `graph`, a TimedGraph an earlier round of the case built, is replayed as it is (no
     warm-up, no capture: settling runs it into its steady state); otherwise one is built, and `keep(it)`
-    is told of it so a later round can replay it."""
+    is told of it so a later round can replay it. `clock` (a worker/streamclock.py StreamClock): the SM
+    clock of the samples' window, read in the stream, is left in `clock.window_mhz` (graph modes)."""
     import torch
 
     last_phases.clear()
@@ -249,7 +251,7 @@ def time_cuda(fn: Callable[[int], object], n_sets: int, opts: TimingOptions,
     else:
         share = load(graph.per_call_s * 1e6) if load is not None else None
         stats = _settle_and_sample(graph.replay_us, graph.calls, opts, settled, "cuda-graph",
-                                   settle_floor(opts.settle_ms, share))
+                                   settle_floor(opts.settle_ms, share), clock=clock)
     if opts.mode != "cupti":
         return stats
     return _kernel_time(graph.graph, graph.calls, opts, stats)
@@ -357,22 +359,42 @@ def settle_floor(settle_ms: float, load: Optional[float]) -> float:
 
 
 def _settle_and_sample(batch_us: Callable[[], float], calls: int, opts: TimingOptions,
-                       settled: Optional[Callable[[], None]], method: str, floor_ms: Optional[float] = None) -> Stats:
+                       settled: Optional[Callable[[], None]], method: str, floor_ms: Optional[float] = None,
+                       clock=None) -> Stats:
     """Settle (`settle`, at least `floor_ms`, default `settle_ms`), tell `settled`, then take samples
     (`batch_us()`: the per-call time of one timed batch of `calls` calls) until the interval is narrow
-    enough or the budget is spent. The settled tail (Settled) is the first of the samples."""
+    enough or the budget is spent. The settled tail (Settled) is the first of the samples. `clock`: a
+    StreamClock stamped before every batch and after the last; the samples' SM clock goes to its
+    `window_mhz`."""
     floor = opts.settle_ms if floor_ms is None else floor_ms
+    stamps: list[int] = []
+    if clock is not None:
+        clock.reset()
+        unstamped = batch_us
+
+        def batch_us() -> float:
+            stamps.append(clock.stamp())
+            return unstamped()
+
     t0 = time.perf_counter()
     done = _settle(batch_us, calls, floor, opts.settle_ms)
+    settle_end = len(stamps)
     if settled is not None:
         settled()
     started = done.tail_started if done.tail else time.perf_counter()
     last_phases["settle_s"] = started - t0
     samples = done.tail[-opts.max_samples:]
+    first_stamp = settle_end - len(samples)  # the stamp before the first sample's batch
     tail_ms = sum(samples) * calls / 1e3  # a tail beyond max_samples: its first batches count as settling
     while not _enough(samples, opts, started):
         samples.append(batch_us())
     last_phases["samples_s"] = time.perf_counter() - started
+    if clock is not None:
+        end = clock.stamp()
+        import torch
+
+        torch.cuda.synchronize()
+        clock.window_mhz = clock.mhz(stamps[first_stamp], end) if first_stamp < len(stamps) else None
     stats = summarize(samples, method=method, calls_per_sample=calls, l2=opts.l2)
     return stats.model_copy(update={"settle_ms": round(done.spent_ms - tail_ms, 1)})
 

@@ -1,0 +1,125 @@
+"""Pure statistics of paired timings and of a case's rounds: the head-to-head ratio of two cases timed
+interleaved (worker/interleave.py), its 95% interval, and when a case has had rounds enough. Shared by
+the worker (which stops a case's rounds on them) and the controller (which shows and judges them).
+Stdlib only.
+
+A head-to-head ratio B/A: every cycle of an interleaved timing gives one pair (A's and B's sample, taken
+within ~2 ms of each other in the same GPU state). Per round the estimate is the median of its pairs'
+log ratios; over rounds, their mean. Its standard error is the larger of two estimates: from how the
+rounds' estimates differ (t with R - 1 degrees of freedom: what moves from one round, one GPU state, to
+the next), and from the pairs' own scatter within the rounds (the median's standard error, normal):
+the first alone is unreliable with 2 rounds, the second alone blind to a state the rounds do not share.
+"""
+from __future__ import annotations
+
+import math
+import statistics
+from typing import NamedTuple, Optional
+
+MAD_SCALE = 1.4826  # MAD of a normal distribution -> its standard deviation
+MEDIAN_SE_FACTOR = math.sqrt(math.pi / 2)  # standard error of a median / that of a mean, normal data
+# Two-sided 95% Student t quantiles by degrees of freedom (beyond the table, the normal's 1.96).
+T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228,
+       12: 2.179, 15: 2.131, 20: 2.086, 30: 2.042, 50: 2.009}
+
+
+def t95(df: float) -> float:
+    """The two-sided 95% t quantile for `df` degrees of freedom (the next smaller tabulated df: conservative)."""
+    if df < 1:
+        return math.inf
+    return T95[max(d for d in T95 if d <= df)] if df <= 50 else 1.96
+
+
+class Interval(NamedTuple):
+    """A ratio and its 95% interval (ratios, not logs), from `rounds` rounds and `pairs` pairs in all."""
+
+    ratio: float
+    low: float
+    high: float
+    rounds: int
+    pairs: int
+
+    @property
+    def half_width(self) -> float:
+        """The interval's half-width relative to the ratio (log scale: symmetric)."""
+        return math.expm1((math.log(self.high) - math.log(self.low)) / 2)
+
+
+def round_slices(samples: list[float], counts: list[int]) -> list[list[float]]:
+    """A case's samples (every round's, in order) cut into its rounds' (`counts`: each round's n). Empty
+    when they do not add up (a record that kept no samples)."""
+    if sum(counts) != len(samples):
+        return []
+    out, at = [], 0
+    for n in counts:
+        out.append(samples[at:at + n])
+        at += n
+    return out
+
+
+def paired_rounds(a, b) -> list[list[float]]:
+    """log(B/A) of every pair, per round the two Stats were timed interleaved in (same pair_id, same n).
+    `a`, `b`: worker.schema.Stats."""
+    sa = round_slices(a.samples_us, [r.n for r in a.rounds])
+    sb = round_slices(b.samples_us, [r.n for r in b.rounds])
+    if not sa or not sb:
+        return []
+    b_by_pair = {r.pair_id: s for r, s in zip(b.rounds, sb) if r.pair_id}
+    out = []
+    for r, xs in zip(a.rounds, sa):
+        ys = b_by_pair.get(r.pair_id) if r.pair_id else None
+        if ys is None or len(ys) != len(xs):
+            continue
+        logs = [math.log(y / x) for x, y in zip(xs, ys) if x > 0 and y > 0]
+        if logs:
+            out.append(logs)
+    return out
+
+
+def _median_se(logs: list[float]) -> float:
+    med = statistics.median(logs)
+    mad = statistics.median(abs(x - med) for x in logs) * MAD_SCALE
+    return MEDIAN_SE_FACTOR * mad / math.sqrt(len(logs))
+
+
+def pair_interval(rounds: list[list[float]]) -> Optional[Interval]:
+    """B/A and its 95% interval from the log ratios of each round's pairs (module docstring); None
+    without a round of at least 3 pairs."""
+    rounds = [r for r in rounds if len(r) >= 3]
+    if not rounds:
+        return None
+    per_round = [statistics.median(r) for r in rounds]
+    point = statistics.fmean(per_round)
+    within = math.sqrt(sum(_median_se(r) ** 2 for r in rounds)) / len(rounds)
+    between = statistics.stdev(per_round) / math.sqrt(len(rounds)) if len(rounds) >= 2 else 0.0
+    half = t95(len(rounds) - 1) * between if between > within else 1.96 * within
+    return Interval(math.exp(point), math.exp(point - half), math.exp(point + half), len(rounds),
+                    sum(len(r) for r in rounds))
+
+
+def rounds_interval(values: list[float]) -> Optional[float]:
+    """The relative half-width of the 95% interval of a case's rounds (t on their logs); None below 2."""
+    if len(values) < 2 or min(values) <= 0:
+        return None
+    logs = [math.log(v) for v in values]
+    return math.expm1(t95(len(logs) - 1) * statistics.stdev(logs) / math.sqrt(len(logs)))
+
+
+def work_per_round(timing) -> list[float]:
+    """Each round's median time x its in-stream SM clock (µs x MHz = cycles per call); [] unless every
+    round has a clock read in the stream."""
+    clocks = [r.sm_clock_stream_mhz for r in timing.rounds]
+    if not timing.rounds or any(c is None or c <= 0 for c in clocks):
+        return []
+    return [r.median_us * c for r, c in zip(timing.rounds, clocks)]
+
+
+def case_is_sure(timing, target: float) -> bool:
+    """Whether a case's rounds know its time, or its work (time x in-stream clock), within ±target: a
+    power-capped GEMM's time moves with the clock the power controller holds in each round, its cycles
+    do not (docs/COMPARING.md)."""
+    for values in ([r.median_us for r in timing.rounds], work_per_round(timing)):
+        half = rounds_interval(values)
+        if half is not None and half <= target:
+            return True
+    return False
