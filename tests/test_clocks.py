@@ -137,3 +137,71 @@ def test_a_clock_left_locked_by_a_killed_supervisor_is_reset_by_the_next_sweep_o
     log = next(p for p in sorted((tmp_path / "runs").glob("*/hosts/local/attempt-1/log.txt"))
                if "was left locked" in p.read_text())
     assert "by a sweep that was killed" in log.read_text()
+
+
+# -- issue 41: a lock that cannot apply is said on the console and by `hosts --check` ----------------------
+def refusing_stand_in(tmp_path: Path, default: str = "1755") -> tuple[Path, Path]:
+    """A `nvidia-smi` that answers the default-clock query with `default` and refuses to lock, as it does
+    for a user who is not root."""
+    bindir, calls = tmp_path / "bin", tmp_path / "nvidia-smi.calls"
+    bindir.mkdir()
+    smi = bindir / "nvidia-smi"
+    smi.write_text(f"#!{sys.executable}\nimport sys\nopen({str(calls)!r}, 'a').write(' '.join(sys.argv[1:]) + '\\n')\n"
+                   "if any(a.startswith('--query-gpu=clocks.default_applications') for a in sys.argv):\n"
+                   f"    print({default!r})\n"
+                   "if any(a.startswith('--lock-gpu-clocks') for a in sys.argv):\n"
+                   "    print('Insufficient Permissions'); sys.exit(4)\n")
+    smi.chmod(0o755)
+    return bindir, calls
+
+
+def test_a_host_that_cannot_lock_its_clock_says_so_on_the_console(tmp_path):
+    bindir, calls = refusing_stand_in(tmp_path)
+    sweep = kernel_sweep(tmp_path, {}, rounds=1)
+    proc = cli("run", sweep, "-i", inventory(tmp_path, bindir, "lock"), "--runs-dir", tmp_path / "runs")
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err  # the cases ran, unlocked: the numbers are valid, the facts say so
+    assert "Traceback" not in err
+    said = [line for line in err.splitlines() if "clocks" in line]
+    assert said == [f"local: clocks: lock was asked, but the clock was not locked: nvidia-smi could not lock GPU "
+                    f"{FAKE_GPU} at 1755 MHz (Insufficient Permissions): not locked (locking needs root)"], err
+
+
+def test_a_cpu_host_asked_to_lock_says_there_is_nothing_to_lock(tmp_path):
+    inv = tmp_path / "hosts.yaml"
+    inv.write_text(json.dumps({"hosts": [{"name": "local", "transport": "local", "clocks": "lock",
+                                          "workdir": str(tmp_path / "work")}]}))
+    sweep = kernel_sweep(tmp_path, {}, rounds=1)
+    proc = cli("run", sweep, "-i", inv, "--runs-dir", tmp_path / "runs")
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err
+    assert [line for line in err.splitlines() if "clocks" in line] == [
+        "local: clocks: lock was asked, but the clock was not locked: lock was asked, but this host times on its "
+        "CPU: nothing to lock"], err
+
+
+@pytest.mark.parametrize("default, ready, said", [
+    ("1755", True, f"local: clocks: lock: can lock GPU {FAKE_GPU} at 1755 MHz"),
+    ("[N/A]", False, f"local: not ready (ok): clocks: lock cannot apply here: the default clock of GPU {FAKE_GPU} "
+                     "cannot be read, so it cannot be locked (sweeps run with the clock unlocked; set clocks: "
+                     "leave, or run the worker as root)"),
+])
+def test_hosts_check_says_whether_a_host_with_clocks_lock_can_lock(tmp_path, default, ready, said):
+    if os.geteuid() != 0 and ready:
+        pytest.skip("locking needs root: this test's user cannot")
+    bindir, calls = refusing_stand_in(tmp_path, default)
+    proc = cli("hosts", "-i", inventory(tmp_path, bindir, "lock"), "--check", "--format", "json")
+    out, err = proc.communicate(timeout=300)
+    assert "Traceback" not in err
+    assert said in err.splitlines(), err
+    assert (proc.returncode == 0) == ready, err
+    assert "--lock-gpu-clocks" not in calls.read_text() and "--reset-gpu-clocks" not in calls.read_text()  # nothing changed
+
+
+def test_the_lock_probe_names_root_when_the_worker_is_not_root(monkeypatch, tmp_path):
+    from worker import clocks
+
+    bindir, _ = refusing_stand_in(tmp_path)
+    monkeypatch.setenv("PATH", f"{bindir}:{os.environ['PATH']}")
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    assert clocks.lock_readiness([FAKE_GPU]) == (False, "locking needs root and the worker runs as uid 1000")

@@ -115,3 +115,41 @@ def locked_clocks(gpu: Optional[str], wanted: bool, say: Callable[[str], None],
             if rc == 0:
                 lock_record(gpu).unlink(missing_ok=True)
         signal.signal(signal.SIGTERM, previous)
+
+
+def visible_gpus() -> list[str]:
+    """The GPUs a sweep here would lock: CUDA_VISIBLE_DEVICES's entries, else every GPU nvidia-smi lists."""
+    visible = [g.strip() for g in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if g.strip()]
+    if visible:
+        return visible
+    rc, out = _smi(["--query-gpu=uuid", "--format=csv,noheader"])
+    return [line.strip() for line in out.splitlines() if line.strip()] if rc == 0 else []
+
+
+def lock_readiness(gpus: Optional[list[str]] = None) -> tuple[bool, str]:
+    """(can lock, why) for `clocks: lock` on this host, changing nothing: nvidia-smi answers, each GPU's
+    default applications clock (the one a sweep locks at) can be read, and the worker runs as root
+    (nvidia-smi refuses --lock-gpu-clocks to anyone else)."""
+    import shutil
+
+    if shutil.which(NVIDIA_SMI) is None:
+        return False, "nvidia-smi is not on PATH: no GPU clock to lock (a CPU host times unlocked)"
+    gpus = visible_gpus() if gpus is None else gpus
+    if not gpus:
+        return False, "nvidia-smi lists no GPU: no clock to lock"
+    clocks = {}
+    for gpu in gpus:
+        mhz = default_sm_clock(gpu)
+        if mhz is None:
+            return False, f"the default clock of GPU {gpu} cannot be read, so it cannot be locked"
+        clocks[gpu] = mhz
+    if hasattr(os, "geteuid") and os.geteuid() != 0:
+        return False, f"locking needs root and the worker runs as uid {os.geteuid()}"
+    return True, "can lock " + ", ".join(f"GPU {g} at {mhz} MHz" for g, mhz in clocks.items())
+
+
+if __name__ == "__main__":  # `python -m worker.clocks`: what `hosts --check` asks a host with clocks: lock
+    import json
+
+    can, why = lock_readiness()
+    print(json.dumps({"can_lock": can, "why": why}), flush=True)

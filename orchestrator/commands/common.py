@@ -130,6 +130,26 @@ def provision_hint(store, host: str) -> str:
     return f"fleetbench provision {where}-l {shlex.quote(host)}"
 
 
+def clocks_not_locked(store, slot) -> str:
+    """Why a slot whose host asks `clocks: lock` timed with its clock unlocked (as its log says), or ""
+    when it held it locked, was not asked to, or never started."""
+    host = store.manifest().stored_host(slot.host) or {}
+    if host.get("clocks") != "lock" or slot.facts is None or slot.facts.sm_clock_locked_mhz is not None:
+        return ""
+    for attempt in sorted(store.attempts(slot.slot), reverse=True):
+        log = store.attempt_dir(slot.slot, attempt) / "log.txt"
+        try:
+            said = [line.split("fleetbench: clocks: ", 1)[1].strip()
+                    for line in log.read_text(encoding="utf-8", errors="replace").splitlines()
+                    if "fleetbench: clocks: " in line]
+        except OSError:
+            continue
+        refused = [s for s in said if "not locked" in s or "nothing to lock" in s]
+        if refused:
+            return refused[-1]
+    return "its log gives no reason"
+
+
 def print_interrupted(store, fmt: str, io: Streams) -> int:
     """Ctrl-C: the hosts were stopped; show what finished (it is kept) and how to finish the rest."""
     from ..analysis.merge import merged_rows
@@ -177,6 +197,10 @@ def print_run(store, outcomes, fmt: str, io: Streams) -> int:
             if (slot.slot, problem) not in reported and not superseded:
                 failed = True
                 io.problem(f"{slot.slot}: {problem}")
+    for slot in slots:  # a setting that could not apply is said here, not only in the host's log
+        why = clocks_not_locked(store, slot)
+        if why:
+            io.problem(f"{slot.slot}: clocks: lock was asked, but the clock was not locked: {why}")
     for host in sorted({o.host for o in outcomes if CANNOT_START in o.error}):
         io.problem(f"install what {host} lacks with: {provision_hint(store, host)}")
     bad = collections.Counter(r.status for r in rows if r.status in BAD_CASE_STATUSES)

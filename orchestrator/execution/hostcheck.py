@@ -23,7 +23,7 @@ from ..launchers import job_name, launcher_for
 from .fanout import Running, fan_out
 from .remote import check_argv, lacks_files, layout_for, run_first, stop_remote, sync_script
 from ..planning.render import render_script, template_environment, write_script
-from ..transport import TransportError, make_transport
+from ..transport import TransportError, login_relative, make_transport
 
 CHECK_RUN_ID = "hostcheck"
 SKEW_FIELDS = ("gpu_name", "compute_capability", "driver", "cuda", "torch", "flashinfer", "sgl_kernel", "python")
@@ -64,6 +64,7 @@ def check_host(host: Host, bundle_path: Path, bundle_sha: str, script_dir: Path,
 
     result = None
     connected = False
+    clocks: Optional[tuple[bool, str]] = None  # clocks: lock: (can lock, why), asked where a job would run
     try:
         transport.connect()
         connected = True
@@ -78,6 +79,9 @@ def check_host(host: Host, bundle_path: Path, bundle_sha: str, script_dir: Path,
                                   on_line=lambda s, l: lines.append((s, l))),
             lambda r: lacks_files(r, hello_seen()),
             sync)
+        if host.clocks == "lock" and result.exit_code == 0 and not result.timed_out:
+            clocks = _lock_readiness(transport, host, launcher.argv(clocks_argv(host), name),
+                                     login_relative(layout.worker_dir))
     except TransportError as exc:
         return HostStatus(host.name, False, exc.outcome, str(exc))
     except Exception as exc:
@@ -104,7 +108,33 @@ def check_host(host: Host, bundle_path: Path, bundle_sha: str, script_dir: Path,
     if facts.get("gpu_processes"):
         problems.append(f"{facts['gpu_processes']} other processes on the GPU")
     notes = readiness_notes(facts) + ([note] if note else [])
+    if clocks is not None:
+        can, why = clocks
+        facts["clocks_lock"] = why if can else f"cannot: {why}"
+        if can:
+            notes.append(f"clocks: lock: {why}")
+        else:
+            problems.append(f"clocks: lock cannot apply here: {why} (sweeps run with the clock unlocked; "
+                            "set clocks: leave, or run the worker as root)")
     return HostStatus(host.name, not problems, "ok", "; ".join(problems), facts, notes)
+
+
+def clocks_argv(host: Host) -> list[str]:
+    """The probe of `clocks: lock` (worker/clocks.py lock_readiness): it changes no clock."""
+    return [host.python, "-m", "worker.clocks"]
+
+
+def _lock_readiness(transport, host: Host, argv: list[str], worker_dir: str) -> tuple[bool, str]:
+    """(can lock, why) from the worker the check just left on the host (its folder on PYTHONPATH)."""
+    lines: list[str] = []
+    result = transport.run(argv, env={**host.env, "PYTHONPATH": worker_dir}, timeout=CHECK_TIMEOUT_S,
+                           on_line=lambda s, l: lines.append(l))
+    answer = next((l for l in reversed(lines) if l.startswith("{")), "")
+    try:
+        said = json.loads(answer)
+        return bool(said["can_lock"]), str(said["why"])
+    except (ValueError, KeyError, TypeError):
+        return False, f"the clock probe gave no answer (exit status {result.exit_code}: {(lines or [''])[-1][:200]})"
 
 
 def readiness_notes(facts: dict) -> list[str]:
