@@ -208,6 +208,25 @@ def _wait(child: subprocess.Popen, watch: _Watch, case_timeout_s: float, build_t
         return None, why
 
 
+def _keep_finished_rounds(results_path: Path, kept) -> None:
+    """After the crashed (or hung) record of a case that had finished rounds, its rounds so far again, as
+    its last line: within an attempt a case's last line says where it stands, so the case reads
+    `incomplete` with those rounds and `rerun --failed` times only the rounds it lacks (the crash stays
+    in the file, the log and the console). The fresh child leaves it alone: the crashed line counts it done."""
+    if kept is not None:
+        from .runner import append_record
+
+        append_record(results_path, kept)
+        print(f"fleetbench: case {kept.case_id} keeps its {_rounds(kept)} finished round(s); "
+              "`rerun --failed` times the rest", file=sys.stderr, flush=True)
+
+
+def _rounds(record) -> int:
+    from .rounds import rounds_in
+
+    return rounds_in(record)
+
+
 def _supervise_cases(params_path: Path, results_path: Path, n_cases: int, limits: tuple[float, float]) -> int:
     import threading
 
@@ -246,7 +265,7 @@ def _supervise_cases(params_path: Path, results_path: Path, n_cases: int, limits
                 return 0
             if code == EXIT_CANNOT_START:  # it said why on stderr; a fresh child would fail the same way
                 return EXIT_CANNOT_START
-            from .runner import append_record, crashed_record, find_case, load_params
+            from .runner import append_record, crashed_record, find_case, load_params, partial_records
 
             params = params or load_params(params_path)
             if code == 0 and all(c.case_id in done for c in params.cases):
@@ -258,14 +277,18 @@ def _supervise_cases(params_path: Path, results_path: Path, n_cases: int, limits
                     print(f"fleetbench: the worker hung while {what}: {hung}; stopped", file=sys.stderr, flush=True)
                     return EXIT_INCOMPLETE
                 if case.case_id not in done:
+                    kept = partial_records(results_path).get(case.case_id)
                     append_record(results_path, crashed_record(case, f"hung: {hung} ({what}); stopped, and the "
                                                                      "host went on with its next case", status="hung"))
+                    _keep_finished_rounds(results_path, kept)
                 print(f"fleetbench: case {case.case_id} ({case.backend} {case.m}x{case.n}x{case.k}) hung: {hung} "
                       f"({what}); stopped", file=sys.stderr, flush=True)
                 continue  # a hang is the case's, not the worker's: no restart is counted
             how = _describe_exit(code)
             if case is not None and case.case_id not in done:
+                kept = partial_records(results_path).get(case.case_id)
                 append_record(results_path, crashed_record(case, f"worker process {how} during this case ({what})"))
+                _keep_finished_rounds(results_path, kept)
                 done.add(case.case_id)
                 print(f"fleetbench: worker {how} in case {case.case_id} ({case.backend} "
                       f"{case.m}x{case.n}x{case.k}); recorded as crashed", file=sys.stderr, flush=True)
