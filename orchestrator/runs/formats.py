@@ -25,6 +25,10 @@ Manifest history (MANIFEST_VERSION, runs/<id>/manifest.json):
      had no case limit, and its worker rejects the fields.
   8  the cases' timing options have `state` (settled | burst) and `cooldown_ms`; otherwise the shape of
      format 7. A run of an older format was settled, and its worker rejects the fields.
+  9  the cases' timing options have `min_rounds`, `round_target`, `pair_target` and `head_to_head`
+     (rounds until sure, contenders timed interleaved: worker/schema.py format 9); otherwise the shape
+     of format 8. A case of an older format was timed alone in a fixed number of rounds
+     (head_to_head false, min_rounds = rounds), and its worker rejects the fields.
 Record history (results.jsonl): see SCHEMA_VERSION in worker/schema.py; upgraded here by `upgrade_record`.
 """
 from __future__ import annotations
@@ -39,7 +43,7 @@ from worker.schema import IDENTITY_FIELDS, SCHEMA_VERSION, identity_hash
 
 from ..errors import InputError
 
-MANIFEST_VERSION = 8
+MANIFEST_VERSION = 9
 # A CaseSpec's fields before format 2, with the defaults fleetbench 0.1.0 filled in.
 _CASE_DEFAULTS = {"workload": "gemm", "label": "", "out_dtype": "bfloat16", "seed": 0}
 
@@ -102,6 +106,15 @@ _timed_once = _timing_then("rounds", 1)  # before format 3 every case was timed 
 _not_settled = _timing_then("settle_ms", 0.0)  # before format 6 no timing settled
 
 
+def _timed_alone(case: dict) -> dict:
+    """Before format 9 a case was timed on its own, in exactly its `rounds` rounds."""
+    timing = case.get("timing")
+    if not isinstance(timing, dict):
+        return case
+    fixed = {"head_to_head": False, "min_rounds": timing.get("rounds", 1)}
+    return dict(case, timing={**fixed, **timing})
+
+
 def _record_case_step(version: int, fix: Callable[[dict], dict]) -> Callable[[dict], dict]:
     """An upgrade step to `version` + 1 that fixes the case of each case record."""
     def step(obj: dict) -> dict:
@@ -120,7 +133,7 @@ def _same_shape(version: int) -> Callable[[dict], dict]:
 _RECORD_UPGRADES: dict[int, Callable[[dict], dict]] = {1: _record_1_to_2, 2: _record_case_step(2, _timed_once),
                                                        3: _same_shape(3), 4: _same_shape(4),
                                                        5: _record_case_step(5, _not_settled), 6: _same_shape(6),
-                                                       7: _same_shape(7), 8: _same_shape(8)}
+                                                       7: _same_shape(7), 8: _record_case_step(8, _timed_alone)}
 
 
 def upgrade_record(obj: dict) -> dict:
@@ -225,7 +238,9 @@ _MANIFEST_UPGRADES: dict[int, Callable[[dict], dict]] = {
     4: lambda data: dict(data, manifest_version=5, worker={**data["worker"], "calibration": "off"}),
     5: lambda data: dict(data, manifest_version=6,
                          cases={cid: _not_settled(case) for cid, case in data["cases"].items()}),
-    6: lambda data: dict(data, manifest_version=7), 7: lambda data: dict(data, manifest_version=8)}
+    6: lambda data: dict(data, manifest_version=7), 7: lambda data: dict(data, manifest_version=8),
+    8: lambda data: dict(data, manifest_version=9,
+                         cases={cid: _timed_alone(case) for cid, case in data["cases"].items()})}
 
 
 def upgrade_manifest(data: dict, where: str) -> dict:
@@ -260,6 +275,9 @@ def params_for_worker(params: dict, manifest_version: int) -> dict:
         params = {f: v for f, v in params.items() if f != "calibration"}
     cases = []
     for case in params["cases"]:
+        if manifest_version < 9:
+            case = dict(case, timing={k: v for k, v in case["timing"].items()
+                                      if k not in ("min_rounds", "round_target", "pair_target", "head_to_head")})
         if manifest_version < 8:
             case = dict(case, timing={k: v for k, v in case["timing"].items() if k not in ("state", "cooldown_ms")})
         if manifest_version < 6:
