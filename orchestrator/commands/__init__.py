@@ -3,5 +3,5 @@ which returns the exit code). orchestrator/cli.py assembles them and is the one 
 from __future__ import annotations
 
 # The order `fleetbench --help` lists them in.
-NAMES = ("init", "run", "render", "show", "runs", "rerun", "diff", "profile", "crosscheck", "report", "history", "hosts", "prune",
-         "provision")
+NAMES = ("init", "run", "render", "show", "runs", "rerun", "diff", "versus", "profile", "crosscheck", "report", "history",
+         "hosts", "prune", "provision")

@@ -124,12 +124,17 @@ def _pivot_cell(row: Optional[Row], speedup: Optional[float], best: bool = False
     return text
 
 
-def pivot_document(rows: list[Row], baseline: Optional[str] = None, per_host: bool = False) -> Document:
-    """Per shape, each backend's median latency and TFLOPS (and speedup over `baseline`) side by side,
-    the fastest correct one marked BEST; by default one line per shape for the whole fleet (the median
-    over hosts), with per_host one per host. A cell that did not run is marked `*` and explained under
-    the table; a backend that ran nowhere is one note instead of a column."""
+def pivot_document(rows: list[Row], baseline: Optional[str] = None, per_host: bool = False,
+                   pairs=None) -> Document:
+    """Per shape, each backend's median latency and TFLOPS (and speedup over `baseline`) side by side; by
+    default one line per shape for the whole fleet (the median over hosts), with per_host one per host.
+    BEST marks the fastest correct backend only where the intervals say it is faster than every other
+    (analysis/headtohead.py pivot_best): the paired intervals of backends timed together (`pairs`, a
+    headtohead.PairIndex of the rows' slots), else each case's own interval on every host. A cell that
+    did not run is marked `*` and explained under the table; a backend that ran nowhere is one note
+    instead of a column."""
     from ..errors import InputError
+    from ..analysis.headtohead import PairIndex, pivot_best
     from ..analysis.merge import fleet_rows, pivot_by_backend
     from ..analysis.moe_blocks import block_comparisons
 
@@ -152,25 +157,38 @@ def pivot_document(rows: list[Row], baseline: Optional[str] = None, per_host: bo
             if baseline:
                 rec[f"{b}.speedup_vs_{baseline}"] = p.speedup(b, baseline)
         records.append(rec)
-    def fastest(p) -> Optional[str]:
-        ok = [(c.median_us, b) for b, c in p.cells.items() if c.status == "ok" and c.median_us and c.verdict != "fail"]
-        return min(ok)[1] if len(ok) > 1 else None
+    pairs = pairs if pairs is not None else PairIndex()
+    per_slot: dict[tuple, dict[str, dict[str, Row]]] = {}  # the rows of each pivot row, host by host
+    for r in rows:
+        key = (r.slot if per_host else "", r.label, r.m, r.n, r.k, r.kernel == "fused")
+        per_slot.setdefault(key, {}).setdefault(r.slot, {})[r.backend] = r
+
+    def best_of(p) -> tuple[Optional[str], Optional[str]]:
+        shape = (p.label, p.m, p.n, p.k)
+        slots = per_slot.get((p.slot if per_host else "", *shape, p.block), {})
+        if per_host:
+            return pivot_best(p.cells, list(slots.values()), lambda x, y: pairs.between(p.slot, shape, x, y))
+        return pivot_best(p.cells, list(slots.values()), lambda x, y: pairs.fleet(shape, x, y))
 
     body = []
     for p in pivot:
-        best = fastest(p)
+        best, basis = best_of(p)
         body.append([p.slot, p.label + (" [fused MoE block]" if p.block else ""), str(p.m), str(p.n), str(p.k),
                      *[_pivot_cell(p.cells.get(b), p.speedup(b, baseline) if baseline else None, b == best)
                        for b in backends]])
         records[len(body) - 1]["best"] = best
+        records[len(body) - 1]["best_by"] = basis
     notes = sorted({f"{r.backend}: {_SHORT.get(r.status, r.status)}* = {r.reason}" for r in rows
                     if r.status != "ok" and r.reason})
     # A fused MoE block is compared with its two projections, never with one GEMM (analysis/moe_blocks.py).
     notes += [c.text() for c in block_comparisons(rows if per_host else fleet_rows(rows))]
     notes += [f"{b}: {status} on every host and shape ({reason}); not shown" for b, status, reason in
               sorted({(b, s, why) for b, s, why in nowhere})]
-    legend = ("cells: median latency, TFLOPS, BEST = the fastest correct backend of the row" + (", % of speed of light" if any(r.pct_sol is not None for r in rows) else "") + (f", speedup over {baseline} (×>1: faster)" if baseline else "")
-              + "; WRONG = failed the correctness check")
+    legend = ("cells: median latency, TFLOPS"
+              + (", % of speed of light" if any(r.pct_sol is not None for r in rows) else "")
+              + (f", speedup over {baseline} (×>1: faster)" if baseline else "")
+              + "; BEST = faster than every other correct backend of the row by the 95% intervals (paired where "
+                "timed together), none where too close to call; WRONG = failed the correctness check")
     section = Section(["host", "label", "M", "N", "K", *backends], body, caption=legend, right=("M", "N", "K"),
                       optional=("label",), last_resort=("host", *backends[:0:-1]))
     return Document([section], data=records, records=records, notes=notes, kind="pivot")
