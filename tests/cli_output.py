@@ -1,4 +1,5 @@
-"""Reading fleetbench's JSON output in tests: every JSON output is an envelope (orchestrator/views/output.py)."""
+"""Reading fleetbench's output in tests: every JSON output is an envelope (orchestrator/views/output.py);
+Markdown tables are read by their header."""
 from __future__ import annotations
 
 import json
@@ -12,3 +13,16 @@ def cli_json(text: str):
     doc = json.loads(text)
     assert isinstance(doc, dict) and doc.get("format") == JSON_FORMAT and doc.get("kind"), str(doc)[:200]
     return doc["items"] if "items" in doc else doc
+
+
+def md_rows(text: str, first_header: str) -> list[dict]:
+    """The rows of the Markdown table whose header starts with `first_header`, as header -> cell."""
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(f"| {first_header} |"))
+    headers = [h.strip() for h in lines[start].strip("|").split("|")]
+    rows = []
+    for line in lines[start + 2:]:
+        if not line.startswith("|"):
+            break
+        rows.append(dict(zip(headers, (c.strip() for c in line.strip("|").split("|")))))
+    return rows

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.cli import main
-from test_compare import make_run
+from support.syntheticruns import make_run
 
 
 def one_error(capsys) -> str:

@@ -15,7 +15,7 @@ import yaml
 from orchestrator.cli import main
 from orchestrator.runs.index import INDEX_NAME, RunIndex
 from orchestrator.analysis.steps import detect_steps
-from test_compare import make_run
+from support.syntheticruns import make_run
 from cli_output import cli_json
 
 REPO = Path(__file__).resolve().parent.parent

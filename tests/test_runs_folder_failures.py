@@ -17,7 +17,7 @@ import pytest
 from orchestrator.cli import main
 from orchestrator.runs import atomicfile
 from orchestrator.execution import demux as demux_module
-from test_compare import make_run
+from support.syntheticruns import make_run
 from cli_output import cli_json
 from worker.schema import SCHEMA_VERSION
 

@@ -13,7 +13,7 @@ import pytest
 
 from orchestrator.views.output import Document, write
 from orchestrator.runs.store import RunStore
-from test_compare import make_run
+from support.syntheticruns import make_run
 
 WIDTHS = range(60, 201)
 V3 = "runs-v3/20261203-094347-smoke-636e"
@@ -159,7 +159,7 @@ def test_cpu_rows_give_tflops_and_microseconds_with_meaningful_digits(stored_run
     from orchestrator.cli import main
     from orchestrator.analysis.merge import merged_rows
     from orchestrator.views.tables import significant
-    from test_compare import md_rows
+    from cli_output import md_rows
 
     run = stored_runs / V4
     main(["show", str(run), "--format", "md"])
