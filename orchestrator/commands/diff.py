@@ -10,7 +10,9 @@ HELP = "compare two runs or hosts with statistics, or hosts against the fleet"
 EPILOG = ("A and B: RUN, RUN:host or RUN:host:gpu. Cases match by what they measure, whatever the timing "
           "settings (those that differ are listed). Exit 1 when B is confirmed SLOWER than A in any case "
           "(for CI gates); UNSTABLE rows (too noisy, tainted, a busy CPU) exit 0, and a run against itself is SAME; "
-          "exit 2 when the two sides share no case.")
+          "exit 2 when the two sides share no case. --across-hosts estimates each host's effect over all its "
+          "cases and names a host whose interval lies beyond the threshold (on stderr too); it exits 0 "
+          "whatever it names, as it does for outliers.")
 
 
 def declare(p):
@@ -28,8 +30,23 @@ def declare(p):
 
 
 
+def with_host_effects(document, effects):
+    """The fleet document with each host's effect first (its table, or the line saying there is nothing
+    to estimate) and under `host_effects` in its JSON."""
+    from ..views.hosts import host_effect_section, nothing_text
+
+    if effects.nothing:
+        document.notes.insert(0, nothing_text(effects))
+    else:
+        document.sections.insert(0, host_effect_section(effects))
+    document.data["host_effects"] = effects.as_dict()
+    return document
+
+
 def run(args, io: Streams) -> int:
     from ..analysis.diff import across_hosts, compare_sides, resolve_side
+    from ..analysis.hosteffect import host_effects
+    from ..views.hosts import named_line
     from ..views.output import write
     from ..views.tables import comparison_document, comparison_summary, fleet_document, interval_text, ratio_text
 
@@ -39,10 +56,13 @@ def run(args, io: Streams) -> int:
         if args.b:
             raise InputError("--across-hosts compares the hosts of one run: give one RUN")
         report = across_hosts(side_a, threshold)
-        document = fleet_document(report)
+        effects = host_effects(side_a, threshold)
+        document = with_host_effects(fleet_document(report), effects)
         # --profile's JSON holds this and the counter diffs, its CSV the counter diffs alone
         if not (args.profile and args.format in ("json", "csv")):
             io.write(write(document, args.format, io.width()))
+        for h in effects.named:
+            io.problem(named_line(h))
         for s, h in report.hosts.items():
             if h["outlier"]:
                 io.problem(f"{s}: outlier in {h['flagged']} of {h['cases']} cases")

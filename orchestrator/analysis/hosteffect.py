@@ -1,0 +1,292 @@
+"""Each host's effect over all the cases it ran: is this GPU slower across the board, and by how much?
+
+A per-case score (diff.across_hosts) misses a GPU 2% slower everywhere: no single case stands out of its
+noise. Over all of a host's cases the same 2% is plain. For each ok case that enough hosts ran (at least
+3 when the fleet has 3 or more hosts, else 2), on log medians:
+
+  d_hc = log(x_hc) - ref_hc     ref_hc = median over the other hosts h' that ran c of (log(x_h'c) - a_h')
+  a_h  = mean over the host's cases of d_hc   (the host's effect; a_h' the other hosts' own effects)
+
+The effect is found by alternating the two lines (a median polish, each host's effect taken out of the
+others' references) until it holds still, then centred so that the fleet's median host has effect 0.
+Why not the plain d_hc = log(x_hc) - median over all hosts: in a fleet of 3 that median is pulled toward
+the slow host by its own value (the larger of the other two), so a host 2% slower reads about 1.7%,
+and its interval, narrower than that bias over 12 cases or more, misses the 2% it is meant to hold
+(simulated: it holds 1.02 in 74% of 12-case fleets and 25% of 40-case ones; this estimate in 91% and
+92%). Taking each host's effect out of the references also means one slow host never pulls the others:
+their references are the slow host's times with its effect taken out.
+
+The effect is reported as a ratio exp(a_h) with a 95% interval by t over its cases (df = cases - 1,
+worker/pairing.t95), from the spread of its d_hc. A host is named (SLOWER or FASTER) when that interval
+lies wholly beyond ±threshold, as diff.classify_log judges a case; the others are SAME or AMBIGUOUS.
+
+The split, as for a case: the same estimate on the work (median_us x the SM clock read in the stream =
+cycles per call, worker/pairing.work_per_round; only records whose every round has that clock), and the
+clock: the host's median in-stream MHz over its cases' rounds against the fleet's median of those
+(clock_factor = fleet MHz / host MHz, the time the clock alone costs: > 1 when the host's clock is lower).
+effect ~ clock_factor x work. A host whose GPU runs slower is named slower all the same; the split and the
+causes only say why.
+
+Causes are codes with facts (never sentences; views word them): the clock in the stream lower (both MHz),
+NVML's clock lower, a warmer GPU, throttle reasons seen, power readings apart from the fleet's, rounds
+timed tainted, the SM clock locked differently, other processes on the GPU, host facts that differ from the
+fleet's majority, and the GPU's calibration below the fleet median of its model (diff.calibration_deviations).
+"""
+from __future__ import annotations
+
+import math
+import statistics
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from typing import Optional
+
+import numpy as np
+from worker.pairing import t95, work_per_round
+from worker.schema import CaseRecord
+
+from .diff import CLOCK_SHARE_OF_EFFECT, Side, calibration_deviations, classify_log
+
+# Host facts that may explain a host apart from its fleet (FactsRecord fields).
+FACT_CAUSES = ("gpu_name", "driver", "cuda", "torch", "flashinfer", "sgl_kernel", "triton")
+CLOCK_LOWER = 0.01  # a clock this much below the fleet's is a cause whatever the effect
+TEMPERATURE_HIGHER_C = 5.0  # a GPU this much warmer than the fleet's median
+POWER_APART = 0.05  # power readings this far (either way) from the fleet's median
+POLISH_ROUNDS = 200  # the alternation settles in tens; medians may flip between two values: then it stops here
+POLISH_TOLERANCE = 1e-10  # in log: far below any effect worth a digit
+MIN_CASES = 2  # an interval by t needs 2 cases at least
+
+
+@dataclass
+class Estimate:
+    """A host's ratio against the fleet and its 95% interval, over `cases` cases."""
+
+    ratio: float
+    low: float
+    high: float
+    cases: int
+
+
+@dataclass
+class HostEffect:
+    slot: str
+    cases: int  # cases of the estimate (ok, and run by enough hosts)
+    effect: Optional[Estimate]  # None: fewer than MIN_CASES cases
+    verdict: Optional[str]  # SLOWER FASTER (named), SAME, AMBIGUOUS; None without an effect
+    work: Optional[Estimate] = None  # cycles per call against the fleet (in-stream clock on every round)
+    clock_mhz: Optional[float] = None  # median in-stream SM clock over its cases' rounds
+    fleet_clock_mhz: Optional[float] = None  # median of the hosts' clock_mhz
+    clock_factor: Optional[float] = None  # fleet_clock_mhz / clock_mhz: the time the clock costs (> 1: slower)
+    causes: list[dict] = field(default_factory=list)  # {"code": ..., facts}
+
+    @property
+    def named(self) -> bool:
+        return self.verdict in ("SLOWER", "FASTER")
+
+    def as_dict(self) -> dict:
+        return {**asdict(self), "named": self.named}
+
+
+@dataclass
+class HostEffects:
+    threshold: float
+    min_hosts: int  # hosts a case needs to count (3 in a fleet of 3 or more, else 2)
+    fleet_hosts: int  # hosts with at least one ok case
+    cases: int  # cases that count
+    hosts: list[HostEffect] = field(default_factory=list)
+    # Why nothing could be estimated: "hosts" (fewer than 2 hosts ran ok cases) or "cases" (no host has
+    # 2 cases that enough hosts ran); None when there are effects
+    nothing: Optional[str] = None
+
+    @property
+    def named(self) -> list[HostEffect]:
+        return [h for h in self.hosts if h.named]
+
+    def as_dict(self) -> dict:
+        return {"threshold": self.threshold, "min_hosts": self.min_hosts, "fleet_hosts": self.fleet_hosts,
+                "cases": self.cases, "nothing": self.nothing, "hosts": [h.as_dict() for h in self.hosts]}
+
+
+def _median(values) -> Optional[float]:
+    values = [v for v in values if v is not None]
+    return float(statistics.median(values)) if values else None
+
+
+def _ok(rec: CaseRecord) -> bool:
+    return rec.status == "ok" and rec.timing is not None and rec.timing.median_us > 0
+
+
+def _record_work(rec: CaseRecord) -> Optional[float]:
+    work = work_per_round(rec.timing)
+    return statistics.median(work) if work else None
+
+
+def polish(table: dict[str, dict[str, float]], min_hosts: int) -> dict[str, list[float]]:
+    """Per host, its d_hc over the cases of `table` (case -> host -> log value) that at least `min_hosts`
+    hosts have, with every host's effect taken out of the references (module docstring).
+
+    Each step moves the effects halfway to what the references they give imply: undamped, two hosts
+    would swap their difference back and forth for ever."""
+    rows = [row for row in table.values() if len(row) >= min_hosts]
+    hosts = sorted({h for row in rows for h in row})
+    if not rows:
+        return {}
+    x = np.array([[row.get(h, np.nan) for h in hosts] for row in rows])
+    others = [np.delete(np.arange(len(hosts)), i) for i in range(len(hosts))]
+    effect = np.zeros(len(hosts))
+
+    def deviations(effect: np.ndarray) -> np.ndarray:
+        y = x - effect
+        refs = np.column_stack([np.nanmedian(y[:, o], axis=1) for o in others])
+        return x - refs  # NaN where the host did not run the case
+
+    for _ in range(POLISH_ROUNDS):
+        means = np.nanmean(deviations(effect), axis=0)
+        new = (effect + means - np.median(means)) / 2
+        settled = np.max(np.abs(new - effect)) < POLISH_TOLERANCE
+        effect = new
+        if settled:
+            break
+    d = deviations(effect)
+    d -= np.median(np.nanmean(d, axis=0))
+    return {h: [float(v) for v in d[:, i] if not np.isnan(v)] for i, h in enumerate(hosts)}
+
+
+def estimate(ds: list[float]) -> Optional[Estimate]:
+    """exp(mean d) and its 95% interval by t over the cases; None below MIN_CASES."""
+    if len(ds) < MIN_CASES:
+        return None
+    mean = statistics.fmean(ds)
+    half = t95(len(ds) - 1) * statistics.stdev(ds) / math.sqrt(len(ds))
+    return Estimate(math.exp(mean), math.exp(mean - half), math.exp(mean + half), len(ds))
+
+
+def host_effects(side: Side, threshold: float) -> HostEffects:
+    """Each host's effect over its cases against the fleet, its split into clock and work, its verdict
+    against ±threshold and its likely causes (module docstring)."""
+    by_case: dict[str, dict[str, CaseRecord]] = {}
+    for s in side.slots:
+        for cid, (_, rec) in s.records.items():
+            if _ok(rec):
+                by_case.setdefault(cid, {})[s.slot] = rec
+    fleet = sorted({h for row in by_case.values() for h in row})
+    min_hosts = 3 if len(fleet) >= 3 else 2
+    used = {c: row for c, row in by_case.items() if len(row) >= min_hosts}
+    out = HostEffects(threshold=threshold, min_hosts=min_hosts, fleet_hosts=len(fleet), cases=len(used))
+    if len(fleet) < 2:
+        out.nothing = "hosts"
+        return out
+    times = polish({c: {h: math.log(r.timing.median_us) for h, r in row.items()} for c, row in used.items()},
+                   min_hosts)
+    works = polish({c: {h: math.log(w) for h, r in row.items() if (w := _record_work(r))} for c, row in used.items()},
+                   min_hosts)
+    rows = {h: HostEffect(slot=h, cases=len(times.get(h, [])), effect=estimate(times.get(h, [])), verdict=None,
+                         work=estimate(works.get(h, []))) for h in fleet}
+    for h in rows.values():
+        if h.effect is not None:
+            h.verdict = classify_log(math.log(h.effect.low), math.log(h.effect.high), threshold)
+    if not any(h.effect for h in rows.values()):
+        out.nothing = "cases"
+    _split_clock(rows, used)
+    _find_causes(rows, used, side, threshold)
+    out.hosts = list(rows.values())
+    return out
+
+
+def _rounds_of(used: dict[str, dict[str, CaseRecord]], host: str):
+    return [r for row in used.values() if host in row for r in row[host].timing.rounds]
+
+
+def _split_clock(rows: dict[str, HostEffect], used) -> None:
+    for h in rows.values():
+        h.clock_mhz = _median(r.sm_clock_stream_mhz for r in _rounds_of(used, h.slot))
+    fleet = _median(h.clock_mhz for h in rows.values())
+    for h in rows.values():
+        if h.clock_mhz and fleet:
+            h.fleet_clock_mhz = fleet
+            h.clock_factor = fleet / h.clock_mhz
+
+
+NO_MAJORITY = object()  # no value is held by more than half of the hosts (None may be one: "not installed")
+
+
+def _majority(values: list):
+    """The value more than half of the hosts have (None included), or NO_MAJORITY."""
+    if not values:
+        return NO_MAJORITY
+    value, n = Counter(values).most_common(1)[0]
+    return value if n * 2 > len(values) else NO_MAJORITY
+
+
+def _find_causes(rows: dict[str, HostEffect], used, side: Side, threshold: float) -> None:
+    env = {h: _environment(_rounds_of(used, h), [r for row in used.values() if h in row for r in [row[h]]])
+           for h in rows}
+    fleet_env = {k: _median(e[k] for e in env.values()) for k in ("nvml_mhz", "temperature_c", "power_w")}
+    facts = {s.slot: s.facts for s in side.slots if s.slot in rows and s.facts is not None}
+    majority = {f: _majority([getattr(x, f) for x in facts.values()]) for f in (*FACT_CAUSES, "sm_clock_locked_mhz")}
+    slow_gpus = {}
+    for c in calibration_deviations(side, threshold):
+        if c["flagged"]:
+            slow_gpus.setdefault(c["slot"], []).append(c)
+    for h in rows.values():
+        e = env[h.slot]
+        h.causes = [*_clock_causes(h, e, fleet_env), *_environment_causes(e, fleet_env),
+                    *_fact_causes(facts.get(h.slot), majority),
+                    *({"code": "calibration", "peak": c["peak"], "value": c["value"], "fleet_median": c["fleet_median"],
+                       "ratio": c["ratio"], "gpu_name": c["gpu_name"]} for c in slow_gpus.get(h.slot, []))]
+
+
+def _environment(rounds, records: list[CaseRecord]) -> dict:
+    snapshots = [s for r in records if r.health for s in (r.health.before, r.health.after)]
+    return {"nvml_mhz": _median(r.sm_clock_mhz for r in rounds),
+            "temperature_c": _median(r.temperature_c for r in rounds),
+            "power_w": _median(s.power_w for s in snapshots),
+            "throttle": sorted({t for r in rounds for t in r.throttle_reasons}
+                               | {t for s in snapshots for t in s.throttle_reasons}),
+            "throttled_rounds": sum(bool(r.throttle_reasons) for r in rounds),
+            "tainted": sum(bool(r.health and r.health.tainted) for r in records),
+            "processes": max((r.gpu_processes or 0 for r in rounds), default=0),
+            "busy_rounds": sum(bool(r.gpu_processes) for r in rounds)}
+
+
+def _clock_causes(h: HostEffect, e: dict, fleet: dict) -> list[dict]:
+    out = []
+    if h.clock_factor and h.clock_factor > 1:
+        share = h.effect is not None and h.effect.ratio > 1 and \
+            math.log(h.clock_factor) >= CLOCK_SHARE_OF_EFFECT * math.log(h.effect.ratio)
+        if h.clock_factor - 1 >= CLOCK_LOWER or (share and h.verdict == "SLOWER"):
+            out.append({"code": "clock-lower", "mhz": h.clock_mhz, "fleet_mhz": h.fleet_clock_mhz,
+                        "factor": h.clock_factor})
+    if e["nvml_mhz"] and fleet["nvml_mhz"] and e["nvml_mhz"] < fleet["nvml_mhz"] * (1 - CLOCK_LOWER):
+        out.append({"code": "nvml-clock-lower", "mhz": e["nvml_mhz"], "fleet_mhz": fleet["nvml_mhz"]})
+    return out
+
+
+def _environment_causes(e: dict, fleet: dict) -> list[dict]:
+    out = []
+    if e["temperature_c"] is not None and fleet["temperature_c"] is not None \
+            and e["temperature_c"] - fleet["temperature_c"] >= TEMPERATURE_HIGHER_C:
+        out.append({"code": "temperature-higher", "c": e["temperature_c"], "fleet_c": fleet["temperature_c"]})
+    if e["throttle"]:
+        out.append({"code": "throttled", "reasons": e["throttle"], "rounds": e["throttled_rounds"]})
+    if e["power_w"] and fleet["power_w"] and abs(e["power_w"] / fleet["power_w"] - 1) >= POWER_APART:
+        out.append({"code": "power", "w": e["power_w"], "fleet_w": fleet["power_w"]})
+    if e["tainted"]:
+        out.append({"code": "tainted", "cases": e["tainted"]})
+    if e["processes"]:
+        out.append({"code": "gpu-processes", "max": e["processes"], "rounds": e["busy_rounds"]})
+    return out
+
+
+def _fact_causes(facts, majority: dict) -> list[dict]:
+    """Facts of the host that differ from the value most of the fleet has (a fleet without a majority for
+    a fact names no host for it); sm_clock_locked_mhz None is a GPU left to manage its own clock."""
+    if facts is None:
+        return []
+    out = []
+    fleet_lock = majority["sm_clock_locked_mhz"]
+    if fleet_lock is not NO_MAJORITY and facts.sm_clock_locked_mhz != fleet_lock:
+        out.append({"code": "clock-lock", "mhz": facts.sm_clock_locked_mhz, "fleet_mhz": fleet_lock})
+    for f in FACT_CAUSES:
+        if majority[f] is not NO_MAJORITY and getattr(facts, f) != majority[f]:
+            out.append({"code": "fact", "field": f, "value": getattr(facts, f), "fleet": majority[f]})
+    return out
