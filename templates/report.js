@@ -364,6 +364,75 @@
     legend(fig, chart, verdicts, styles, function () { redraw(fig, chart); });
   }
 
+  // Head-to-head: the pair the reader picks (a select of every two backends timed together), per shape
+  // B/A from their paired samples as a dot and a 95% bar on a log axis, a line at 1, the tie band shaded;
+  // per host rows follow the host boxes at the top, the fleet's row (several hosts) is always drawn.
+  function drawHeadToHead(fig, chart) {
+    var pair = chart.pairs[chart.selected] || chart.pairs[0];
+    var pick = document.createElement("select");
+    pick.className = "pair";
+    chart.pairs.forEach(function (p, i) {
+      var opt = document.createElement("option");
+      opt.value = String(i);
+      opt.textContent = "B = " + p.b + " against A = " + p.a;
+      if (p === pair) opt.selected = true;
+      pick.appendChild(opt);
+    });
+    pick.addEventListener("change", function () {
+      chart.selected = +pick.value;
+      chart.hidden = new Set();
+      redraw(fig, chart);
+    });
+    fig.appendChild(pick);
+    var colors = {A: (BACKEND_STYLE[pair.a] || {color: "#1f77b4"}).color, B: (BACKEND_STYLE[pair.b] || {color: "#d62728"}).color,
+                  tie: "#7f7f7f", unsure: "#ff7f0e", unpaired: "#bbbbbb", "not-ok": "#bbbbbb"};
+    var rows = pair.rows.filter(function (r) { return !chart.hidden.has(r.verdict) && (!r.host || hostsOn.has(r.host)); });
+    var rh = 20, left = 300, h = M.t + rh * Math.max(rows.length, 1) + M.b, w = W + 120;
+    var svg = el("svg", {width: w, height: h, "class": "fb", "data-kind": "headtohead", "data-pair": pair.b + "/" + pair.a}, fig);
+    var band = [1 / (1 + chart.tie), 1 + chart.tie];
+    function clamp(v) { return Math.min(RATIO_LIMIT, Math.max(1 / RATIO_LIMIT, v)); }
+    function usable(v) { return v !== null && v !== undefined && isFinite(v) && v > 0; }
+    var ends = band.concat([1]);
+    rows.forEach(function (r) { [r.ratio, r.lo, r.hi].forEach(function (v) { if (usable(v)) ends.push(clamp(v)); }); });
+    var lo = Math.min.apply(null, ends), hi = Math.max.apply(null, ends), pad = Math.pow(hi / lo, 0.06);
+    var x = logScale(10, lo / pad, hi * pad, left, w - M.r);
+    var bottom = M.t + rh * Math.max(rows.length, 1);
+    el("rect", {x: x(band[0]), y: M.t, width: x(band[1]) - x(band[0]), height: bottom - M.t, fill: "#888",
+                "fill-opacity": 0.15, "class": "tie-band"}, svg);
+    el("line", {x1: x(1), x2: x(1), y1: M.t, y2: bottom, stroke: "#000", "class": "one"}, svg);
+    var ax = el("g", {"class": "axis"}, svg);
+    ratioTicks(x, lo / pad, hi * pad, 36).forEach(function (v) {
+      el("text", {x: x(v), y: bottom + 16, "text-anchor": "middle", "data-ratio": v}, ax, ratioText(v));
+      el("line", {x1: x(v), x2: x(v), y1: bottom, y2: bottom + 4}, ax);
+    });
+    el("text", {x: (left + w) / 2, y: bottom + 36, "text-anchor": "middle"}, ax, chart.x_label);
+    rows.forEach(function (r, i) {
+      var cy = M.t + rh * i + rh / 2, color = colors[r.winner] || "#000";
+      var g = el("g", {"class": "series", "data-series": r.verdict, "data-winner": r.winner}, svg);
+      el("text", {x: left - 8, y: cy + 4, "text-anchor": "end", "font-weight": r.host ? null : 600}, g,
+         r.name.length > 44 ? r.name.slice(0, 43) + "…" : r.name);
+      if (!usable(r.ratio)) {  // timed apart, or a side not ok: said, never drawn as a ratio
+        el("text", {x: x(1) + 6, y: cy + 4, fill: "#888"}, g, r.verdict);
+        return;
+      }
+      if (usable(r.lo) && usable(r.hi)) {
+        el("line", {x1: x(clamp(r.lo)), x2: x(clamp(r.hi)), y1: cy, y2: cy, stroke: color, "stroke-width": 2, "class": "ci"}, g);
+      }
+      hover(marker(g, "circle", x(clamp(r.ratio)), cy, color, 4.5), r.name + "\n" + r.verdict + ": " + pair.b + " / " + pair.a +
+            " " + ratioValue(r.ratio) + " (95% CI " + ratioValue(r.lo) + " .. " + ratioValue(r.hi) + ", " + r.pairs + " pairs in " +
+            r.rounds + " rounds)\nA " + fmt(r.a_us) + " µs, B " + fmt(r.b_us) + " µs");
+    });
+    var line = document.createElement("p");
+    line.className = "h2h-line";
+    line.textContent = "fleet: " + pair.line;
+    fig.appendChild(line);
+    var verdicts = [], styles = {};
+    pair.rows.forEach(function (r) {
+      if (verdicts.indexOf(r.verdict) < 0) { verdicts.push(r.verdict); styles[r.verdict] = {color: colors[r.winner] || "#000", mark: "circle"}; }
+    });
+    legend(fig, chart, verdicts, styles, function () { redraw(fig, chart); });
+  }
+
   function drawTrend(fig, chart) {
     var shown = chart.series.filter(function (s) {
       return !chart.hidden.has(s.name) && (DATA.hosts.indexOf(s.name) < 0 || hostsOn.has(s.name));
@@ -400,7 +469,7 @@
   }
 
   var DRAW = {fleet: drawXY, speedup: drawXY, roofline: drawRoofline, heatmap: drawHeatmap, forest: drawForest,
-              trend: drawTrend};
+              headtohead: drawHeadToHead, trend: drawTrend};
 
   function redraw(fig, chart) {
     while (fig.childNodes.length > 1) fig.removeChild(fig.lastChild);  // keep the caption

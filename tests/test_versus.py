@@ -295,3 +295,72 @@ def test_pivot_best_falls_back_to_intervals_that_do_not_overlap_only_where_never
     straddling = Interval(1.0008, 0.998, 1.003, 3, 60)
     assert pivot_best(apart, [apart], lambda a, b: straddling) == (None, None)  # the pairs overrule
     assert pivot_best({"x": row(9.0, 0.01)}, [], lambda a, b: None) == (None, None)  # one backend: no contest
+
+
+# -- the report's head-to-head panel ----------------------------------------------------------------------------
+def trio_stats(seed: int = 11):
+    """All three backends timed together on every shape: B 3% slower than A, the reference 10% slower."""
+    rng = np.random.default_rng(seed)
+    made = {}
+    for host in ("h1", "h2"):
+        for m in MS:
+            ids = [f"{host}-{m}-r{r}" for r in range(len(STATES))]
+            drift = [(5.0 + m / 16) * s * rng.lognormal(0.0, 0.02, 20) for s in STATES]
+            made[(host, m)] = {name: timed([list(d * factor * rng.lognormal(0.0, 0.002, 20)) for d in drift], ids)
+                               for name, factor in ((A, 1.0), (B, 1.03), (ALONE, 1.10))}
+    return lambda host, m, backend: made[(host, m)][backend]
+
+
+PROBE = """<script>(function () {
+  var out = {}, fig = document.querySelector('figure.chart[data-kind="headtohead"]');
+  function rows() { return Array.from(fig.querySelectorAll("g.series")).map(function (g) {
+    return g.dataset.winner + " " + g.querySelector("text").textContent; }); }
+  out.options = Array.from(fig.querySelectorAll("select.pair option")).map(function (o) { return o.textContent; });
+  out.pair = fig.querySelector("svg").dataset.pair;
+  out.rows = rows();
+  out.bars = fig.querySelectorAll("line.ci").length;
+  out.band = !!fig.querySelector("rect.tie-band") && !!fig.querySelector("line.one");
+  out.line = fig.querySelector("p.h2h-line").textContent;
+  var pick = fig.querySelector("select.pair"); pick.value = "1"; pick.dispatchEvent(new Event("change"));
+  out.pair_after = fig.querySelector("svg").dataset.pair;
+  out.rows_after = rows();
+  document.querySelector('#hosts input[data-host="h1"]').click();
+  out.rows_h1_off = rows();
+  var pre = document.createElement("pre"); pre.id = "probe"; pre.textContent = JSON.stringify(out);
+  document.body.appendChild(pre); })();</script>"""
+
+
+def test_the_report_draws_each_pair_timed_together_as_a_forest_plot_with_a_tie_band(tmp_path, capsys):
+    import html as htmlmod
+    import re
+    import sys
+
+    write_run(tmp_path, "trio", trio_stats())
+    page = tmp_path / "r.html"
+    assert main(["report", "trio", "-o", str(page), "--runs-dir", str(tmp_path)]) == 0
+    text = page.read_text()
+    assert not re.findall(r"""(?:src|href)\s*=\s*["']?(?:https?:)?//""", text)  # offline: nothing fetched
+    data = json.loads(re.search(r'id="fleetbench-data">(.*?)</script>', text, re.S).group(1))
+    [chart] = [c for c in data["charts"] if c["kind"] == "headtohead"]
+    assert [(p["a"], p["b"]) for p in chart["pairs"]] == [(A, B), (A, ALONE), (B, ALONE)]  # the sweep's order
+    assert chart["selected"] == 0 and chart["tie"] == 0.01
+    first = chart["pairs"][0]
+    assert len(first["rows"]) == len(MS) * 3  # per shape the fleet and each host
+    assert {r["winner"] for r in first["rows"]} == {"A"} and "torch-bf16 faster on 6 of 6 shapes by 3.0%" in first["line"]
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from support.browser import chromium, headless
+
+    browser = chromium()
+    (tmp_path / "probe.html").write_text(text.replace("</body>", PROBE + "</body>"))
+    proc = headless(browser, tmp_path / "probe.html", tmp_path, "--dump-dom")
+    found = re.search(r'<pre id="probe">(.*?)</pre>', proc.stdout, re.S)
+    assert found, proc.stderr[-2000:]
+    seen = json.loads(htmlmod.unescape(found.group(1)))
+    assert seen["options"][0] == f"B = {B} against A = {A}" and len(seen["options"]) == 3
+    assert seen["pair"] == f"{B}/{A}" and seen["band"] and seen["bars"] == len(MS) * 3
+    assert seen["rows"][:3] == ["A 16x2048x6144 syn fleet", "A 16x2048x6144 syn h1", "A 16x2048x6144 syn h2"]
+    assert seen["line"].startswith("fleet: torch-bf16 faster on 6 of 6 shapes")
+    assert seen["pair_after"] == f"{ALONE}/{A}" and len(seen["rows_after"]) == len(MS) * 3
+    assert not any(r.endswith(" h1") for r in seen["rows_h1_off"]) and len(seen["rows_h1_off"]) == len(MS) * 2
+    assert "Uncaught" not in proc.stderr

@@ -157,6 +157,40 @@ def chart_comparison(cmp) -> list[dict]:
                       for c in cases]}]
 
 
+def chart_headtohead(run_id: str, slots, tie: Optional[float] = None) -> list[dict]:
+    """Every two backends timed together (analysis/headtohead.py): per shape B/A from their paired samples
+    with its interval and winner, over the fleet and per host; the page draws the pair the reader picks,
+    at first the first two backends of the sweep that were timed together."""
+    from ..analysis.headtohead import DEFAULT_TIE, backends_of, head_to_head, pair_index
+    from .versus import fleet_line, winner_text
+
+    tie = DEFAULT_TIE if tie is None else tie
+    timed = {frozenset(key[2:]) for key in pair_index(slots).by_slot}
+    backends = backends_of(slots)
+    pairs = []
+    for i, a in enumerate(backends):
+        for b in backends[i + 1:]:
+            if frozenset((a, b)) not in timed:
+                continue
+            h2h = head_to_head(run_id, slots, a, b, tie)
+            rows = []
+            for f in h2h.fleet:
+                shape = f"{f.m}x{f.n}x{f.k}" + (f" {f.label}" if f.label else "")
+                of_shape = [c for c in h2h.contests if (c.label, c.m, c.n, c.k) == (f.label, f.m, f.n, f.k)]
+                scopes = ([("", f)] if len(h2h.slots) > 1 else []) + [(c.slot, c) for c in of_shape]
+                for host, x in scopes:
+                    name = f"{shape} {host or 'fleet'}" if len(h2h.slots) > 1 else shape
+                    rows.append({"name": name, "host": host, "ratio": x.ratio, "lo": x.low, "hi": x.high, "winner": x.winner,
+                                 "verdict": winner_text(x.winner, a, b), "a_us": x.a_us, "b_us": x.b_us,
+                                 "pairs": x.pairs, "rounds": x.rounds})
+            pairs.append({"a": a, "b": b, "line": fleet_line(h2h), "rows": rows})
+    if not pairs:
+        return []
+    return [{"kind": "headtohead", "title": "Head-to-head: B/A per shape from the samples timed together (pick a pair)",
+             "x_label": "B / A latency, 95% CI from the pairs, log scale (left of 1: B faster; grey: tie band)",
+             "tie": tie, "pairs": pairs, "selected": 0}]
+
+
 def chart_history(runs_dir: Path, rows: list[Row], threshold: float) -> list[dict]:
     """Trend charts: each of this run's ok cases (up to MAX_TREND_CASES, those that moved most first)
     over every stored run, one line per host, steps marked."""
@@ -260,7 +294,7 @@ def write_report(runs_dir: Path, run_ref: str, against: Optional[str], output: P
     fleet_profiles = latest_fleet(store) if len(side.slots) >= 3 else []
     causes = {(c["b_slot"], c["case_id"]): c["cause"] for c in fleet_profiles}
     charts = (chart_tflops(rows) + chart_speedups(rows, baseline) + chart_sol(rows) + chart_heatmap(rows, causes)
-              + chart_roofline(rows, side.slots))
+              + chart_roofline(rows, side.slots) + chart_headtohead(store.run_id, side.slots))
     if with_history:
         charts += chart_history(runs_dir, rows, threshold)
     comparison = None
