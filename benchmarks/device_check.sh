@@ -48,6 +48,10 @@
 #                         later steps time anything
 #   startup               a worker's imports, as the machine has them and with bytecode (none kept: RESULTS.md)
 #                         cached (PYTHONPYCACHEPREFIX), with torch's slowest imports
+#   stream-clock          time, time x in-stream clock and time x NVML clock over    stream-clock-h200.md
+#                         20 windows in varied clock states, per case
+#   slowdowns-h2h         mm against its copy and a +2% copy, head-to-head, 3 sweeps slowdowns-h2h-h200.md
+#   slowdowns-across      diff of separate sweeps: A/A, +3%, +5% (3 sweeps each)      slowdowns-across-h200.md
 #   tradeoff              the seed sweep with each timing variant of                 tradeoff-h200.md
 #                         benchmarks/tradeoff.py (VARIANTS=a,b: some), a cold CLI
 #                         process each, and the seed step's runs (if it ran before)
@@ -456,6 +460,14 @@ step_tradeoff() {  # VARIANTS: which (default: every one benchmarks/tradeoff.py 
     return $rc
 }
 
+step_stream_clock() { "$GPU_PY" benchmarks/stream_clock.py --out "$DEST/stream-clock-h200.md"; }
+step_slowdowns_h2h() {
+    "$GPU_PY" benchmarks/see_slowdowns.py h2h -i "$INV" --runs-dir "$RUNS" --out "$DEST/slowdowns-h2h-h200.md"
+}
+step_slowdowns_across() {
+    "$GPU_PY" benchmarks/see_slowdowns.py across -i "$INV" --runs-dir "$RUNS" --out "$DEST/slowdowns-across-h200.md"
+}
+
 collect() {
     [ -n "${OUT:-}" ] || return 0
     cp "$WORK/seed1.json" "$WORK/seed1.md" "$OUT/" 2>/dev/null
@@ -463,7 +475,8 @@ collect() {
 }
 
 STEPS="seed cost interrupt diff fidelity fidelity-runs order order-bf16 order-bf16-unsettled neighbour settle-trace decode burst first-case calibration moe moe-decode byo
-verdicts jit-cache fleet profile fanout moe-fp4 cupti cupti-after graph-length crosscheck startup tradeoff jit"
+verdicts jit-cache fleet profile fanout moe-fp4 cupti cupti-after graph-length crosscheck startup tradeoff jit
+stream-clock slowdowns-h2h slowdowns-across"
 [ $# -gt 0 ] || { echo "usage: bash benchmarks/device_check.sh STEP... (steps:" $STEPS")"; exit 2; }
 for step in "$@"; do
     case " $(echo $STEPS) " in

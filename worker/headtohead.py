@@ -21,6 +21,7 @@ from .integrity import IntegrityFailure
 from .protocol import now_iso
 from .rounds import add_rounds
 from .schema import CaseRecord, CaseSpec, RoundStats, TimingOptions
+from .timing import LATER_WARMUP_MS
 
 
 def group_key(case: CaseSpec) -> Optional[str]:
@@ -35,13 +36,16 @@ def group_key(case: CaseSpec) -> Optional[str]:
 
 
 def units_of(cases: list[CaseSpec], grouped: bool) -> list[list[CaseSpec]]:
-    """The cases as the units a round times: contenders together (when `grouped`: a GPU), else one by one;
-    in the order the cases come."""
+    """The cases as the units a round times: contenders together (when `grouped`: a GPU), else one by one
+    (the oracles always: they are references, not contenders); in the order the cases come."""
     if not grouped:
         return [[c] for c in cases]
+    from .backends import ORACLE_BACKENDS
+
     units: dict[str, list[CaseSpec]] = {}
     for c in cases:
-        key = group_key(c)
+        # An oracle (fp32 off the tensor cores) is no contender, and its load would set the group's clock.
+        key = None if c.backend in ORACLE_BACKENDS else group_key(c)
         units.setdefault(key if key is not None else f"alone:{c.case_id}", []).append(c)
     return list(units.values())
 
@@ -107,7 +111,6 @@ class HeadToHead:
             return self._failed(case, first, t0, started_at, exc, traceback.format_exc())
 
     def _arm_once(self, case: CaseSpec, first: Optional[CaseRecord], t0: float, started_at: str, checked: list):
-        from .runner import LATER_WARMUP_MS
         from .verify import failure_reason
 
         runner = self.runner
@@ -211,6 +214,7 @@ class HeadToHead:
                 stats = timing._kernel_time(a.graph.graph, a.graph.calls, opts, stats)
             try:
                 a.guard.after_timing()
+                runner._physics(a.case, stats.median_us)
             except IntegrityFailure as exc:
                 out.append(self._failed(a.case, a.first, a.t0, a.started_at, exc, check=a.check))
                 continue

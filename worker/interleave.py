@@ -3,10 +3,12 @@
 Two backends timed one after the other each meet the GPU in their own clock and power state: under the
 power cap a heavy GEMM's rounds move 5-13% with the clock the controller holds, so a 2% difference
 between them drowns (issue 40). Timed interleaved, they share that state: the group's graphs are
-replayed in turn, one sample (a ~2 ms replay) of each per cycle, the order reversed every other cycle
-(A B, B A, A B, ...: no member is always first after the others), so each cycle gives one paired ratio
-per pair of members. Settling runs the same alternation until every member's per-call time stops
-drifting, so the samples are taken in the state the group holds the GPU in.
+replayed in turn, one sample (a ~2 ms replay) of each per cycle. Cycles come in twos, the second the
+first reversed (A B C, C B A), and each two rotated from the last (B C A, A C B, ...): over a two every
+pair of members trades places, so a place that reads fast or slow (first after a host sync, say)
+cancels in the two's mean; worker/pairing.py estimates per two. Settling runs the same cycles until the
+group's per-cycle GPU time stops drifting, so the samples are taken in the state the group holds the
+GPU in; sampling ends on whole twos.
 
 Between cycles a stamp kernel in the same stream (worker/streamclock.py) reads the SM clock each cycle
 really ran at, so a round's time can be split into its clock and its cycles (the work).
@@ -37,19 +39,18 @@ class GroupTiming(NamedTuple):
 
 
 def cycle_order(members: int, cycle: int) -> list[int]:
-    """The members' order in a cycle: forward in even cycles, reversed in odd ones (ABBA balancing)."""
-    order = list(range(members))
+    """The members' order in a cycle (module docstring): two by two, rotated by one each two, the second
+    of a two the first reversed."""
+    shift = (cycle // 2) % members
+    order = list(range(shift, members)) + list(range(shift))
     return order if cycle % 2 == 0 else order[::-1]
 
 
-def _drifting(series: list[list[float]]) -> bool:
-    """Whether any member's latest third of cycles still differs from its middle third by > SETTLE_TOL."""
-    for seen in series:
-        third = len(seen) // 3
-        latest, middle = statistics.median(seen[-third:]), statistics.median(seen[-2 * third:-third])
-        if abs(latest / middle - 1) > SETTLE_TOL:
-            return True
-    return False
+def _drifting(totals: list[float]) -> bool:
+    """Whether the latest third of the cycles' GPU times still differs from the middle third by > SETTLE_TOL."""
+    third = len(totals) // 3
+    latest, middle = statistics.median(totals[-third:]), statistics.median(totals[-2 * third:-third])
+    return abs(latest / middle - 1) > SETTLE_TOL
 
 
 def time_group(graphs: list[TimedGraph], opts: TimingOptions, floor_ms: float,
@@ -76,24 +77,28 @@ def time_group(graphs: list[TimedGraph], opts: TimingOptions, floor_ms: float,
     if clock is not None:
         clock.reset()
     t0 = time.perf_counter()
-    spent_ms = 0.0
+    totals: list[float] = []  # each cycle's GPU ms
     tail_from = None
     limit_ms = SETTLE_MAX_FACTOR * opts.settle_ms
     if floor_ms > 0 or opts.settle_ms > 0:
-        while spent_ms < max(limit_ms, floor_ms):
+        while sum(totals) < max(limit_ms, floor_ms):
             one_cycle(len(began))
-            spent_ms += cycle_ms(len(began) - 1)
-            if spent_ms >= floor_ms and len(began) >= 6 and not _drifting(series):
+            totals.append(cycle_ms(len(began) - 1))
+            if sum(totals) >= floor_ms and len(began) >= 6 and len(began) % 2 == 0 and not _drifting(totals):
                 tail_from = len(began) - len(began) // 3
+                tail_from += tail_from % 2  # the samples begin on a whole two
                 break
     if settled is not None:
         settled()
     first = tail_from if tail_from is not None else len(began)
+    if first % 2:  # settling ended on half a two: that half is settling too
+        one_cycle(len(began))
+        first += 1
     settle_ms = sum(cycle_ms(c) for c in range(first))
-    started = began[first] if tail_from is not None else time.perf_counter()
+    started = began[first] if tail_from is not None and first < len(began) else time.perf_counter()
     settle_s = started - t0
     budget = opts.model_copy(update={"budget_s": opts.budget_s * k})
-    while not all(_enough(s[first:], budget, started) for s in series):
+    while (len(began) - first) % 2 or not all(_enough(s[first:], budget, started) for s in series):
         one_cycle(len(began))
     end = clock.stamp() if clock is not None else None
     samples_s = time.perf_counter() - started

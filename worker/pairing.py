@@ -4,8 +4,9 @@ the worker (which stops a case's rounds on them) and the controller (which shows
 Stdlib only.
 
 A head-to-head ratio B/A: every cycle of an interleaved timing gives one pair (A's and B's sample, taken
-within ~2 ms of each other in the same GPU state). Per round the estimate is the median of its pairs'
-log ratios; over rounds, their mean. Its standard error is the larger of two estimates: from how the
+within ~2 ms of each other in the same GPU state), and cycles come in twos in which A and B trade places
+(worker/interleave.py): the mean log ratio of a two cancels what a place does. Per round the estimate is
+the median of its twos; over rounds, their mean. Its standard error is the larger of two estimates: from how the
 rounds' estimates differ (t with R - 1 degrees of freedom: what moves from one round, one GPU state, to
 the next), and from the pairs' own scatter within the rounds (the median's standard error, normal):
 the first alone is unreliable with 2 rounds, the second alone blind to a state the rounds do not share.
@@ -82,10 +83,16 @@ def _median_se(logs: list[float]) -> float:
     return MEDIAN_SE_FACTOR * mad / math.sqrt(len(logs))
 
 
+def twos(logs: list[float]) -> list[float]:
+    """A round's per-cycle log ratios as the mean of each two (the cycles 0-1, 2-3, ...)."""
+    return [(logs[i] + logs[i + 1]) / 2 for i in range(0, len(logs) - 1, 2)]
+
+
 def pair_interval(rounds: list[list[float]]) -> Optional[Interval]:
-    """B/A and its 95% interval from the log ratios of each round's pairs (module docstring); None
-    without a round of at least 3 pairs."""
-    rounds = [r for r in rounds if len(r) >= 3]
+    """B/A and its 95% interval from the log ratios of each round's cycles (module docstring); None
+    without a round of at least 3 twos."""
+    pairs = sum(len(r) for r in rounds)
+    rounds = [t for t in map(twos, rounds) if len(t) >= 3]
     if not rounds:
         return None
     per_round = [statistics.median(r) for r in rounds]
@@ -93,8 +100,7 @@ def pair_interval(rounds: list[list[float]]) -> Optional[Interval]:
     within = math.sqrt(sum(_median_se(r) ** 2 for r in rounds)) / len(rounds)
     between = statistics.stdev(per_round) / math.sqrt(len(rounds)) if len(rounds) >= 2 else 0.0
     half = t95(len(rounds) - 1) * between if between > within else 1.96 * within
-    return Interval(math.exp(point), math.exp(point - half), math.exp(point + half), len(rounds),
-                    sum(len(r) for r in rounds))
+    return Interval(math.exp(point), math.exp(point - half), math.exp(point + half), len(rounds), pairs)
 
 
 def rounds_interval(values: list[float]) -> Optional[float]:

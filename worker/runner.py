@@ -33,6 +33,7 @@ from .backends import CATALOG, ORACLE_BACKENDS, availability_problem, support_pr
 from .integrity import IntegrityFailure
 from .protocol import EXIT_CANNOT_START, append_line, done_case_ids, emit_progress, has_facts, heartbeat, now_iso
 from .rounds import add_rounds, rounds_in
+from .timing import LATER_WARMUP_MS
 from .schema import CaseRecord, CaseSpec, FactsRecord, WorkerParams
 
 # Cold-L2 rotation: input sets totalling at least this many L2 sizes, within these bounds.
@@ -40,7 +41,6 @@ COLD_L2_FACTOR = 3
 # What a light GEMM costs beyond its math on the H200 (launch, prologue, epilogue: ~8 us at M=16): ranks
 # round 1 by load before any case is measured (round_order).
 EXPECTED_FIXED_US = 8.0
-LATER_WARMUP_MS = 5.0
 MAX_SETS = 64
 # What a case's first round built (inputs, timed graph) is kept for its later rounds while everything kept
 # stays within this share of the GPU's memory; a case beyond it builds its own in each round.
@@ -195,7 +195,22 @@ class CaseRunner:
                          sm_clock_stream_mhz=None if stream_mhz is None else round(stream_mhz, 1), **env)
         if guard is not None:
             guard.after_timing()
+            self._physics(case, stats.median_us)
         return stats.model_copy(update={"rounds": [one]}), health
+
+    def _physics(self, case: CaseSpec, median_us: float) -> None:
+        """Raises IntegrityFailure (`impossible`) when a round's median is faster than this GPU can go for
+        the case's FLOPs and bytes (worker/physics.py); a CPU is not judged."""
+        from .physics import impossible
+
+        spec = _spec_of(case)
+        if self.device.device != "cuda" or isinstance(spec, str):
+            return
+        work = self._metrics(case, spec, median_us)
+        found = impossible(work.flops, work.bytes, spec.family, median_us, self.calibration, self.device.name,
+                           l2=case.timing.l2)
+        if found is not None:
+            raise IntegrityFailure([found])
 
     @staticmethod
     def _time_cuda(case: CaseSpec, fn, n_sets: int, settled, guard, load=None, graph=None, keep=None, clock=None):
@@ -398,19 +413,20 @@ class CaseRunner:
         """(verdict, seconds the integrity checks added): the output against the oracle of its operand family
         (and the bf16 product), and whether the call did its work (worker/integrity.py)."""
         from .integrity import check_calls, reads_of
-        from .verify import THRESHOLDS, no_result, verdict, with_integrity
+        from .verify import THRESHOLDS, expected_output, no_result, verdict, with_integrity
 
         # An MoE layer's weights can be gigabytes: its activations are the inputs compared.
         inputs = list(first_set[:1] if case.workload == "moe" else first_set)
+        oracle, bf16_ref, th = self._references(case, spec, first_set)
+        expected = expected_output(case, spec, oracle)  # dtype, shape, device: checked before the values
         t0 = time.perf_counter()
         out, findings, first_s = check_calls(lambda: fn(0), inputs, reads_of(fn, 0), self._as_output(case),
-                                             self._synchronize, THRESHOLDS[spec.family].max_rel_err)
+                                             self._synchronize, THRESHOLDS[spec.family].max_rel_err, expected)
         findings += self.l2.findings() if getattr(self, "l2", None) is not None else []
         spent = time.perf_counter() - t0 - first_s  # the first call is the result check's own
-        oracle, bf16_ref, th = self._references(case, spec, first_set)
         if out is None:  # nothing to judge (a lazy result): the findings say what it returned
             return no_result(th, findings), spent
-        return with_integrity(verdict(out, oracle, bf16_ref, th), findings), spent
+        return with_integrity(verdict(out, oracle, bf16_ref, th, expected), findings), spent
 
     def _check_moe(self, case: CaseSpec, spec, fn, first_set):
         """An MoE layer's verdict alone (tests/test_moe.py checks the per-expert oracle through it)."""

@@ -51,6 +51,8 @@ SETTLE_MAX_FACTOR = 10
 # (benchmarks/RESULTS.md, "Settling as long as the GPU state needs").
 HEAVY_LOAD = 0.35
 LIGHT_SETTLE_MS = 10.0
+# A later round of a case warms up briefly: JIT builds, autotuning and lazy allocations happened in round 1.
+LATER_WARMUP_MS = 5.0
 # Burst samples end before the H200's power controller acts on a heavy load (50-80 ms: settle_trace.py).
 BURST_GPU_MS = 40.0
 
