@@ -329,6 +329,11 @@ class PairIndex:
     `between(slot, shape, x, y)` (y/x) or, over the slots, `fleet(shape, x, y)`."""
 
     by_slot: dict[tuple, Interval] = field(default_factory=dict)  # (slot, shape, x, y) -> y/x
+    slots_of: dict[tuple, list[str]] = field(default_factory=dict)  # (shape, {x, y}) -> the slots that paired them
+
+    def add(self, slot: str, shape: tuple, x: str, y: str, interval: Interval) -> None:
+        self.by_slot[(slot, shape, x, y)] = interval
+        self.slots_of.setdefault((shape, frozenset((x, y))), []).append(slot)
 
     def between(self, slot: str, shape: tuple, x: str, y: str) -> Optional[Interval]:
         iv = self.by_slot.get((slot, shape, x, y))
@@ -338,7 +343,7 @@ class PairIndex:
         return None if back is None else Interval(1 / back.ratio, 1 / back.high, 1 / back.low, back.rounds, back.pairs)
 
     def fleet(self, shape: tuple, x: str, y: str) -> Optional[Interval]:
-        slots = sorted({key[0] for key in self.by_slot if key[1] == shape and {key[2], key[3]} == {x, y}})
+        slots = self.slots_of.get((shape, frozenset((x, y))), [])
         return fleet_interval([iv for s in slots if (iv := self.between(s, shape, x, y)) is not None])
 
 
@@ -356,7 +361,7 @@ def pair_index(slots: list[SlotData]) -> PairIndex:
                 for cy, ry in members[i + 1:]:
                     iv = paired(rx, ry)
                     if iv is not None:
-                        index.by_slot[(slot.slot, (cx.label, cx.m, cx.n, cx.k), cx.backend, cy.backend)] = iv
+                        index.add(slot.slot, (cx.label, cx.m, cx.n, cx.k), cx.backend, cy.backend, iv)
     return index
 
 

@@ -165,7 +165,7 @@ def chart_headtohead(run_id: str, slots, tie: Optional[float] = None) -> list[di
     from .versus import fleet_line, winner_text
 
     tie = DEFAULT_TIE if tie is None else tie
-    timed = {frozenset(key[2:]) for key in pair_index(slots).by_slot}
+    timed = {together for _, together in pair_index(slots).slots_of}
     backends = backends_of(slots)
     pairs = []
     for i, a in enumerate(backends):
