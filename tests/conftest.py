@@ -12,6 +12,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from sshfleet import SshFleet, sshd_available, start_fleet  # noqa: E402
 from support.ci import require  # noqa: E402
+from support.signals import interruptible  # noqa: E402
 
 
 REPO = Path(__file__).resolve().parent.parent
@@ -77,8 +78,10 @@ def set_host_field(inv: Path, host: str, **fields) -> None:
 
 
 def start_cli(*argv) -> subprocess.Popen:
+    """The CLI started with `argv`, output piped; SIGINT stops it as Ctrl-C would, whatever this test run
+    inherited (support.signals)."""
     return subprocess.Popen([sys.executable, "-m", "orchestrator.cli", *map(str, argv)], cwd=REPO,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=interruptible)
 
 
 def cases_ended(runs: Path, slot: str) -> int:

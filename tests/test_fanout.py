@@ -12,6 +12,7 @@ import pytest
 from conftest import processes_under, start_cli
 from orchestrator.execution.fanout import Cancelled, fan_out
 from support.polling import wait_until
+from support.signals import interruptible, sigint_raises
 
 
 def test_at_most_parallel_hosts_work_at_once_and_every_host_gets_its_result_in_order():
@@ -47,7 +48,7 @@ def test_ctrl_c_stops_the_fan_out_runs_the_stop_hook_and_starts_no_new_host():
         if cancel.is_set():
             return
 
-    with pytest.raises(KeyboardInterrupt):
+    with sigint_raises(), pytest.raises(KeyboardInterrupt):
         fan_out(list(range(6)), work, parallel=2, name_of=str, cancel=cancel, on_interrupt=stopped.set)
     assert stopped.is_set() and cancel.is_set()
     assert len(started) <= 3  # the hosts that had started, and none after the interrupt
@@ -132,7 +133,8 @@ def test_ctrl_c_during_prune_stops_what_it_runs(tmp_path):
     slow = _slow_program(tmp_path / "bin" / "rm")  # removing the run's folder on the host: two minutes
     proc = subprocess.Popen([sys.executable, "-m", "orchestrator.cli", "prune", "--older-than", "2999-01-01",
                              "--runs-dir", str(runs)], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env=dict(os.environ, PATH=f"{slow.parent}:{os.environ['PATH']}"))
+                            text=True, env=dict(os.environ, PATH=f"{slow.parent}:{os.environ['PATH']}"),
+                            preexec_fn=interruptible)
     err = _interrupt_when_running(proc, slow)
     assert proc.returncode == 130, err
     assert wait_until(lambda: not processes_under(slow), 10), processes_under(slow)

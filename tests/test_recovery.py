@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from cli_output import cli_json
-from conftest import REPO, kernel_sweep, processes_under
+from conftest import REPO, kernel_sweep, processes_under, start_cli
 from orchestrator.cli import main
 from orchestrator.execution.launch import cases_to_finish
 from worker.rounds import join_records, rounds_in
@@ -177,8 +177,7 @@ def test_ctrl_c_keeps_finished_rounds_and_the_printed_rerun_finishes_the_rest(tm
     spec = sweep(tmp_path, {}, rounds=3, ms=(16, 32, 48, 64), timing={"budget_s": 0.4, "min_samples": 3,
                                                                         "max_samples": 100000, "target_rel_ci": 1e-9})
     runs = tmp_path / "runs"
-    proc = subprocess.Popen([sys.executable, "-m", "orchestrator.cli", "run", str(spec), "--runs-dir", str(runs),
-                             "--format", "json"], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = start_cli("run", spec, "--runs-dir", runs, "--format", "json")  # SIGINT stops it as Ctrl-C would
     deadline = time.monotonic() + 120
     results = None
     while time.monotonic() < deadline:  # until round 1 of some cases has been recorded
