@@ -3,7 +3,7 @@
 the user kernel benchmarks/kernels/mm_pad.py is mm.py's bf16 GEMM on operands zero-padded along K
 (FLEETBENCH_MM_PAD columns), the same product with more work.
 
-  h2h     head-to-head in one sweep: mm, mm_again (the same file: A/A) and mm_pad (+128 columns, ~+2%) on
+  h2h     head-to-head in one sweep: mm, mm_again (the same file: A/A) and mm_pad (~+2%: kernels/mm_pad.py) on
           the GLM-5 TP8 shapes, REPEAT sweeps, each a cold CLI process; per shape and sweep the paired
           B/A of mm_again and of mm_pad against mm (worker/pairing.py), flagged when the whole interval
           is beyond ±TIE (the `versus` rule).
@@ -106,7 +106,7 @@ def h2h(args) -> str:
                 row[other + "_flag"] = flag(iv, args.tie) if ok else f"not ok: {rec.status if rec else 'missing'}"
                 row[other + "_medians"] = rec.timing.median_us / base.timing.median_us if ok else None
             rows.append(row)
-    lines = [f"## Head-to-head: mm against mm_again (A/A) and mm_pad (+{args.pad} columns of K), "
+    lines = [f"## Head-to-head: mm against mm_again (A/A) and mm_pad (K padded: {args.pad}), "
              f"{args.repeat} sweeps, tie ±{args.tie:.0%}", "",
              "| sweep | M×N×K | mm µs | rounds (stop) | A/A B/A [95%] | flag | +pad B/A [95%] | ± | flag | "
              "+pad ratio of medians |", "|---|---|---:|---|---|---|---|---:|---|---:|"]
@@ -174,7 +174,8 @@ def main(argv=None) -> int:
     parser.add_argument("-i", "--inventory", type=Path, required=True, help="hosts.yaml with the one GPU host")
     parser.add_argument("--runs-dir", type=Path, required=True, help="where the sweeps' run folders go")
     parser.add_argument("--repeat", type=int, default=3, help="sweeps per setting (default 3)")
-    parser.add_argument("--pad", type=int, default=128, help="h2h: columns of K mm_pad adds (default 128: ~+2%%)")
+    parser.add_argument("--pad", default="auto",
+                        help="h2h: columns of K mm_pad adds (default auto: 256 at M <= 64, else 128; ~+2%%)")
     parser.add_argument("--tie", type=float, default=0.01, help="h2h: the tie margin (default 0.01)")
     parser.add_argument("--pads", type=lambda s: [int(x) for x in s.split(",")], default=[192, 320],
                         help="across: the slowed settings, columns of K (default 192,320: ~+3%%, ~+5%%)")

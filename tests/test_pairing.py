@@ -93,7 +93,8 @@ def _record(rounds: list[tuple[float, float | None, str | None]], opts: TimingOp
     stats = Stats(method="cuda-graph", median_us=rounds[0][0], p10_us=1, p90_us=1, mean_us=1, stdev_us=0,
                   n=sum(map(len, per_round)), rel_ci=0.0, calls_per_sample=8, l2="cold",
                   samples_us=[s for r in per_round for s in r],
-                  rounds=[RoundStats(median_us=us, n=len(s), rel_ci=0.0, sm_clock_stream_mhz=mhz, pair_id=pid)
+                  rounds=[RoundStats(median_us=us, n=len(s), rel_ci=0.0, sm_clock_stream_mhz=mhz, pair_id=pid,
+                                     paired_us=s if pid else None)
                           for (us, mhz, pid), s in zip(rounds, per_round)])
     return CaseRecord(case_id=spec.case_id, case=spec, status="ok", started_at="t", duration_s=0.0, timing=stats,
                       complete=False)

@@ -45,12 +45,14 @@ def md_rows(text: str, first_header: str) -> list[dict]:
 
 
 def timed(rounds: list[list[float]], pair_ids: list) -> object:
-    """Stats of a case timed in rounds (each round's samples in cycle order), each round with its pair_id."""
+    """Stats of a case timed in rounds (each round's samples in cycle order), each round with its pair_id; the
+    same samples serve as the round's own and as its head-to-head ones (paired_us)."""
     parts = []
     for xs, pid in zip(rounds, pair_ids):
         one = summarize(xs, method="cuda-graph", calls_per_sample=100, l2="cold")
         parts.append(one.model_copy(update={"rounds": [RoundStats(median_us=one.median_us, n=one.n, rel_ci=one.rel_ci,
-                                                                   pair_id=pid, sm_clock_stream_mhz=1500.0)],
+                                                                   pair_id=pid, paired_us=xs if pid else None,
+                                                                   sm_clock_stream_mhz=1500.0)],
                                             "rounds_stop": "cap"}))
     stats = combine_rounds(parts)
     return stats.model_copy(update={"rounds_stop": "cap"})

@@ -46,32 +46,16 @@ class Interval(NamedTuple):
         return math.expm1((math.log(self.high) - math.log(self.low)) / 2)
 
 
-def round_slices(samples: list[float], counts: list[int]) -> list[list[float]]:
-    """A case's samples (every round's, in order) cut into its rounds' (`counts`: each round's n). Empty
-    when they do not add up (a record that kept no samples)."""
-    if sum(counts) != len(samples):
-        return []
-    out, at = [], 0
-    for n in counts:
-        out.append(samples[at:at + n])
-        at += n
-    return out
-
-
 def paired_rounds(a, b) -> list[list[float]]:
-    """log(B/A) of every pair, per round the two Stats were timed interleaved in (same pair_id, same n).
-    `a`, `b`: worker.schema.Stats."""
-    sa = round_slices(a.samples_us, [r.n for r in a.rounds])
-    sb = round_slices(b.samples_us, [r.n for r in b.rounds])
-    if not sa or not sb:
-        return []
-    b_by_pair = {r.pair_id: s for r, s in zip(b.rounds, sb) if r.pair_id}
+    """log(B/A) of every pair, per round the two Stats were timed head-to-head in (the same pair_id, as
+    many paired samples). `a`, `b`: worker.schema.Stats."""
+    b_by_pair = {r.pair_id: r.paired_us for r in b.rounds if r.pair_id and r.paired_us}
     out = []
-    for r, xs in zip(a.rounds, sa):
+    for r in a.rounds:
         ys = b_by_pair.get(r.pair_id) if r.pair_id else None
-        if ys is None or len(ys) != len(xs):
+        if not ys or not r.paired_us or len(ys) != len(r.paired_us):
             continue
-        logs = [math.log(y / x) for x, y in zip(xs, ys) if x > 0 and y > 0]
+        logs = [math.log(y / x) for x, y in zip(r.paired_us, ys) if x > 0 and y > 0]
         if logs:
             out.append(logs)
     return out

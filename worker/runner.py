@@ -571,9 +571,9 @@ def _run_cases(runner: "CaseRunner", todo: list[CaseSpec], done: set[str], total
                inflight: Path, partial: Optional[dict[str, CaseRecord]] = None) -> None:
     """Round 1 of every case, then round 2 of those still timing (in the same order: round_order), and so on
     (module docstring), each case until it is sure (rounds_decision). On a GPU the contenders of a shape are
-    one unit, timed head-to-head in every round (worker/headtohead.py). `partial`: cases with rounds
-    already timed, which go on from there."""
-    from .headtohead import HeadToHead, units_of
+    one unit: each timed on its own, one after the other, then head-to-head (worker/headtohead.py), in
+    every round. `partial`: cases with rounds already timed, which go on from there."""
+    from .headtohead import duel, units_of
 
     pending: dict[str, CaseRecord] = dict(partial or {})  # ok, rounds so far
 
@@ -606,7 +606,6 @@ def _run_cases(runner: "CaseRunner", todo: list[CaseSpec], done: set[str], total
 
     grouped = getattr(runner, "device", None) is not None and runner.device.device == "cuda"
     units = units_of(todo, grouped)
-    head_to_head = HeadToHead(runner, _spec_of, mark)
     passes = max((c.timing.rounds for c in todo), default=1)
     for r in range(passes):
         for unit in unit_order(units, load):
@@ -619,16 +618,21 @@ def _run_cases(runner: "CaseRunner", todo: list[CaseSpec], done: set[str], total
                 emit_progress(event="start", done=len(done), total=total, case_id=case.case_id,
                               backend=case.backend, m=case.m, n=case.n, k=case.k, round=this_round,
                               rounds=case.timing.rounds)
-            if len(members) > 1:
-                records = head_to_head.round(members, max(c.timing.rounds for c, _ in members))
-            else:
-                records = [_alone(runner, *members[0], inflight)]
+            records = [_alone(runner, case, first, inflight) for case, first in members]
             timed = []
             for rec in records:
                 if rec.status != "ok" or rec.timing is None or rec.complete:
                     end(rec)
                 else:
                     timed.append(rec)
+            if len(timed) > 1:
+                mark(timed[0].case, "head-to-head with " + ", ".join(r.case.backend for r in timed[1:]))
+                try:
+                    timed = duel(runner, timed, _spec_of)
+                except Exception as exc:  # the pairing is beside the numbers: without it, the rounds stand unpaired
+                    print(f"fleetbench: the head-to-head timing of {', '.join(r.case.backend for r in timed)} "
+                          f"({timed[0].case.m}x{timed[0].case.n}x{timed[0].case.k}) failed: {type(exc).__name__}: "
+                          f"{exc}", file=sys.stderr, flush=True)
             stop = rounds_decision(timed)
             for rec in timed:
                 if stop is not None or rounds_in(rec) >= rec.case.timing.rounds:

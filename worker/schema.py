@@ -35,9 +35,10 @@ run's records: reruns use the worker the run started with):
      cool-down, before the power controller acts. RoundStats.timing_phases (where a round's timing went)
      and the integrity checks' results (Correctness.integrity, RoundStats.integrity_s). A record of an
      older version was settled.
-  9  Head-to-head and rounds until sure (issue 40). The contenders of a shape are timed interleaved in
-     each round (TimingOptions.head_to_head); RoundStats.pair_id names the interleaved timing a round
-     took part in, so rounds with one pair_id are pairs, sample by sample. RoundStats.sm_clock_stream_mhz:
+  9  Head-to-head and rounds until sure (issue 40). In each round, right after the contenders of a shape
+     were each timed on their own, their graphs are replayed interleaved (TimingOptions.head_to_head);
+     RoundStats.pair_id names that timing and RoundStats.paired_us holds the case's samples of it, so
+     rounds with one pair_id are pairs, sample by sample. RoundStats.sm_clock_stream_mhz:
      the SM clock of the round's samples read in the stream (worker/streamclock.py), beside NVML's
      sm_clock_mhz. TimingOptions.min_rounds and round_target / pair_target: a case gets rounds until its
      interval is that narrow, between min_rounds and `rounds` (now the cap); Stats.rounds_stop says why
@@ -197,9 +198,12 @@ class RoundStats(_Strict):
     # Format >= 9. The SM clock the samples ran at, read in the timer's stream (cycles over nanoseconds per
     # SM, worker/streamclock.py); NVML's sm_clock_mhz reads 10-25% high under the power cap.
     sm_clock_stream_mhz: Optional[float] = None
-    # The interleaved timing this round took part in (worker/interleave.py): rounds of cases with the
-    # same pair_id were timed cycle by cycle together, their samples pair by position. None: timed alone.
+    # The head-to-head timing this round took part in (worker/interleave.py): right after the contenders
+    # of a shape were each timed on their own in this round, their graphs were replayed interleaved, one
+    # sample of each per cycle; `paired_us` holds this case's samples of it, and the rounds of cases with
+    # the same pair_id pair position by position. None: no contender to pair with.
     pair_id: Optional[str] = None
+    paired_us: Optional[list[float]] = None
 
 
 class Stats(_Strict):
