@@ -44,6 +44,11 @@ def units_of(cases: list[CaseSpec], grouped: bool) -> list[list[CaseSpec]]:
     return list(units.values())
 
 
+# Cycles a head-to-head timing samples per round (after it settles): 6 twos, ~12 x 2 ms per member. Its
+# interval over the rounds reached ±0.03-0.5% on the H200 (benchmarks/RESULTS.md, issue 40).
+PAIRED_CYCLES = 12
+
+
 def duel(runner, records: list[CaseRecord], spec_of: Callable) -> list[CaseRecord]:
     """`records` (a unit's ok records after this round, each case timed on its own) with this round paired:
     the graphs `runner` keeps for them replayed interleaved (worker/interleave.py), each case's samples of
@@ -63,7 +68,8 @@ def duel(runner, records: list[CaseRecord], spec_of: Callable) -> list[CaseRecor
         loads.append(None if isinstance(spec, str) else runner.load_share(records[i].case, spec, k.graph.per_call_s * 1e6))
     heavy = any(v is None or v >= timing.HEAVY_LOAD for v in loads)
     floor = opts.settle_ms if heavy else min(opts.settle_ms, timing.LIGHT_SETTLE_MS)
-    group = time_group([k.graph for _, k in members], opts, floor, None, getattr(runner, "clock", None))
+    group = time_group([k.graph for _, k in members], opts, floor, None, getattr(runner, "clock", None),
+                       cycles=max(PAIRED_CYCLES, opts.min_samples))
     pair_id = secrets.token_hex(6)
     out = list(records)
     share = round((group.settle_s + group.samples_s) / len(members), 4)

@@ -54,12 +54,13 @@ def _drifting(totals: list[float]) -> bool:
 
 
 def time_group(graphs: list[TimedGraph], opts: TimingOptions, floor_ms: float,
-               settled: Optional[Callable[[], None]] = None, clock=None) -> GroupTiming:
+               settled: Optional[Callable[[], None]] = None, clock=None, cycles: Optional[int] = None) -> GroupTiming:
     """Settle the group (at least `floor_ms` of GPU time, then until no member drifts; at most
     SETTLE_MAX_FACTOR x settle_ms), tell `settled()`, then sample cycle by cycle until every member has
     enough samples by its own rule (timing._enough, the budget shared: `budget_s` per member). The
     settled tail (the latest third of the settling cycles, judged drift-free) is the first of the samples.
-    `clock`: a streamclock.StreamClock, stamped between cycles; None: no cycle clocks."""
+    `clock`: a streamclock.StreamClock, stamped between cycles; None: no cycle clocks. `cycles`: sample
+    exactly that many cycles (rounded up to whole twos) instead of the members' own rule."""
     k = len(graphs)
     series: list[list[float]] = [[] for _ in graphs]
     stamps: list[Optional[int]] = []
@@ -98,7 +99,13 @@ def time_group(graphs: list[TimedGraph], opts: TimingOptions, floor_ms: float,
     started = began[first] if tail_from is not None and first < len(began) else time.perf_counter()
     settle_s = started - t0
     budget = opts.model_copy(update={"budget_s": opts.budget_s * k})
-    while (len(began) - first) % 2 or not all(_enough(s[first:], budget, started) for s in series):
+    def more() -> bool:
+        taken = len(began) - first
+        if cycles is not None:
+            return taken < cycles + cycles % 2
+        return bool(taken % 2) or not all(_enough(s[first:], budget, started) for s in series)
+
+    while more():
         one_cycle(len(began))
     end = clock.stamp() if clock is not None else None
     samples_s = time.perf_counter() - started

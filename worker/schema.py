@@ -86,8 +86,8 @@ class TimingOptions(_Strict):
     # ±pair_target, at most `rounds`. min_rounds == rounds: a fixed count.
     rounds: int = Field(default=3, ge=1, le=50)
     min_rounds: int = Field(default=2, ge=1, le=50)
-    round_target: float = Field(default=0.01, gt=0, lt=1)
-    pair_target: float = Field(default=0.005, gt=0, lt=1)
+    round_target: float = Field(default=0.02, gt=0, lt=1)
+    pair_target: float = Field(default=0.01, gt=0, lt=1)
     # The contenders of a shape (the backends of a sweep on one GPU) timed interleaved in every round, in
     # the same GPU state (worker/interleave.py); false: each case timed on its own.
     head_to_head: bool = True

@@ -32,6 +32,7 @@ from typing import Optional
 import numpy as np
 from scipy import stats
 
+from worker.pairing import work_per_round
 from worker.schema import CaseRecord
 
 from ..errors import InputError
@@ -95,6 +96,18 @@ class CaseDiff:
     b_rel_ci: Optional[float] = None
     noisy: str = ""  # the sides whose rel_ci is beyond NOISY_REL_CI: "", "A", "B" or "A, B"
     tainted: str = ""  # the sides timed while the GPU throttled (the record's health check), same form
+    # The clock split (format >= 9, both sides with the SM clock read in the stream every round): B/A =
+    # clock x work, clock = A's MHz / B's MHz (what B's clock alone makes of its time), work = B/A of
+    # time x clock (cycles per call) with its interval. clock_bound: time x clock held still where the
+    # time moved (its interval at most half as wide), so the work can be judged where clocks wandered.
+    clock_a_mhz: Optional[float] = None
+    clock_b_mhz: Optional[float] = None
+    clock_ratio: Optional[float] = None
+    work_ratio: Optional[float] = None
+    work_low: Optional[float] = None
+    work_high: Optional[float] = None
+    clock_bound: Optional[bool] = None
+    judged_on: str = "time"  # "time", or "work" where the verdict is the work's (clock_bound)
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -223,9 +236,10 @@ STEAL_PCT = 2.0  # CPU time stolen by the hypervisor during a round
 NOISE_LIMIT = 0.25
 
 
-def environment_moved(ra: CaseRecord, rb: CaseRecord, ratio: float) -> Optional[str]:
+def environment_moved(ra: CaseRecord, rb: CaseRecord, ratio: float, clock: bool = True) -> Optional[str]:
     """Why the machine rather than the kernel may explain the effect between the sides (their environments
-    differ as much as the effect, or a CPU-timed case shared a busy CPU), or None."""
+    differ as much as the effect, or a CPU-timed case shared a busy CPU), or None. `clock`: whether NVML's
+    SM clock counts (not where the clock split, from the clock read in the stream, names its part)."""
     rounds_a, rounds_b = ra.timing.rounds, rb.timing.rounds
     effect = abs(float(np.log(ratio)))
 
@@ -234,7 +248,7 @@ def environment_moved(ra: CaseRecord, rb: CaseRecord, ratio: float) -> Optional[
         return float(np.median(values)) if values else None
 
     ca, cb = median_of(rounds_a, "sm_clock_mhz"), median_of(rounds_b, "sm_clock_mhz")
-    if ca and cb and abs(float(np.log(cb / ca))) >= CLOCK_SHARE_OF_EFFECT * effect:
+    if clock and ca and cb and abs(float(np.log(cb / ca))) >= CLOCK_SHARE_OF_EFFECT * effect:
         return f"SM clock A {ca:.0f} MHz, B {cb:.0f} MHz"
     throttled = sorted({t for r in [*rounds_a, *rounds_b] for t in r.throttle_reasons})
     if throttled:
@@ -282,6 +296,54 @@ def classify_log(low: float, high: float, threshold: float) -> str:
     return "AMBIGUOUS"
 
 
+# Time x clock "holds still" where its interval is at most this share of the time's (clock_bound).
+CLOCK_BOUND_SHARE = 0.5
+
+
+@dataclass
+class ClockSplit:
+    """B/A = clock x work for two sides whose every round has its in-stream SM clock (clock_split)."""
+
+    clock_a_mhz: float
+    clock_b_mhz: float
+    clock_ratio: float
+    work: LogInterval
+    clock_bound: bool
+
+
+def clock_split(ta, tb, time_interval: LogInterval) -> Optional[ClockSplit]:
+    """The clock split of two sides' timings (worker.schema.Stats), or None where a side has fewer than 2
+    rounds or a round without an in-stream clock."""
+    wa, wb = work_per_round(ta), work_per_round(tb)
+    if len(wa) < 2 or len(wb) < 2:
+        return None
+    la, lb = np.log(np.asarray(wa)), np.log(np.asarray(wb))
+    sa = Spread(float(la.std(ddof=1) / math.sqrt(len(la))), len(la) - 1.0)
+    sb = Spread(float(lb.std(ddof=1) / math.sqrt(len(lb))), len(lb) - 1.0)
+    work = log_ratio_interval(float(np.median(wa)), float(np.median(wb)), sa, sb)
+    ca = float(np.median([r.sm_clock_stream_mhz for r in ta.rounds]))
+    cb = float(np.median([r.sm_clock_stream_mhz for r in tb.rounds]))
+    bound = (work.high - work.low) <= CLOCK_BOUND_SHARE * (time_interval.high - time_interval.low)
+    return ClockSplit(ca, cb, ca / cb, work, bound)
+
+
+def _split_fields(split: Optional[ClockSplit]) -> dict:
+    if split is None:
+        return {}
+    return dict(clock_a_mhz=round(split.clock_a_mhz, 1), clock_b_mhz=round(split.clock_b_mhz, 1),
+                clock_ratio=split.clock_ratio, work_ratio=_exp(split.work.point), work_low=_exp(split.work.low),
+                work_high=_exp(split.work.high), clock_bound=split.clock_bound)
+
+
+def split_words(ratio: float, split: ClockSplit, judged_on: str) -> str:
+    """A row's clock split, e.g. "B/A 1.048 = clock 1.042 (1530 vs 1595 MHz) × work 1.005 [0.998–1.012]"."""
+    words = (f"B/A {ratio:.3f} = clock {split.clock_ratio:.3f} ({split.clock_b_mhz:.0f} vs {split.clock_a_mhz:.0f} MHz) "
+             f"× work {_exp(split.work.point):.3f} [{_exp(split.work.low):.3f}–{_exp(split.work.high):.3f}]")
+    if judged_on == "work":
+        return words + "; judged on the work: the time moved with the clock, time × clock held still"
+    return words + ("; clock-bound (time × clock holds still)" if split.clock_bound else "")
+
+
 def _status_text(rec: CaseRecord) -> str:
     """A record's status, with the integrity checks its kernel failed when that is why."""
     names = rec.correctness.integrity if rec.correctness is not None else None
@@ -322,14 +384,22 @@ def compare_records(key: str, ra: Optional[CaseRecord], rb: Optional[CaseRecord]
                         verdict="AMBIGUOUS", note="a single sample: no interval", **flags)
     interval = log_ratio_interval(a_us, b_us, sa, sb)
     verdict = classify_log(interval.low, interval.high, threshold)
+    split = clock_split(ta, tb, interval)
+    judged_on = "time"
+    if split is not None and split.clock_bound and verdict not in ("SLOWER", "FASTER"):
+        on_work = classify_log(split.work.low, split.work.high, threshold)
+        if on_work in ("SLOWER", "FASTER"):  # the time moved with the clock; its cycles did not
+            verdict, judged_on = on_work, "work"
     why_unstable = None
-    if verdict != "SAME" and max(ta.rel_ci, tb.rel_ci) > NOISE_LIMIT:
+    if verdict != "SAME" and max(ta.rel_ci, tb.rel_ci) > NOISE_LIMIT and judged_on == "time":
         why_unstable = f"too noisy to judge (A {plus_minus(ta.rel_ci)}, B {plus_minus(tb.rel_ci)})"
     elif verdict in ("SLOWER", "FASTER"):
         if flags["tainted"]:
             why_unstable = f"tainted on {flags['tainted']}"
         else:
-            moved = environment_moved(ra, rb, ratio)
+            # With the clock read in the stream on both sides the split names the clock's part; a slower
+            # clock is still slower (docs/COMPARING.md), so only the rest of the environment can unsettle it.
+            moved = environment_moved(ra, rb, ratio, clock=split is None)
             if moved:
                 why_unstable = f"{moved}: the machine, not only the kernel, may explain it"
     if why_unstable:
@@ -347,8 +417,11 @@ def compare_records(key: str, ra: Optional[CaseRecord], rb: Optional[CaseRecord]
         notes.append("one round: the interval knows only the noise within a run")
     if (ta.method, ta.l2) != (tb.method, tb.l2):
         notes.append("timing methods differ")
+    if split is not None:
+        notes.append(split_words(ratio, split, judged_on))
     return CaseDiff(**base, a_us=a_us, b_us=b_us, ratio=ratio, ci_low=_exp(interval.low), ci_high=_exp(interval.high),
-                    p_value=interval.p, verdict=verdict, note="; ".join(notes), **flags)
+                    p_value=interval.p, verdict=verdict, note="; ".join(notes), judged_on=judged_on,
+                    **_split_fields(split), **flags)
 
 
 def _exp(x: float) -> float:
