@@ -148,7 +148,7 @@ def test_a_narrow_table_says_what_it_left_out_and_what_every_row_shares(stored_r
     rows = merged_rows(RunStore(stored_runs / V4))
     text = " ".join(write(rows_document(rows), "table", 80).split())
     assert "every row: host=local, label=smoke, N=256, K=512; no row has: % SoL" in text
-    assert "left out at 80 columns: TFLOPS, rel_err, check (a wider terminal, or --format md|csv|json" in text
+    assert "left out at 80 columns: rounds, TFLOPS, rel_err, check (a wider terminal, or --format md|csv|json" in text
     wide = write(rows_document(rows), "table", 200)
     assert "every row" not in wide and "left out" not in wide  # it all fits: nothing folded
     assert re.search(r"┃\s+K ┃\s+status\s+┃\s+median µs ┃", wide)  # headers on one line when there is room

@@ -498,7 +498,12 @@ def run_params(params: WorkerParams, results: Path) -> int:
             from .clocks import CLOCK_ENV
 
             locked = os.environ.get(CLOCK_ENV)
-            append_record(results, collect_facts(runner.device).model_copy(update={
+            facts = collect_facts(runner.device)
+            if runner.device.device == "cuda" and runner.clock is None:
+                from .streamclock import StreamClock
+
+                facts.notes.append(f"no SM clock read in the stream (NVML's reading only): {StreamClock.problem}")
+            append_record(results, facts.model_copy(update={
                 "calibration": runner.calibration, "sm_clock_locked_mhz": int(locked) if locked else None}))
         done = done_case_ids(results)
         todo = [c for c in params.cases if c.case_id not in done]

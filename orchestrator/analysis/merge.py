@@ -44,6 +44,9 @@ class Row:
     # block (n = 3 * intermediate, k = hidden), never one GEMM, and is never set beside one
     kernel: Optional[str] = None
     median_us: Optional[float] = None
+    # How many rounds the case got and why it stopped there (format >= 9: target | cap | fixed)
+    rounds: Optional[int] = None
+    rounds_stop: Optional[str] = None
     p10_us: Optional[float] = None
     p90_us: Optional[float] = None
     rel_ci: Optional[float] = None
@@ -196,7 +199,8 @@ def merged_rows(store: RunStore, slots: Optional[list[SlotData]] = None) -> list
                 run_id=store.run_id, host=data.host, gpu=data.gpu, slot=data.slot, gpu_name=gpu_name,
                 label=case.label, backend=case.backend, m=case.m, n=case.n, k=case.k,
                 status=status, reason=reason,
-                median_us=t.median_us if t else None, p10_us=t.p10_us if t else None,
+                median_us=t.median_us if t else None, rounds=rounds_in(rec) if t else None,
+                rounds_stop=t.rounds_stop if t else None, p10_us=t.p10_us if t else None,
                 p90_us=t.p90_us if t else None, rel_ci=t.rel_ci if t else None, n_samples=t.n if t else None,
                 method=t.method if t else None, l2=t.l2 if t else None,
                 tflops=mt.tflops if mt else None, tb_per_s=mt.tb_per_s if mt else None,

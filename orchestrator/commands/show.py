@@ -28,11 +28,15 @@ def run(args, io: Streams) -> int:
     outcomes = list(store.latest_outcomes().values())
     if not args.pivot:
         return print_run(store, outcomes, args.format, io)
-    from ..analysis.merge import merged_rows
+    from ..analysis.headtohead import pair_index
+    from ..analysis.merge import load_slots, merged_rows
     from ..views.output import write
     from ..views.tables import pivot_document
 
-    io.write(write(pivot_document(merged_rows(store), args.baseline, per_host=args.per_host), args.format, io.width()))
+    # BEST only where the head-to-head interval says so (analysis/headtohead.py)
+    slots = load_slots(store)
+    io.write(write(pivot_document(merged_rows(store, slots), args.baseline, per_host=args.per_host,
+                                  pairs=pair_index(slots)), args.format, io.width()))
     bad = [o for o in outcomes if o.outcome != "ok"]
     for o in bad:
         io.problem(f"{o.slot}: {o.outcome}: {o.error}")

@@ -73,8 +73,17 @@ def _note(row: Row) -> str:
     return "; ".join(parts)
 
 
-ROW_HEADERS = ["host", "label", "backend", "M", "N", "K", "status", "median µs", "TFLOPS", "% SoL", "rel_err",
-               "check", "note"]
+ROW_HEADERS = ["host", "label", "backend", "M", "N", "K", "status", "median µs", "rounds", "TFLOPS", "% SoL",
+               "rel_err", "check", "note"]
+# Why a case got the rounds it got (worker/runner.py rounds_decision)
+ROUNDS_STOP = {"target": "sure", "cap": "cap", "fixed": "fixed"}
+
+
+def _rounds(row: Row) -> str:
+    """e.g. "2 sure" (its intervals narrow enough), "3 cap" (the cap came first), "3 fixed"."""
+    if not row.rounds:
+        return ""
+    return f"{row.rounds} {ROUNDS_STOP.get(row.rounds_stop, '')}".strip()
 
 
 def _sol(row: Row) -> str:
@@ -90,14 +99,15 @@ def _check(row: Row) -> str:
 
 def rows_document(rows: list[Row], title: str = "") -> Document:
     cells = [[r.slot, r.label, r.backend, str(r.m), str(r.n), str(r.k), r.status, significant(r.median_us, US_DIGITS),
-              significant(r.tflops, TFLOPS_DIGITS), _sol(r), _num(r.rel_err, ".2e"), _check(r), _note(r)]
+              _rounds(r), significant(r.tflops, TFLOPS_DIGITS), _sol(r), _num(r.rel_err, ".2e"), _check(r), _note(r)]
              for r in rows]
     # The shape columns stay: a row without its shape is no result at all.
     section = Section(ROW_HEADERS, cells, title=title,
                       right=("M", "N", "K", "median µs", "TFLOPS", "% SoL", "rel_err"), styles={6: _STATUS_STYLE},
-                      optional=("rel_err", "check", "% SoL", "TFLOPS", "label"), last_resort=("note", "host"),
+                      optional=("rel_err", "check", "% SoL", "TFLOPS", "label", "rounds"), last_resort=("note", "host"),
                       caption="% SoL: speed of light (this GPU's measured peaks) / median; "
-                              "m = math-bound, b = memory-bound" if any(r.pct_sol is not None for r in rows) else "")
+                              "m = math-bound, b = memory-bound; rounds: sure = its interval narrow enough, "
+                              "cap = the rounds cap came first" if any(r.pct_sol is not None for r in rows) else "")
     data = [r.as_dict() for r in rows]
     return Document([section], data=data, records=data, kind="rows")
 

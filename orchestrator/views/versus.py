@@ -12,7 +12,8 @@ WINNER_TEXT = {"B": "B faster", "A": "A faster", "tie": "tie", "unsure": "unsure
                "not-ok": "not compared"}
 _WINNER_STYLE = {"B faster": "green", "A faster": "green", "unsure": "yellow", "not paired": "dim",
                  "not compared": "red"}
-HEADERS = ["host", "label", "M", "N", "K", "A µs", "B µs", "B/A", "95% CI", "pairs×rounds", "winner", "note"]
+HEADERS = ["host", "label", "M", "N", "K", "A µs", "B µs", "B/A", "95% CI", "medians B/A", "pairs×rounds", "winner",
+           "note"]
 FLEET_HEADERS = ["label", "M", "N", "K", "hosts", "A µs", "B µs", "B/A", "95% CI", "pairs×rounds", "winner"]
 
 
@@ -82,6 +83,12 @@ def _note(c) -> str:
     return ", ".join(notes)
 
 
+def _medians(c) -> str:
+    """B µs / A µs: each timed in its own state (it differs from the paired B/A where the two hold
+    different clocks at the power cap: docs/COMPARING.md)."""
+    return ratio_text(c.b_us / c.a_us) if c.a_us and c.b_us else ""
+
+
 def _pairs(c) -> str:
     return f"{c.pairs}×{c.rounds}" if c.pairs else ""
 
@@ -92,13 +99,15 @@ def versus_document(h2h) -> Document:
     line = fleet_line(h2h)
     title = f"A = {h2h.a}, B = {h2h.b} (run {h2h.run_id}), tie within ±{h2h.tie:.1%}"
     rows = [[c.slot, c.label, str(c.m), str(c.n), str(c.k), significant(c.a_us, US_DIGITS),
-             significant(c.b_us, US_DIGITS), ratio_text(c.ratio), interval_text(c.low, c.high), _pairs(c),
-             WINNER_TEXT[c.winner], _note(c)] for c in h2h.contests]
-    sections = [Section(HEADERS, rows, title=title, styles={10: _WINNER_STYLE},
-                        right=("M", "N", "K", "A µs", "B µs", "B/A", "pairs×rounds"),
-                        optional=("label", "pairs×rounds", "note"), last_resort=("host", "A µs", "B µs"),
-                        caption="B/A from the samples timed together (> 1: B slower), 95% interval; "
-                                "A µs, B µs: each case's own median")]
+             significant(c.b_us, US_DIGITS), ratio_text(c.ratio), interval_text(c.low, c.high), _medians(c),
+             _pairs(c), WINNER_TEXT[c.winner], _note(c)] for c in h2h.contests]
+    sections = [Section(HEADERS, rows, title=title, styles={11: _WINNER_STYLE},
+                        right=("M", "N", "K", "A µs", "B µs", "B/A", "medians B/A", "pairs×rounds"),
+                        optional=("label", "medians B/A", "pairs×rounds", "note"),
+                        last_resort=("host", "A µs", "B µs"),
+                        caption="B/A from the samples timed together, in one shared clock (> 1: B slower), 95% "
+                                "interval; A µs, B µs: each case's own median, in its own clock and power state, "
+                                "and their ratio (medians B/A)")]
     if len(h2h.slots) > 1:
         fleet_rows = [[f.label, str(f.m), str(f.n), str(f.k), f"{f.slots}/{f.compared}", significant(f.a_us, US_DIGITS),
                        significant(f.b_us, US_DIGITS), ratio_text(f.ratio), interval_text(f.low, f.high),
