@@ -52,6 +52,7 @@
 #                         20 windows in varied clock states, per case
 #   slowdowns-h2h         mm against its copy and a +2% copy, head-to-head, 3 sweeps slowdowns-h2h-h200.md
 #   slowdowns-across      diff of separate sweeps: A/A, +3%, +5% (3 sweeps each)      slowdowns-across-h200.md
+#   slow-host             3 sshd hosts on the GPU, one ~2% slower: diff --across-hosts slow-host-h200.md
 #   tradeoff              the seed sweep with each timing variant of                 tradeoff-h200.md
 #                         benchmarks/tradeoff.py (VARIANTS=a,b: some), a cold CLI
 #                         process each, and the seed step's runs (if it ran before)
@@ -464,6 +465,10 @@ step_stream_clock() { "$GPU_PY" benchmarks/stream_clock.py --out "$DEST/stream-c
 step_slowdowns_h2h() {
     "$GPU_PY" benchmarks/see_slowdowns.py h2h -i "$INV" --runs-dir "$RUNS" --out "$DEST/slowdowns-h2h-h200.md"
 }
+step_slow_host() {
+    need_sshd || return 1
+    "$GPU_PY" benchmarks/slow_host.py --out "$DEST/slow-host-h200.md" --env "PYTHONPATH=$SITE"
+}
 step_slowdowns_across() {
     "$GPU_PY" benchmarks/see_slowdowns.py across -i "$INV" --runs-dir "$RUNS" --out "$DEST/slowdowns-across-h200.md"
 }
@@ -476,7 +481,7 @@ collect() {
 
 STEPS="seed cost interrupt diff fidelity fidelity-runs order order-bf16 order-bf16-unsettled neighbour settle-trace decode burst first-case calibration moe moe-decode byo
 verdicts jit-cache fleet profile fanout moe-fp4 cupti cupti-after graph-length crosscheck startup tradeoff jit
-stream-clock slowdowns-h2h slowdowns-across"
+stream-clock slowdowns-h2h slowdowns-across slow-host"
 [ $# -gt 0 ] || { echo "usage: bash benchmarks/device_check.sh STEP... (steps:" $STEPS")"; exit 2; }
 for step in "$@"; do
     case " $(echo $STEPS) " in

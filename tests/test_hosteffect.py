@@ -90,13 +90,15 @@ def by_slot(doc: dict) -> dict[str, dict]:
 
 def test_a_host_2pct_slower_in_every_case_is_named_though_no_single_case_is_flagged(tmp_path, capsys):
     make_fleet(tmp_path, "fleet", {"h1": {}, "h2": {}, "h3": {"slow": 1.02}}, seed=1)
-    # At the default threshold (3%) the per-case rule sees nothing: no case flagged, no outlier; the host
-    # effect knows the 2% but does not name a host within ±3%.
-    doc = effects_json(tmp_path, "fleet", capsys)
+    # At 3% (the old default) the per-case rule sees nothing: no case flagged, no outlier; the host effect
+    # knows the 2% but does not name a host within ±3%.
+    doc = effects_json(tmp_path, "fleet", capsys, "--threshold", "3%")
     assert doc["deviations"] == [] and not any(h["outlier"] for h in doc["hosts"].values())
     h3 = by_slot(doc)["h3"]
     assert h3["cases"] == 12 and h3["effect"]["cases"] == 12
     assert h3["effect"]["low"] <= 1.02 <= h3["effect"]["high"] and not h3["named"]
+    # At the default (1.5%) it is named: its interval leaves 1 and its effect is beyond 1.5%
+    assert by_slot(effects_json(tmp_path, "fleet", capsys))["h3"]["named"]
 
     doc = effects_json(tmp_path, "fleet", capsys, "--threshold", "1%")
     hosts = by_slot(doc)

@@ -45,7 +45,7 @@ import numpy as np
 from worker.pairing import t95, work_per_round
 from worker.schema import CaseRecord
 
-from .diff import CLOCK_SHARE_OF_EFFECT, Side, calibration_deviations, classify_log
+from .diff import CLOCK_BOUND_SHARE, CLOCK_SHARE_OF_EFFECT, Side, calibration_deviations, classify_log
 
 # Host facts that may explain a host apart from its fleet (FactsRecord fields).
 FACT_CAUSES = ("gpu_name", "driver", "cuda", "torch", "flashinfer", "sgl_kernel", "triton")
@@ -78,6 +78,9 @@ class HostEffect:
     fleet_clock_mhz: Optional[float] = None  # median of the hosts' clock_mhz
     clock_factor: Optional[float] = None  # fleet_clock_mhz / clock_mhz: the time the clock costs (> 1: slower)
     causes: list[dict] = field(default_factory=list)  # {"code": ..., facts}
+    # "work" where the verdict is the work's: its interval at most half as wide as the time's (the time
+    # moved with the clock from case to case, the cycles did not; analysis/diff.py clock_split)
+    judged_on: str = "time"
 
     @property
     def named(self) -> bool:
@@ -185,13 +188,36 @@ def host_effects(side: Side, threshold: float) -> HostEffects:
                          work=estimate(works.get(h, []))) for h in fleet}
     for h in rows.values():
         if h.effect is not None:
-            h.verdict = classify_log(math.log(h.effect.low), math.log(h.effect.high), threshold)
+            h.verdict = host_verdict(h.effect, threshold)
+        if h.effect is not None and h.work is not None and not h.named and \
+                _width(h.work) <= CLOCK_BOUND_SHARE * _width(h.effect):
+            on_work = host_verdict(h.work, threshold)
+            if on_work in ("SLOWER", "FASTER"):
+                h.verdict, h.judged_on = on_work, "work"
     if not any(h.effect for h in rows.values()):
         out.nothing = "cases"
     _split_clock(rows, used)
     _find_causes(rows, used, side, threshold)
     out.hosts = list(rows.values())
     return out
+
+
+def host_verdict(e: Estimate, threshold: float) -> str:
+    """A host's effect against the fleet: SLOWER / FASTER (named) when its interval excludes no effect and
+    the effect itself is beyond ±threshold; SAME when the whole interval lies within ±threshold;
+    AMBIGUOUS otherwise. Unlike a case's diff (whole interval beyond the threshold), a host is named on
+    all its cases at once: a GPU 2% slower at a 1.5% threshold is named once its interval leaves 1."""
+    low, point, high = math.log(e.low), math.log(e.ratio), math.log(e.high)
+    bound = math.log1p(threshold)
+    if low > 0 and point > bound:
+        return "SLOWER"
+    if high < 0 and point < -bound:
+        return "FASTER"
+    return "SAME" if classify_log(low, high, threshold) == "SAME" else "AMBIGUOUS"
+
+
+def _width(e: Estimate) -> float:
+    return math.log(e.high) - math.log(e.low)
 
 
 def _rounds_of(used: dict[str, dict[str, CaseRecord]], host: str):
@@ -268,7 +294,7 @@ def _environment_causes(e: dict, fleet: dict) -> list[dict]:
     if e["temperature_c"] is not None and fleet["temperature_c"] is not None \
             and e["temperature_c"] - fleet["temperature_c"] >= TEMPERATURE_HIGHER_C:
         out.append({"code": "temperature-higher", "c": e["temperature_c"], "fleet_c": fleet["temperature_c"]})
-    if e["throttle"]:
+    if e["throttle"] and e["throttled_rounds"]:  # the power cap alone, in no round's samples, is no cause
         out.append({"code": "throttled", "reasons": e["throttle"], "rounds": e["throttled_rounds"]})
     if e["power_w"] and fleet["power_w"] and abs(e["power_w"] / fleet["power_w"] - 1) >= POWER_APART:
         out.append({"code": "power", "w": e["power_w"], "fleet_w": fleet["power_w"]})

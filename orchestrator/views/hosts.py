@@ -28,7 +28,7 @@ def split_text(h) -> str:
     if h.clock_factor is not None:
         parts.append(f"clock {ratio_text(h.clock_factor)} ({h.clock_mhz:.0f} vs {h.fleet_clock_mhz:.0f} MHz)")
     if h.work is not None:
-        parts.append(f"work {ratio_text(h.work.ratio)}")
+        parts.append(f"work {ratio_text(h.work.ratio)} [{ratio_text(h.work.low)}, {ratio_text(h.work.high)}]")
     return " × ".join(parts)
 
 
@@ -82,13 +82,14 @@ def host_effect_section(effects) -> Section:
     """The table host | cases | effect [95% interval] | clock × work | named | likely cause."""
     rows = []
     for h in effects.hosts:
-        named = h.verdict if h.named else ""
+        named = (h.verdict + (" (work)" if h.judged_on == "work" else "")) if h.named else ""
         rows.append([h.slot, str(h.cases), estimate_text(h.effect) or "too few cases", split_text(h), named,
                      "; ".join(cause_text(c) for c in h.causes)])
     t = effects.threshold
     return Section(["host", "cases", "effect [95% interval]", "clock × work", "named", "likely cause"], rows,
-                   title=f"each host over its cases against the fleet (named: the interval beyond ±{t:.0%}; "
-                         f"cases that {effects.min_hosts} hosts or more ran)",
+                   title=f"each host over its cases against the fleet (named: an interval that leaves 1 and an "
+                         f"effect beyond ±{t:.1%}, of the time, or of the work where that held still; cases that "
+                         f"{effects.min_hosts} hosts or more ran)",
                    right=("cases",), styles={4: NAMED_STYLE}, optional=("clock × work",))
 
 
