@@ -99,12 +99,12 @@ def output_problem(result, expected: Expected) -> Optional[str]:
 def expected_output(case, spec, oracle: torch.Tensor) -> Expected:
     """What a call of backend `spec` on `case` must return: the case's out_dtype (fp32 for the oracles,
     which compute in fp32 whatever their family), the shape of its oracle's result, on the oracle's
-    device; an MoE loop may return one tensor per expert that receives tokens."""
+    device; an MoE backend may return one tensor per expert that receives tokens."""
     from .backends import ORACLE_BACKENDS
 
     dtype = torch.float32 if case.backend in ORACLE_BACKENDS else getattr(torch, case.out_dtype)
     rows = None
-    if case.workload == "moe" and (spec.option or "").startswith("loop:"):
+    if case.workload == "moe":  # a loop, and a grouped kernel, may return one tensor per expert (moe.as_output)
         rows = tuple(c for c in case.moe.counts if c)
     return Expected(dtype, tuple(oracle.shape), oracle.device, rows)
 
