@@ -83,7 +83,7 @@ def main(argv=None) -> int:
         raise SystemExit(f"no in-stream clock: {StreamClock.problem}")
     probe = NvmlProbe.for_current_device()
     rng = random.Random(40)
-    lines = [f"| case | time CV | time × in-stream clock CV | time × NVML clock CV | in-stream MHz | NVML MHz |",
+    lines = ["| case | time CV | time × in-stream clock CV | time × NVML clock CV | in-stream MHz | NVML MHz |",
              "|---|---:|---:|---:|---|---|"]
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     for family, m, n, k in SHAPES:

@@ -15,6 +15,7 @@ import pytest
 
 from conftest import REPO, kernel_sweep
 from cli_output import cli_json
+from support.signals import interruptible
 
 FAKE_GPU = "GPU-00000000-fake-0000-0000-000000000000"
 
@@ -44,8 +45,9 @@ def inventory(tmp_path: Path, bindir: Path, clocks: str) -> Path:
 
 
 def cli(*argv) -> subprocess.Popen:
+    """The CLI as a user starts it; SIGINT at its default whatever this run inherited (a test stops it)."""
     return subprocess.Popen([sys.executable, "-m", "orchestrator.cli", *map(str, argv)], cwd=REPO,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=interruptible)
 
 
 def test_a_host_with_clocks_lock_runs_its_sweep_locked_then_reset_and_says_so(tmp_path):

@@ -122,13 +122,11 @@ def test_a_host_without_its_venv_is_provisioned_offline_from_a_wheelhouse_then_r
     import sys
     from pathlib import Path
 
-    import pytest
+    from support.ci import require
 
     wheelhouse = os.environ.get("FLEETBENCH_TEST_WHEELHOUSE")
-    if not wheelhouse or not Path(wheelhouse).is_dir():
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail("FLEETBENCH_TEST_WHEELHOUSE is not set up; `make test` downloads it")
-        pytest.skip("no wheelhouse (run through `make test`)")
+    require(wheelhouse and Path(wheelhouse).is_dir(),
+            "no wheelhouse: FLEETBENCH_TEST_WHEELHOUSE is not set up (`make test` downloads it)")
     venv_python = tmp_path / "hostvenv" / "bin" / "python"
     inv = fleet.inventory(tmp_path / "hosts.yaml", names=["ssh3"], python=str(venv_python),
                           workdir=str(tmp_path / "w3"))
