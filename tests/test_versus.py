@@ -20,28 +20,12 @@ from orchestrator.views.tables import pivot_document
 from worker.schema import CaseRecord, FactsRecord, RoundStats
 from worker.timing import combine_rounds, summarize
 
+from cli_output import cli_json, md_rows
+
 A, B, ALONE = "torch-bf16", "torch-fp8", "reference-nvfp4"
 MS = [16, 32, 64, 128, 256, 512]
 TIED = {16, 32}  # B/A = 1 at these Ms; 1.03 elsewhere
 STATES = [1.0, 1.06, 0.95]  # the GPU state of each round: every case's time moves with it
-
-
-def cli_json(text: str):
-    doc = json.loads(text)
-    assert doc["format"] == 1 and doc["kind"]
-    return doc["items"] if "items" in doc else doc
-
-
-def md_rows(text: str, first_header: str) -> list[dict]:
-    lines = text.splitlines()
-    start = next(i for i, line in enumerate(lines) if line.startswith(f"| {first_header} |"))
-    headers = [h.strip() for h in lines[start].strip("|").split("|")]
-    rows = []
-    for line in lines[start + 2:]:
-        if not line.startswith("|"):
-            break
-        rows.append(dict(zip(headers, (c.strip() for c in line.strip("|").split("|")))))
-    return rows
 
 
 def timed(rounds: list[list[float]], pair_ids: list) -> object:
