@@ -158,3 +158,16 @@ def test_a_units_graphs_are_paired_after_their_own_round_and_a_case_without_a_ke
     iv = pairing.pair_interval(pairing.paired_rounds(paired[0].timing, paired[1].timing))
     assert iv.low < 1.01 < iv.high  # torch-fp8's stand-in is 1% slower
     assert paired[2] is records[2]  # unpaired: untouched
+
+
+def test_the_supervisor_names_a_case_of_its_params_file_as_the_schema_does():
+    from worker.protocol import case_id_of_raw
+    from worker.schema import MoeSpec
+
+    cases = [CaseSpec(backend="torch-bf16", m=16, n=2048, k=6144),
+             CaseSpec(backend="mm", m=64, n=768, k=6144, label="x", seed=3, out_dtype="float16",
+                      kernel_sha256="a" * 64),
+             CaseSpec(workload="moe", backend="moe-loop-bf16", m=24, n=64, k=128,
+                      moe=MoeSpec(experts=4, top_k=2, routing="zipf", skew=1.2, counts=[10, 0, 20, 18]))]
+    for case in cases:
+        assert case_id_of_raw(case.model_dump(mode="json")) == case.case_id

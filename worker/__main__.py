@@ -43,6 +43,9 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_USAGE if exc.code == 2 else int(exc.code or 0)
 
     if args.command == "run":
+        from .protocol import open_channel
+
+        open_channel()  # before any code under test is imported: its name leaves the environment
         try:
             from .runner import load_params, run_params
 

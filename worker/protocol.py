@@ -37,6 +37,9 @@ RECORD_PREFIX = MARKER + "-record "
 # The file descriptor of the protocol channel in a process the launcher (or the supervisor) started;
 # unset: stdout (a worker run by hand).
 PROTOCOL_FD_ENV = "FLEETBENCH_PROTOCOL_FD"
+# Set in a child of the supervisor: the supervisor alone writes results.jsonl, from the records the child
+# sends on its pipe (worker/supervise.py accepts only those of the cases it gave that child).
+SUPERVISED_ENV = "FLEETBENCH_SUPERVISED"
 # While it works, a host says so at least this often (a "heartbeat" progress event): the controller
 # calls a host silent for its stall timeout (default 60 s) stalled, and never one that keeps beating.
 HEARTBEAT_S = 5.0
@@ -148,9 +151,15 @@ _channel: list = []  # the open protocol channel of this process, once opened
 
 def _channel_file():
     if not _channel:
-        fd = os.environ.get(PROTOCOL_FD_ENV)
+        fd = os.environ.pop(PROTOCOL_FD_ENV, None)  # gone from the environment once opened: code under test
+        #                                            (a user kernel) reads no name of it there
         _channel.append(os.fdopen(int(fd), "w", encoding="utf-8", closefd=False) if fd else sys.stdout)
     return _channel[0]
+
+
+def open_channel() -> None:
+    """Open this process's protocol channel now, before any code under test is imported."""
+    _channel_file()
 
 
 def write_line(line: str) -> None:
@@ -201,7 +210,17 @@ def heartbeat(interval_s: float = HEARTBEAT_S, **fields):
 
 def append_line(path: Path, line: str) -> None:
     """Append one record line durably (a host that dies right after loses nothing already written),
-    then echo it for the controller."""
+    then echo it for the controller. In a supervised child the supervisor appends it, once it has
+    checked that the record is one of this child's (SUPERVISED_ENV)."""
+    line = line.rstrip("\n")
+    if os.environ.get(SUPERVISED_ENV) == "1":
+        write_line(RECORD_PREFIX + line + "\n")
+        return
+    write_record(path, line)
+
+
+def write_record(path: Path, line: str) -> None:
+    """Append one record line to `path` durably, then send it on the channel."""
     line = line.rstrip("\n")
     with open(path, "a", encoding="utf-8") as f:
         f.write(line + "\n")
@@ -225,6 +244,23 @@ def done_case_ids(path: Path) -> set[str]:
                 and obj.get("complete", True) is not False:
             done.add(obj["case_id"])
     return done
+
+
+# What a case measures (worker/schema.py IDENTITY_FIELDS) with the defaults its model gives them: the
+# supervisor names a case of a params file by its id without importing pydantic.
+IDENTITY_DEFAULTS = {"workload": "gemm", "backend": None, "m": None, "n": None, "k": None, "out_dtype": "bfloat16",
+                     "seed": 0, "label": ""}
+
+
+def case_id_of_raw(case: dict) -> str:
+    """The id of a case given as the JSON of a CaseSpec (schema.case_id_of, which a test holds it to)."""
+    import hashlib
+
+    identity = {f: case.get(f, default) for f, default in IDENTITY_DEFAULTS.items()}
+    if case.get("moe") is not None:
+        identity["moe"] = case["moe"]
+    blob = json.dumps(identity, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(blob.encode("utf-8")).hexdigest()[:16]
 
 
 def has_facts(path: Path) -> bool:

@@ -7,10 +7,13 @@ while a compiler runs under the child, a first JIT build, counts against `build_
 stopped with the child and every process under it, recorded as hung, and a fresh child goes on with
 the next case: one hung kernel costs its case, not the host's sweep.
 
-The supervisor is the only writer of the protocol channel (worker/protocol.py): the child gets a pipe
-of its own, whose whole lines are forwarded, and the supervisor beats while it lives, so the
-controller's stall limit is about the host, and the case limit here about the kernel. It is what the
-rendered script calls.
+The supervisor is the only writer of the protocol channel (worker/protocol.py) and of results.jsonl:
+the child gets a pipe of its own, whose whole lines are forwarded, and a record the child sends is
+written only when it is one of the cases the supervisor gave that child. Code under test lives apart:
+the built-in backends run in one child, kernels from the user's own files in another (after it), so a
+user kernel can neither patch what a built-in calls nor write a built-in's record. The supervisor beats
+while it lives, so the controller's stall limit is about the host, and the case limit here about the
+kernel. It is what the rendered script calls.
 """
 from __future__ import annotations
 
@@ -228,9 +231,77 @@ def _rounds(record) -> int:
 
 
 def _supervise_cases(params_path: Path, results_path: Path, n_cases: int, limits: tuple[float, float]) -> int:
+    """Each part of the cases (partitions: the built-ins, then the user's own kernels) in children of its
+    own; the worst of their exit statuses."""
+    parts = partitions(params_path)
+    worst = 0
+    for who, path, ids in parts:
+        code = _supervise_part(path, results_path, ids, limits, who)
+        if code == EXIT_CANNOT_START:
+            return code
+        worst = max(worst, code)
+    return worst
+
+
+def partitions(params_path: Path) -> list[tuple[str, Path, set[str]]]:
+    """(who, params file, case ids): the built-in backends' cases, then the cases of kernels from the user's
+    files, each with a params file of its own beside `params_path` when the run has both (plain JSON: the
+    supervisor imports no pydantic just to split a list)."""
+    import json
+
+    from .protocol import case_id_of_raw
+
+    raw = json.loads(params_path.read_text(encoding="utf-8"))
+    cases = raw.get("cases") or []
+    builtin = [c for c in cases if not c.get("kernel_sha256")]
+    user = [c for c in cases if c.get("kernel_sha256")]
+    if not builtin or not user:
+        who = "user-kernel" if user else "built-in"
+        return [(who, params_path, {case_id_of_raw(c) for c in cases})]
+    out = []
+    for who, part in (("built-in", builtin), ("user-kernel", user)):
+        path = params_path.with_name(f"{params_path.stem}.{who}.json")
+        tmp = path.with_name(path.name + f".tmp-{os.getpid()}")
+        tmp.write_text(json.dumps(dict(raw, cases=part)), encoding="utf-8")
+        os.replace(tmp, path)
+        out.append((who, path, {case_id_of_raw(c) for c in part}))
+    return out
+
+
+def accepting(results_path: Path, allowed: set[str], who: str):
+    """The supervisor's handling of a child's protocol line: a record of one of the child's own cases (or
+    the host's facts, once) is appended to results.jsonl and sent on; any other record is refused, with a
+    line on stderr; progress is sent on."""
+    import json
+
+    from .protocol import RECORD_PREFIX, has_facts, write_line, write_record
+
+    def on_line(line: str) -> None:
+        if not line.startswith(RECORD_PREFIX):
+            write_line(line)
+            return
+        body = line[len(RECORD_PREFIX):].strip()
+        try:
+            obj = json.loads(body)
+        except ValueError:
+            obj = None
+        kind = obj.get("kind") if isinstance(obj, dict) else None
+        case_id = obj.get("case_id") if kind == "case" else None
+        if (kind == "case" and case_id in allowed) or (kind == "facts" and not has_facts(results_path)):
+            write_record(results_path, body)
+            return
+        what = f"case {case_id}" if case_id else (kind or "an unreadable line")
+        print(f"fleetbench: refused a record the {who} process sent for {what}: not one of the cases it was given",
+              file=sys.stderr, flush=True)
+
+    return on_line
+
+
+def _supervise_part(params_path: Path, results_path: Path, allowed: set[str], limits: tuple[float, float],
+                    who: str) -> int:
     import threading
 
-    from .protocol import PROTOCOL_FD_ENV, done_case_ids, forward_lines, heartbeat, write_line
+    from .protocol import PROTOCOL_FD_ENV, SUPERVISED_ENV, done_case_ids, forward_lines, heartbeat
 
     inflight = results_path.with_name(results_path.name + ".inflight")
     worker_root = str(Path(__file__).resolve().parent.parent)
@@ -250,9 +321,11 @@ def _supervise_cases(params_path: Path, results_path: Path, n_cases: int, limits
         while True:
             inflight.unlink(missing_ok=True)
             read_fd, write_fd = os.pipe()
-            child = subprocess.Popen(cmd, env=dict(env, **{PROTOCOL_FD_ENV: str(write_fd)}), pass_fds=(write_fd,))
+            child = subprocess.Popen(cmd, env=dict(env, **{PROTOCOL_FD_ENV: str(write_fd), SUPERVISED_ENV: "1"}),
+                                     pass_fds=(write_fd,))
             os.close(write_fd)
-            forwarder = threading.Thread(target=forward_lines, args=(read_fd, write_line), daemon=True)
+            forwarder = threading.Thread(target=forward_lines, daemon=True,
+                                         args=(read_fd, accepting(results_path, allowed, who)))
             forwarder.start()
             try:
                 code, hung = _wait(child, _Watch(inflight), *limits)
@@ -261,7 +334,7 @@ def _supervise_cases(params_path: Path, results_path: Path, n_cases: int, limits
                 raise
             forwarder.join(timeout=5.0)  # the pipe closes with the child: what it sent is forwarded first
             done = done_case_ids(results_path)  # read once per child: the file can be large after long runs
-            if code == 0 and len(done) >= n_cases:
+            if code == 0 and allowed <= done:
                 return 0
             if code == EXIT_CANNOT_START:  # it said why on stderr; a fresh child would fail the same way
                 return EXIT_CANNOT_START
