@@ -236,6 +236,8 @@ def _supervise_cases(params_path: Path, results_path: Path, n_cases: int, limits
     parts = partitions(params_path)
     worst = 0
     for who, path, ids in parts:
+        if len(parts) > 1:  # the log says when each process starts: its start-up is the split's cost
+            print(f"fleetbench: the {who} process starts ({len(ids)} cases)", file=sys.stderr, flush=True)
         code = _supervise_part(path, results_path, ids, limits, who)
         if code == EXIT_CANNOT_START:
             return code
