@@ -85,3 +85,7 @@ def test_a_user_kernel_reaches_neither_a_builtins_calls_nor_its_record(tmp_path,
     lines = [json.loads(x) for x in results[0].read_text().splitlines()]
     assert not any(x.get("forged") for x in lines)
     assert [x["kind"] for x in lines].count("facts") == 1
+    # Progress counts to the host's whole run in both processes
+    totals = {json.loads(line.split("@@fleetbench-progress ", 1)[1]).get("total")
+              for line in log.splitlines() if "@@fleetbench-progress " in line and '"total"' in line}
+    assert totals == {3}

@@ -507,7 +507,7 @@ def run_params(params: WorkerParams, results: Path) -> int:
                 "calibration": runner.calibration, "sm_clock_locked_mhz": int(locked) if locked else None}))
         done = done_case_ids(results)
         todo = [c for c in params.cases if c.case_id not in done]
-        _run_cases(runner, todo, done, len(params.cases), results, inflight,
+        _run_cases(runner, todo, done, params.cases_in_run or len(params.cases), results, inflight,
                    partial=partial_records(results))
         inflight.unlink(missing_ok=True)
     return 0

@@ -364,3 +364,6 @@ class WorkerParams(_Strict):
     lock_clocks: bool = False
     case_timeout_s: float = Field(default=300.0, gt=0)
     build_timeout_s: float = Field(default=1800.0, gt=0)
+    # The host's cases in the whole run, where these params are one part of them (the supervisor runs the
+    # built-ins and the user's kernel files in processes of their own): what progress counts to. Format >= 9.
+    cases_in_run: Optional[int] = None

@@ -264,7 +264,7 @@ def partitions(params_path: Path) -> list[tuple[str, Path, set[str]]]:
     for who, part in (("built-in", builtin), ("user-kernel", user)):
         path = params_path.with_name(f"{params_path.stem}.{who}.json")
         tmp = path.with_name(path.name + f".tmp-{os.getpid()}")
-        tmp.write_text(json.dumps(dict(raw, cases=part)), encoding="utf-8")
+        tmp.write_text(json.dumps(dict(raw, cases=part, cases_in_run=len(cases))), encoding="utf-8")
         os.replace(tmp, path)
         out.append((who, path, {case_id_of_raw(c) for c in part}))
     return out

@@ -269,6 +269,8 @@ def params_for_worker(params: dict, manifest_version: int) -> dict:
     the worker the run started with, which rejects fields it does not know."""
     if manifest_version >= MANIFEST_VERSION:
         return params
+    if manifest_version < 9:
+        params = {f: v for f, v in params.items() if f != "cases_in_run"}
     if manifest_version < 7:
         params = {f: v for f, v in params.items() if f not in ("case_timeout_s", "build_timeout_s", "lock_clocks")}
     if manifest_version < 5:
