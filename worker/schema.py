@@ -43,6 +43,8 @@ run's records: reruns use the worker the run started with):
      sm_clock_mhz. TimingOptions.min_rounds and round_target / pair_target: a case gets rounds until its
      interval is that narrow, between min_rounds and `rounds` (now the cap); Stats.rounds_stop says why
      it stopped. A record of an older version was timed alone, in a fixed number of rounds.
+     WorkerParams.cases_in_run: the supervisor runs the built-ins and the user's kernel files in worker
+     processes of their own, each with its part of the cases; progress counts to the whole.
 """
 from __future__ import annotations
 
