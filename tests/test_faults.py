@@ -257,14 +257,18 @@ def test_remote_disk_full(fleet, tmp_path, capsys):
         subprocess.run(["umount", str(small)])
 
 
-def test_corrupted_results_line_is_reported_and_the_rest_kept(fleet, tmp_path, capsys):
+def test_a_torn_record_from_code_under_test_is_refused_and_the_rest_kept(fleet, tmp_path, capsys):
     inv = fleet.inventory(tmp_path / "hosts.yaml", names=["ssh2"], env={"FLEETBENCH_TEST_FAULT": "garbage:32"})
     sweep = write_sweep(tmp_path / "s.yaml", backends=(FAULTY,), ms=(16, 32))
     code, out, err = run_cli(capsys, "run", sweep, "-i", inv, "--runs-dir", tmp_path / "r", "--format", "json")
-    assert code == 1
-    # line 1 the facts, line 2 round 1 of M=16, line 3 the garbage written as round 1 of M=32 starts
-    assert "ssh2: bad result line: results.jsonl line 3: not JSON" in err
+    # The supervisor writes only whole records of the cases it gave the process: the torn line never
+    # reaches results.jsonl or the controller, and the host's log says it was refused.
+    assert code == 0, err
     assert {r["status"] for r in cli_json(out)} == {"ok"}
+    log = next((tmp_path / "r").glob("*/hosts/ssh2/attempt-1/log.txt")).read_text()
+    assert "fleetbench: refused a record the user-kernel process sent for an unreadable line" in log
+    results = next((tmp_path / "r").glob("*/hosts/ssh2/attempt-1/results.jsonl")).read_text()
+    assert "oops" not in results
 
 
 def test_refused_connection_and_connect_timeout_are_unreachable(fleet, tmp_path, capsys):
