@@ -326,3 +326,22 @@ def test_the_timed_flip_covers_every_input_set_the_graph_rotates_through():
 
     guard.timed_once(replay)
     assert all(torch.equal(a, k) for (a, _), k in zip(sets, kept))
+
+
+def test_a_kept_graph_that_followed_negated_inputs_once_is_not_sampled_on_them_again():
+    """The one more timed sample on negated inputs runs when a round times a graph it built; a later round
+    replaying the kept graph (the same nodes) skips it: the graph was vouched for when it was built."""
+    guard, out = _guard()
+    samples = []
+
+    def sample():
+        samples.append(1)
+        guard.watched.fn(0)
+        return 0
+
+    guard.timed_once(sample)
+    assert len(samples) == 2  # the checked sample, then the one on negated inputs
+    later = integrity.RoundGuard(guard.watched.fn, lambda r: r, lambda: None, 0.01, None, None, watched=guard.watched)
+    samples.clear()
+    later.timed_once(sample)
+    assert len(samples) == 1 and later.graph_vouched
