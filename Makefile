@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 TORCH_SPEC ?= torch==2.13.0
 SWEEP ?= sweeps/smoke.yaml
 
-.PHONY: run test install system-deps clean
+.PHONY: run test lint install system-deps clean
 
 $(VENV)/.installed: pyproject.toml requirements/host-constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -46,7 +46,12 @@ $(WHEELHOUSE)/.done: requirements/host-constraints.txt
 	$(PY) -m pip download -q --only-binary=:all: -d $(WHEELHOUSE) -c requirements/host-constraints.txt pydantic
 	touch $@
 
-test: install system-deps $(WHEELHOUSE)/.done
+# The formatter and the linter (complexity ceiling 31; pyproject.toml [tool.ruff]) before the tests.
+lint: install
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+test: install system-deps $(WHEELHOUSE)/.done lint
 	FLEETBENCH_TEST_WHEELHOUSE=$(WHEELHOUSE) $(PY) -m pytest -q
 
 clean:

@@ -5,6 +5,7 @@ put script + params over SFTP, exec, read stdout, get results. Host keys verifie
     python benchmarks/bare_paramiko.py SPEC.json     # spec written by benchmarks/fanout.py
 Prints each host's stdout.
 """
+
 from __future__ import annotations
 
 import json
@@ -20,15 +21,24 @@ def one(t: dict) -> str:
     client = paramiko.SSHClient()
     client.load_host_keys(t["known_hosts"])
     client.set_missing_host_key_policy(paramiko.RejectPolicy())
-    client.connect("127.0.0.1", port=t["port"], username=t["user"], key_filename=t["key"],
-                   look_for_keys=False, allow_agent=False, timeout=10)
+    client.connect(
+        "127.0.0.1",
+        port=t["port"],
+        username=t["user"],
+        key_filename=t["key"],
+        look_for_keys=False,
+        allow_agent=False,
+        timeout=10,
+    )
     try:
         sftp = client.open_sftp()
         script, params = f"{t['remote_dir']}/bench.py", f"{t['remote_dir']}/params.json"
         results = f"{t['remote_dir']}/results.jsonl"
         sftp.put(t["script"], script)
         sftp.put(t["params"], params)
-        cmd = " ".join(shlex.quote(a) for a in [t["python"], script, "supervise", "--params", params, "--results", results])
+        cmd = " ".join(
+            shlex.quote(a) for a in [t["python"], script, "supervise", "--params", params, "--results", results]
+        )
         _, stdout, _ = client.exec_command(cmd)
         out = stdout.read().decode()
         stdout.channel.recv_exit_status()

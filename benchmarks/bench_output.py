@@ -1,4 +1,5 @@
 """How the benchmark scripts hand over what they measured: Markdown on stdout, and to a file if asked."""
+
 from __future__ import annotations
 
 from pathlib import Path

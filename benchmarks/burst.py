@@ -9,6 +9,7 @@ alternating. The SM clock is NVML's reading when the samples began and when they
     python benchmarks/burst.py [--shapes 256x2048x6144,512x2048x6144,1024x2048x6144]
                                [--backends torch-bf16,torch-fp8] [--rounds 3] [--out FILE]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -34,16 +35,19 @@ def main() -> int:
     from worker.schema import CaseSpec, TimingOptions
 
     runner = CaseRunner("cuda")
-    lines = ["| backend | shape | settled µs | SM MHz (start → end) | burst µs | SM MHz (start → end) | burst / settled |",
-             "|---|---|---:|---|---:|---|---:|"]
+    lines = [
+        "| backend | shape | settled µs | SM MHz (start → end) | burst µs | SM MHz (start → end) | burst / settled |",
+        "|---|---|---:|---|---:|---|---:|",
+    ]
     for backend in args.backends.split(","):
         for shape in args.shapes.split(","):
             m, n, k = (int(x) for x in shape.split("x"))
             got: dict[str, list] = {"settled": [], "burst": []}
             for _ in range(args.rounds):
                 for state in ("settled", "burst"):
-                    case = CaseSpec(backend=backend, m=m, n=n, k=k,
-                                    timing=TimingOptions(rounds=1, budget_s=0.3, state=state))
+                    case = CaseSpec(
+                        backend=backend, m=m, n=n, k=k, timing=TimingOptions(rounds=1, budget_s=0.3, state=state)
+                    )
                     rec = runner.run(case)
                     if rec.status != "ok":
                         print(f"{backend} {shape} {state}: {rec.status} {rec.reason}", file=sys.stderr)
@@ -59,8 +63,10 @@ def main() -> int:
             def clocks(vals):
                 return ", ".join(f"{a} → {b}" for _, (a, b) in vals)
 
-            lines.append(f"| {backend} | {shape} | {s_us:.2f} | {clocks(got['settled'])} | {b_us:.2f} | "
-                         f"{clocks(got['burst'])} | {b_us / s_us:.3f} |")
+            lines.append(
+                f"| {backend} | {shape} | {s_us:.2f} | {clocks(got['settled'])} | {b_us:.2f} | "
+                f"{clocks(got['burst'])} | {b_us / s_us:.3f} |"
+            )
             print(lines[-1], flush=True)
     md = "\n".join(lines) + "\n"
     if args.out:

@@ -8,6 +8,7 @@ run here (compute capability below 10.0) is a problem that is never announced.
 Prints one JSON line per call; --out writes both calls as one document (each call's `calibration` is the
 object a sweep's facts record holds). Exit 1 when the second call measured again or its peaks differ.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -36,13 +37,22 @@ def main() -> int:
     for i in (1, 2):
         told: list = []
         cal = calibrate(device, {"bf16", "fp8", "fp4"}, "cached", cache=cache, on_measure=told.append)
-        calls.append({"call": i, "gpu": device.name, "cc": device.cc_text, "announced": told,
-                      "calibration": cal.model_dump(mode="json")})
+        calls.append(
+            {
+                "call": i,
+                "gpu": device.name,
+                "cc": device.cc_text,
+                "announced": told,
+                "calibration": cal.model_dump(mode="json"),
+            }
+        )
         print(json.dumps(calls[-1]), flush=True)
     first, second = (c["calibration"] for c in calls)
     same = first["tflops"] == second["tflops"] and first["tb_s"] == second["tb_s"]
-    print(f"second call: announced {calls[1]['announced'] or 'nothing'}, cached={second['cached']}, "
-          f"peaks identical to the first: {same}")
+    print(
+        f"second call: announced {calls[1]['announced'] or 'nothing'}, cached={second['cached']}, "
+        f"peaks identical to the first: {same}"
+    )
     if args.out:
         args.out.write_text(json.dumps({"calls": calls}, indent=1) + "\n")
     return 0 if second["cached"] and not calls[1]["announced"] and same else 1

@@ -15,6 +15,7 @@ wall time is printed too: a torn-down CUPTI is initialised again by the next tra
 
     python benchmarks/cupti_after.py [--cases torch-fp8:16x768x6144,...] [--out FILE.md]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -28,8 +29,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-DEFAULT_CASES = ("torch-fp8:16x768x6144,torch-bf16:16x2048x6144,flashinfer-fp8-cublas:32x2048x6144,"
-                 "torch-bf16:256x2048x6144,torch-bf16:1024x2048x6144")
+DEFAULT_CASES = (
+    "torch-fp8:16x768x6144,torch-bf16:16x2048x6144,flashinfer-fp8-cublas:32x2048x6144,"
+    "torch-bf16:256x2048x6144,torch-bf16:1024x2048x6144"
+)
 VARIANTS = {"attached": "0", "teardown": None}
 
 
@@ -42,8 +45,9 @@ def cases(spec: str):
         m, n, k = (int(x) for x in shape.split("x"))
         wanted.append((backend, m, n, k))
     sweep = load_sweep(ROOT / "sweeps" / "glm5_tp8.yaml")
-    sweep = sweep.model_copy(update={"backends": sorted({w[0] for w in wanted}),
-                                     "timing": sweep.timing.model_copy(update={"rounds": 1})})
+    sweep = sweep.model_copy(
+        update={"backends": sorted({w[0] for w in wanted}), "timing": sweep.timing.model_copy(update={"rounds": 1})}
+    )
     by_key = {(c.backend, c.m, c.n, c.k): c for c in sweep.cases()}
     missing = [w for w in wanted if w not in by_key]
     if missing:
@@ -104,33 +108,49 @@ def main() -> int:
     if problem:
         print(f"CUPTI cannot run here: {problem}")
         return 1
-    lines = [f"# Graph replay before and after a CUPTI trace in the same process ({torch.cuda.get_device_name()}, "
-             f"torch {torch.__version__}, CUDA {torch.version.cuda})", "",
-             f"Reproduce: `python benchmarks/cupti_after.py --cases {args.cases}`", ""]
+    lines = [
+        f"# Graph replay before and after a CUPTI trace in the same process ({torch.cuda.get_device_name()}, "
+        f"torch {torch.__version__}, CUDA {torch.version.cuda})",
+        "",
+        f"Reproduce: `python benchmarks/cupti_after.py --cases {args.cases}`",
+        "",
+    ]
     for variant, value in VARIANTS.items():
         env = dict(os.environ)
         env.pop("TEARDOWN_CUPTI", None)
         if value is not None:
             env["TEARDOWN_CUPTI"] = value
-        proc = subprocess.run([sys.executable, __file__, "--child", "--cases", args.cases], env=env,
-                              capture_output=True, text=True)
+        proc = subprocess.run(
+            [sys.executable, __file__, "--child", "--cases", args.cases], env=env, capture_output=True, text=True
+        )
         if proc.returncode:
-            lines += [f"## {variant}: the process failed (exit {proc.returncode})", "", "```",
-                      proc.stderr[-2000:], "```", ""]
+            lines += [
+                f"## {variant}: the process failed (exit {proc.returncode})",
+                "",
+                "```",
+                proc.stderr[-2000:],
+                "```",
+                "",
+            ]
             continue
         got = json.loads(proc.stdout.strip().splitlines()[-1])
         before = got["phases"]["before"]
-        lines += [f"## {variant} (TEARDOWN_CUPTI={got['teardown_env']} when the traces ended)", "",
-                  f"Trace wall time: {', '.join(f'{s:.2f} s' for s in got['trace_s'])}"
-                  + (f". Notes: {'; '.join(dict.fromkeys(got['notes']))}" if got["notes"] else ""), "",
-                  "| case | before µs | after 1 µs | after 1 / before | after 2 µs | after 2 / before |",
-                  "|---|---:|---:|---:|---:|---:|"]
+        lines += [
+            f"## {variant} (TEARDOWN_CUPTI={got['teardown_env']} when the traces ended)",
+            "",
+            f"Trace wall time: {', '.join(f'{s:.2f} s' for s in got['trace_s'])}"
+            + (f". Notes: {'; '.join(dict.fromkeys(got['notes']))}" if got["notes"] else ""),
+            "",
+            "| case | before µs | after 1 µs | after 1 / before | after 2 µs | after 2 / before |",
+            "|---|---:|---:|---:|---:|---:|",
+        ]
         for i, name in enumerate(got["cases"]):
             a1, a2 = got["phases"]["after 1"][i], got["phases"]["after 2"][i]
-            lines.append(f"| {name} | {before[i]:.3f} | {a1:.3f} | {a1 / before[i]:.3f} | {a2:.3f} | "
-                         f"{a2 / before[i]:.3f} |")
+            lines.append(
+                f"| {name} | {before[i]:.3f} | {a1:.3f} | {a1 / before[i]:.3f} | {a2:.3f} | {a2 / before[i]:.3f} |"
+            )
         lines.append("")
-        print("\n".join(lines[-len(got['cases']) - 6:]), flush=True)
+        print("\n".join(lines[-len(got["cases"]) - 6 :]), flush=True)
     text = "\n".join(lines)
     if args.out:
         args.out.write_text(text)

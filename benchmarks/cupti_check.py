@@ -14,6 +14,7 @@ their ratio, first-start-to-last-end per call, activities per call and how repla
 
     python benchmarks/cupti_check.py [--backends torch-bf16,torch-fp8,...] [--replays 20] [--out FILE.md]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -42,8 +43,11 @@ def runnable(runner, case) -> str:
     from worker.runner import _spec_of
 
     spec = _spec_of(case)
-    return support_problem(spec, case.m, case.n, case.k, runner.device.compute_capability) \
-        or availability_problem(spec) or ""
+    return (
+        support_problem(spec, case.m, case.n, case.k, runner.device.compute_capability)
+        or availability_problem(spec)
+        or ""
+    )
 
 
 def kineto_report(replay, calls: int) -> list[str]:
@@ -61,19 +65,21 @@ def kineto_report(replay, calls: int) -> list[str]:
     torch.cuda.synchronize()
     prof.__exit__(None, None, None)
     events = prof.profiler.kineto_results.events()
-    kinds = collections.Counter((str(e.device_type()).split(".")[-1],
-                                 e.activity_type() if hasattr(e, "activity_type") else "?") for e in events)
+    kinds = collections.Counter(
+        (str(e.device_type()).split(".")[-1], e.activity_type() if hasattr(e, "activity_type") else "?") for e in events
+    )
     launches = [e for e in events if "GraphLaunch" in e.name()]
     device = [e for e in events if e.device_type() == DeviceType.CUDA]
     launch_ids = {e.correlation_id() for e in launches}
     named = sum(e.correlation_id() in launch_ids for e in device)
-    lines = [f"- profiler start: {started_s * 1e3:.1f} ms (this process's first: CUPTI initialised here)",
-             f"- events of one replay of {calls} calls, by (device, kineto activity type): "
-             + ", ".join(f"{d}/{k}: {n}" for (d, k), n in sorted(kinds.items())),
-             f"- graph launches seen: {len(launches)} ({', '.join(sorted({e.name() for e in launches})) or 'none'}); "
-             f"device activities naming a launch's correlation id: {named} of {len(device)}",
-             f"- linked correlation ids of the device activities: "
-             f"{sorted({e.linked_correlation_id() for e in device})[:5]}"]
+    lines = [
+        f"- profiler start: {started_s * 1e3:.1f} ms (this process's first: CUPTI initialised here)",
+        f"- events of one replay of {calls} calls, by (device, kineto activity type): "
+        + ", ".join(f"{d}/{k}: {n}" for (d, k), n in sorted(kinds.items())),
+        f"- graph launches seen: {len(launches)} ({', '.join(sorted({e.name() for e in launches})) or 'none'}); "
+        f"device activities naming a launch's correlation id: {named} of {len(device)}",
+        f"- linked correlation ids of the device activities: {sorted({e.linked_correlation_id() for e in device})[:5]}",
+    ]
     return lines
 
 
@@ -111,8 +117,12 @@ def main() -> int:
         return 1
     cupti.ask_for_teardown()  # before this script's own first trace (kineto_report), as the worker's first
     runner = CaseRunner("cuda")
-    lines = [f"# CUPTI kernel time against event-timed graph replay ({runner.device.name}, torch {torch.__version__})",
-             "", f"Reproduce: `python benchmarks/cupti_check.py --backends {args.backends} --replays {args.replays}`", ""]
+    lines = [
+        f"# CUPTI kernel time against event-timed graph replay ({runner.device.name}, torch {torch.__version__})",
+        "",
+        f"Reproduce: `python benchmarks/cupti_check.py --backends {args.backends} --replays {args.replays}`",
+        "",
+    ]
     rows, skipped, first = [], [], True
     for case in seed_cases(args.backends.split(",")):
         why = runnable(runner, case)
@@ -143,22 +153,33 @@ def main() -> int:
             got = cupti.kernel_samples_us(graph.replay, cps, args.replays)
             kernels = statistics.median(got.per_call_us)
             span = statistics.median(got.span_us)
-            same = "yes" if collections.Counter(got.kernels) == collections.Counter(eager) else \
-                f"no: eager {len(eager)}, graph {len(got.kernels)}"
-            rows.append(f"| {case.backend} | {case.m}x{case.n}x{case.k} | {n_sets} | {cps} | {stats.median_us:.2f} | "
-                        f"{kernels:.2f} | {kernels / stats.median_us:.3f} | {span:.2f} | {len(got.kernels)} | "
-                        f"{got.split_by} | {same} | {min(got.per_call_us):.2f}-{max(got.per_call_us):.2f} |")
+            same = (
+                "yes"
+                if collections.Counter(got.kernels) == collections.Counter(eager)
+                else f"no: eager {len(eager)}, graph {len(got.kernels)}"
+            )
+            rows.append(
+                f"| {case.backend} | {case.m}x{case.n}x{case.k} | {n_sets} | {cps} | {stats.median_us:.2f} | "
+                f"{kernels:.2f} | {kernels / stats.median_us:.3f} | {span:.2f} | {len(got.kernels)} | "
+                f"{got.split_by} | {same} | {min(got.per_call_us):.2f}-{max(got.per_call_us):.2f} |"
+            )
         except cupti.CuptiError as exc:
-            rows.append(f"| {case.backend} | {case.m}x{case.n}x{case.k} | {n_sets} | {cps} | {stats.median_us:.2f} | "
-                        f"| | | | | | CuptiError: {exc} |")
+            rows.append(
+                f"| {case.backend} | {case.m}x{case.n}x{case.k} | {n_sets} | {cps} | {stats.median_us:.2f} | "
+                f"| | | | | | CuptiError: {exc} |"
+            )
         print(rows[-1], flush=True)
-        del graph, fn, sets
+        del fn, sets
+        graph = None  # freed before the next case (replay_us above still names it)
         torch.cuda.empty_cache()
-    lines += ["## Per case", "",
-              "| backend | shape | input sets | calls per replay | replay µs per call (events) | CUPTI kernels µs per call "
-              "| kernels / replay | span µs per call | activities per call | replays told apart by | same kernels as an "
-              "eager call | CUPTI min-max over replays |",
-              "|---|---|---:|---:|---:|---:|---:|---:|---:|---|---|---|"] + rows
+    lines += [
+        "## Per case",
+        "",
+        "| backend | shape | input sets | calls per replay | replay µs per call (events) | CUPTI kernels µs per call "
+        "| kernels / replay | span µs per call | activities per call | replays told apart by | same kernels as an "
+        "eager call | CUPTI min-max over replays |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---|---|---|",
+    ] + rows
     if skipped:
         lines += ["", "Not run here: " + "; ".join(skipped)]
     text = "\n".join(lines) + "\n"

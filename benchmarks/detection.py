@@ -15,6 +15,7 @@ is the verdict rule's power given the run-to-run noise those runs had.
 
 Prints a Markdown table.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -38,14 +39,24 @@ def slowed(side, factor: float):
             t = rec.timing
             if t is not None and factor != 1.0:
                 rounds = [r.model_copy(update={"median_us": r.median_us * factor}) for r in t.rounds]
-                t = t.model_copy(update={
-                    "median_us": t.median_us * factor, "p10_us": t.p10_us * factor, "p90_us": t.p90_us * factor,
-                    "mean_us": t.mean_us * factor, "stdev_us": t.stdev_us * factor,
-                    "samples_us": [x * factor for x in t.samples_us], "rounds": rounds})
+                t = t.model_copy(
+                    update={
+                        "median_us": t.median_us * factor,
+                        "p10_us": t.p10_us * factor,
+                        "p90_us": t.p90_us * factor,
+                        "mean_us": t.mean_us * factor,
+                        "stdev_us": t.stdev_us * factor,
+                        "samples_us": [x * factor for x in t.samples_us],
+                        "rounds": rounds,
+                    }
+                )
                 rec = rec.model_copy(update={"timing": t})
             records[cid] = (attempt, rec)
-        out.slots.append(copy.replace(slot, records=records) if hasattr(copy, "replace") else
-                         type(slot)(**{**slot.__dict__, "records": records}))
+        out.slots.append(
+            copy.replace(slot, records=records)
+            if hasattr(copy, "replace")
+            else type(slot)(**{**slot.__dict__, "records": records})
+        )
     return out
 
 
@@ -59,11 +70,16 @@ def main() -> int:
         ap.error("give the runs in pairs (A B)")
     from orchestrator.analysis.diff import compare_sides, resolve_side
 
-    pairs = [(resolve_side(a.parent, str(a)), resolve_side(b.parent, str(b))) for a, b in zip(args.runs[::2], args.runs[1::2])]
+    pairs = [
+        (resolve_side(a.parent, str(a)), resolve_side(b.parent, str(b)))
+        for a, b in zip(args.runs[::2], args.runs[1::2])
+    ]
     slowdowns = [float(x) for x in args.slowdowns.split(",")]
     thresholds = [float(x) for x in args.thresholds.split(",")]
     print(f"{len(pairs)} A/A pair(s): " + "; ".join(f"{a.label} / {b.label}" for a, b in pairs) + "\n")
-    print("| threshold | slowdown injected into B | cases | SLOWER | FASTER | SAME | AMBIGUOUS | UNSTABLE | flagged SLOWER |")
+    print(
+        "| threshold | slowdown injected into B | cases | SLOWER | FASTER | SAME | AMBIGUOUS | UNSTABLE | flagged SLOWER |"
+    )
     print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for t in thresholds:
         for s in slowdowns:
@@ -74,8 +90,10 @@ def main() -> int:
                     if c.a_us is not None and c.b_us is not None:
                         counts[c.verdict] += 1
             n = sum(counts.values())
-            print(f"| {t:.0%} | {s:.0%} | {n} | {counts['SLOWER']} | {counts['FASTER']} | {counts['SAME']} | "
-                  f"{counts['AMBIGUOUS']} | {counts['UNSTABLE']} | {100 * counts['SLOWER'] / n if n else 0:.0f}% |")
+            print(
+                f"| {t:.0%} | {s:.0%} | {n} | {counts['SLOWER']} | {counts['FASTER']} | {counts['SAME']} | "
+                f"{counts['AMBIGUOUS']} | {counts['UNSTABLE']} | {100 * counts['SLOWER'] / n if n else 0:.0f}% |"
+            )
     return 0
 
 

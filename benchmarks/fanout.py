@@ -26,6 +26,7 @@ and every host to the others: a 2-core controller next to a fleet with CPUs of i
 
 Needs /usr/sbin/sshd (or FLEETBENCH_SSHD) and, for the Ansible column, ansible-core.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -86,8 +87,22 @@ def timed(cmd, **kw) -> tuple[float, int, subprocess.CompletedProcess]:
 
 def run_fleetbench(inv: Path, runs: Path):
     # orchestrator.cli is what the installed `fleetbench` command runs.
-    wall, nbytes, proc = timed([sys.executable, "-m", "orchestrator.cli", "run", "sweeps/noop.yaml", "-i", str(inv),
-                                "--runs-dir", str(runs), "--format", "json"], cwd=ROOT)
+    wall, nbytes, proc = timed(
+        [
+            sys.executable,
+            "-m",
+            "orchestrator.cli",
+            "run",
+            "sweeps/noop.yaml",
+            "-i",
+            str(inv),
+            "--runs-dir",
+            str(runs),
+            "--format",
+            "json",
+        ],
+        cwd=ROOT,
+    )
     if proc.returncode != 0:
         raise RuntimeError(f"fleetbench failed: {proc.stderr[-2000:]}")
     run_dir = sorted(p for p in runs.iterdir() if p.is_dir())[-1]
@@ -103,8 +118,13 @@ def run_paramiko(spec: Path):
 
 
 def run_ansible(playbook_cmd: list[str], n: int):
-    env = dict(os.environ, ANSIBLE_STDOUT_CALLBACK="minimal", ANSIBLE_HOST_KEY_CHECKING="True",
-               ANSIBLE_PIPELINING="True", ANSIBLE_RETRY_FILES_ENABLED="False")
+    env = dict(
+        os.environ,
+        ANSIBLE_STDOUT_CALLBACK="minimal",
+        ANSIBLE_HOST_KEY_CHECKING="True",
+        ANSIBLE_PIPELINING="True",
+        ANSIBLE_RETRY_FILES_ENABLED="False",
+    )
     wall, nbytes, proc = timed([*playbook_cmd, "-f", str(n)], env=env)
     if proc.returncode != 0:
         raise RuntimeError(f"ansible failed: {proc.stdout[-2000:]} {proc.stderr[-1000:]}")
@@ -129,8 +149,20 @@ def ensure_host_venv(path: Path, base_python: str) -> str:
         subprocess.run([base_python, "-m", "venv", str(path)], check=True)
         wheelhouse = ROOT / ".cache" / "wheelhouse"
         source = ["--no-index", "--find-links", str(wheelhouse)] if wheelhouse.is_dir() else []
-        subprocess.run([str(python), "-m", "pip", "install", "--quiet", *source, "-c",
-                        str(ROOT / "requirements" / "host-constraints.txt"), "pydantic"], check=True)
+        subprocess.run(
+            [
+                str(python),
+                "-m",
+                "pip",
+                "install",
+                "--quiet",
+                *source,
+                "-c",
+                str(ROOT / "requirements" / "host-constraints.txt"),
+                "pydantic",
+            ],
+            check=True,
+        )
     return str(python)
 
 
@@ -151,21 +183,35 @@ def prepare(fleet, n: int, work: Path, ansible_playbook: str | None, host_python
         for tool in ("bare", "ansible"):
             (h.workdir / tool).mkdir(exist_ok=True)
             os.chown(h.workdir / tool, owner.pw_uid, owner.pw_gid)
-        targets.append({"name": h.name, "port": h.port, "user": fleet.user, "key": str(fleet.client_key),
-                        "known_hosts": str(fleet.known_hosts), "python": host_python,
-                        "script": str(run_dir / "scripts" / f"{h.name}.py"), "params": str(params),
-                        "remote_dir": str(h.workdir / "bare"), "results_dir": str(base / "bare-results")})
+        targets.append(
+            {
+                "name": h.name,
+                "port": h.port,
+                "user": fleet.user,
+                "key": str(fleet.client_key),
+                "known_hosts": str(fleet.known_hosts),
+                "python": host_python,
+                "script": str(run_dir / "scripts" / f"{h.name}.py"),
+                "params": str(params),
+                "remote_dir": str(h.workdir / "bare"),
+                "results_dir": str(base / "bare-results"),
+            }
+        )
     spec = base / "paramiko.json"
     spec.write_text(json.dumps(targets))
     playbook_cmd = None
     if ansible_playbook:
         lines = ["[fleet]"]
         for h, t in zip(hosts, targets):
-            lines.append(f"{h.name} ansible_host=127.0.0.1 ansible_port={h.port} ansible_user={fleet.user} "
-                         f"ansible_ssh_private_key_file={fleet.client_key} ansible_python_interpreter={host_python} "
-                         f"bench_script={t['script']} remote_dir={h.workdir / 'ansible'}")
-        lines += ["[all:vars]", f"ansible_ssh_common_args='-o UserKnownHostsFile={fleet.known_hosts} "
-                  "-o StrictHostKeyChecking=yes'"]
+            lines.append(
+                f"{h.name} ansible_host=127.0.0.1 ansible_port={h.port} ansible_user={fleet.user} "
+                f"ansible_ssh_private_key_file={fleet.client_key} ansible_python_interpreter={host_python} "
+                f"bench_script={t['script']} remote_dir={h.workdir / 'ansible'}"
+            )
+        lines += [
+            "[all:vars]",
+            f"ansible_ssh_common_args='-o UserKnownHostsFile={fleet.known_hosts} -o StrictHostKeyChecking=yes'",
+        ]
         (base / "inventory.ini").write_text("\n".join(lines) + "\n")
         (base / "play.yml").write_text(f"""- hosts: fleet
   gather_facts: false
@@ -180,11 +226,15 @@ def prepare(fleet, n: int, work: Path, ansible_playbook: str | None, host_python
 
 
 def table(rows: list[dict], header: str) -> list[str]:
-    lines = [header, "overhead = wall - slowest host-side worker;",
-             "bytes = loopback bytes received during the run / hosts (SSH framing included)", "",
-             "| hosts | tool | wall s | slowest worker s | overhead s | KB/host | overhead vs paramiko "
-             "| overhead: ansible / this | wall: ansible / this |",
-             "|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
+    lines = [
+        header,
+        "overhead = wall - slowest host-side worker;",
+        "bytes = loopback bytes received during the run / hosts (SSH framing included)",
+        "",
+        "| hosts | tool | wall s | slowest worker s | overhead s | KB/host | overhead vs paramiko "
+        "| overhead: ansible / this | wall: ansible / this |",
+        "|---:|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
     for r in rows:
         same = {x["tool"]: x for x in rows if x["hosts"] == r["hosts"]}
         vs_p = ovh_a = wall_a = ""
@@ -195,8 +245,10 @@ def table(rows: list[dict], header: str) -> list[str]:
             if r["overhead_s"]:
                 ovh_a = f"{same['ansible']['overhead_s'] / r['overhead_s']:.1f}×"
         f = lambda v, p: "" if v is None else format(v, p)  # noqa: E731
-        lines.append(f"| {r['hosts']} | {r['tool']} | {r['wall_s']:.2f} | {f(r['slowest_worker_s'], '.2f')} | "
-                     f"{f(r['overhead_s'], '.2f')} | {r['bytes_per_host'] / 1024:.1f} | {vs_p} | {ovh_a} | {wall_a} |")
+        lines.append(
+            f"| {r['hosts']} | {r['tool']} | {r['wall_s']:.2f} | {f(r['slowest_worker_s'], '.2f')} | "
+            f"{f(r['overhead_s'], '.2f')} | {r['bytes_per_host'] / 1024:.1f} | {vs_p} | {ovh_a} | {wall_a} |"
+        )
     return lines
 
 
@@ -207,15 +259,25 @@ def main() -> int:
     ap.add_argument("--ansible", default=shutil.which("ansible-playbook"), help="ansible-playbook executable")
     ap.add_argument("--out", type=Path)
     root = os.geteuid() == 0
-    ap.add_argument("--login-user", default="fbhost" if root else getpass.getuser(),
-                    help="user the hosts log in as (default: fbhost when run as root, created if missing)")
+    ap.add_argument(
+        "--login-user",
+        default="fbhost" if root else getpass.getuser(),
+        help="user the hosts log in as (default: fbhost when run as root, created if missing)",
+    )
     ap.add_argument("--host-python", help="the hosts' interpreter (default: a venv under /tmp/fleetbench-fanout)")
-    ap.add_argument("--base-python", default="/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable,
-                    help="interpreter the default host venv is made from")
-    ap.add_argument("--controller-cpus", type=parse_cpus,
-                    help="CPUs every tool runs on (e.g. 0,1); with --host-cpus: the controller's own machine")
-    ap.add_argument("--host-cpus", type=parse_cpus,
-                    help="CPUs every host (sshd, sessions, workers) runs on (e.g. 2-15)")
+    ap.add_argument(
+        "--base-python",
+        default="/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable,
+        help="interpreter the default host venv is made from",
+    )
+    ap.add_argument(
+        "--controller-cpus",
+        type=parse_cpus,
+        help="CPUs every tool runs on (e.g. 0,1); with --host-cpus: the controller's own machine",
+    )
+    ap.add_argument(
+        "--host-cpus", type=parse_cpus, help="CPUs every host (sshd, sessions, workers) runs on (e.g. 2-15)"
+    )
     args = ap.parse_args()
     global CONTROLLER_CPUS
     CONTROLLER_CPUS = args.controller_cpus
@@ -234,29 +296,47 @@ def main() -> int:
     try:
         for n in sizes:
             inv, runs, spec, playbook, first_wall, first_bytes = prepare(fleet, n, work, args.ansible, host_python)
-            tools = {"fleetbench": lambda: run_fleetbench(inv, runs),
-                     "paramiko": lambda: run_paramiko(spec)}
+            tools = {"fleetbench": lambda: run_fleetbench(inv, runs), "paramiko": lambda: run_paramiko(spec)}
             if playbook:
                 tools["ansible"] = lambda: run_ansible(playbook, n)
             results: dict[str, list] = {t: [] for t in tools}
             order = list(tools)
             for rep in range(args.reps):
-                for t in order[rep % len(order):] + order[:rep % len(order)]:  # rotate who goes first
+                for t in order[rep % len(order) :] + order[: rep % len(order)]:  # rotate who goes first
                     results[t].append(tools[t]())
             for t, rs in results.items():
                 wall = statistics.median(r[0] for r in rs)
                 slowest = statistics.median(r[2] for r in rs)
-                rows.append({"hosts": n, "tool": t, "wall_s": wall, "slowest_worker_s": slowest,
-                             "overhead_s": statistics.median(r[0] - r[2] for r in rs),
-                             "bytes_per_host": statistics.median(r[1] for r in rs) / n, "reps": len(rs)})
-            rows.append({"hosts": n, "tool": "fleetbench (first run: worker upload)", "wall_s": first_wall,
-                         "slowest_worker_s": None, "overhead_s": None, "bytes_per_host": first_bytes / n, "reps": 1})
-            print(json.dumps(rows[-len(results) - 1:]), flush=True)
+                rows.append(
+                    {
+                        "hosts": n,
+                        "tool": t,
+                        "wall_s": wall,
+                        "slowest_worker_s": slowest,
+                        "overhead_s": statistics.median(r[0] - r[2] for r in rs),
+                        "bytes_per_host": statistics.median(r[1] for r in rs) / n,
+                        "reps": len(rs),
+                    }
+                )
+            rows.append(
+                {
+                    "hosts": n,
+                    "tool": "fleetbench (first run: worker upload)",
+                    "wall_s": first_wall,
+                    "slowest_worker_s": None,
+                    "overhead_s": None,
+                    "bytes_per_host": first_bytes / n,
+                    "reps": 1,
+                }
+            )
+            print(json.dumps(rows[-len(results) - 1 :]), flush=True)
     finally:
         fleet.stop()
-    header = (f"fan-out, {os.cpu_count()} cores, reps {args.reps} (medians); hosts log in as {user} and run {host_python}"
-              f"{f'; tools on CPUs {fmt_cpus(args.controller_cpus)}' if args.controller_cpus else ''}"
-              f"{f', hosts on CPUs {fmt_cpus(args.host_cpus)}' if args.host_cpus else ''};")
+    header = (
+        f"fan-out, {os.cpu_count()} cores, reps {args.reps} (medians); hosts log in as {user} and run {host_python}"
+        f"{f'; tools on CPUs {fmt_cpus(args.controller_cpus)}' if args.controller_cpus else ''}"
+        f"{f', hosts on CPUs {fmt_cpus(args.host_cpus)}' if args.host_cpus else ''};"
+    )
     lines = table(rows, header)
     text = "\n".join(lines) + "\n"
     print(text)

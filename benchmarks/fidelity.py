@@ -24,6 +24,7 @@ their spread. One timing is not a yardstick for a power-capped case: two in one 
 
 Needs a CUDA GPU and torch; FlashInfer (fp8 via cuBLAS) is used when importable.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -40,8 +41,15 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 BASELINES = ["torch-bf16", "torch-fp8", "flashinfer-fp8-cublas"]
-FP4 = ["flashinfer-fp4-cutlass", "flashinfer-fp4-cudnn", "flashinfer-fp4-trtllm", "flashinfer-fp4-auto",
-       "flashinfer-fp4-b12x", "sgl-fp4-cutlass", "torch-nvfp4"]
+FP4 = [
+    "flashinfer-fp4-cutlass",
+    "flashinfer-fp4-cudnn",
+    "flashinfer-fp4-trtllm",
+    "flashinfer-fp4-auto",
+    "flashinfer-fp4-b12x",
+    "sgl-fp4-cutlass",
+    "torch-nvfp4",
+]
 
 
 def seed_shapes():
@@ -51,7 +59,9 @@ def seed_shapes():
     return [(c.label, c.m, c.n, c.k) for c in sweep.cases()]
 
 
-def reference_us(backend: str, m: int, n: int, k: int, cold: bool, replays: int = 30, settle_ms: float = 300.0) -> float:
+def reference_us(
+    backend: str, m: int, n: int, k: int, cold: bool, replays: int = 30, settle_ms: float = 300.0
+) -> float:
     """The independent reference (module docstring): median µs per call."""
     import torch
 
@@ -70,15 +80,21 @@ def reference_us(backend: str, m: int, n: int, k: int, cold: bool, replays: int 
             calls.append(lambda a=a, b=b: torch.mm(a, b.t()))
         elif backend == "torch-fp8":
             (a8, sa), (b8, sb) = fp8(a), fp8(b)
-            calls.append(lambda a8=a8, b8=b8, sa=sa, sb=sb: torch._scaled_mm(a8, b8.t(), scale_a=sa, scale_b=sb,
-                                                                             out_dtype=torch.bfloat16))
+            calls.append(
+                lambda a8=a8, b8=b8, sa=sa, sb=sb: torch._scaled_mm(
+                    a8, b8.t(), scale_a=sa, scale_b=sb, out_dtype=torch.bfloat16
+                )
+            )
         else:
             import flashinfer
 
             (a8, sa), (b8, sb) = fp8(a), fp8(b)
             a3, b3 = a8.unsqueeze(0), b8.unsqueeze(0).transpose(1, 2)
-            calls.append(lambda a3=a3, b3=b3, sa=sa, sb=sb: flashinfer.bmm_fp8(A=a3, B=b3, A_scale=sa, B_scale=sb, dtype=torch.bfloat16,
-                                                                               backend="cublas"))
+            calls.append(
+                lambda a3=a3, b3=b3, sa=sa, sb=sb: flashinfer.bmm_fp8(
+                    A=a3, B=b3, A_scale=sa, B_scale=sb, dtype=torch.bfloat16, backend="cublas"
+                )
+            )
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):  # warm up on the capture stream, as CUDA graph practice has it
@@ -137,16 +153,32 @@ def compare(shapes, backends, repeat: int, reference_settle_ms: float = 300.0):
             for label, m, n, k in shapes:
                 for l2 in ("hot", "cold"):
                     case = CaseSpec(backend=backend, m=m, n=n, k=k, timing=TimingOptions(l2=l2, budget_s=0.5, rounds=1))
-                    worker_first = (len(rows) % 2 == 0)
-                    ref = None if worker_first else reference_us(backend, m, n, k, l2 == "cold", settle_ms=reference_settle_ms)
+                    worker_first = len(rows) % 2 == 0
+                    ref = (
+                        None
+                        if worker_first
+                        else reference_us(backend, m, n, k, l2 == "cold", settle_ms=reference_settle_ms)
+                    )
                     rec = runner.run(case)
                     if ref is None:
                         ref = reference_us(backend, m, n, k, l2 == "cold", settle_ms=reference_settle_ms)
                     ours = rec.timing.median_us if rec.timing else None
-                    row = dict(repeat=rep + 1, backend=backend, label=label, m=m, n=n, k=k, l2=l2, status=rec.status,
-                               reason=rec.reason, worker_us=ours, reference_us=ref,
-                               ratio=(ours / ref) if ours else None, worker_first=worker_first,
-                               verdict=rec.correctness.verdict if rec.correctness else None)
+                    row = dict(
+                        repeat=rep + 1,
+                        backend=backend,
+                        label=label,
+                        m=m,
+                        n=n,
+                        k=k,
+                        l2=l2,
+                        status=rec.status,
+                        reason=rec.reason,
+                        worker_us=ours,
+                        reference_us=ref,
+                        ratio=(ours / ref) if ours else None,
+                        worker_first=worker_first,
+                        verdict=rec.correctness.verdict if rec.correctness else None,
+                    )
                     rows.append(row)
                     print(json.dumps(row), flush=True)
     return rows
@@ -158,8 +190,9 @@ def against_runs(run_dirs: list[Path], reference_settle_ms: float, passes: int =
     return runs_against_reference(run_dirs, reference_settle_ms, passes)[0]
 
 
-def runs_against_reference(run_dirs: list[Path], reference_settle_ms: float,
-                           passes: int = 3) -> tuple[str, list[list[float]]]:
+def runs_against_reference(
+    run_dirs: list[Path], reference_settle_ms: float, passes: int = 3
+) -> tuple[str, list[list[float]]]:
     """(against_runs' Markdown, each run's ratios to the reference)."""
     from orchestrator.analysis.merge import load_slots
     from orchestrator.runs.store import RunStore
@@ -169,15 +202,24 @@ def runs_against_reference(run_dirs: list[Path], reference_settle_ms: float,
         for slot in load_slots(RunStore(run)):
             for _, rec in slot.records.values():
                 c = rec.case
-                if rec.status == "ok" and rec.timing and c.backend in BASELINES and c.workload == "gemm" \
-                        and c.timing.l2 == "cold":
+                if (
+                    rec.status == "ok"
+                    and rec.timing
+                    and c.backend in BASELINES
+                    and c.workload == "gemm"
+                    and c.timing.l2 == "cold"
+                ):
                     medians.setdefault((c.backend, c.m, c.n, c.k), {})[i] = rec.timing.median_us
-    lines = [f"Each run's median against a reference settled for {reference_settle_ms:g} ms (benchmarks/fidelity.py): "
-             f"the median of {passes} timings of each case, one per pass over every case (forward, reversed, ...); "
-             "`spread`: (largest - smallest) / median of those timings.",
-             "", "| backend | M | N | K | reference µs | spread | "
-             + " | ".join(f"run {i + 1} µs | / ref" for i in range(len(run_dirs))) + " |",
-             "|---|---:|---:|---:|---:|---:|" + "---:|---:|" * len(run_dirs)]
+    lines = [
+        f"Each run's median against a reference settled for {reference_settle_ms:g} ms (benchmarks/fidelity.py): "
+        f"the median of {passes} timings of each case, one per pass over every case (forward, reversed, ...); "
+        "`spread`: (largest - smallest) / median of those timings.",
+        "",
+        "| backend | M | N | K | reference µs | spread | "
+        + " | ".join(f"run {i + 1} µs | / ref" for i in range(len(run_dirs)))
+        + " |",
+        "|---|---:|---:|---:|---:|---:|" + "---:|---:|" * len(run_dirs),
+    ]
     within = [0] * len(run_dirs)
     counted = [0] * len(run_dirs)
     ratios: list[list[float]] = [[] for _ in run_dirs]
@@ -204,8 +246,10 @@ def runs_against_reference(run_dirs: list[Path], reference_settle_ms: float,
         lines.append(f"| {backend} | {m} | {n} | {k} | {ref:.2f} | {100 * spread:.1f}% | " + " | ".join(cells) + " |")
         print(lines[-1], flush=True)
     lines.append("")
-    lines += [f"- run {i + 1} ({Path(r).name}): {within[i]} of {counted[i]} within ±5% of the reference"
-              for i, r in enumerate(run_dirs)]
+    lines += [
+        f"- run {i + 1} ({Path(r).name}): {within[i]} of {counted[i]} within ±5% of the reference"
+        for i, r in enumerate(run_dirs)
+    ]
     return "\n".join(lines) + "\n", ratios
 
 
@@ -222,8 +266,12 @@ def full_sweep(out: Path, backends):
     results.unlink(missing_ok=True)
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
     t0 = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "worker", "supervise", "--params", str(p), "--results", str(results)],
-                   check=True, env=env, stdout=subprocess.DEVNULL)
+    subprocess.run(
+        [sys.executable, "-m", "worker", "supervise", "--params", str(p), "--results", str(results)],
+        check=True,
+        env=env,
+        stdout=subprocess.DEVNULL,
+    )
     wall = time.perf_counter() - t0
     records = [json.loads(line) for line in results.read_text().splitlines()]
     cases = [r for r in records if r["kind"] == "case"]
@@ -232,25 +280,37 @@ def full_sweep(out: Path, backends):
 
 
 def markdown(rows, facts, wall, case_s, records) -> str:
-    lines = [f"GPU: {facts.get('gpu_name')} (CC {facts.get('compute_capability')}), driver {facts.get('driver')}, "
-             f"CUDA {facts.get('cuda')}, torch {facts.get('torch')}, flashinfer {facts.get('flashinfer')}", "",
-             "| repeat | backend | M | N | K | L2 | worker µs | reference µs | worker/reference | check |",
-             "|---:|---|---:|---:|---:|---|---:|---:|---:|---|"]
+    lines = [
+        f"GPU: {facts.get('gpu_name')} (CC {facts.get('compute_capability')}), driver {facts.get('driver')}, "
+        f"CUDA {facts.get('cuda')}, torch {facts.get('torch')}, flashinfer {facts.get('flashinfer')}",
+        "",
+        "| repeat | backend | M | N | K | L2 | worker µs | reference µs | worker/reference | check |",
+        "|---:|---|---:|---:|---:|---|---:|---:|---:|---|",
+    ]
     for r in rows:
         f = lambda v, p=2: "" if v is None else f"{v:.{p}f}"  # noqa: E731
         flag = " **" if r["ratio"] and abs(r["ratio"] - 1) > 0.05 else ""
-        lines.append(f"| {r['repeat']} | {r['backend']} | {r['m']} | {r['n']} | {r['k']} | {r['l2']} | {f(r['worker_us'])} | "
-                     f"{f(r['reference_us'])} | {f(r['ratio'], 3)}{flag} | {r['verdict'] or r['status']} |")
+        lines.append(
+            f"| {r['repeat']} | {r['backend']} | {r['m']} | {r['n']} | {r['k']} | {r['l2']} | {f(r['worker_us'])} | "
+            f"{f(r['reference_us'])} | {f(r['ratio'], 3)}{flag} | {r['verdict'] or r['status']} |"
+        )
     ratios = [r["ratio"] for r in rows if r["ratio"]]
     if ratios:
         within = sum(1 for x in ratios if abs(x - 1) <= 0.05)
-        lines += ["", f"worker/reference: {within} of {len(ratios)} within ±5%; range {min(ratios):.3f} .. {max(ratios):.3f}"]
+        lines += [
+            "",
+            f"worker/reference: {within} of {len(ratios)} within ±5%; range {min(ratios):.3f} .. {max(ratios):.3f}",
+        ]
     cases = [r for r in records if r["kind"] == "case"]
     by_status: dict = {}
     for r in cases:
         by_status.setdefault(r["status"], []).append(r)
-    lines += ["", f"Seed sweep through `python -m worker supervise`: {len(cases)} cases, wall {wall:.1f} s "
-              f"(process start, imports and JIT included), {case_s:.1f} s inside cases.", ""]
+    lines += [
+        "",
+        f"Seed sweep through `python -m worker supervise`: {len(cases)} cases, wall {wall:.1f} s "
+        f"(process start, imports and JIT included), {case_s:.1f} s inside cases.",
+        "",
+    ]
     for status, recs in sorted(by_status.items()):
         reasons = sorted({f"{r['case']['backend']}: {r['reason']}" for r in recs if r["reason"]})
         lines.append(f"- {status}: {len(recs)}" + ("".join(f"\n  - {x}" for x in reasons[:12]) if reasons else ""))
@@ -263,11 +323,19 @@ def main() -> int:
     ap.add_argument("--backends", default=",".join(BASELINES))
     ap.add_argument("--repeat", type=int, default=2)
     ap.add_argument("--no-sweep", action="store_true", help="skip the whole-sweep run")
-    ap.add_argument("--reference-settle-ms", type=float, default=300.0,
-                    help="back-to-back replays before the reference's timed ones (0: none, before issue 21)")
+    ap.add_argument(
+        "--reference-settle-ms",
+        type=float,
+        default=300.0,
+        help="back-to-back replays before the reference's timed ones (0: none, before issue 21)",
+    )
     ap.add_argument("--runs", type=Path, nargs="+", help="stored runs to hold against the reference instead")
-    ap.add_argument("--reference-passes", type=int, default=3,
-                    help="with --runs: timings of the reference per case, one per pass over every case (default 3)")
+    ap.add_argument(
+        "--reference-passes",
+        type=int,
+        default=3,
+        help="with --runs: timings of the reference per case, one per pass over every case (default 3)",
+    )
     args = ap.parse_args()
     from worker.buildenv import adopt_build_env
 
@@ -284,11 +352,14 @@ def main() -> int:
     facts = collect_facts(detect_device("cuda")).model_dump()
     backends = [b for b in args.backends.split(",") if b]
     rows = compare(seed_shapes(), backends, args.repeat, args.reference_settle_ms)
-    wall, case_s, records = (0.0, 0.0, []) if args.no_sweep else full_sweep(args.out, backends + ["reference-nvfp4"] + FP4)
+    wall, case_s, records = (
+        (0.0, 0.0, []) if args.no_sweep else full_sweep(args.out, backends + ["reference-nvfp4"] + FP4)
+    )
     md = markdown(rows, facts, wall, case_s, records)
     (args.out / "fidelity.md").write_text(md)
-    (args.out / "fidelity.json").write_text(json.dumps({"facts": facts, "rows": rows, "sweep_wall_s": wall,
-                                                        "sweep_case_s": case_s}, indent=1))
+    (args.out / "fidelity.json").write_text(
+        json.dumps({"facts": facts, "rows": rows, "sweep_wall_s": wall, "sweep_case_s": case_s}, indent=1)
+    )
     print(md)
     return 0
 

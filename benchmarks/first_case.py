@@ -17,6 +17,7 @@ how their nodes differ with addresses masked.
 
     python benchmarks/first_case.py [--backend torch-bf16 --m 16 --n 2048 --k 6144] [--procs 3]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -32,8 +33,18 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-CONDITIONS = ["plain", "other-first", "tiny-first", "eager-first", "sleep", "ref-first", "memory", "keep",
-              "own-streams", "eager-on-capture-stream"]
+CONDITIONS = [
+    "plain",
+    "other-first",
+    "tiny-first",
+    "eager-first",
+    "sleep",
+    "ref-first",
+    "memory",
+    "keep",
+    "own-streams",
+    "eager-on-capture-stream",
+]
 
 
 def _runner():
@@ -59,8 +70,10 @@ def reference_graph(m: int, n: int, k: int, calls: int = 200, capture_stream=Non
 
     l2 = torch.cuda.get_device_properties(0).L2_cache_size
     n_sets = max(2, -(-3 * l2 // ((m + n) * k * 2)) + 1)
-    sets = [(torch.randn(m, k, device="cuda").bfloat16(), torch.randn(n, k, device="cuda").bfloat16())
-            for _ in range(n_sets)]
+    sets = [
+        (torch.randn(m, k, device="cuda").bfloat16(), torch.randn(n, k, device="cuda").bfloat16())
+        for _ in range(n_sets)
+    ]
     stream = torch.cuda.Stream()
     with torch.cuda.stream(stream):
         for a, b in sets:
@@ -150,7 +163,9 @@ def one_process(condition: str, backend: str, m: int, n: int, k: int) -> dict:
         out["graph 3 (after 1 freed)"] = replay_us(g3)
     elif condition == "own-streams":  # each graph captured on a stream of its own
         for i in range(3):
-            out[f"graph {i + 1}, own capture stream"] = replay_us(reference_graph(m, n, k, capture_stream=torch.cuda.Stream()))
+            out[f"graph {i + 1}, own capture stream"] = replay_us(
+                reference_graph(m, n, k, capture_stream=torch.cuda.Stream())
+            )
     elif condition == "eager-on-capture-stream":  # the capture stream has run a matmul before its first capture
         from torch.cuda.graphs import graph as graph_ctx
 
@@ -183,9 +198,13 @@ def clocks(backend: str, m: int, n: int, k: int) -> None:
 
         def sample():
             while not stop.is_set():
-                samples.append((pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM),
-                                pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_MEM),
-                                pynvml.nvmlDeviceGetPowerUsage(handle) / 1e3))
+                samples.append(
+                    (
+                        pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM),
+                        pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_MEM),
+                        pynvml.nvmlDeviceGetPowerUsage(handle) / 1e3,
+                    )
+                )
                 time.sleep(0.001)
 
         th = threading.Thread(target=sample)
@@ -194,9 +213,12 @@ def clocks(backend: str, m: int, n: int, k: int) -> None:
         stop.set()
         th.join()
         sm = [s[0] for s in samples]
-        print(f"{label}: {us:.2f} us; SM clock mean {statistics.mean(sm):.0f} MHz (min {min(sm)}, max {max(sm)}), "
-              f"mem clock {statistics.mean(s[1] for s in samples):.0f} MHz, "
-              f"power mean {statistics.mean(s[2] for s in samples):.0f} W, {len(samples)} samples", flush=True)
+        print(
+            f"{label}: {us:.2f} us; SM clock mean {statistics.mean(sm):.0f} MHz (min {min(sm)}, max {max(sm)}), "
+            f"mem clock {statistics.mean(s[1] for s in samples):.0f} MHz, "
+            f"power mean {statistics.mean(s[2] for s in samples):.0f} W, {len(samples)} samples",
+            flush=True,
+        )
 
 
 def timeline(backend: str, m: int, n: int, k: int, steps: int = 25) -> None:
@@ -292,17 +314,34 @@ def main() -> int:
     for condition in args.conditions.split(","):
         rows: dict[str, list[float]] = {}
         for _ in range(args.procs):
-            proc = subprocess.run([sys.executable, __file__, "--child", condition, "--backend", args.backend,
-                                   "--m", str(args.m), "--n", str(args.n), "--k", str(args.k)],
-                                  capture_output=True, text=True)
+            proc = subprocess.run(
+                [
+                    sys.executable,
+                    __file__,
+                    "--child",
+                    condition,
+                    "--backend",
+                    args.backend,
+                    "--m",
+                    str(args.m),
+                    "--n",
+                    str(args.n),
+                    "--k",
+                    str(args.k),
+                ],
+                capture_output=True,
+                text=True,
+            )
             if proc.returncode:
                 print(f"| {condition} | failed: {proc.stderr.strip().splitlines()[-1:]} | | |", flush=True)
                 break
             for name, value in json.loads(proc.stdout.strip().splitlines()[-1]).items():
                 rows.setdefault(name, []).append(value)
         for name, values in rows.items():
-            print(f"| {condition} | {name} | {', '.join(f'{v:.2f}' for v in values)} | {statistics.median(values):.2f} |",
-                  flush=True)
+            print(
+                f"| {condition} | {name} | {', '.join(f'{v:.2f}' for v in values)} | {statistics.median(values):.2f} |",
+                flush=True,
+            )
     return 0
 
 

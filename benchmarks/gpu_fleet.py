@@ -11,6 +11,7 @@ hosts they share GPUs, and the host-side GPU lock serializes them. Mid-run, one 
 Writes DIR/summary.md (tables and timings), DIR/controller.log, DIR/merged.csv and the run's own output
 (DIR/run.stdout.txt, DIR/run.stderr.txt).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -28,8 +29,9 @@ from sshfleet import start_fleet  # noqa: E402
 
 def cli(args, log, **kw) -> tuple[int, str, float]:
     t0 = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "orchestrator.cli", *map(str, args)], capture_output=True,
-                          text=True, cwd=ROOT, **kw)
+    proc = subprocess.run(
+        [sys.executable, "-m", "orchestrator.cli", *map(str, args)], capture_output=True, text=True, cwd=ROOT, **kw
+    )
     wall = time.perf_counter() - t0
     log.write(f"$ fleetbench {' '.join(map(str, args))}\n(exit {proc.returncode}, {wall:.1f} s)\n{proc.stderr}\n")
     log.flush()
@@ -68,9 +70,25 @@ def main() -> int:
         # victim's log, and a child whose output outgrows the pipe's buffer would block on it forever.
         out_path, err_path = args.out / "run.stdout.txt", args.out / "run.stderr.txt"
         with open(out_path, "w") as out_file, open(err_path, "w") as err_file:
-            proc = subprocess.Popen([sys.executable, "-m", "orchestrator.cli", "run", args.sweep, "-i", inv,
-                                     "--runs-dir", runs, "--format", "md"], cwd=ROOT, stdout=out_file,
-                                    stderr=err_file, text=True)
+            proc = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "orchestrator.cli",
+                    "run",
+                    args.sweep,
+                    "-i",
+                    inv,
+                    "--runs-dir",
+                    runs,
+                    "--format",
+                    "md",
+                ],
+                cwd=ROOT,
+                stdout=out_file,
+                stderr=err_file,
+                text=True,
+            )
             t0 = time.perf_counter()
             killed_at = None
             while proc.poll() is None:
@@ -82,8 +100,15 @@ def main() -> int:
         wall = time.perf_counter() - t0
         err = err_path.read_text()
         log.write(f"$ fleetbench run (exit {proc.returncode}, {wall:.1f} s)\n{err}\n")
-        md += [f"## run: exit {proc.returncode}, {wall:.1f} s wall; {victim.name} killed at "
-               f"{'%.1f s' % killed_at if killed_at else 'never'}", "", "```", err.strip(), "```", ""]
+        md += [
+            f"## run: exit {proc.returncode}, {wall:.1f} s wall; {victim.name} killed at "
+            f"{'%.1f s' % killed_at if killed_at else 'never'}",
+            "",
+            "```",
+            err.strip(),
+            "```",
+            "",
+        ]
         victim.restart()
         code, out2, wall2 = cli(["rerun", "latest", "--failed", "-i", inv, "--runs-dir", runs, "--format", "md"], log)
         md += [f"## rerun --failed: exit {code}, {wall2:.1f} s wall", "", out2]

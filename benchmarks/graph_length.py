@@ -21,6 +21,7 @@ The whole sequence runs `--repeat` times per case, so a difference can be told f
 
     python benchmarks/graph_length.py [--cases torch-bf16:256x2048x6144,...] [--repeat 2] [--out FILE.md]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -34,8 +35,10 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 from cupti_after import cases  # noqa: E402  (the seed cases by backend:MxNxK)
 
-DEFAULT_CASES = ("torch-bf16:256x2048x6144,torch-fp8:512x2048x6144,torch-fp8:1024x2048x6144,"
-                 "flashinfer-fp8-cublas:512x2048x6144,torch-bf16:1024x2048x6144,torch-bf16:16x2048x6144")
+DEFAULT_CASES = (
+    "torch-bf16:256x2048x6144,torch-fp8:512x2048x6144,torch-fp8:1024x2048x6144,"
+    "flashinfer-fp8-cublas:512x2048x6144,torch-bf16:1024x2048x6144,torch-bf16:16x2048x6144"
+)
 
 
 class Timed:
@@ -133,12 +136,17 @@ def main() -> int:
         do_bench_cudagraph = None
     runner = CaseRunner("cuda")
     probe = runner.probe
-    lines = [f"# One case, the same calls timed six ways ({torch.cuda.get_device_name()}, torch {torch.__version__})",
-             "", f"Reproduce: `python benchmarks/graph_length.py --cases {args.cases} --repeat {args.repeat}`", "",
-             "first 3 / last 3: the median of a timer's first and last three replays; idle ms: from its capture's "
-             "start to its first replay (the GPU runs nothing meanwhile).", "",
-             "| case | pass | timer | µs | / fleetbench | first 3 | last 3 | idle ms | MHz |",
-             "|---|---:|---|---:|---:|---:|---:|---:|---:|"]
+    lines = [
+        f"# One case, the same calls timed six ways ({torch.cuda.get_device_name()}, torch {torch.__version__})",
+        "",
+        f"Reproduce: `python benchmarks/graph_length.py --cases {args.cases} --repeat {args.repeat}`",
+        "",
+        "first 3 / last 3: the median of a timer's first and last three replays; idle ms: from its capture's "
+        "start to its first replay (the GPU runs nothing meanwhile).",
+        "",
+        "| case | pass | timer | µs | / fleetbench | first 3 | last 3 | idle ms | MHz |",
+        "|---|---:|---|---:|---:|---:|---:|---:|---:|",
+    ]
     for case in cases(args.cases):
         prepared = runner._prepare(case, _spec_of(case))
         fn, n_sets = prepared[0], prepared[2]
@@ -164,10 +172,16 @@ def main() -> int:
             fb = got["fleetbench"].median
             for key, t in got.items():
                 # fleetbench's samples are not replays in a row from idle: no first and last three
-                first, last = ("", "") if key == "fleetbench" else (f"{t.part(slice(0, 3)):.3f}", f"{t.part(slice(-3, None)):.3f}")
+                first, last = (
+                    ("", "")
+                    if key == "fleetbench"
+                    else (f"{t.part(slice(0, 3)):.3f}", f"{t.part(slice(-3, None)):.3f}")
+                )
                 idle = "" if t.idle_ms != t.idle_ms or key == "fleetbench" else f"{t.idle_ms:.1f}"
-                lines.append(f"| {case.backend} {case.m}x{case.n}x{case.k} | {rep} | {key} | {t.median:.3f} | "
-                             f"{t.median / fb:.3f} | {first} | {last} | {idle} | {t.mhz or 0:.0f} |")
+                lines.append(
+                    f"| {case.backend} {case.m}x{case.n}x{case.k} | {rep} | {key} | {t.median:.3f} | "
+                    f"{t.median / fb:.3f} | {first} | {last} | {idle} | {t.mhz or 0:.0f} |"
+                )
                 print(lines[-1], flush=True)
         prepared = fn = None
         torch.cuda.empty_cache()

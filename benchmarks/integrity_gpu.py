@@ -13,6 +13,7 @@ JIT kernels; the later ones find them cached).
 --site: the folder of carried wheels the worker needs on PYTHONPATH (the device's /tmp/site).
 benchmarks/results/integrity-h200.md holds the H200's output and the command that made it.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -60,9 +61,25 @@ def report_run(args, inventory: Path) -> int:
     """One cold-CLI run of the sweep and its report; 1 when it stored no run."""
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [args.site, str(REPO)])))
     t0 = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "orchestrator.cli", "run", args.sweep, "-i", str(inventory),
-                           "--runs-dir", str(args.work / "runs"), "--format", "json"],
-                          cwd=REPO, env=env, capture_output=True, text=True)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "orchestrator.cli",
+            "run",
+            args.sweep,
+            "-i",
+            str(inventory),
+            "--runs-dir",
+            str(args.work / "runs"),
+            "--format",
+            "json",
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     wall = time.perf_counter() - t0
     stored = [line.split(" stored in ", 1)[1].strip() for line in proc.stderr.splitlines() if " stored in " in line]
     if not stored:
@@ -72,9 +89,11 @@ def report_run(args, inventory: Path) -> int:
     slots = load_slots(store)
     rows = merged_rows(store, slots)
     print(f"# The integrity checks on `{args.sweep}` (run {store.run_id})\n")
-    print(f"One cold-CLI run: exit {proc.returncode}, wall {wall:.1f} s; statuses: "
-          f"{dict(collections.Counter(r.status for r in rows))} of {len(rows)} rows; integrity: "
-          f"{dict(collections.Counter(str(r.integrity) for r in rows))}.\n")
+    print(
+        f"One cold-CLI run: exit {proc.returncode}, wall {wall:.1f} s; statuses: "
+        f"{dict(collections.Counter(r.status for r in rows))} of {len(rows)} rows; integrity: "
+        f"{dict(collections.Counter(str(r.integrity) for r in rows))}.\n"
+    )
     flagged = [r for r in rows if r.integrity not in (None, "pass")]
     print(f"Rows an integrity check failed: {len(flagged)}\n")
     if flagged:
@@ -89,15 +108,17 @@ def report_run(args, inventory: Path) -> int:
     n_rounds = 0
     for slot in slots:
         for _, rec in slot.records.values():
-            for r in (rec.timing.rounds if rec.timing else []):
+            for r in rec.timing.rounds if rec.timing else []:
                 n_rounds += 1
                 spent = r.integrity_s or 0.0
                 integrity_s += spent
                 by_backend[rec.case.backend] += spent
                 in_rounds += sum(getattr(r, p) or 0.0 for p in ("prepare_s", "check_s", "timing_s", "probe_s"))
-    print(f"\n## What the checks cost\n\n{n_rounds} timed rounds. The integrity checks took {integrity_s:.2f} s: "
-          f"{100 * integrity_s / wall:.2f}% of the sweep's wall time ({wall:.1f} s), "
-          f"{100 * integrity_s / in_rounds if in_rounds else 0:.2f}% of the rounds' own time ({in_rounds:.1f} s).\n")
+    print(
+        f"\n## What the checks cost\n\n{n_rounds} timed rounds. The integrity checks took {integrity_s:.2f} s: "
+        f"{100 * integrity_s / wall:.2f}% of the sweep's wall time ({wall:.1f} s), "
+        f"{100 * integrity_s / in_rounds if in_rounds else 0:.2f}% of the rounds' own time ({in_rounds:.1f} s).\n"
+    )
     print("| backend | integrity s |\n|---|---:|")
     for backend, spent in by_backend.most_common():
         print(f"| {backend} | {spent:.3f} |")

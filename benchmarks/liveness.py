@@ -12,6 +12,7 @@ no attempt of the run holds once `rerun --failed --resume` has run).
 
 Needs /usr/sbin/sshd (or FLEETBENCH_SSHD). Prints a Markdown table.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -35,10 +36,19 @@ from sshfleet import start_fleet, wait_until  # noqa: E402
 
 
 def sweep_file(path: Path) -> Path:
-    doc = {"name": "liveness", "backends": ["torch-bf16"],
-           "shapes": [{"m": [16 * (i + 1) for i in range(8)], "n": 64, "k": 128, "label": "live"}],
-           "timing": {"budget_s": 0.3, "warmup_ms": 1, "min_samples": 3, "max_samples": 100000, "target_rel_ci": 1e-9,
-                      "rounds": 1}}
+    doc = {
+        "name": "liveness",
+        "backends": ["torch-bf16"],
+        "shapes": [{"m": [16 * (i + 1) for i in range(8)], "n": 64, "k": 128, "label": "live"}],
+        "timing": {
+            "budget_s": 0.3,
+            "warmup_ms": 1,
+            "min_samples": 3,
+            "max_samples": 100000,
+            "target_rel_ci": 1e-9,
+            "rounds": 1,
+        },
+    }
     path.write_text(yaml.safe_dump(doc))
     return path
 
@@ -54,9 +64,24 @@ def one(fleet, work: Path, fault: str, victim: str) -> dict:
     del doc["defaults"]["timeout"]
     inv.write_text(yaml.safe_dump(doc))
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    proc = subprocess.Popen([sys.executable, "-m", "orchestrator.cli", "run", str(sweep_file(work / "s.yaml")), "-i",
-                             str(inv), "--runs-dir", str(runs)], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "orchestrator.cli",
+            "run",
+            str(sweep_file(work / "s.yaml")),
+            "-i",
+            str(inv),
+            "--runs-dir",
+            str(runs),
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     host = fleet.host(victim)
     # Frozen right after its first case starts; killed once two cases have ended (lines to lose).
     mark, count = ('"event":"start"', 1) if fault == "frozen" else ('"event":"end"', 2)
@@ -69,17 +94,33 @@ def one(fleet, work: Path, fault: str, victim: str) -> dict:
     run_dir = next(p for p in runs.iterdir() if p.is_dir())  # the runs folder also holds the history index
     outcome_file = run_dir / "hosts" / victim / "attempt-1" / "outcome.json"
     outcome = json.loads(outcome_file.read_text())
-    healthy = {json.loads(p.read_text())["outcome"] for p in run_dir.glob("hosts/*/attempt-1/outcome.json")
-               if p.parent.parent.name != victim}
+    healthy = {
+        json.loads(p.read_text())["outcome"]
+        for p in run_dir.glob("hosts/*/attempt-1/outcome.json")
+        if p.parent.parent.name != victim
+    }
     host.thaw() if fault == "frozen" else host.restart()
-    rerun = subprocess.run([sys.executable, "-m", "orchestrator.cli", "rerun", str(run_dir), "--failed", "--resume"],
-                           cwd=ROOT, env=env, capture_output=True, text=True)
+    rerun = subprocess.run(
+        [sys.executable, "-m", "orchestrator.cli", "rerun", str(run_dir), "--failed", "--resume"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     remote = lines_of(host.workdir / "runs" / run_dir.name / f"{victim}.attempt-1" / "results.jsonl")
     local = set().union(*(lines_of(p) for p in run_dir.glob(f"hosts/{victim}/attempt-*/results.jsonl")))
-    return {"fault": fault, "outcome": outcome["outcome"], "to_outcome_s": outcome_file.stat().st_mtime - t_fault,
-            "to_return_s": t_return - t_fault, "healthy": ",".join(sorted(healthy)), "exit": proc.returncode,
-            "rerun_exit": rerun.returncode, "lines_on_host": len(remote), "lost": len(remote - local),
-            "error": outcome["error"][:90]}
+    return {
+        "fault": fault,
+        "outcome": outcome["outcome"],
+        "to_outcome_s": outcome_file.stat().st_mtime - t_fault,
+        "to_return_s": t_return - t_fault,
+        "healthy": ",".join(sorted(healthy)),
+        "exit": proc.returncode,
+        "rerun_exit": rerun.returncode,
+        "lines_on_host": len(remote),
+        "lost": len(remote - local),
+        "error": outcome["error"][:90],
+    }
 
 
 def main() -> int:
@@ -97,10 +138,16 @@ def main() -> int:
                 print(json.dumps(rows[-1]), flush=True)
     finally:
         fleet.stop()
-    lines = ["| fault | outcome | fault → outcome s | fault → command returns s | healthy hosts | exit | rerun exit | "
-             "lines on the host | lines lost | error |", "|---|---|---:|---:|---|---:|---:|---:|---:|---|"]
-    lines += [f"| {r['fault']} | {r['outcome']} | {r['to_outcome_s']:.1f} | {r['to_return_s']:.1f} | {r['healthy']} | "
-              f"{r['exit']} | {r['rerun_exit']} | {r['lines_on_host']} | {r['lost']} | {r['error']} |" for r in rows]
+    lines = [
+        "| fault | outcome | fault → outcome s | fault → command returns s | healthy hosts | exit | rerun exit | "
+        "lines on the host | lines lost | error |",
+        "|---|---|---:|---:|---|---:|---:|---:|---:|---|",
+    ]
+    lines += [
+        f"| {r['fault']} | {r['outcome']} | {r['to_outcome_s']:.1f} | {r['to_return_s']:.1f} | {r['healthy']} | "
+        f"{r['exit']} | {r['rerun_exit']} | {r['lines_on_host']} | {r['lost']} | {r['error']} |"
+        for r in rows
+    ]
     for fault in ("frozen", "killed"):
         xs = [r["to_outcome_s"] for r in rows if r["fault"] == fault]
         lines.append(f"\n{fault}: fault → outcome median {statistics.median(xs):.1f} s over {len(xs)}")

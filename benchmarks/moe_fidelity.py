@@ -11,6 +11,7 @@ replays it between two events, 20 times; its median µs per call is set beside t
 
 Needs a CUDA GPU with torch._grouped_mm (compute capability 9.0 or newer) for the grouped rows.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -43,11 +44,12 @@ def reference_us(backend: str, counts: list[int], n: int, k: int, replays: int =
             torch._grouped_mm(a, wt, offs=offs, out_dtype=torch.bfloat16)
     else:
         starts = [sum(counts[:e]) for e in range(len(counts))]
-        pairs = [(a[s:s + c], w[e].t()) for e, (s, c) in enumerate(zip(starts, counts))]
+        pairs = [(a[s : s + c], w[e].t()) for e, (s, c) in enumerate(zip(starts, counts))]
 
         def call():
             for x, y in pairs:
                 torch.mm(x, y)
+
     stream = torch.cuda.Stream()
     with torch.cuda.stream(stream):
         for _ in range(3):
@@ -90,19 +92,34 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("run", type=Path)
     ap.add_argument("--out", type=Path, default=None)
-    ap.add_argument("--states", default="plain",
-                    help="reference states, comma-separated: plain (right after its set-up), settled (after "
-                         "300 ms of its own replays), idle (after 1 s idle)")
+    ap.add_argument(
+        "--states",
+        default="plain",
+        help="reference states, comma-separated: plain (right after its set-up), settled (after "
+        "300 ms of its own replays), idle (after 1 s idle)",
+    )
     args = ap.parse_args()
     states = args.states.split(",")
-    records = [json.loads(line) for f in sorted(args.run.glob("hosts/*/attempt-*/results.jsonl"))
-               for line in f.read_text().splitlines() if line.strip()]
+    records = [
+        json.loads(line)
+        for f in sorted(args.run.glob("hosts/*/attempt-*/results.jsonl"))
+        for line in f.read_text().splitlines()
+        if line.strip()
+    ]
     # A case timed in rounds writes a record per round (complete: false until its last): its last is its number.
-    cases = [r for r in records if r.get("kind") == "case" and r["status"] == "ok" and r.get("complete", True)
-             and r["case"]["backend"] in COMPARED]
+    cases = [
+        r
+        for r in records
+        if r.get("kind") == "case"
+        and r["status"] == "ok"
+        and r.get("complete", True)
+        and r["case"]["backend"] in COMPARED
+    ]
     head = " | ".join(f"reference µs ({s}) | worker / reference ({s})" for s in states)
-    lines = [f"| backend | label | tokens | active experts | worker µs | {head} |",
-             "|---|---|---:|---:|---:|" + "---:|---:|" * len(states)]
+    lines = [
+        f"| backend | label | tokens | active experts | worker µs | {head} |",
+        "|---|---|---:|---:|---:|" + "---:|---:|" * len(states),
+    ]
     for r in cases:
         c = r["case"]
         worker = r["timing"]["median_us"]
@@ -111,7 +128,9 @@ def main() -> int:
             ref = reference_us(c["backend"], c["moe"]["counts"], c["n"], c["k"], state=state)
             cells.append(f"{ref:.1f} | {worker / ref:.3f}")
         active = sum(1 for x in c["moe"]["counts"] if x)
-        lines.append(f"| {c['backend']} | {c['label']} | {c['m']} | {active} | {worker:.1f} | " + " | ".join(cells) + " |")
+        lines.append(
+            f"| {c['backend']} | {c['label']} | {c['m']} | {active} | {worker:.1f} | " + " | ".join(cells) + " |"
+        )
         print(lines[-1], flush=True)
     md = "\n".join(lines) + "\n"
     if args.out:

@@ -12,6 +12,7 @@ predecessor, without settling and with the default settling.
 
 Prints Markdown (and writes DIR/neighbour.md, DIR/neighbour.json). Needs a CUDA GPU and pynvml.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -76,8 +77,13 @@ def trace(runner, m, n, k, ms: float, nvml, handle):
 
     def sample():
         while not stop.is_set():
-            clocks.append((time.perf_counter() - t0, nvml.nvmlDeviceGetClockInfo(handle, nvml.NVML_CLOCK_SM),
-                           nvml.nvmlDeviceGetPowerUsage(handle) / 1e3))
+            clocks.append(
+                (
+                    time.perf_counter() - t0,
+                    nvml.nvmlDeviceGetClockInfo(handle, nvml.NVML_CLOCK_SM),
+                    nvml.nvmlDeviceGetPowerUsage(handle) / 1e3,
+                )
+            )
             time.sleep(0.001)
 
     th = threading.Thread(target=sample)
@@ -120,8 +126,13 @@ def main() -> int:
     bins = [b for b in BINS_MS if b < args.ms] + [args.ms]
     for case in map(shape, args.cases.split(",")):
         head = "| before | " + " | ".join(f"{a:g}–{b:g} ms" for a, b in zip(bins, bins[1:])) + " |"
-        lines += [f"### torch-bf16 {'x'.join(map(str, case))}, cold L2: per-call µs (SM MHz, W) by GPU time "
-                  "since the case began", "", head, "|---" * len(bins) + "|"]
+        lines += [
+            f"### torch-bf16 {'x'.join(map(str, case))}, cold L2: per-call µs (SM MHz, W) by GPU time "
+            "since the case began",
+            "",
+            head,
+            "|---" * len(bins) + "|",
+        ]
         readings = []
         for before in map(shape, args.before.split(",")):
             label = "x".join(map(str, before))
@@ -136,17 +147,27 @@ def main() -> int:
                 w0, w1 = inside[0][1], inside[-1][1] + 0.003
                 near = [c for c in clocks if w0 <= c[0] <= w1]
                 us = statistics.median(r[2] for r in inside)
-                clock = f"{statistics.mean(c[1] for c in near):.0f} MHz, {statistics.mean(c[2] for c in near):.0f} W" if near else "no sample"
+                clock = (
+                    f"{statistics.mean(c[1] for c in near):.0f} MHz, {statistics.mean(c[2] for c in near):.0f} W"
+                    if near
+                    else "no sample"
+                )
                 cells.append(f"{us:.2f} ({clock})")
             lines.append(f"| {label} | " + " | ".join(cells) + " |")
             data.append({"case": case, "before": before, "replays": replays, "clocks": clocks})
             for settle in (0.0, None):
                 timed(runner, *before)
                 stats = timed(runner, *case, settle_ms=settle)
-                readings.append((label, "off" if settle == 0 else f"default ({stats.settle_ms:.0f} ms run)",
-                                 stats.median_us))
-        lines += ["", "The worker's reading of the case after each predecessor:", "",
-                  "| before | settling | median µs |", "|---|---|---:|"]
+                readings.append(
+                    (label, "off" if settle == 0 else f"default ({stats.settle_ms:.0f} ms run)", stats.median_us)
+                )
+        lines += [
+            "",
+            "The worker's reading of the case after each predecessor:",
+            "",
+            "| before | settling | median µs |",
+            "|---|---|---:|",
+        ]
         lines += [f"| {b} | {s} | {us:.2f} |" for b, s, us in readings]
         lines.append("")
     md = "\n".join(lines) + "\n"

@@ -14,6 +14,7 @@ process's values keep, per round, the SM clock and temperature at its end and th
 Prints a Markdown table (and writes DIR/order.md, DIR/order.json). Needs the worker's dependencies; on a
 machine without a GPU it times on the CPU.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -58,8 +59,12 @@ def run_order(cases, order: str, out: Path, seed: int) -> tuple[dict, float]:
     results.unlink(missing_ok=True)
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
     t0 = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "worker", "run", "--params", str(params), "--results", str(results)],
-                   check=True, env=env, stdout=subprocess.DEVNULL)
+    subprocess.run(
+        [sys.executable, "-m", "worker", "run", "--params", str(params), "--results", str(results)],
+        check=True,
+        env=env,
+        stdout=subprocess.DEVNULL,
+    )
     wall = time.perf_counter() - t0
     records = [json.loads(line) for line in results.read_text().splitlines()]
     return {r["case_id"]: r for r in records if r.get("kind") == "case"}, wall
@@ -93,13 +98,17 @@ def main() -> int:
                     continue
                 t = r["timing"]
                 r1 = t["rounds"][0]["median_us"] if t.get("rounds") else t["median_us"]
-                env = [{k: rd.get(k) for k in ("median_us", "sm_clock_mhz", "temperature_c", "settle_ms")}
-                       for rd in t.get("rounds", [])]
+                env = [
+                    {k: rd.get(k) for k in ("median_us", "sm_clock_mhz", "temperature_c", "settle_ms")}
+                    for rd in t.get("rounds", [])
+                ]
                 seen.setdefault(cid, {}).setdefault(order, []).append((t["median_us"], r1, position, env))
             print(f"{order} (repeat {rep + 1}): {len(recs)} records, {wall:.1f} s", flush=True)
     by_id = {c.case_id: c for c in cases}
-    lines = ["| backend | M | N | K | forward µs | reversed µs | shuffled µs | max diff | same order, between processes | round 1: forward / reversed / shuffled | round-1 max diff | any round max diff | first in |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---|"]
+    lines = [
+        "| backend | M | N | K | forward µs | reversed µs | shuffled µs | max diff | same order, between processes | round 1: forward / reversed / shuffled | round-1 max diff | any round max diff | first in |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---|",
+    ]
     rows, worst = [], 0.0
     for cid, orders in seen.items():
         c = by_id[cid]
@@ -116,23 +125,50 @@ def main() -> int:
         within = max((max(v[0] for v in vals) / min(v[0] for v in vals) - 1 for vals in orders.values()), default=0.0)
         worst = max(worst, spread)
         firsts = [o for o, ids in first_ids.items() if cid in ids]
-        rows.append(dict(case_id=cid, backend=c.backend, m=c.m, n=c.n, k=c.k, medians=med, round1=r1,
-                         spread=spread, round1_spread=spread1, rounds_spread=spread_rounds, between_processes=within,
-                         first_in=firsts,
-                         per_process={o: [dict(median_us=m, round1_us=f, position=i, rounds=e) for m, f, i, e in v]
-                                      for o, v in orders.items()}))
-        lines.append(f"| {c.backend} | {c.m} | {c.n} | {c.k} | " + " | ".join(f"{med.get(o, float('nan')):.2f}" for o in ORDERS)
-                     + f" | {spread * 100:.2f}% | "
-                     + (f"{within * 100:.2f}%" if args.repeat > 1 else "–") + " | " + " / ".join(f"{r1.get(o, float('nan')):.2f}" for o in ORDERS)
-                     + f" | {spread1 * 100:.2f}% | {spread_rounds * 100:.2f}% | {', '.join(firsts)} |")
+        rows.append(
+            dict(
+                case_id=cid,
+                backend=c.backend,
+                m=c.m,
+                n=c.n,
+                k=c.k,
+                medians=med,
+                round1=r1,
+                spread=spread,
+                round1_spread=spread1,
+                rounds_spread=spread_rounds,
+                between_processes=within,
+                first_in=firsts,
+                per_process={
+                    o: [dict(median_us=m, round1_us=f, position=i, rounds=e) for m, f, i, e in v]
+                    for o, v in orders.items()
+                },
+            )
+        )
+        lines.append(
+            f"| {c.backend} | {c.m} | {c.n} | {c.k} | "
+            + " | ".join(f"{med.get(o, float('nan')):.2f}" for o in ORDERS)
+            + f" | {spread * 100:.2f}% | "
+            + (f"{within * 100:.2f}%" if args.repeat > 1 else "–")
+            + " | "
+            + " / ".join(f"{r1.get(o, float('nan')):.2f}" for o in ORDERS)
+            + f" | {spread1 * 100:.2f}% | {spread_rounds * 100:.2f}% | {', '.join(firsts)} |"
+        )
     over = [r for r in rows if r["spread"] > args.limit]
     rounds_over = [r for r in rows if r["rounds_spread"] > args.limit]
     spread_only = [r for r in over if args.repeat > 1 and r["spread"] <= r["between_processes"]]
-    lines += ["", f"{len(rows)} timed cases; largest difference between orders {worst * 100:.2f}%; "
-              f"{len(over)} over {args.limit * 100:.0f}%; {len(rounds_over)} with some round over it"
-              + (f", {len(spread_only)} of them within their own spread between processes of one order"
-                 if args.repeat > 1 else "") + ". Wall per process (s): "
-              + ", ".join(f"{k} {v}" for k, v in walls.items())]
+    lines += [
+        "",
+        f"{len(rows)} timed cases; largest difference between orders {worst * 100:.2f}%; "
+        f"{len(over)} over {args.limit * 100:.0f}%; {len(rounds_over)} with some round over it"
+        + (
+            f", {len(spread_only)} of them within their own spread between processes of one order"
+            if args.repeat > 1
+            else ""
+        )
+        + ". Wall per process (s): "
+        + ", ".join(f"{k} {v}" for k, v in walls.items()),
+    ]
     md = "\n".join(lines) + "\n"
     (args.out / "order.md").write_text(md)
     (args.out / "order.json").write_text(json.dumps({"rows": rows, "walls": walls}, indent=1))

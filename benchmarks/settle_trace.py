@@ -22,6 +22,7 @@ replay (torch.profiler) beside its reading. `--case BACKEND:MxNxK` picks another
 
 Needs a CUDA GPU and pynvml. Prints Markdown; writes DIR/settle-trace.{md,json} or DIR/decode.md.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -47,8 +48,7 @@ def seed_cases(backends: list[str]):
     from orchestrator.config.sweep import load_sweep
 
     sweep = load_sweep(ROOT / "sweeps" / "glm5_tp8.yaml")
-    sweep = sweep.model_copy(update={"backends": backends,
-                                     "timing": sweep.timing.model_copy(update={"rounds": 1})})
+    sweep = sweep.model_copy(update={"backends": backends, "timing": sweep.timing.model_copy(update={"rounds": 1})})
     return sweep.cases()
 
 
@@ -57,8 +57,9 @@ def runnable(runner, case) -> bool:
     from worker.runner import _spec_of
 
     spec = _spec_of(case)
-    return not support_problem(spec, case.m, case.n, case.k, runner.device.compute_capability) \
-        and not availability_problem(spec)
+    return not support_problem(
+        spec, case.m, case.n, case.k, runner.device.compute_capability
+    ) and not availability_problem(spec)
 
 
 class Nvml:
@@ -120,8 +121,14 @@ def trace_case(runner, case, ms: float, nvml: Nvml) -> dict:
         replays.append(row)
         gpu_ms += dt
     del graph, probe, fn, sets
-    return {"backend": case.backend, "shape": f"{case.m}x{case.n}x{case.k}", "flops": 2 * case.m * case.n * case.k,
-            "cps": cps, "setup_s": round(setup_s, 4), "replays": replays}
+    return {
+        "backend": case.backend,
+        "shape": f"{case.m}x{case.n}x{case.k}",
+        "flops": 2 * case.m * case.n * case.k,
+        "cps": cps,
+        "setup_s": round(setup_s, 4),
+        "replays": replays,
+    }
 
 
 def window(replays: list, a: float, b: float) -> float | None:
@@ -160,10 +167,17 @@ def trace_main(args) -> int:
         for case in order_cases(cases, order):
             rows.append(trace_case(runner, case, args.ms, nvml))
         traces[order] = rows
-        head = "| backend | shape | " + " | ".join(f"{a}–{b} ms" for a, b in WINDOWS_MS) + \
-               f" | ≥{args.ref_from:g} ms (ref) | SM MHz at end |"
-        lines += [f"### order `{order}`: per-call µs by GPU time since the case began", "", head,
-                  "|---|---|" + "---:|" * (len(WINDOWS_MS) + 2)]
+        head = (
+            "| backend | shape | "
+            + " | ".join(f"{a}–{b} ms" for a, b in WINDOWS_MS)
+            + f" | ≥{args.ref_from:g} ms (ref) | SM MHz at end |"
+        )
+        lines += [
+            f"### order `{order}`: per-call µs by GPU time since the case began",
+            "",
+            head,
+            "|---|---|" + "---:|" * (len(WINDOWS_MS) + 2),
+        ]
         for r in rows:
             ref = window(r["replays"], args.ref_from, 1e9)
             cells = []
@@ -171,14 +185,18 @@ def trace_main(args) -> int:
                 v = window(r["replays"], a, b)
                 cells.append("–" if v is None else f"{v:.2f} ({v / ref - 1:+.1%})")
             clocks = [x[2] for x in r["replays"] if len(x) > 2 and x[2]]
-            lines.append(f"| {r['backend']} | {r['shape']} | " + " | ".join(cells) +
-                         f" | {ref:.2f} | {clocks[-1] if clocks else '–'} |")
+            lines.append(
+                f"| {r['backend']} | {r['shape']} | "
+                + " | ".join(cells)
+                + f" | {ref:.2f} | {clocks[-1] if clocks else '–'} |"
+            )
         lines.append("")
     md = "\n".join(lines)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "settle-trace.md").write_text(md)
-    (args.out / "settle-trace.json").write_text(json.dumps({"ms": args.ms, "ref_from": args.ref_from,
-                                                            "traces": traces}))
+    (args.out / "settle-trace.json").write_text(
+        json.dumps({"ms": args.ms, "ref_from": args.ref_from, "traces": traces})
+    )
     print(md)
     return 0
 
@@ -252,14 +270,23 @@ else:
 
 def decode_main(args) -> int:
     conditions = args.conditions.split(",")
-    lines = [f"### {args.case} (cold L2) in fresh processes: readings in a row (µs)", "",
-             "`replay`: 1st the graph built (warm-up, capture, settle, samples), then the same graph replayed: "
-             "2nd right after, 3rd after 25 ms of eager calls of the case, 4th after 0.5 s idle.", "",
-             "| condition | process | 1st | 2nd | 3rd | 4th |", "|---|---:|---:|---:|---:|---:|"]
+    lines = [
+        f"### {args.case} (cold L2) in fresh processes: readings in a row (µs)",
+        "",
+        "`replay`: 1st the graph built (warm-up, capture, settle, samples), then the same graph replayed: "
+        "2nd right after, 3rd after 25 ms of eager calls of the case, 4th after 0.5 s idle.",
+        "",
+        "| condition | process | 1st | 2nd | 3rd | 4th |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
     for cond in conditions:
         for p in range(args.procs):
-            out = subprocess.run([sys.executable, "-c", DECODE.format(root=str(ROOT), cond=cond, case=args.case)],
-                                 capture_output=True, text=True, timeout=300)
+            out = subprocess.run(
+                [sys.executable, "-c", DECODE.format(root=str(ROOT), cond=cond, case=args.case)],
+                capture_output=True,
+                text=True,
+                timeout=300,
+            )
             for ln in out.stdout.splitlines():
                 if ln.startswith("KERNELS"):
                     print(f"  {cond} {p + 1}: {ln}", flush=True)

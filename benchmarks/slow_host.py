@@ -11,6 +11,7 @@ over all its cases, with its interval (orchestrator/analysis/hosteffect.py).
 Writes the Markdown (each host's effect, named or not, and the check: the slow host named with an
 interval that holds its true effect, no other host named); exit 0 when the check passes.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -48,27 +49,85 @@ def main() -> int:
         h["timeout"] = 900
     inv.write_text(yaml.safe_dump(doc))
     sweep = base / "slow-host.yaml"
-    sweep.write_text(yaml.safe_dump({"name": "slow-host", "shapes": [{"preset": "glm5-tp8"}], "timing": TIMING,
-                                     "backends": [{"name": "mm", "file": str(ROOT / "benchmarks/kernels/mm_pad.py")}]},
-                                    sort_keys=False))
+    sweep.write_text(
+        yaml.safe_dump(
+            {
+                "name": "slow-host",
+                "shapes": [{"preset": "glm5-tp8"}],
+                "timing": TIMING,
+                "backends": [{"name": "mm", "file": str(ROOT / "benchmarks/kernels/mm_pad.py")}],
+            },
+            sort_keys=False,
+        )
+    )
     md = [f"# The slow host: {args.hosts} sshd hosts on one GPU, {slow} running mm_pad (~+2%), the others mm", ""]
     try:
         t0 = time.perf_counter()
-        proc = subprocess.run([sys.executable, "-m", "orchestrator.cli", "run", str(sweep), "-i", str(inv),
-                               "--runs-dir", str(base / "runs"), "--format", "json"], capture_output=True, text=True,
-                              cwd=ROOT)
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "orchestrator.cli",
+                "run",
+                str(sweep),
+                "-i",
+                str(inv),
+                "--runs-dir",
+                str(base / "runs"),
+                "--format",
+                "json",
+            ],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+        )
         md.append(f"`fleetbench run` (every host): exit {proc.returncode}, {time.perf_counter() - t0:.1f} s")
         stored = [line.rsplit(" stored in ", 1)[1] for line in proc.stderr.splitlines() if " stored in " in line]
         if not stored:
             md += ["", "no run was stored:", "```", proc.stderr[-3000:], "```"]
             return 1
-        diff = subprocess.run([sys.executable, "-m", "orchestrator.cli", "diff", stored[-1], "--across-hosts",
-                               "--threshold", args.threshold], capture_output=True, text=True, cwd=ROOT)
-        as_json = subprocess.run([sys.executable, "-m", "orchestrator.cli", "diff", stored[-1], "--across-hosts",
-                                  "--threshold", args.threshold, "--format", "json"], capture_output=True, text=True,
-                                 cwd=ROOT)
-        md += ["", f"`fleetbench diff RUN --across-hosts --threshold {args.threshold}`: exit {diff.returncode}", "",
-               "```", diff.stdout.strip()[:6000], diff.stderr.strip()[-1500:], "```", ""]
+        diff = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "orchestrator.cli",
+                "diff",
+                stored[-1],
+                "--across-hosts",
+                "--threshold",
+                args.threshold,
+            ],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+        )
+        as_json = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "orchestrator.cli",
+                "diff",
+                stored[-1],
+                "--across-hosts",
+                "--threshold",
+                args.threshold,
+                "--format",
+                "json",
+            ],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+        )
+        md += [
+            "",
+            f"`fleetbench diff RUN --across-hosts --threshold {args.threshold}`: exit {diff.returncode}",
+            "",
+            "```",
+            diff.stdout.strip()[:6000],
+            diff.stderr.strip()[-1500:],
+            "```",
+            "",
+        ]
         import tarfile
 
         with tarfile.open(args.out.with_suffix(".runs.tar.gz"), "w:gz") as tar:  # the run folder, to read again
@@ -86,11 +145,17 @@ def main() -> int:
             ok &= passed
             w = h.get("work")
             work = f"; work {w['ratio']:.4f} [{w['low']:.4f}, {w['high']:.4f}]" if w else ""
-            md.append(f"- {h['slot']}: effect {e['ratio']:.4f} [{e['low']:.4f}, {e['high']:.4f}] over {e['cases']} "
-                      f"cases{work}, named: {named} (judged on the {h.get('judged_on')}); "
-                      f"{'PASS' if passed else 'FAIL'}" if e else f"- {h['slot']}: no effect")
-        md.append(f"- the slow host's true effect (geometric mean over its cases of its median against the "
-                  f"others' mean): {truth:.4f}")
+            md.append(
+                f"- {h['slot']}: effect {e['ratio']:.4f} [{e['low']:.4f}, {e['high']:.4f}] over {e['cases']} "
+                f"cases{work}, named: {named} (judged on the {h.get('judged_on')}); "
+                f"{'PASS' if passed else 'FAIL'}"
+                if e
+                else f"- {h['slot']}: no effect"
+            )
+        md.append(
+            f"- the slow host's true effect (geometric mean over its cases of its median against the "
+            f"others' mean): {truth:.4f}"
+        )
         md.append(f"- check: {'PASS' if ok else 'FAIL'}")
         return 0 if ok else 1
     finally:
@@ -111,8 +176,11 @@ def true_effect(run_dir: str, slow: str) -> float:
         for cid, (_, rec) in slot.records.items():
             if rec.status == "ok" and rec.timing:
                 per_case.setdefault(cid, {})[slot.slot] = rec.timing.median_us
-    logs = [math.log(v[slow] / (sum(x for k, x in v.items() if k != slow) / (len(v) - 1)))
-            for v in per_case.values() if slow in v and len(v) > 1]
+    logs = [
+        math.log(v[slow] / (sum(x for k, x in v.items() if k != slow) / (len(v) - 1)))
+        for v in per_case.values()
+        if slow in v and len(v) > 1
+    ]
     return math.exp(sum(logs) / len(logs))
 
 

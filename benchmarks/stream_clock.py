@@ -11,6 +11,7 @@ comparison can be judged on its work (docs/COMPARING.md).
 
 Needs a CUDA GPU; run with the repo on PYTHONPATH (device_check.sh's `stream-clock` step does).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -20,8 +21,16 @@ import sys
 import time
 from pathlib import Path
 
-SHAPES = [("bf16", 1024, 2048, 6144), ("bf16", 512, 2048, 6144), ("fp8", 1024, 2048, 6144), ("fp8", 512, 2048, 6144),
-          ("bf16", 256, 2048, 6144), ("bf16", 64, 2048, 6144), ("bf16", 16, 2048, 6144), ("bf16", 128, 768, 6144)]
+SHAPES = [
+    ("bf16", 1024, 2048, 6144),
+    ("bf16", 512, 2048, 6144),
+    ("fp8", 1024, 2048, 6144),
+    ("fp8", 512, 2048, 6144),
+    ("bf16", 256, 2048, 6144),
+    ("bf16", 64, 2048, 6144),
+    ("bf16", 16, 2048, 6144),
+    ("bf16", 128, 768, 6144),
+]
 
 
 def cv(values: list[float]) -> float:
@@ -83,8 +92,10 @@ def main(argv=None) -> int:
         raise SystemExit(f"no in-stream clock: {StreamClock.problem}")
     probe = NvmlProbe.for_current_device()
     rng = random.Random(40)
-    lines = ["| case | time CV | time × in-stream clock CV | time × NVML clock CV | in-stream MHz | NVML MHz |",
-             "|---|---:|---:|---:|---|---|"]
+    lines = [
+        "| case | time CV | time × in-stream clock CV | time × NVML clock CV | in-stream MHz | NVML MHz |",
+        "|---|---:|---:|---:|---|---|",
+    ]
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     for family, m, n, k in SHAPES:
         graph, calls = graph_of(family, m, n, k)
@@ -110,8 +121,10 @@ def main(argv=None) -> int:
             clock.reset()
         work = [t * f for t, f in zip(times, stream_mhz)]
         nvml_work = [t * f for t, f in zip(times, nvml_mhz)]
-        lines.append(f"| {family} {m}×{n}×{k} | {cv(times):.2%} | {cv(work):.2%} | {cv(nvml_work):.2%} | "
-                     f"{min(stream_mhz):.0f}–{max(stream_mhz):.0f} | {min(nvml_mhz):.0f}–{max(nvml_mhz):.0f} |")
+        lines.append(
+            f"| {family} {m}×{n}×{k} | {cv(times):.2%} | {cv(work):.2%} | {cv(nvml_work):.2%} | "
+            f"{min(stream_mhz):.0f}–{max(stream_mhz):.0f} | {min(nvml_mhz):.0f}–{max(nvml_mhz):.0f} |"
+        )
         print(lines[-1], flush=True)
         del graph
     text = "\n".join(lines)

@@ -7,6 +7,7 @@ around the rounds, which the records do not break down.
 
     python benchmarks/sweep_cost.py RUN_DIR [--top 10] [--cprofile 40]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -37,8 +38,13 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("run", type=Path, help="a run folder")
     parser.add_argument("--top", type=int, default=10, help="the costliest case rounds to list")
-    parser.add_argument("--cprofile", type=int, default=0, metavar="N",
-                        help="run the first host's first attempt again under cProfile and list its N costliest functions")
+    parser.add_argument(
+        "--cprofile",
+        type=int,
+        default=0,
+        metavar="N",
+        help="run the first host's first attempt again under cProfile and list its N costliest functions",
+    )
     args = parser.parse_args()
     store = RunStore(args.run)
     print(f"# Where the time of run {store.run_id} went\n")
@@ -53,10 +59,12 @@ def main() -> int:
             outcome = store.outcome(slot.slot, attempt)
             elapsed = worker_elapsed(store.attempt_dir(slot.slot, attempt) / "log.txt")
             in_cases = sum(rec.duration_s for a, rec in slot.records.values() if a == attempt)
-            print(f"| {slot.slot} | {outcome.duration_s:.2f} | {elapsed:.2f} | "
-                  f"{outcome.duration_s - elapsed:.2f} | {in_cases:.2f} | {elapsed - in_cases:.2f} |"
-                  if elapsed is not None else
-                  f"| {slot.slot} | {outcome.duration_s:.2f} | ? | ? | {in_cases:.2f} | ? |")
+            print(
+                f"| {slot.slot} | {outcome.duration_s:.2f} | {elapsed:.2f} | "
+                f"{outcome.duration_s - elapsed:.2f} | {in_cases:.2f} | {elapsed - in_cases:.2f} |"
+                if elapsed is not None
+                else f"| {slot.slot} | {outcome.duration_s:.2f} | ? | ? | {in_cases:.2f} | ? |"
+            )
         for _, rec in slot.records.values():
             if rec.timing is None:
                 continue
@@ -66,23 +74,34 @@ def main() -> int:
                 settle_ms += r.settle_ms or 0.0
                 for k, v in (r.timing_phases or {}).items():
                     inside[k] += v
-                rounds.append((sum(getattr(r, p) or 0.0 for p in PHASES), rec.case.backend,
-                               f"{rec.case.m}x{rec.case.n}x{rec.case.k}", i, r))
+                rounds.append(
+                    (
+                        sum(getattr(r, p) or 0.0 for p in PHASES),
+                        rec.case.backend,
+                        f"{rec.case.m}x{rec.case.n}x{rec.case.k}",
+                        i,
+                        r,
+                    )
+                )
     total = sum(phases.values())
     print(f"\n{len(rounds)} timed rounds; their phases add up to {total:.2f} s\n")
     print("| phase | s | share |")
     print("|---|---:|---:|")
     for phase in PHASES:
         print(f"| {phase[:-2]} | {phases[phase]:.2f} | {100 * phases[phase] / total if total else 0:.0f}% |")
-    print(f"| (of timing: settling, GPU time) | {settle_ms / 1e3:.2f} | {100 * settle_ms / 1e3 / total if total else 0:.0f}% |")
+    print(
+        f"| (of timing: settling, GPU time) | {settle_ms / 1e3:.2f} | {100 * settle_ms / 1e3 / total if total else 0:.0f}% |"
+    )
     for k, v in sorted(inside.items(), key=lambda kv: -kv[1]):
         print(f"| (of timing: {k[:-2]}, wall) | {v:.2f} | {100 * v / total if total else 0:.0f}% |")
     print(f"\nThe {args.top} costliest rounds:\n")
     print("| backend | shape | round | s | prepare | check | timing | settle ms | probes |")
     print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
-    for cost, backend, shape, i, r in sorted(rounds, key=lambda x: -x[0])[:args.top]:
-        print(f"| {backend} | {shape} | {i} | {cost:.3f} | {r.prepare_s or 0:.3f} | {r.check_s or 0:.3f} | "
-              f"{r.timing_s or 0:.3f} | {r.settle_ms or 0:.0f} | {r.probe_s or 0:.3f} |")
+    for cost, backend, shape, i, r in sorted(rounds, key=lambda x: -x[0])[: args.top]:
+        print(
+            f"| {backend} | {shape} | {i} | {cost:.3f} | {r.prepare_s or 0:.3f} | {r.check_s or 0:.3f} | "
+            f"{r.timing_s or 0:.3f} | {r.settle_ms or 0:.0f} | {r.probe_s or 0:.3f} |"
+        )
     if args.cprofile:
         slot = sorted(store.dir.glob("hosts/*/attempt-1/params.json"))
         if not slot:
@@ -121,7 +140,7 @@ def profile_worker(params: Path, top: int) -> None:
         out = io.StringIO()
         pstats.Stats(prof, stream=out).sort_stats(key).print_stats(top)
         text = out.getvalue()
-        body = text[text.find("   ncalls"):] if "   ncalls" in text else text
+        body = text[text.find("   ncalls") :] if "   ncalls" in text else text
         print(f"\n{params.parent.parent.name}'s worker again under cProfile ({wall:.1f} s), by {key}:\n")
         print("```\n" + body.rstrip() + "\n```")
 

@@ -12,6 +12,7 @@ table: wall seconds of the CLI process, the worker's seconds inside cases, the t
 baseline cells read within ±5% of the reference (with the worst ratio), then fidelity's per-cell table.
 Needs a CUDA GPU for the reference; the runs go where the inventory says.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -50,9 +51,24 @@ def sweep_with(sweep: Path, name: str, overrides: dict, into: Path) -> Path:
 def run_cold(sweep: Path, inventory: Path, runs_dir: Path) -> tuple[float, int, Path | None, str]:
     """(wall s, exit code, run folder, stderr tail) of one `fleetbench run` in a fresh process."""
     t0 = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "orchestrator.cli", "run", str(sweep), "-i", str(inventory),
-                           "--runs-dir", str(runs_dir), "--format", "json"],
-                          cwd=ROOT, capture_output=True, text=True)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "orchestrator.cli",
+            "run",
+            str(sweep),
+            "-i",
+            str(inventory),
+            "--runs-dir",
+            str(runs_dir),
+            "--format",
+            "json",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
     wall = time.perf_counter() - t0
     stored = re.findall(r" stored in (\S+)", done.stderr)
     return wall, done.returncode, Path(stored[-1]) if stored else None, done.stderr[-600:]
@@ -79,8 +95,13 @@ def main() -> int:
     ap.add_argument("--variants", default=",".join(VARIANTS), help=f"comma-separated, of: {', '.join(VARIANTS)}")
     ap.add_argument("--reference-settle-ms", type=float, default=300.0)
     ap.add_argument("--reference-passes", type=int, default=3, help="timings of the reference per case (fidelity.py)")
-    ap.add_argument("--also", type=Path, nargs="*", default=[],
-                    help="runs already stored (e.g. two identical default sweeps) to hold against the same reference")
+    ap.add_argument(
+        "--also",
+        type=Path,
+        nargs="*",
+        default=[],
+        help="runs already stored (e.g. two identical default sweeps) to hold against the same reference",
+    )
     ap.add_argument("--out", type=Path, help="also write the Markdown here")
     args = ap.parse_args()
     from worker.buildenv import adopt_build_env
@@ -101,15 +122,19 @@ def main() -> int:
         done.append((name, wall, rc, run))
     from benchmarks.fidelity import runs_against_reference
 
-    md, ratios = runs_against_reference([run for *_, run in done], args.reference_settle_ms,
-                                        args.reference_passes)
-    lines = [f"# What a faster sweep costs ({args.sweep.name})", "",
-             f"Reproduce: `python benchmarks/tradeoff.py -i HOSTS --runs-dir RUNS --variants {','.join(names)}"
-             + (" --also RUN..." if args.also else "") + "`. Each variant a cold `fleetbench run`, in this order; "
-             "the reference after all of them. Stored runs (`--also`) have no wall time here.", "",
-             "| variant | timing on top of the sweep's | exit | wall s | in cases s | timed rounds | "
-             f"within ±5% of the {args.reference_settle_ms:g} ms reference | worst ratio |",
-             "|---|---|---:|---:|---:|---:|---:|---:|"]
+    md, ratios = runs_against_reference([run for *_, run in done], args.reference_settle_ms, args.reference_passes)
+    lines = [
+        f"# What a faster sweep costs ({args.sweep.name})",
+        "",
+        f"Reproduce: `python benchmarks/tradeoff.py -i HOSTS --runs-dir RUNS --variants {','.join(names)}"
+        + (" --also RUN..." if args.also else "")
+        + "`. Each variant a cold `fleetbench run`, in this order; "
+        "the reference after all of them. Stored runs (`--also`) have no wall time here.",
+        "",
+        "| variant | timing on top of the sweep's | exit | wall s | in cases s | timed rounds | "
+        f"within ±5% of the {args.reference_settle_ms:g} ms reference | worst ratio |",
+        "|---|---|---:|---:|---:|---:|---:|---:|",
+    ]
     for (name, wall, rc, run), got in zip(done, ratios):
         seconds, rounds = inside(run)
         worst = max(got, key=lambda r: abs(r - 1)) if got else None
@@ -118,8 +143,12 @@ def main() -> int:
             over = ", ".join(f"{k}: {v:g}" for k, v in VARIANTS[name].items()) or "(none)"
         else:  # a stored run (--also)
             over = "(its own)"
-        lines.append(f"| {name} | {over} | {'' if rc is None else rc} | {'' if wall is None else f'{wall:.1f}'} | "
-                     f"{seconds:.1f} | {rounds} | {within} of {len(got)} | " + (f"{worst:.3f}" if worst is not None else "") + " |")
+        lines.append(
+            f"| {name} | {over} | {'' if rc is None else rc} | {'' if wall is None else f'{wall:.1f}'} | "
+            f"{seconds:.1f} | {rounds} | {within} of {len(got)} | "
+            + (f"{worst:.3f}" if worst is not None else "")
+            + " |"
+        )
     text = "\n".join(lines) + "\n\n" + md
     if args.out:
         args.out.write_text(text, encoding="utf-8")

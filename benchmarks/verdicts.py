@@ -10,6 +10,7 @@ Also per case the spread of the medians between A and B, |B/A - 1|.
 
 Runs the installed checkout's CLI (python -m orchestrator.cli); prints a Markdown summary.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -31,9 +32,17 @@ SLOWED = "mm"  # the user kernel that does 10% more work in run C
 
 
 def cli(*args, env=None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "orchestrator.cli", *map(str, args)], cwd=ROOT, capture_output=True,
-                          text=True, env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [
-                              str(ROOT), os.environ.get("PYTHONPATH")])), **(env or {})})
+    return subprocess.run(
+        [sys.executable, "-m", "orchestrator.cli", *map(str, args)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env={
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+            **(env or {}),
+        },
+    )
 
 
 def run(sweep: Path, inventory: Path, runs: Path, env=None) -> Path:
@@ -61,7 +70,6 @@ def with_kernel(sweep: Path, kernel_file: str, folder: Path) -> Path:
     path = folder / f"{sweep.stem}-{Path(kernel_file).stem}.yaml"
     path.write_text(yaml.safe_dump(doc))
     return path
-
 
 
 def diff(a: Path, b: Path) -> dict:
@@ -98,9 +106,13 @@ def main() -> int:
         f"- A vs B: {len(timed)} timed cases; verdicts {dict(Counter(x['verdict'] for x in same['cases']))}; "
         f"**{len(flagged_same)} flagged** (SLOWER or FASTER)",
         f"- A vs B, kernels >= {args.min_us:g} us ({len(long)}): |B/A - 1| median "
-        f"{statistics.median(spread):.2%}, max {max(spread):.2%}" if spread else "- no kernel that long",
+        f"{statistics.median(spread):.2%}, max {max(spread):.2%}"
+        if spread
+        else "- no kernel that long",
         f"- A vs C, {SLOWED} ({len(target)} cases): verdicts {dict(Counter(x['verdict'] for x in target))}; "
-        f"B/A median {statistics.median(x['ratio'] for x in target):.3f}" if target else f"- no {SLOWED} case",
+        f"B/A median {statistics.median(x['ratio'] for x in target):.3f}"
+        if target
+        else f"- no {SLOWED} case",
         f"- A vs C, other backends flagged: {len(others)}",
         "",
         "| backend | M | N | K | A µs | B µs | B/A | verdict | C µs | C/A | 95% CI | verdict | note |",
@@ -110,9 +122,11 @@ def main() -> int:
     for x in timed:
         y = by_key.get(x["key"], {})
         ci = f"{y['ci_low']:.3f}–{y['ci_high']:.3f}" if y.get("ci_low") is not None else ""
-        lines.append(f"| {x['backend']} | {x['m']} | {x['n']} | {x['k']} | {x['a_us']:.2f} | {x['b_us']:.2f} | "
-                     f"{x['ratio']:.3f} | {x['verdict']} | {y.get('b_us') or 0:.2f} | {y.get('ratio') or 0:.3f} | {ci} | "
-                     f"{y.get('verdict', '')} | {y.get('note', '')} |")
+        lines.append(
+            f"| {x['backend']} | {x['m']} | {x['n']} | {x['k']} | {x['a_us']:.2f} | {x['b_us']:.2f} | "
+            f"{x['ratio']:.3f} | {x['verdict']} | {y.get('b_us') or 0:.2f} | {y.get('ratio') or 0:.3f} | {ci} | "
+            f"{y.get('verdict', '')} | {y.get('note', '')} |"
+        )
     return publish(lines, args.out)
 
 

@@ -7,6 +7,7 @@ imported only where a table is drawn.
 Exit codes: 0 everything ran and every case is ok (or cleanly unsupported/unavailable); 1 some host
 or case failed, or a diff found a regression; 2 bad input (nothing was run); 130 interrupted.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -31,18 +32,29 @@ def _command(name: str):
 
 # name -> (help, declare arguments, run)
 COMMANDS: dict[str, tuple[str, Callable, Callable]] = {
-    name: (module.HELP, module.declare, module.run) for name, module in ((n, _command(n)) for n in NAMES)}
+    name: (module.HELP, module.declare, module.run) for name, module in ((n, _command(n)) for n in NAMES)
+}
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="fleetbench", description="Benchmark GEMM kernels across a fleet of GPU hosts over SSH.",
-                                epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="fleetbench",
+        description="Benchmark GEMM kernels across a fleet of GPU hosts over SSH.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--version", action="version", version=f"fleetbench {__version__}")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, (help_text, declare, _) in COMMANDS.items():
-        declare(sub.add_parser(name, help=help_text, description=help_text,
-                               epilog=getattr(_command(name), "EPILOG", EPILOG),
-                               formatter_class=argparse.RawDescriptionHelpFormatter))
+        declare(
+            sub.add_parser(
+                name,
+                help=help_text,
+                description=help_text,
+                epilog=getattr(_command(name), "EPILOG", EPILOG),
+                formatter_class=argparse.RawDescriptionHelpFormatter,
+            )
+        )
     return p
 
 

@@ -1,4 +1,5 @@
 """Errors the CLI turns into one line and an exit code. Anything else is a bug and keeps its traceback."""
+
 from __future__ import annotations
 
 EXIT_OK = 0

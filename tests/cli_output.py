@@ -1,5 +1,6 @@
 """Reading fleetbench's output in tests: every JSON output is an envelope (orchestrator/views/output.py);
 Markdown tables are read by their header."""
+
 from __future__ import annotations
 
 import json
@@ -21,7 +22,7 @@ def md_rows(text: str, first_header: str) -> list[dict]:
     start = next(i for i, line in enumerate(lines) if line.startswith(f"| {first_header} |"))
     headers = [h.strip() for h in lines[start].strip("|").split("|")]
     rows = []
-    for line in lines[start + 2:]:
+    for line in lines[start + 2 :]:
         if not line.startswith("|"):
             break
         rows.append(dict(zip(headers, (c.strip() for c in line.strip("|").split("|")))))

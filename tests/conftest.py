@@ -14,7 +14,6 @@ from sshfleet import SshFleet, sshd_available, start_fleet  # noqa: E402
 from support.ci import require  # noqa: E402
 from support.signals import interruptible  # noqa: E402
 
-
 REPO = Path(__file__).resolve().parent.parent
 # A correct kernel that fails as FLEETBENCH_TEST_FAULT says (tests/kernels/faulty.py), as a sweep backend.
 FAULTY = {"name": "faulty", "file": str(REPO / "tests" / "kernels" / "faulty.py")}
@@ -26,8 +25,10 @@ def private_home_and_locks(tmp_path_factory):
     """Tests write only under their own temporary folders: HOME (where the `local` host's default
     workdir ~/.fleetbench lies) and the GPU lock folder are the session's, never the machine's (local
     hosts inherit this environment; the sshd fleet's inventories name their own lock folder)."""
-    values = {"HOME": str(tmp_path_factory.mktemp("home")),
-              "FLEETBENCH_LOCK_DIR": str(tmp_path_factory.mktemp("gpu-locks"))}
+    values = {
+        "HOME": str(tmp_path_factory.mktemp("home")),
+        "FLEETBENCH_LOCK_DIR": str(tmp_path_factory.mktemp("gpu-locks")),
+    }
     previous = {k: os.environ.get(k) for k in values}
     os.environ.update(values)
     yield values
@@ -80,8 +81,14 @@ def set_host_field(inv: Path, host: str, **fields) -> None:
 def start_cli(*argv) -> subprocess.Popen:
     """The CLI started with `argv`, output piped; SIGINT stops it as Ctrl-C would, whatever this test run
     inherited (support.signals)."""
-    return subprocess.Popen([sys.executable, "-m", "orchestrator.cli", *map(str, argv)], cwd=REPO,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=interruptible)
+    return subprocess.Popen(
+        [sys.executable, "-m", "orchestrator.cli", *map(str, argv)],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=interruptible,
+    )
 
 
 def cases_ended(runs: Path, slot: str) -> int:
@@ -106,19 +113,39 @@ def processes_under(path: Path) -> list[int]:
 def slow_sweep(path: Path, shapes: int = 8, budget: float = 0.4) -> Path:
     """CPU cases that each take about `budget` seconds (the CI target is unreachable on purpose), in one
     round: a case's record then lands as soon as it is timed."""
-    doc = {"name": "slow", "backends": ["torch-bf16"],
-           "shapes": [{"m": [16 * (i + 1) for i in range(shapes)], "n": 64, "k": 128, "label": "slow"}],
-           "timing": {"budget_s": budget, "warmup_ms": 1, "min_samples": 3, "max_samples": 100000,
-                      "target_rel_ci": 1e-9, "rounds": 1}}
+    doc = {
+        "name": "slow",
+        "backends": ["torch-bf16"],
+        "shapes": [{"m": [16 * (i + 1) for i in range(shapes)], "n": 64, "k": 128, "label": "slow"}],
+        "timing": {
+            "budget_s": budget,
+            "warmup_ms": 1,
+            "min_samples": 3,
+            "max_samples": 100000,
+            "target_rel_ci": 1e-9,
+            "rounds": 1,
+        },
+    }
     path.write_text(yaml.safe_dump(doc))
     return path
 
 
-def write_sweep(path: Path, *, label: str = "t", backends=("torch-bf16", "reference-nvfp4"),
-                ms=(16,), n: int = 64, k: int = 128, extra: str = "") -> Path:
-    doc = {"name": "test", "backends": list(backends),
-           "shapes": [{"m": list(ms), "n": n, "k": k, "label": label}],
-           "timing": {"budget_s": 0.05, "warmup_ms": 1, "min_samples": 3, "max_samples": 20}}
+def write_sweep(
+    path: Path,
+    *,
+    label: str = "t",
+    backends=("torch-bf16", "reference-nvfp4"),
+    ms=(16,),
+    n: int = 64,
+    k: int = 128,
+    extra: str = "",
+) -> Path:
+    doc = {
+        "name": "test",
+        "backends": list(backends),
+        "shapes": [{"m": list(ms), "n": n, "k": k, "label": label}],
+        "timing": {"budget_s": 0.05, "warmup_ms": 1, "min_samples": 3, "max_samples": 20},
+    }
     path.write_text(yaml.safe_dump(doc, allow_unicode=True) + extra, encoding="utf-8")
     return path
 
@@ -141,8 +168,17 @@ def slurm_cluster(tmp_path_factory):
     cluster.stop()
 
 
-def kernel_sweep(tmp_path: Path, kernels: dict, *, ms=(16,), builtins=("torch-bf16",), rounds: int = 2,
-                 timing: dict | None = None, extra: dict | None = None, name: str = "byo") -> Path:
+def kernel_sweep(
+    tmp_path: Path,
+    kernels: dict,
+    *,
+    ms=(16,),
+    builtins=("torch-bf16",),
+    rounds: int = 2,
+    timing: dict | None = None,
+    extra: dict | None = None,
+    name: str = "byo",
+) -> Path:
     """A sweep of `builtins` and the user kernels {name: source} (written to kernels/), on M in `ms` x
     64 x 128, timed fast: the file's path."""
     kdir = tmp_path / "kernels"
@@ -151,9 +187,20 @@ def kernel_sweep(tmp_path: Path, kernels: dict, *, ms=(16,), builtins=("torch-bf
     for kernel, source in kernels.items():
         (kdir / f"{kernel}.py").write_text(source)
         backends.append({"name": kernel, "file": f"kernels/{kernel}.py"})
-    doc = {"name": name, "backends": backends, "shapes": [{"m": list(ms), "n": 64, "k": 128}],
-           "timing": {"budget_s": 0.05, "warmup_ms": 1, "min_samples": 3, "max_samples": 20, "rounds": rounds,
-                      **(timing or {})}, **(extra or {})}
+    doc = {
+        "name": name,
+        "backends": backends,
+        "shapes": [{"m": list(ms), "n": 64, "k": 128}],
+        "timing": {
+            "budget_s": 0.05,
+            "warmup_ms": 1,
+            "min_samples": 3,
+            "max_samples": 20,
+            "rounds": rounds,
+            **(timing or {}),
+        },
+        **(extra or {}),
+    }
     path = tmp_path / f"{name}.yaml"
     path.write_text(yaml.safe_dump(doc))
     return path

@@ -1,6 +1,7 @@
 """A real Slurm cluster of one node on this machine, for tests: munged, slurmctld and slurmd from
 Debian's packages, configured in a temporary folder and started without systemd (own ports, own munge
 key and socket, state and logs under the folder). Commands reach it through SLURM_CONF."""
+
 from __future__ import annotations
 
 import os
@@ -48,8 +49,14 @@ class SlurmCluster:
         return {"SLURM_CONF": str(self.conf)}
 
     def command(self, *argv: str, check: bool = True) -> subprocess.CompletedProcess:
-        return subprocess.run([_which(argv[0]), *argv[1:]], env={**os.environ, **self.env}, capture_output=True,
-                              text=True, timeout=30, check=check)
+        return subprocess.run(
+            [_which(argv[0]), *argv[1:]],
+            env={**os.environ, **self.env},
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=check,
+        )
 
     def jobs(self, prefix: str = "fleetbench-") -> list[tuple[str, str, str]]:
         """(id, name, state) of the jobs Slurm knows whose name starts with prefix, ended ones included."""
@@ -93,30 +100,60 @@ def start_cluster(root: Path) -> SlurmCluster:
     key.write_bytes(os.urandom(1024))
     key.chmod(0o600)
     sock = root / "munge.sock"
-    subprocess.run([_which("munged"), "--force", f"--socket={sock}", f"--key-file={key}",
-                    f"--log-file={root / 'log' / 'munged.log'}", f"--pid-file={root / 'munged.pid'}",
-                    f"--seed-file={root / 'munged.seed'}"], check=True, capture_output=True, timeout=30)
+    subprocess.run(
+        [
+            _which("munged"),
+            "--force",
+            f"--socket={sock}",
+            f"--key-file={key}",
+            f"--log-file={root / 'log' / 'munged.log'}",
+            f"--pid-file={root / 'munged.pid'}",
+            f"--seed-file={root / 'munged.seed'}",
+        ],
+        check=True,
+        capture_output=True,
+        timeout=30,
+    )
     node = socket.gethostname().split(".")[0]
     cpus = os.cpu_count() or 1
     conf = root / "slurm.conf"
-    conf.write_text("\n".join([
-        "ClusterName=fleetbench-test",
-        f"SlurmctldHost={node}(127.0.0.1)",
-        f"SlurmctldPort={_free_port()}",
-        f"SlurmdPort={_free_port()}",
-        "AuthType=auth/munge", f"AuthInfo=socket={sock}", "CredType=cred/munge",
-        "SlurmUser=root", "SlurmdUser=root",
-        f"StateSaveLocation={root / 'state'}", f"SlurmdSpoolDir={root / 'spool'}",
-        f"SlurmctldPidFile={root / 'slurmctld.pid'}", f"SlurmdPidFile={root / 'slurmd.pid'}",
-        f"SlurmctldLogFile={root / 'log' / 'slurmctld.log'}", f"SlurmdLogFile={root / 'log' / 'slurmd.log'}",
-        # No cgroups, no accounting daemon: a container without systemd runs this.
-        "ProctrackType=proctrack/linuxproc", "TaskPlugin=task/none", "JobAcctGatherType=jobacct_gather/none",
-        "AccountingStorageType=accounting_storage/none", "MpiDefault=none", "SwitchType=switch/none",
-        "PlugStackConfig=/dev/null", "ReturnToService=2", "MinJobAge=600",
-        "SchedulerType=sched/backfill", "SelectType=select/cons_tres", "SelectTypeParameters=CR_Core",
-        f"NodeName={node} NodeAddr=127.0.0.1 CPUs={cpus} State=UNKNOWN",
-        f"PartitionName=debug Nodes={node} Default=YES MaxTime=INFINITE State=UP",
-    ]) + "\n")
+    conf.write_text(
+        "\n".join(
+            [
+                "ClusterName=fleetbench-test",
+                f"SlurmctldHost={node}(127.0.0.1)",
+                f"SlurmctldPort={_free_port()}",
+                f"SlurmdPort={_free_port()}",
+                "AuthType=auth/munge",
+                f"AuthInfo=socket={sock}",
+                "CredType=cred/munge",
+                "SlurmUser=root",
+                "SlurmdUser=root",
+                f"StateSaveLocation={root / 'state'}",
+                f"SlurmdSpoolDir={root / 'spool'}",
+                f"SlurmctldPidFile={root / 'slurmctld.pid'}",
+                f"SlurmdPidFile={root / 'slurmd.pid'}",
+                f"SlurmctldLogFile={root / 'log' / 'slurmctld.log'}",
+                f"SlurmdLogFile={root / 'log' / 'slurmd.log'}",
+                # No cgroups, no accounting daemon: a container without systemd runs this.
+                "ProctrackType=proctrack/linuxproc",
+                "TaskPlugin=task/none",
+                "JobAcctGatherType=jobacct_gather/none",
+                "AccountingStorageType=accounting_storage/none",
+                "MpiDefault=none",
+                "SwitchType=switch/none",
+                "PlugStackConfig=/dev/null",
+                "ReturnToService=2",
+                "MinJobAge=600",
+                "SchedulerType=sched/backfill",
+                "SelectType=select/cons_tres",
+                "SelectTypeParameters=CR_Core",
+                f"NodeName={node} NodeAddr=127.0.0.1 CPUs={cpus} State=UNKNOWN",
+                f"PartitionName=debug Nodes={node} Default=YES MaxTime=INFINITE State=UP",
+            ]
+        )
+        + "\n"
+    )
     cluster = SlurmCluster(root=root, conf=conf, node=node)
     env = {**os.environ, **cluster.env}
     try:
@@ -128,8 +165,11 @@ def start_cluster(root: Path) -> SlurmCluster:
             if out and out[0].rstrip("*~#") in ("idle", "mixed"):
                 return cluster
             if time.monotonic() > deadline:
-                logs = "\n".join((root / "log" / f).read_text()[-1500:] for f in ("slurmctld.log", "slurmd.log")
-                                 if (root / "log" / f).exists())
+                logs = "\n".join(
+                    (root / "log" / f).read_text()[-1500:]
+                    for f in ("slurmctld.log", "slurmd.log")
+                    if (root / "log" / f).exists()
+                )
                 raise RuntimeError(f"the Slurm node did not come up (sinfo: {out}):\n{logs}")
             time.sleep(0.3)
     except Exception:

@@ -1,5 +1,6 @@
 """A fleet of real OpenSSH servers on loopback, for tests: each with its own host key, authorized key,
 workdir and port. Hosts can be killed (listener and sessions), frozen and restarted."""
+
 from __future__ import annotations
 
 import getpass
@@ -16,7 +17,6 @@ from pathlib import Path
 from typing import Optional
 
 import yaml
-
 from support.polling import wait_until  # noqa: F401 (benchmarks/liveness.py and test_fleet_ops.py import it from here)
 
 # Overridable for machines where OpenSSH is unpacked into a folder (see benchmarks/gpu_fleet.py).
@@ -88,9 +88,13 @@ class SshHost:
 
     def start(self) -> None:
         cpus = self.cpus
-        self.proc = subprocess.Popen([SSHD, "-D", "-e", "-f", str(self.config)], stdout=subprocess.DEVNULL,
-                                     stderr=open(self.dir / "sshd.log", "ab"), start_new_session=True,
-                                     preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None)
+        self.proc = subprocess.Popen(
+            [SSHD, "-D", "-e", "-f", str(self.config)],
+            stdout=subprocess.DEVNULL,
+            stderr=open(self.dir / "sshd.log", "ab"),
+            start_new_session=True,
+            preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None,
+        )
         try:
             wait_for_banner(self.port, proc=self.proc)
         except RuntimeError as exc:
@@ -146,16 +150,29 @@ class SshFleet:
         key); with `jump`, every other host is reached through that one (ProxyJump), as behind a bastion."""
         stanzas = []
         for h in self.hosts:
-            lines = [f"Host {h.name}", "  HostName 127.0.0.1", f"  Port {h.port}", f"  User {self.user}",
-                     f"  IdentityFile {self.client_key}"]
+            lines = [
+                f"Host {h.name}",
+                "  HostName 127.0.0.1",
+                f"  Port {h.port}",
+                f"  User {self.user}",
+                f"  IdentityFile {self.client_key}",
+            ]
             if jump is not None and h.name != jump:
                 lines.append(f"  ProxyJump {jump}")
             stanzas.append("\n".join(lines))
         path.write_text("\n\n".join(stanzas) + "\n")
         return path
 
-    def inventory(self, path: Path, names: Optional[list[str]] = None, *, local: bool = False,
-                  known_hosts: Optional[Path] = None, ssh_config: Optional[Path] = None, **host_overrides) -> Path:
+    def inventory(
+        self,
+        path: Path,
+        names: Optional[list[str]] = None,
+        *,
+        local: bool = False,
+        known_hosts: Optional[Path] = None,
+        ssh_config: Optional[Path] = None,
+        **host_overrides,
+    ) -> Path:
         """Write a hosts.yaml for these hosts (and the local one); overrides apply to every ssh host.
         With `ssh_config` (see `SshFleet.ssh_config`), hosts are named by their alias there and reached
         as it says."""
@@ -163,8 +180,13 @@ class SshFleet:
         for h in self.hosts:
             if names is not None and h.name not in names:
                 continue
-            entry = {"name": h.name, "hostname": "127.0.0.1", "port": h.port, "workdir": str(h.workdir),
-                     "labels": ["sshd"]}
+            entry = {
+                "name": h.name,
+                "hostname": "127.0.0.1",
+                "port": h.port,
+                "workdir": str(h.workdir),
+                "labels": ["sshd"],
+            }
             if ssh_config is not None:
                 entry.update(hostname=h.name, ssh_config=str(ssh_config))
                 del entry["port"]
@@ -173,10 +195,18 @@ class SshFleet:
         if local:
             entries.append({"name": "local", "transport": "local", "workdir": str(self.root / "local-work")})
         # GPU lock files under the fleet's own folder, not the machine's /tmp (hosts' env adds to this).
-        doc = {"defaults": {"user": self.user, "identity_file": str(self.client_key), "python": sys.executable,
-                            "known_hosts": str(known_hosts or self.known_hosts), "connect_timeout": 5,
-                            "timeout": 300, "env": {"FLEETBENCH_LOCK_DIR": str(self.root / "gpu-locks")}},
-               "hosts": entries}
+        doc = {
+            "defaults": {
+                "user": self.user,
+                "identity_file": str(self.client_key),
+                "python": sys.executable,
+                "known_hosts": str(known_hosts or self.known_hosts),
+                "connect_timeout": 5,
+                "timeout": 300,
+                "env": {"FLEETBENCH_LOCK_DIR": str(self.root / "gpu-locks")},
+            },
+            "hosts": entries,
+        }
         path.write_text(yaml.safe_dump(doc, sort_keys=False))
         return path
 
@@ -186,8 +216,7 @@ class SshFleet:
             h.kill()
 
 
-def start_fleet(root: Path, count: int, user: Optional[str] = None,
-                cpus: Optional[frozenset[int]] = None) -> SshFleet:
+def start_fleet(root: Path, count: int, user: Optional[str] = None, cpus: Optional[frozenset[int]] = None) -> SshFleet:
     """`count` sshd servers; logins as `user` (default: whoever runs this; another user needs root,
     and its workdirs are handed to it). `cpus` pins every host (sshd, its sessions, their workers) to
     those CPUs, so that on a machine with cores to spare the hosts do not take the controller's: the
@@ -211,13 +240,29 @@ def start_fleet(root: Path, count: int, user: Optional[str] = None,
         # sshd reads it as the login user: another user needs read access to this public key.
         os.chmod(d / "authorized_keys", 0o600 if owner is None else 0o644)
         port = free_port()
-        (d / "sshd_config").write_text("\n".join([
-            f"Port {port}", "ListenAddress 127.0.0.1", f"HostKey {d / 'host_key'}", f"PidFile {d / 'sshd.pid'}",
-            f"AuthorizedKeysFile {d / 'authorized_keys'}", "UsePAM no", "PermitRootLogin prohibit-password",
-            "PasswordAuthentication no", "KbdInteractiveAuthentication no", "StrictModes no",
-            "MaxStartups 256:30:1024", "MaxSessions 256", "Subsystem sftp internal-sftp", "LogLevel ERROR",
-            "PrintMotd no", "ClientAliveInterval 0", "",
-        ]))
+        (d / "sshd_config").write_text(
+            "\n".join(
+                [
+                    f"Port {port}",
+                    "ListenAddress 127.0.0.1",
+                    f"HostKey {d / 'host_key'}",
+                    f"PidFile {d / 'sshd.pid'}",
+                    f"AuthorizedKeysFile {d / 'authorized_keys'}",
+                    "UsePAM no",
+                    "PermitRootLogin prohibit-password",
+                    "PasswordAuthentication no",
+                    "KbdInteractiveAuthentication no",
+                    "StrictModes no",
+                    "MaxStartups 256:30:1024",
+                    "MaxSessions 256",
+                    "Subsystem sftp internal-sftp",
+                    "LogLevel ERROR",
+                    "PrintMotd no",
+                    "ClientAliveInterval 0",
+                    "",
+                ]
+            )
+        )
         pub = (d / "host_key.pub").read_text().split()
         line = f"[127.0.0.1]:{port} {pub[0]} {pub[1]}"
         known_lines.append(line)

@@ -3,6 +3,7 @@
 ssh0 is the bastion; the others are reached through it on a direct-tcpip channel. Host-key errors name
 the machine whose key it is, and the command each one prints as the fix is run here and works.
 """
+
 from __future__ import annotations
 
 import csv
@@ -68,15 +69,32 @@ def behind_bastion(fleet, tmp_path):
 
 def test_accept_new_through_a_bastion_records_both_keys_once_and_runs(fleet, behind_bastion, tmp_path, capsys):
     inv, known = behind_bastion
-    code, out, err = run_cli(capsys, "run", REPO / "sweeps" / "smoke.yaml", "-i", inv, "--runs-dir", tmp_path / "runs",
-                             "--accept-new", "--format", "csv")
+    code, out, err = run_cli(
+        capsys,
+        "run",
+        REPO / "sweeps" / "smoke.yaml",
+        "-i",
+        inv,
+        "--runs-dir",
+        tmp_path / "runs",
+        "--accept-new",
+        "--format",
+        "csv",
+    )
     assert code == 0, err
     assert {r["host"] for r in csv.DictReader(io.StringIO(out)) if r["status"] == "ok"} == {"ssh1", "ssh2"}
     # Two hosts behind one bastion: its key is recorded once, not once per connection through it.
     assert sorted(known_lines(known)) == sorted(fleet.host(n).host_key_line for n in (BASTION, "ssh1", "ssh2"))
     # The keys it recorded are the ones it checks next time, without --accept-new.
-    code, _, err = run_cli(capsys, "run", write_sweep(tmp_path / "s.yaml", backends=("torch-bf16",)), "-i", inv,
-                           "--runs-dir", tmp_path / "runs")
+    code, _, err = run_cli(
+        capsys,
+        "run",
+        write_sweep(tmp_path / "s.yaml", backends=("torch-bf16",)),
+        "-i",
+        inv,
+        "--runs-dir",
+        tmp_path / "runs",
+    )
     assert code == 0, err
 
 
@@ -89,8 +107,12 @@ def test_unknown_bastion_key_names_the_bastion_and_its_keyscan_fix_works(fleet, 
         config = fleet.ssh_config(tmp_path / "ssh_config", jump=BASTION)
         inv = fleet.inventory(tmp_path / "hosts.yaml", names=["ssh1"], known_hosts=known, ssh_config=config)
     else:
-        inv = fleet.inventory(tmp_path / "hosts.yaml", names=["ssh1"], known_hosts=known,
-                              proxy_jump=f"{fleet.user}@127.0.0.1:{bastion.port}")
+        inv = fleet.inventory(
+            tmp_path / "hosts.yaml",
+            names=["ssh1"],
+            known_hosts=known,
+            proxy_jump=f"{fleet.user}@127.0.0.1:{bastion.port}",
+        )
     sweep = write_sweep(tmp_path / "s.yaml", backends=("torch-bf16",))
 
     code, _, err = run_cli(capsys, "run", sweep, "-i", inv, "--runs-dir", tmp_path / "runs")
@@ -127,8 +149,9 @@ def test_unknown_target_behind_a_bastion_is_scanned_from_the_bastion(fleet, tmp_
     assert code == 0, err
 
 
-def test_changed_bastion_key_is_refused_even_with_accept_new_and_names_the_bastion(fleet, behind_bastion, tmp_path,
-                                                                                  capsys):
+def test_changed_bastion_key_is_refused_even_with_accept_new_and_names_the_bastion(
+    fleet, behind_bastion, tmp_path, capsys
+):
     inv, known = behind_bastion
     bastion = fleet.host(BASTION)
     someone_else = fleet.host("ssh3").host_key_line.split(" ", 1)[1]
@@ -170,8 +193,16 @@ def test_a_bastion_that_is_down_is_named(fleet, behind_bastion, tmp_path, capsys
     inv, known = behind_bastion
     bastion = fleet.host(BASTION)
     bastion.kill()
-    code, _, err = run_cli(capsys, "run", write_sweep(tmp_path / "s.yaml", backends=("torch-bf16",)), "-i", inv,
-                           "--runs-dir", tmp_path / "runs", "--accept-new")
+    code, _, err = run_cli(
+        capsys,
+        "run",
+        write_sweep(tmp_path / "s.yaml", backends=("torch-bf16",)),
+        "-i",
+        inv,
+        "--runs-dir",
+        tmp_path / "runs",
+        "--accept-new",
+    )
     assert code == 1
     assert f"ssh1: unreachable: connection refused by jump host 127.0.0.1:{bastion.port}" in err
     assert known_lines(known) == []
@@ -181,11 +212,18 @@ def test_a_host_down_behind_a_live_bastion_is_named_with_the_bastion(fleet, behi
     inv, known = behind_bastion
     bastion, target = fleet.host(BASTION), fleet.host("ssh1")
     target.kill()
-    code, _, err = run_cli(capsys, "run", write_sweep(tmp_path / "s.yaml", backends=("torch-bf16",)), "-i", inv,
-                           "--runs-dir", tmp_path / "runs", "--accept-new")
+    code, _, err = run_cli(
+        capsys,
+        "run",
+        write_sweep(tmp_path / "s.yaml", backends=("torch-bf16",)),
+        "-i",
+        inv,
+        "--runs-dir",
+        tmp_path / "runs",
+        "--accept-new",
+    )
     assert code == 1
-    assert (f"ssh1: unreachable: jump host 127.0.0.1:{bastion.port} could not connect to 127.0.0.1:{target.port}"
-            in err)
+    assert f"ssh1: unreachable: jump host 127.0.0.1:{bastion.port} could not connect to 127.0.0.1:{target.port}" in err
 
 
 def test_a_frozen_bastion_ends_at_the_hosts_connect_timeout_and_is_named(fleet, behind_bastion, tmp_path, capsys):
@@ -201,8 +239,9 @@ def test_a_frozen_bastion_ends_at_the_hosts_connect_timeout_and_is_named(fleet, 
     finally:
         bastion.thaw()
     assert code == 1
-    assert (f"ssh1: timeout: jump host 127.0.0.1:{bastion.port} accepted the connection but sent no SSH banner "
-            "within 5 s") in err
+    assert (
+        f"ssh1: timeout: jump host 127.0.0.1:{bastion.port} accepted the connection but sent no SSH banner within 5 s"
+    ) in err
     assert took < 14  # paramiko's own banner timeout is 15 s
 
 
@@ -228,8 +267,15 @@ def test_a_key_the_bastion_refuses_names_the_bastion(fleet, tmp_path, capsys):
     config = fleet.ssh_config(tmp_path / "ssh_config", jump=BASTION)
     edit_stanza(config, BASTION, f"IdentityFile {fleet.client_key}", f"IdentityFile {stranger}")
     inv = fleet.inventory(tmp_path / "hosts.yaml", names=["ssh1"], ssh_config=config)
-    code, _, err = run_cli(capsys, "run", write_sweep(tmp_path / "s.yaml", backends=("torch-bf16",)), "-i", inv,
-                           "--runs-dir", tmp_path / "runs")
+    code, _, err = run_cli(
+        capsys,
+        "run",
+        write_sweep(tmp_path / "s.yaml", backends=("torch-bf16",)),
+        "-i",
+        inv,
+        "--runs-dir",
+        tmp_path / "runs",
+    )
     assert code == 1
     assert f"ssh1: auth-failed: authentication failed for jump host {fleet.user}@127.0.0.1:{bastion.port}" in err
 
@@ -248,21 +294,25 @@ def test_two_jump_hosts_in_a_row(fleet, tmp_path, capsys):
     bastion, middle, target = fleet.host(BASTION), fleet.host("ssh2"), fleet.host("ssh1")
     known = tmp_path / "known_hosts"
     known.write_text(bastion.host_key_line + "\n")
-    inv = fleet.inventory(tmp_path / "hosts.yaml", names=["ssh1"], known_hosts=known,
-                          ssh_config=two_jump_hosts(fleet, tmp_path))
+    inv = fleet.inventory(
+        tmp_path / "hosts.yaml", names=["ssh1"], known_hosts=known, ssh_config=two_jump_hosts(fleet, tmp_path)
+    )
     sweep = write_sweep(tmp_path / "s.yaml", backends=("torch-bf16",))
 
     code, _, err = run_cli(capsys, "run", sweep, "-i", inv, "--runs-dir", tmp_path / "runs")
     assert code == 1
-    assert (f"ssh1: auth-failed: unknown host key for jump host {key_name(middle)} (behind jump host "
-            f"{key_name(bastion)})") in err
+    assert (
+        f"ssh1: auth-failed: unknown host key for jump host {key_name(middle)} (behind jump host {key_name(bastion)})"
+    ) in err
     run_fix(printed_fix(err, "add it: "))
     assert known_lines(known) == [bastion.host_key_line, middle.host_key_line]
 
     code, _, err = run_cli(capsys, "run", sweep, "-i", inv, "--runs-dir", tmp_path / "runs")
     assert code == 1
-    assert (f"ssh1: auth-failed: unknown host key for {key_name(target)} (behind jump host {key_name(middle)} "
-            f"(behind jump host {key_name(bastion)})): verify it, then run with --accept-new\n") in err
+    assert (
+        f"ssh1: auth-failed: unknown host key for {key_name(target)} (behind jump host {key_name(middle)} "
+        f"(behind jump host {key_name(bastion)})): verify it, then run with --accept-new\n"
+    ) in err
 
     code, _, err = run_cli(capsys, "run", sweep, "-i", inv, "--runs-dir", tmp_path / "runs", "--accept-new")
     assert code == 0, err
@@ -275,9 +325,18 @@ def test_the_first_of_two_jump_hosts_is_checked_too(fleet, tmp_path, capsys):
     someone_else = fleet.host("ssh3").host_key_line.split(" ", 1)[1]
     known = tmp_path / "known_hosts"
     known.write_text(f"{key_name(bastion)} {someone_else}\n{middle.host_key_line}\n{target.host_key_line}\n")
-    inv = fleet.inventory(tmp_path / "hosts.yaml", names=["ssh1"], known_hosts=known,
-                          ssh_config=two_jump_hosts(fleet, tmp_path))
-    code, _, err = run_cli(capsys, "run", write_sweep(tmp_path / "s.yaml", backends=("torch-bf16",)), "-i", inv,
-                           "--runs-dir", tmp_path / "runs", "--accept-new")
+    inv = fleet.inventory(
+        tmp_path / "hosts.yaml", names=["ssh1"], known_hosts=known, ssh_config=two_jump_hosts(fleet, tmp_path)
+    )
+    code, _, err = run_cli(
+        capsys,
+        "run",
+        write_sweep(tmp_path / "s.yaml", backends=("torch-bf16",)),
+        "-i",
+        inv,
+        "--runs-dir",
+        tmp_path / "runs",
+        "--accept-new",
+    )
     assert code == 1
     assert f"ssh1: auth-failed: host key for jump host {key_name(bastion)} CHANGED" in err

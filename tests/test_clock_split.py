@@ -1,6 +1,7 @@
 """diff's clock split (issue 40): B/A = clock x work from the SM clock read in the stream. A power-capped
 case whose time moves with the clock from round to round, but whose cycles per call hold still, is
 judged on its work; a slower clock is still slower, the split only names why."""
+
 from __future__ import annotations
 
 from orchestrator.analysis.diff import compare_records
@@ -12,11 +13,23 @@ SPEC = CaseSpec(backend="torch-bf16", m=1024, n=2048, k=6144)
 def record(rounds: list[tuple[float, float]], nvml: int = 1980) -> CaseRecord:
     """A case timed in rounds of (µs, in-stream MHz), each round's samples tight around its median."""
     samples = [us * (1 + d) for us, _ in rounds for d in (-0.001, 0.0, 0.001)]
-    stats = Stats(method="cuda-graph", median_us=sorted(us for us, _ in rounds)[len(rounds) // 2], p10_us=1,
-                  p90_us=1, mean_us=1, stdev_us=0, n=len(samples), rel_ci=0.0, calls_per_sample=50, l2="cold",
-                  samples_us=samples,
-                  rounds=[RoundStats(median_us=us, n=3, rel_ci=0.002, sm_clock_stream_mhz=mhz, sm_clock_mhz=nvml)
-                          for us, mhz in rounds])
+    stats = Stats(
+        method="cuda-graph",
+        median_us=sorted(us for us, _ in rounds)[len(rounds) // 2],
+        p10_us=1,
+        p90_us=1,
+        mean_us=1,
+        stdev_us=0,
+        n=len(samples),
+        rel_ci=0.0,
+        calls_per_sample=50,
+        l2="cold",
+        samples_us=samples,
+        rounds=[
+            RoundStats(median_us=us, n=3, rel_ci=0.002, sm_clock_stream_mhz=mhz, sm_clock_mhz=nvml)
+            for us, mhz in rounds
+        ],
+    )
     return CaseRecord(case_id=SPEC.case_id, case=SPEC, status="ok", started_at="t", duration_s=0.0, timing=stats)
 
 

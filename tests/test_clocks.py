@@ -1,6 +1,7 @@
 """Clock locking (issue 30), against a stand-in `nvidia-smi` only: the lent GPU's clocks are never touched.
 A host with `clocks: lock` gets its SM clock held at the GPU's default applications clock for the sweep
 and reset after, however the sweep ends; without it, nothing is changed."""
+
 from __future__ import annotations
 
 import json
@@ -12,9 +13,8 @@ import time
 from pathlib import Path
 
 import pytest
-
-from conftest import REPO, kernel_sweep
 from cli_output import cli_json
+from conftest import REPO, kernel_sweep
 from support.signals import interruptible
 
 FAKE_GPU = "GPU-00000000-fake-0000-0000-000000000000"
@@ -26,42 +26,68 @@ def stand_in(tmp_path: Path, lock_s: float = 0.0) -> tuple[Path, Path]:
     bindir, calls = tmp_path / "bin", tmp_path / "nvidia-smi.calls"
     bindir.mkdir()
     smi = bindir / "nvidia-smi"
-    smi.write_text(f"#!{sys.executable}\nimport sys, time\nopen({str(calls)!r}, 'a').write(' '.join(sys.argv[1:]) + '\\n')\n"
-                   "if any(a.startswith('--query-gpu=clocks.default_applications') for a in sys.argv):\n"
-                   "    print('1755')\n"
-                   f"if any(a.startswith('--lock-gpu-clocks') for a in sys.argv):\n    time.sleep({lock_s})\n")
+    smi.write_text(
+        f"#!{sys.executable}\nimport sys, time\nopen({str(calls)!r}, 'a').write(' '.join(sys.argv[1:]) + '\\n')\n"
+        "if any(a.startswith('--query-gpu=clocks.default_applications') for a in sys.argv):\n"
+        "    print('1755')\n"
+        f"if any(a.startswith('--lock-gpu-clocks') for a in sys.argv):\n    time.sleep({lock_s})\n"
+    )
     smi.chmod(0o755)
     return bindir, calls
 
 
 def inventory(tmp_path: Path, bindir: Path, clocks: str) -> Path:
     # FLASHINFER_WORKSPACE_BASE: the host's caches (and its clock-lock records) in this test's folder
-    env = {"PATH": f"{bindir}:{os.environ['PATH']}", "CUDA_VISIBLE_DEVICES": FAKE_GPU,
-           "FLASHINFER_WORKSPACE_BASE": str(tmp_path / "cache")}
+    env = {
+        "PATH": f"{bindir}:{os.environ['PATH']}",
+        "CUDA_VISIBLE_DEVICES": FAKE_GPU,
+        "FLASHINFER_WORKSPACE_BASE": str(tmp_path / "cache"),
+    }
     inv = tmp_path / "hosts.yaml"
-    inv.write_text(json.dumps({"hosts": [{"name": "local", "transport": "local", "clocks": clocks, "env": env,
-                                          "workdir": str(tmp_path / "work")}]}))
+    inv.write_text(
+        json.dumps(
+            {
+                "hosts": [
+                    {
+                        "name": "local",
+                        "transport": "local",
+                        "clocks": clocks,
+                        "env": env,
+                        "workdir": str(tmp_path / "work"),
+                    }
+                ]
+            }
+        )
+    )
     return inv
 
 
 def cli(*argv) -> subprocess.Popen:
     """The CLI as a user starts it; SIGINT at its default whatever this run inherited (a test stops it)."""
-    return subprocess.Popen([sys.executable, "-m", "orchestrator.cli", *map(str, argv)], cwd=REPO,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=interruptible)
+    return subprocess.Popen(
+        [sys.executable, "-m", "orchestrator.cli", *map(str, argv)],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=interruptible,
+    )
 
 
 def test_a_host_with_clocks_lock_runs_its_sweep_locked_then_reset_and_says_so(tmp_path):
     bindir, calls = stand_in(tmp_path)
     sweep = kernel_sweep(tmp_path, {}, rounds=1)
-    proc = cli("run", sweep, "-i", inventory(tmp_path, bindir, "lock"), "--runs-dir", tmp_path / "runs",
-               "--format", "json")
+    proc = cli(
+        "run", sweep, "-i", inventory(tmp_path, bindir, "lock"), "--runs-dir", tmp_path / "runs", "--format", "json"
+    )
     out, err = proc.communicate(timeout=300)
     assert proc.returncode == 0, err
     lines = calls.read_text().splitlines()
     assert f"-i {FAKE_GPU} --lock-gpu-clocks=1755,1755" in lines
     assert lines[-1] == f"-i {FAKE_GPU} --reset-gpu-clocks"
-    facts = json.loads(next((tmp_path / "runs").glob("*/hosts/local/attempt-1/results.jsonl")).read_text()
-                       .splitlines()[0])
+    facts = json.loads(
+        next((tmp_path / "runs").glob("*/hosts/local/attempt-1/results.jsonl")).read_text().splitlines()[0]
+    )
     assert facts["sm_clock_locked_mhz"] == 1755
     assert {r["status"] for r in cli_json(out)} == {"ok"}
 
@@ -71,8 +97,13 @@ def test_the_clock_is_given_back_after_ctrl_c(tmp_path, lock_s):
     """Ctrl-C while the sweep runs locked, or while nvidia-smi is still locking (lock_s: a stop that came
     before the supervisor's SIGTERM handler was in place left the clock locked)."""
     bindir, calls = stand_in(tmp_path, lock_s)
-    sweep = kernel_sweep(tmp_path, {}, ms=(16, 32, 48, 64, 80, 96), rounds=3,
-                         timing={"budget_s": 0.4, "max_samples": 100000, "target_rel_ci": 1e-9})
+    sweep = kernel_sweep(
+        tmp_path,
+        {},
+        ms=(16, 32, 48, 64, 80, 96),
+        rounds=3,
+        timing={"budget_s": 0.4, "max_samples": 100000, "target_rel_ci": 1e-9},
+    )
     proc = cli("run", sweep, "-i", inventory(tmp_path, bindir, "lock"), "--runs-dir", tmp_path / "runs")
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and not (calls.exists() and "--lock-gpu-clocks" in calls.read_text()):
@@ -89,8 +120,16 @@ def test_the_clock_is_given_back_after_ctrl_c(tmp_path, lock_s):
 
 def test_without_clocks_lock_nvidia_smi_changes_nothing(tmp_path):
     bindir, calls = stand_in(tmp_path)
-    proc = cli("run", kernel_sweep(tmp_path, {}, rounds=1), "-i", inventory(tmp_path, bindir, "leave"),
-               "--runs-dir", tmp_path / "runs", "--format", "json")
+    proc = cli(
+        "run",
+        kernel_sweep(tmp_path, {}, rounds=1),
+        "-i",
+        inventory(tmp_path, bindir, "leave"),
+        "--runs-dir",
+        tmp_path / "runs",
+        "--format",
+        "json",
+    )
     _, err = proc.communicate(timeout=300)
     assert proc.returncode == 0, err
     assert not calls.exists() or not any("lock" in c or "reset" in c for c in calls.read_text().splitlines())
@@ -117,8 +156,13 @@ def test_a_clock_left_locked_by_a_killed_supervisor_is_reset_by_the_next_sweep_o
     before it measures anything, and says so."""
     bindir, calls = stand_in(tmp_path)
     inv = inventory(tmp_path, bindir, "lock")
-    sweep = kernel_sweep(tmp_path, {}, ms=(16, 32, 48, 64, 80, 96), rounds=3,
-                         timing={"budget_s": 0.4, "max_samples": 100000, "target_rel_ci": 1e-9})
+    sweep = kernel_sweep(
+        tmp_path,
+        {},
+        ms=(16, 32, 48, 64, 80, 96),
+        rounds=3,
+        timing={"budget_s": 0.4, "max_samples": 100000, "target_rel_ci": 1e-9},
+    )
     proc = cli("run", sweep, "-i", inv, "--runs-dir", tmp_path / "runs")
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and not (calls.exists() and "--lock-gpu-clocks" in calls.read_text()):
@@ -130,14 +174,25 @@ def test_a_clock_left_locked_by_a_killed_supervisor_is_reset_by_the_next_sweep_o
     records = list((tmp_path / "cache").glob(".cache/fleetbench/clock-lock-*.json"))
     assert len(records) == 1 and not calls.read_text().rstrip().endswith("--reset-gpu-clocks")  # left locked
 
-    again = cli("run", kernel_sweep(tmp_path, {}, rounds=1), "-i", inventory(tmp_path, bindir, "leave"),
-                "--runs-dir", tmp_path / "runs", "--format", "json")
+    again = cli(
+        "run",
+        kernel_sweep(tmp_path, {}, rounds=1),
+        "-i",
+        inventory(tmp_path, bindir, "leave"),
+        "--runs-dir",
+        tmp_path / "runs",
+        "--format",
+        "json",
+    )
     _, err = again.communicate(timeout=300)
     assert again.returncode == 0, err
     lines = calls.read_text().splitlines()
     assert lines[-1] == f"-i {FAKE_GPU} --reset-gpu-clocks" and not records[0].exists()
-    log = next(p for p in sorted((tmp_path / "runs").glob("*/hosts/local/attempt-1/log.txt"))
-               if "was left locked" in p.read_text())
+    log = next(
+        p
+        for p in sorted((tmp_path / "runs").glob("*/hosts/local/attempt-1/log.txt"))
+        if "was left locked" in p.read_text()
+    )
     assert "by a sweep that was killed" in log.read_text()
 
 
@@ -148,11 +203,13 @@ def refusing_stand_in(tmp_path: Path, default: str = "1755") -> tuple[Path, Path
     bindir, calls = tmp_path / "bin", tmp_path / "nvidia-smi.calls"
     bindir.mkdir()
     smi = bindir / "nvidia-smi"
-    smi.write_text(f"#!{sys.executable}\nimport sys\nopen({str(calls)!r}, 'a').write(' '.join(sys.argv[1:]) + '\\n')\n"
-                   "if any(a.startswith('--query-gpu=clocks.default_applications') for a in sys.argv):\n"
-                   f"    print({default!r})\n"
-                   "if any(a.startswith('--lock-gpu-clocks') for a in sys.argv):\n"
-                   "    print('Insufficient Permissions'); sys.exit(4)\n")
+    smi.write_text(
+        f"#!{sys.executable}\nimport sys\nopen({str(calls)!r}, 'a').write(' '.join(sys.argv[1:]) + '\\n')\n"
+        "if any(a.startswith('--query-gpu=clocks.default_applications') for a in sys.argv):\n"
+        f"    print({default!r})\n"
+        "if any(a.startswith('--lock-gpu-clocks') for a in sys.argv):\n"
+        "    print('Insufficient Permissions'); sys.exit(4)\n"
+    )
     smi.chmod(0o755)
     return bindir, calls
 
@@ -165,29 +222,42 @@ def test_a_host_that_cannot_lock_its_clock_says_so_on_the_console(tmp_path):
     assert proc.returncode == 0, err  # the cases ran, unlocked: the numbers are valid, the facts say so
     assert "Traceback" not in err
     said = [line for line in err.splitlines() if "clocks" in line]
-    assert said == [f"local: clocks: lock was asked, but the clock was not locked: nvidia-smi could not lock GPU "
-                    f"{FAKE_GPU} at 1755 MHz (Insufficient Permissions): not locked (locking needs root)"], err
+    assert said == [
+        f"local: clocks: lock was asked, but the clock was not locked: nvidia-smi could not lock GPU "
+        f"{FAKE_GPU} at 1755 MHz (Insufficient Permissions): not locked (locking needs root)"
+    ], err
 
 
 def test_a_cpu_host_asked_to_lock_says_there_is_nothing_to_lock(tmp_path):
     inv = tmp_path / "hosts.yaml"
-    inv.write_text(json.dumps({"hosts": [{"name": "local", "transport": "local", "clocks": "lock",
-                                          "workdir": str(tmp_path / "work")}]}))
+    inv.write_text(
+        json.dumps(
+            {"hosts": [{"name": "local", "transport": "local", "clocks": "lock", "workdir": str(tmp_path / "work")}]}
+        )
+    )
     sweep = kernel_sweep(tmp_path, {}, rounds=1)
     proc = cli("run", sweep, "-i", inv, "--runs-dir", tmp_path / "runs")
     out, err = proc.communicate(timeout=300)
     assert proc.returncode == 0, err
     assert [line for line in err.splitlines() if "clocks" in line] == [
         "local: clocks: lock was asked, but the clock was not locked: lock was asked, but this host times on its "
-        "CPU: nothing to lock"], err
+        "CPU: nothing to lock"
+    ], err
 
 
-@pytest.mark.parametrize("default, ready, said", [
-    ("1755", True, f"local: clocks: lock: can lock GPU {FAKE_GPU} at 1755 MHz"),
-    ("[N/A]", False, f"local: not ready (ok): clocks: lock cannot apply here: the default clock of GPU {FAKE_GPU} "
-                     "cannot be read, so it cannot be locked (sweeps run with the clock unlocked; set clocks: "
-                     "leave, or run the worker as root)"),
-])
+@pytest.mark.parametrize(
+    "default, ready, said",
+    [
+        ("1755", True, f"local: clocks: lock: can lock GPU {FAKE_GPU} at 1755 MHz"),
+        (
+            "[N/A]",
+            False,
+            f"local: not ready (ok): clocks: lock cannot apply here: the default clock of GPU {FAKE_GPU} "
+            "cannot be read, so it cannot be locked (sweeps run with the clock unlocked; set clocks: "
+            "leave, or run the worker as root)",
+        ),
+    ],
+)
 def test_hosts_check_says_whether_a_host_with_clocks_lock_can_lock(tmp_path, default, ready, said):
     if os.geteuid() != 0 and ready:
         pytest.skip("locking needs root: this test's user cannot")
@@ -197,7 +267,9 @@ def test_hosts_check_says_whether_a_host_with_clocks_lock_can_lock(tmp_path, def
     assert "Traceback" not in err
     assert said in err.splitlines(), err
     assert (proc.returncode == 0) == ready, err
-    assert "--lock-gpu-clocks" not in calls.read_text() and "--reset-gpu-clocks" not in calls.read_text()  # nothing changed
+    assert (
+        "--lock-gpu-clocks" not in calls.read_text() and "--reset-gpu-clocks" not in calls.read_text()
+    )  # nothing changed
 
 
 def test_the_lock_probe_names_root_when_the_worker_is_not_root(monkeypatch, tmp_path):

@@ -2,6 +2,7 @@
 distributions, a 5% shift is SLOWER, noise is AMBIGUOUS or UNSTABLE, never a verdict; B/A is the printed
 B over the printed A; verdicts mirror when the sides swap; a run against itself is SAME; a busy CPU's
 re-run is no regression; fleet outliers; pivot; the HTML report."""
+
 from __future__ import annotations
 
 import json
@@ -12,14 +13,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
-from orchestrator.cli import main
-from orchestrator.analysis.diff import classify, compare_sides, resolve_side
-from worker.schema import SCHEMA_VERSION, Calibration, CaseRecord, CaseSpec, RoundStats
-from worker.timing import combine_rounds, summarize
 from cli_output import cli_json, md_rows
 from support.browser import chromium, headless
 from support.syntheticruns import TAINT, in_rounds, make_run
+
+from orchestrator.analysis.diff import classify, compare_sides, resolve_side
+from orchestrator.cli import main
+from worker.schema import SCHEMA_VERSION, Calibration, CaseRecord, CaseSpec, RoundStats
+from worker.timing import combine_rounds, summarize
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -97,11 +98,17 @@ def test_across_hosts_flags_the_odd_host_and_its_cases(tmp_path, capsys):
 
 def test_across_hosts_names_a_gpu_that_is_slow_at_its_own_calibration(tmp_path, capsys):
     """Speed of light's peaks are host facts: a GPU 12% slow at a plain 8192³ GEMM is the machine."""
+
     def cal(bf16, tb_s=1.6):
         return Calibration(key="k", measured_at="t", cached=False, tflops={"bf16": bf16, "fp8": 2 * bf16}, tb_s=tb_s)
 
-    make_run(tmp_path, "fleet", {"h1": 1.0, "h2": 1.0, "h3": 1.0}, seed=8,
-             calibration={"h1": cal(450.0), "h2": cal(396.0), "h3": cal(452.0, tb_s=1.2)})
+    make_run(
+        tmp_path,
+        "fleet",
+        {"h1": 1.0, "h2": 1.0, "h3": 1.0},
+        seed=8,
+        calibration={"h1": cal(450.0), "h2": cal(396.0), "h3": cal(452.0, tb_s=1.2)},
+    )
     assert main(["diff", "fleet", "--across-hosts", "--runs-dir", str(tmp_path), "--format", "json"]) == 0
     captured = capsys.readouterr()
     flagged = {(c["slot"], c["peak"]) for c in cli_json(captured.out)["calibration"] if c["flagged"]}
@@ -113,8 +120,23 @@ def test_across_hosts_names_a_gpu_that_is_slow_at_its_own_calibration(tmp_path, 
 
 def test_pivot_puts_backends_side_by_side_with_speedups_and_explains_gaps(tmp_path, capsys):
     make_run(tmp_path, "p", {"h": 1.0}, seed=7, statuses={("h", 32): "unsupported"})
-    assert main(["show", "p", "--pivot", "backend", "--baseline", "torch-bf16", "--runs-dir", str(tmp_path),
-                 "--format", "md"]) == 0
+    assert (
+        main(
+            [
+                "show",
+                "p",
+                "--pivot",
+                "backend",
+                "--baseline",
+                "torch-bf16",
+                "--runs-dir",
+                str(tmp_path),
+                "--format",
+                "md",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     lines = out.splitlines()
     assert lines[0].startswith("| host | label | M | N | K | torch-bf16 | torch-fp8 |")
@@ -209,10 +231,16 @@ def test_html_report_is_interactive_offline_in_headless_chromium(tmp_path, capsy
 
 
 def test_the_report_has_a_roofline_and_each_gpus_calibration_beside_its_datasheet(tmp_path):
-    cal = Calibration(key="k", measured_at="t", cached=True, tflops={"bf16": 420.0}, tb_s=1.5,
-                      method={"bf16": "torch-bf16 8192x8192x8192", "copy": "device-to-device copy of 1024 MiB"},
-                      problems={"fp4": "RuntimeError: no backend for this family runs here"},
-                      datasheet={"bf16": 503.8, "fp8": 1007.6, "fp4": 2015.2, "tb_s": 1.792})
+    cal = Calibration(
+        key="k",
+        measured_at="t",
+        cached=True,
+        tflops={"bf16": 420.0},
+        tb_s=1.5,
+        method={"bf16": "torch-bf16 8192x8192x8192", "copy": "device-to-device copy of 1024 MiB"},
+        problems={"fp4": "RuntimeError: no backend for this family runs here"},
+        datasheet={"bf16": 503.8, "fp8": 1007.6, "fp4": 2015.2, "tb_s": 1.792},
+    )
     make_run(tmp_path, "r", {"h1": 1.0, "h2": 1.0}, seed=11, calibration={"h1": cal, "h2": cal})
     html = tmp_path / "report.html"
     assert main(["report", "r", "-o", str(html), "--runs-dir", str(tmp_path)]) == 0
@@ -257,8 +285,9 @@ def test_diff_names_hosts_not_hashes_folds_cases_run_nowhere_and_sums_up_per_bac
     assert "| h | syn | torch-bf16 |" in out and "h/" not in out and "geomean B/A" in out
 
 
-def test_the_pivot_shows_the_fleet_per_shape_marks_the_best_and_folds_backends_that_ran_nowhere(tmp_path, capsys,
-                                                                                                  stored_runs):
+def test_the_pivot_shows_the_fleet_per_shape_marks_the_best_and_folds_backends_that_ran_nowhere(
+    tmp_path, capsys, stored_runs
+):
     make_run(tmp_path, "f", {"h1": 1.0, "h2": 1.02, "h3": 0.98}, seed=31)
     assert main(["show", "f", "--pivot", "backend", "--runs-dir", str(tmp_path), "--format", "json"]) == 0
     fleet = cli_json(capsys.readouterr().out)
@@ -302,8 +331,10 @@ def test_the_report_needs_no_plotting_library(tmp_path):
     """The plots are drawn by the page itself: with matplotlib unimportable the report is written all the
     same (the controller's install has no plotting library)."""
     make_run(tmp_path, "r", {"h1": 1.0, "h2": 1.1}, seed=51)
-    code = ("import sys; sys.modules['matplotlib'] = None; from orchestrator.cli import main; "
-            f"sys.exit(main(['report', 'r', '-o', {str(tmp_path / 'r.html')!r}, '--runs-dir', {str(tmp_path)!r}]))")
+    code = (
+        "import sys; sys.modules['matplotlib'] = None; from orchestrator.cli import main; "
+        f"sys.exit(main(['report', 'r', '-o', {str(tmp_path / 'r.html')!r}, '--runs-dir', {str(tmp_path)!r}]))"
+    )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
     assert proc.returncode == 0, proc.stderr
     assert 'id="fleetbench-data"' in (tmp_path / "r.html").read_text()
@@ -330,6 +361,7 @@ def test_b_over_a_is_the_printed_b_divided_by_the_printed_a(tmp_path, capsys):
     main(["diff", "a", "b", "--runs-dir", str(tmp_path), "--format", "csv"])
     import csv
     import io
+
     for row in csv.DictReader(io.StringIO(capsys.readouterr().out)):
         assert float(row["ratio"]) == pytest.approx(float(row["b_us"]) / float(row["a_us"]), rel=1e-12)
 
@@ -342,13 +374,26 @@ def random_record(rng, centre: float, method: str) -> CaseRecord:
     for med in centre * rng.lognormal(0.0, round_spread, int(rng.integers(1, 6))):
         xs = list(med * rng.lognormal(0.0, rng.choice([0.001, 0.02, 0.2]), int(rng.integers(2, 30))))
         one = summarize(xs, method=method, calls_per_sample=10, l2="cold")
-        env = RoundStats(median_us=one.median_us, n=one.n, rel_ci=one.rel_ci,
-                         sm_clock_mhz=rng.choice([None, 1980, 1755]), load_per_core=rng.choice([None, 0.1, 0.5, 1.2]),
-                         steal_pct=rng.choice([None, 0.0, 3.0]), gpu_processes=rng.choice([None, 0, 0, 1]),
-                         throttle_reasons=["sw_thermal"] if rng.random() < 0.05 else [])
+        env = RoundStats(
+            median_us=one.median_us,
+            n=one.n,
+            rel_ci=one.rel_ci,
+            sm_clock_mhz=rng.choice([None, 1980, 1755]),
+            load_per_core=rng.choice([None, 0.1, 0.5, 1.2]),
+            steal_pct=rng.choice([None, 0.0, 3.0]),
+            gpu_processes=rng.choice([None, 0, 0, 1]),
+            throttle_reasons=["sw_thermal"] if rng.random() < 0.05 else [],
+        )
         rounds.append(one.model_copy(update={"rounds": [env]}))
-    return CaseRecord(case_id=spec.case_id, case=spec, status="ok", timing=combine_rounds(rounds), started_at="t",
-                      duration_s=1.0, health=TAINT if rng.random() < 0.05 else None)
+    return CaseRecord(
+        case_id=spec.case_id,
+        case=spec,
+        status="ok",
+        timing=combine_rounds(rounds),
+        started_at="t",
+        duration_s=1.0,
+        health=TAINT if rng.random() < 0.05 else None,
+    )
 
 
 def test_verdicts_mirror_when_the_sides_swap():
@@ -372,9 +417,16 @@ def test_verdicts_mirror_when_the_sides_swap():
     assert seen == set(MIRROR)  # the generator reached every verdict
 
 
-@pytest.mark.parametrize("run", ["runs-v1/20261203-081621-smoke-a967", "runs-v2/20261203-082541-smoke-2f18",
-                                 "runs-v3/20261203-094347-smoke-636e", "runs-v4/20261203-133700-smoke-byo-4073",
-                                 "runs-v5/20261203-155636-smoke-moe-v5-280c"])
+@pytest.mark.parametrize(
+    "run",
+    [
+        "runs-v1/20261203-081621-smoke-a967",
+        "runs-v2/20261203-082541-smoke-2f18",
+        "runs-v3/20261203-094347-smoke-636e",
+        "runs-v4/20261203-133700-smoke-byo-4073",
+        "runs-v5/20261203-155636-smoke-moe-v5-280c",
+    ],
+)
 def test_a_run_against_itself_is_the_same_in_every_row_and_says_so(run, stored_runs, capsys):
     path = str(stored_runs / run)
     assert main(["diff", path, path, "--format", "json"]) == 0
@@ -394,8 +446,9 @@ def test_a_copy_of_a_run_is_the_same_measurement_on_both_sides(tmp_path, capsys)
     assert main(["diff", "a", "b", "--runs-dir", str(tmp_path), "--format", "json"]) == 0
     report = cli_json(capsys.readouterr().out)
     assert report["same_run"] is False
-    assert all(c["verdict"] == "SAME" and c["note"].startswith("the same measurement on both sides")
-               for c in report["cases"])
+    assert all(
+        c["verdict"] == "SAME" and c["note"].startswith("the same measurement on both sides") for c in report["cases"]
+    )
 
 
 def test_intervals_are_bounded_and_readable_and_json_keeps_them_whole(tmp_path, capsys):
@@ -472,8 +525,9 @@ def test_a_time_of_zero_is_not_a_measurement_and_an_incomplete_side_is_said(tmp_
     good = in_rounds([[10.0, 10.1, 9.9]] * 3)
 
     def rec(timing, complete=True):
-        return CaseRecord(case_id=spec.case_id, case=spec, status="ok", timing=timing, started_at="t", duration_s=1,
-                          complete=complete)
+        return CaseRecord(
+            case_id=spec.case_id, case=spec, status="ok", timing=timing, started_at="t", duration_s=1, complete=complete
+        )
 
     zero = good.model_copy(update={"median_us": 0.0, "samples_us": [0.0] * 9})
     for a, b in ((rec(good), rec(zero)), (rec(zero), rec(good))):
@@ -490,10 +544,16 @@ def test_rounds_worlds_apart_give_a_finite_interval_not_an_overflow():
 
     spec = CaseSpec(backend="torch-bf16", m=16, n=2048, k=6144, label="edited")
     calm = in_rounds([[10.0] * 3, [10.1] * 3])
-    wild = calm.model_copy(update={"rel_ci": 1e300, "rounds": [calm.rounds[0].model_copy(update={"median_us": us})
-                                                              for us in (1e-200, 1e200)]})
-    a, b = (CaseRecord(case_id=spec.case_id, case=spec, status="ok", timing=t, started_at="t", duration_s=1)
-            for t in (calm, wild))
+    wild = calm.model_copy(
+        update={
+            "rel_ci": 1e300,
+            "rounds": [calm.rounds[0].model_copy(update={"median_us": us}) for us in (1e-200, 1e200)],
+        }
+    )
+    a, b = (
+        CaseRecord(case_id=spec.case_id, case=spec, status="ok", timing=t, started_at="t", duration_s=1)
+        for t in (calm, wild)
+    )
     row = compare_records("k", a, b, 0.03)
     assert row.verdict == "UNSTABLE" and 0 < row.ci_low < row.ci_high < float("inf")
     json.dumps(row.as_dict(), allow_nan=False)

@@ -4,6 +4,7 @@ timers with the installed signatures' shapes whose figures follow a known model 
 and their causes as the controller judges them; and the command end to end on local hosts, where the
 cases run on this CPU (the peers then say why they did not run). The lent GPU runs the real timers:
 `bash benchmarks/device_check.sh crosscheck`."""
+
 from __future__ import annotations
 
 import contextlib
@@ -15,10 +16,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
-
 from cli_output import cli_json
 from storedruns import write_ok_attempt
 from support.polling import wait_until
+
 from orchestrator.analysis.crosscheck import compare_peer, summarize
 from orchestrator.cli import main
 from orchestrator.config.inventory import load_inventory
@@ -28,8 +29,15 @@ from orchestrator.planning.plan import build_plan, new_run_id
 from orchestrator.runs.crosschecks import load_crosschecks
 from orchestrator.runs.store import RunStore
 from worker import crosscheck as xc
-from worker.crosscheck import (CaseBench, CrosscheckOptions, CrosscheckRecord, FleetbenchTiming, Method, PeerResult,
-                               Timed)
+from worker.crosscheck import (
+    CaseBench,
+    CrosscheckOptions,
+    CrosscheckRecord,
+    FleetbenchTiming,
+    Method,
+    PeerResult,
+    Timed,
+)
 from worker.schema import CaseRecord, CaseSpec, FactsRecord, TimingOptions
 from worker.timing import summarize as summarize_samples
 
@@ -47,8 +55,15 @@ class Bench(CaseBench):
         case = CaseSpec(backend="torch-bf16", m=16, n=2048, k=6144, timing=TimingOptions(l2=l2, settle_ms=settle_ms))
         super().__init__(lambda i: self.log.append(("set", i)), n_sets, case)
         self.calls = 8
-        self.ours = FleetbenchTiming(method=Method(), timing_method=method, median_us=KERNEL_US, mean_us=KERNEL_US,
-                                     samples_us=[KERNEL_US], calls_per_sample=self.calls, n_sets=n_sets)
+        self.ours = FleetbenchTiming(
+            method=Method(),
+            timing_method=method,
+            median_us=KERNEL_US,
+            mean_us=KERNEL_US,
+            samples_us=[KERNEL_US],
+            calls_per_sample=self.calls,
+            n_sets=n_sets,
+        )
 
     def idle(self):
         self.log.append("idle")
@@ -70,7 +85,7 @@ class Bench(CaseBench):
     def sets(self, calls: list, i: int) -> list[int]:
         """The input sets the i-th timer call ran (until the next call began)."""
         until = calls[i + 1]["since"] if i + 1 < len(calls) else len(self.log)
-        return [e[1] for e in self.log[calls[i]["since"]:until] if isinstance(e, tuple)]
+        return [e[1] for e in self.log[calls[i]["since"] : until] if isinstance(e, tuple)]
 
 
 def per_call_us(bench: Bench, flush: bool, graph: bool) -> float:
@@ -83,24 +98,50 @@ def fake_flashinfer(monkeypatch, bench: Bench, *, with_graph: bool = True, versi
     one): calls fn as many times as it would capture or time, returns ms per iteration. Returns its calls."""
     calls = []
 
-    def bench_gpu_time(fn, dry_run_iters=None, repeat_iters=None, dry_run_time_ms=25, repeat_time_ms=100,
-                       l2_flush=None, l2_flush_size_mb=None, l2_flush_device=None, sleep_after_run=False,
-                       enable_cupti=False, use_cuda_graph=False, num_iters_within_graph=10, input_args=(),
-                       input_kwargs=None, cold_l2_cache=True, aggregate_op=max):
-        calls.append({"cold_l2_cache": cold_l2_cache, "num_iters_within_graph": num_iters_within_graph,
-                      "use_cuda_graph": use_cuda_graph, "dry_run_time_ms": dry_run_time_ms, "since": len(bench.log)})
+    def bench_gpu_time(
+        fn,
+        dry_run_iters=None,
+        repeat_iters=None,
+        dry_run_time_ms=25,
+        repeat_time_ms=100,
+        l2_flush=None,
+        l2_flush_size_mb=None,
+        l2_flush_device=None,
+        sleep_after_run=False,
+        enable_cupti=False,
+        use_cuda_graph=False,
+        num_iters_within_graph=10,
+        input_args=(),
+        input_kwargs=None,
+        cold_l2_cache=True,
+        aggregate_op=max,
+    ):
+        calls.append(
+            {
+                "cold_l2_cache": cold_l2_cache,
+                "num_iters_within_graph": num_iters_within_graph,
+                "use_cuda_graph": use_cuda_graph,
+                "dry_run_time_ms": dry_run_time_ms,
+                "since": len(bench.log),
+            }
+        )
         for _ in range(num_iters_within_graph if use_cuda_graph else 5):
             fn()
         # After its capture (or from idle) its timed calls run at the burst clock unless its dry run outlasts it
         burst = dry_run_time_ms < RAMP_MS and (use_cuda_graph or bench.state() == "idle")
-        us = KERNEL_US * (FLUSH if cold_l2_cache else 1.0) * (BURST if burst else 1.0) + (0.0 if use_cuda_graph else LAUNCH_US)
+        us = KERNEL_US * (FLUSH if cold_l2_cache else 1.0) * (BURST if burst else 1.0) + (
+            0.0 if use_cuda_graph else LAUNCH_US
+        )
         return [us / 1e3] * 7 + [us * 1.5 / 1e3]  # a slow outlier: the median ignores it
 
     if not with_graph:
         exec_ns: dict = {}
-        exec("def bench_gpu_time(fn, dry_run_time_ms=25, repeat_time_ms=100, cold_l2_cache=True):\n"
-             "    return impl(fn, dry_run_time_ms=dry_run_time_ms, cold_l2_cache=cold_l2_cache)",
-             {"impl": bench_gpu_time}, exec_ns)
+        exec(
+            "def bench_gpu_time(fn, dry_run_time_ms=25, repeat_time_ms=100, cold_l2_cache=True):\n"
+            "    return impl(fn, dry_run_time_ms=dry_run_time_ms, cold_l2_cache=cold_l2_cache)",
+            {"impl": bench_gpu_time},
+            exec_ns,
+        )
         timer = exec_ns["bench_gpu_time"]
     else:
         timer = bench_gpu_time
@@ -139,8 +180,9 @@ def fake_triton(monkeypatch, bench: Bench, modes=("min", "max", "mean", "median"
 
 
 def judged(bench: Bench, peer: PeerResult):
-    record = CrosscheckRecord(case_id=bench.case.case_id, case=bench.case, status="ok", fleetbench=bench.ours,
-                              peers=[peer])
+    record = CrosscheckRecord(
+        case_id=bench.case.case_id, case=bench.case, status="ok", fleetbench=bench.ours, peers=[peer]
+    )
     return compare_peer("h1", record, peer)
 
 
@@ -159,8 +201,9 @@ def test_flashinfer_is_run_as_a_user_calls_it_then_matched_one_setting_at_a_time
     assert launch["use_cuda_graph"] and launch["num_iters_within_graph"] == 8  # fleetbench's calls per sample
     assert [bench.log[c["since"] - 1] for c in calls] == ["idle", "idle", "idle", "settle"]
     assert peer.runs[0].call == "bench_gpu_time(fn)"
-    assert peer.runs[3].call == ("bench_gpu_time(fn, cold_l2_cache=False, use_cuda_graph=True, num_iters_within_graph=8, "
-                                 "dry_run_time_ms=200)")  # its own untimed calls outlast the burst after its capture
+    assert peer.runs[3].call == (
+        "bench_gpu_time(fn, cold_l2_cache=False, use_cuda_graph=True, num_iters_within_graph=8, dry_run_time_ms=200)"
+    )  # its own untimed calls outlast the burst after its capture
     assert [c["dry_run_time_ms"] for c in calls] == [25, 25, 25, 200]
     assert peer.runs[0].value_us == pytest.approx(KERNEL_US * FLUSH * BURST + LAUNCH_US)  # its median, not the outlier
     assert any("cupti-python is not installed" in n for n in peer.notes)
@@ -217,7 +260,9 @@ def test_an_older_timer_without_a_parameter_fails_that_step_by_name_and_the_gap_
     fake_flashinfer(monkeypatch, bench, with_graph=False)
     peer = xc.flashinfer_runs(bench)
     assert peer.status == "ok" and [r.value_us is None for r in peer.runs] == [False, False, True, True]
-    assert peer.runs[2].reason == "TypeError: this bench_gpu_time has no parameter use_cuda_graph, num_iters_within_graph"
+    assert (
+        peer.runs[2].reason == "TypeError: this bench_gpu_time has no parameter use_cuda_graph, num_iters_within_graph"
+    )
     assert any("has no enable_cupti" in n for n in peer.notes)
     c = judged(bench, peer)
     assert c.verdict == "unexplained" and c.matched_ratio == pytest.approx((KERNEL_US * BURST + 2) / KERNEL_US)
@@ -256,18 +301,30 @@ def test_a_timer_that_raises_fails_its_step_and_the_peer_when_nothing_ran(monkey
 
 # -- the judgement -----------------------------------------------------------------------------------------
 def peer_of(*values, steps=("default", "l2", "launch", "clock"), notes=()) -> PeerResult:
-    runs = [Timed(step=s, call="t(fn)", method=Method(l2="x", launch="y", clock="z"), samples_us=[v] if v else [],
-                  value_us=v, reason="" if v else "RuntimeError: boom") for s, v in zip(steps, values)]
+    runs = [
+        Timed(
+            step=s,
+            call="t(fn)",
+            method=Method(l2="x", launch="y", clock="z"),
+            samples_us=[v] if v else [],
+            value_us=v,
+            reason="" if v else "RuntimeError: boom",
+        )
+        for s, v in zip(steps, values)
+    ]
     return PeerResult(peer="flashinfer", timer="t", status="ok", runs=runs, notes=list(notes))
 
 
-@pytest.mark.parametrize("values, verdict, named", [
-    ((10.1, 10.05, 10.0, 10.0), "agrees", []),  # within the gap: agrees
-    ((11.5, 11.5, 10.1, 10.0), "attributed", ["launch", "clock"]),  # a 15% raw gap, most of it launch
-    ((10.0, 10.5, 10.0, 10.0), "agrees", ["launch", "L2"]),  # steps that cancel are still named
-    ((12.0, 12.0, 11.0, 10.5), "unexplained", ["launch", "clock"]),  # 5% left with every method matched
-    ((11.0, 10.7, None, 10.0), "attributed", ["clock", "L2"]),  # a step that failed: the next is against the last
-])
+@pytest.mark.parametrize(
+    "values, verdict, named",
+    [
+        ((10.1, 10.05, 10.0, 10.0), "agrees", []),  # within the gap: agrees
+        ((11.5, 11.5, 10.1, 10.0), "attributed", ["launch", "clock"]),  # a 15% raw gap, most of it launch
+        ((10.0, 10.5, 10.0, 10.0), "agrees", ["launch", "L2"]),  # steps that cancel are still named
+        ((12.0, 12.0, 11.0, 10.5), "unexplained", ["launch", "clock"]),  # 5% left with every method matched
+        ((11.0, 10.7, None, 10.0), "attributed", ["clock", "L2"]),  # a step that failed: the next is against the last
+    ],
+)
 def test_the_gap_is_judged_and_its_causes_named_largest_first(values, verdict, named):
     bench = Bench()
     c = judged(bench, peer_of(*values))
@@ -282,13 +339,17 @@ def test_the_gap_is_judged_and_its_causes_named_largest_first(values, verdict, n
 
 def test_the_summary_counts_cells_within_tolerance_and_attributed_gaps():
     bench = Bench()
-    cs = [judged(bench, peer_of(*v)) for v in ((10.1, 10.1, 10.0, 10.0), (11.5, 11.5, 10.1, 10.0),
-                                               (12.0, 12.0, 11.0, 10.5))]
+    cs = [
+        judged(bench, peer_of(*v))
+        for v in ((10.1, 10.1, 10.0, 10.0), (11.5, 11.5, 10.1, 10.0), (12.0, 12.0, 11.0, 10.5))
+    ]
     cs.append(judged(bench, PeerResult(peer="flashinfer", timer="t", status="unavailable", reason="not here")))
     (s,) = summarize(cs)
     assert (s.compared, s.agree_matched, s.raw_gaps, s.raw_gaps_attributed, s.not_compared) == (3, 2, 2, 1, 1)
-    assert s.line(0.02, 0.03).startswith("flashinfer: 2 of 3 cells (67%) within 2% of fleetbench once the methods "
-                                         "match; 2 raw gaps beyond 3%, 1 of them attributed; 1 not compared")
+    assert s.line(0.02, 0.03).startswith(
+        "flashinfer: 2 of 3 cells (67%) within 2% of fleetbench once the methods "
+        "match; 2 raw gaps beyond 3%, 1 of them attributed; 1 not compared"
+    )
 
 
 class FakeNvml:
@@ -322,14 +383,21 @@ def test_the_clock_a_timer_ran_at_is_read_while_it_runs_in_the_clock_step_only(m
     assert all(r.sm_clock_mhz is None for step, r in runs.items() if step != "clock")
 
 
-@pytest.mark.parametrize("peer_mhz, verdict, words", [
-    # Matched 9% low, the peer's samples at a clock 10% higher: the same cycles, attributed to the clock.
-    (1700.0, "attributed", "clock while timing -9.1% (the peer's samples at 1700 MHz vs fleetbench's 1545 MHz; "
-                           "at fleetbench's clock it reads +0.0%)"),
-    (1545.0, "unexplained", "-9.1% with every method matched"),  # the same clock: nothing explains it
-    (None, "unexplained", "-9.1% with every method matched"),  # no reading: never guessed
-    (2000.0, "unexplained", "-9.1% with every method matched"),  # a clock that over-explains is no explanation
-])
+@pytest.mark.parametrize(
+    "peer_mhz, verdict, words",
+    [
+        # Matched 9% low, the peer's samples at a clock 10% higher: the same cycles, attributed to the clock.
+        (
+            1700.0,
+            "attributed",
+            "clock while timing -9.1% (the peer's samples at 1700 MHz vs fleetbench's 1545 MHz; "
+            "at fleetbench's clock it reads +0.0%)",
+        ),
+        (1545.0, "unexplained", "-9.1% with every method matched"),  # the same clock: nothing explains it
+        (None, "unexplained", "-9.1% with every method matched"),  # no reading: never guessed
+        (2000.0, "unexplained", "-9.1% with every method matched"),  # a clock that over-explains is no explanation
+    ],
+)
 def test_a_matched_gap_the_clock_explains_is_attributed_to_it(peer_mhz, verdict, words):
     bench = Bench()
     bench.ours = bench.ours.model_copy(update={"sm_clock_mhz": 1545.0})
@@ -344,18 +412,26 @@ def test_a_matched_gap_the_clock_explains_is_attributed_to_it(peer_mhz, verdict,
         assert "1 more at fleetbench's SM clock (the same cycles)" in s.line(0.02, 0.03)
 
 
-@pytest.mark.parametrize("sweep_us, verdict, words", [
-    # fleetbench read 10.0 now, its sweep 9.0: the peer's matched 9.05 agrees with the sweep, not with now
-    (9.0, "attributed", "fleetbench now +11.1% off its sweep's median (9 µs), which the matched peer is within +0.6% of"),
-    (10.0, "unexplained", "-9.5% with every method matched"),  # fleetbench now is its sweep: the peer's gap
-    (9.6, "unexplained", "-9.5% with every method matched"),  # the peer 5.7% off the sweep too: no explanation
-    (None, "unexplained", "-9.5% with every method matched"),  # no sweep median: never guessed
-])
+@pytest.mark.parametrize(
+    "sweep_us, verdict, words",
+    [
+        # fleetbench read 10.0 now, its sweep 9.0: the peer's matched 9.05 agrees with the sweep, not with now
+        (
+            9.0,
+            "attributed",
+            "fleetbench now +11.1% off its sweep's median (9 µs), which the matched peer is within +0.6% of",
+        ),
+        (10.0, "unexplained", "-9.5% with every method matched"),  # fleetbench now is its sweep: the peer's gap
+        (9.6, "unexplained", "-9.5% with every method matched"),  # the peer 5.7% off the sweep too: no explanation
+        (None, "unexplained", "-9.5% with every method matched"),  # no sweep median: never guessed
+    ],
+)
 def test_a_matched_gap_where_fleetbench_now_strayed_from_its_own_sweep_says_so(sweep_us, verdict, words):
     bench = Bench()
     peer = peer_of(9.0, 9.0, 9.0, 9.05)
-    record = CrosscheckRecord(case_id=bench.case.case_id, case=bench.case, status="ok", fleetbench=bench.ours,
-                              peers=[peer])
+    record = CrosscheckRecord(
+        case_id=bench.case.case_id, case=bench.case, status="ok", fleetbench=bench.ours, peers=[peer]
+    )
     c = compare_peer("h1", record, peer, sweep_us=sweep_us)
     assert c.verdict == verdict and c.explanation.startswith(words)
     (s,) = summarize([c])
@@ -366,8 +442,11 @@ def test_a_matched_gap_where_fleetbench_now_strayed_from_its_own_sweep_says_so(s
 
 def test_a_stored_record_of_a_later_version_with_fields_this_one_lacks_still_reads():
     bench = Bench()
-    doc = json.loads(CrosscheckRecord(case_id=bench.case.case_id, case=bench.case, status="ok", fleetbench=bench.ours,
-                                      peers=[peer_of(10.0)]).model_dump_json())
+    doc = json.loads(
+        CrosscheckRecord(
+            case_id=bench.case.case_id, case=bench.case, status="ok", fleetbench=bench.ours, peers=[peer_of(10.0)]
+        ).model_dump_json()
+    )
     doc["new_field"] = 1
     doc["peers"][0]["runs"][0]["new_field"] = 2
     assert CrosscheckRecord.model_validate(doc).peers[0].runs[0].value_us == 10.0
@@ -375,7 +454,9 @@ def test_a_stored_record_of_a_later_version_with_fields_this_one_lacks_still_rea
 
 # -- fleetbench crosscheck, end to end on local hosts ------------------------------------------------------
 def hosts_file(tmp_path: Path, names=("h1",), python: str = sys.executable) -> Path:
-    entries = [{"name": n, "transport": "local", "python": python, "workdir": str(tmp_path / f"work-{n}")} for n in names]
+    entries = [
+        {"name": n, "transport": "local", "python": python, "workdir": str(tmp_path / f"work-{n}")} for n in names
+    ]
     path = tmp_path / "hosts.yaml"
     path.write_text(yaml.safe_dump({"hosts": entries}))
     return path
@@ -385,18 +466,27 @@ def stored_run(tmp_path: Path, inventory_path: Path, ms=(16, 32), median_us: flo
     """A run of torch-bf16 M x 64 x 128, stored as `fleetbench run` stores it (manifest, scripts, this
     tree's worker) with results written here."""
     inventory = load_inventory(inventory_path)
-    sweep = Sweep(name="xc", backends=["torch-bf16"], shapes=[{"m": list(ms), "n": 64, "k": 128, "label": "x"}],
-                  timing={"budget_s": 0.05, "warmup_ms": 1, "min_samples": 3, "max_samples": 20, "rounds": 1,
-                          "settle_ms": 0})
+    sweep = Sweep(
+        name="xc",
+        backends=["torch-bf16"],
+        shapes=[{"m": list(ms), "n": 64, "k": 128, "label": "x"}],
+        timing={"budget_s": 0.05, "warmup_ms": 1, "min_samples": 3, "max_samples": 20, "rounds": 1, "settle_ms": 0},
+    )
     plan = build_plan(list(inventory.hosts), sweep, new_run_id("xc"))
     store, _, _ = prepare_run(plan, sweep, inventory, tmp_path / "runs")
     for job in plan.jobs:
-        lines = [FactsRecord(hostname=job.host.name, python="3.12", platform="linux", worker_version="0.2.0",
-                             device="cpu").model_dump_json()]
+        lines = [
+            FactsRecord(
+                hostname=job.host.name, python="3.12", platform="linux", worker_version="0.2.0", device="cpu"
+            ).model_dump_json()
+        ]
         for case in job.cases:
             stats = summarize_samples([median_us] * 5, method="cpu-wallclock", calls_per_sample=10, l2="hot")
-            lines.append(CaseRecord(case_id=case.case_id, case=case, status="ok", timing=stats, started_at="t",
-                                    duration_s=0.1).model_dump_json())
+            lines.append(
+                CaseRecord(
+                    case_id=case.case_id, case=case, status="ok", timing=stats, started_at="t", duration_s=0.1
+                ).model_dump_json()
+            )
         write_ok_attempt(store, job, lines)
     return store
 
@@ -472,10 +562,16 @@ def test_showing_stored_crosschecks_imports_neither_the_ssh_stack_nor_torch(tmp_
 
     store = stored_run(tmp_path, hosts_file(tmp_path), ms=(16,))
     assert main(["crosscheck", str(store.dir), "--all", "--peer", "triton", "--format", "json"]) == 0
-    code = ("import json, sys\nfrom orchestrator.cli import main\n"
-            f"rc = main(['crosscheck', {str(store.dir)!r}, '--all', '--stored', '--format', 'json'])\n"
-            "print(json.dumps([rc, sorted({m.split('.')[0] for m in sys.modules})]), file=sys.stderr)")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)})
+    code = (
+        "import json, sys\nfrom orchestrator.cli import main\n"
+        f"rc = main(['crosscheck', {str(store.dir)!r}, '--all', '--stored', '--format', 'json'])\n"
+        "print(json.dumps([rc, sorted({m.split('.')[0] for m in sys.modules})]), file=sys.stderr)"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)},
+    )
     rc, modules = json.loads(proc.stderr.strip().splitlines()[-1])
     assert rc == 0 and not set(modules) & {"paramiko", "fabric", "invoke", "torch", "rich"}

@@ -2,6 +2,7 @@
 it over, split into replays (by each activity's cudaGraphLaunch, else by count), summed per call, and
 refused when it cannot be attributed. The trace comes from fakes shaped like torch's _KinetoEvent; the
 lent GPU's real trace is read by benchmarks/cupti_check.py."""
+
 from __future__ import annotations
 
 import os
@@ -18,8 +19,15 @@ QUANT = "void nvfp4::quantize_kernel<(int)16>(...)"
 GEMM = "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize64x64x64_warpgroupsize1x1x1_execute_segment_k_off_kernel"
 
 
-def trace(replays: int, calls: int, call: list[tuple[str, int]], *, gap_ns: int = 20_000, first_launch: int = 100,
-          jitter=lambda r: 0) -> tuple[list[DeviceActivity], list[int]]:
+def trace(
+    replays: int,
+    calls: int,
+    call: list[tuple[str, int]],
+    *,
+    gap_ns: int = 20_000,
+    first_launch: int = 100,
+    jitter=lambda r: 0,
+) -> tuple[list[DeviceActivity], list[int]]:
     """`replays` replays of `calls` calls, each call the activities `call` ((name, ns) in order), back to back
     within a replay, `gap_ns` between replays; replay r launched with correlation id first_launch + 2r."""
     acts, launches, t = [], [], 1_000_000
@@ -65,21 +73,36 @@ def test_without_launches_replays_are_told_apart_by_count_in_time_order():
 def test_a_call_of_several_kernels_and_a_memset_is_their_sum():
     call = [("Memset (Device)", 700), (QUANT, 2300), (GEMM, 9000)]
     acts, launches = trace(2, 8, call)
-    acts = [DeviceActivity(a.name, a.start_ns, a.end_ns, "gpu_memset" if a.name.startswith("Memset") else "kernel",
-                           a.correlation) for a in acts]
+    acts = [
+        DeviceActivity(
+            a.name, a.start_ns, a.end_ns, "gpu_memset" if a.name.startswith("Memset") else "kernel", a.correlation
+        )
+        for a in acts
+    ]
     got = split_replays(acts, launches, calls_per_replay=8, replays=2)
     assert got.per_call_us == pytest.approx([12.0, 12.0]) and got.kernels == [n for n, _ in call]
 
 
-@pytest.mark.parametrize("mangle, words", [
-    (lambda acts: [], "no GPU activity during 3 replays"),
-    (lambda acts: acts[:-1], "not a whole number per replay"),
-    (lambda acts: acts + [DeviceActivity("stray", 10**12, 10**12 + 5, "kernel", 0)] * 2, "not a whole number"),
-    (lambda acts: [DeviceActivity(QUANT if i == 7 else a.name, a.start_ns, a.end_ns, a.kind, 0)
-                   for i, a in enumerate(acts)], "replay 2 of 3 ran other GPU work than replay 1"),
-    (lambda acts: [DeviceActivity(QUANT if i == 1 else a.name, a.start_ns, a.end_ns, a.kind, 0)
-                   for i, a in enumerate(acts)], "calls of one replay ran different GPU work"),
-])
+@pytest.mark.parametrize(
+    "mangle, words",
+    [
+        (lambda acts: [], "no GPU activity during 3 replays"),
+        (lambda acts: acts[:-1], "not a whole number per replay"),
+        (lambda acts: acts + [DeviceActivity("stray", 10**12, 10**12 + 5, "kernel", 0)] * 2, "not a whole number"),
+        (
+            lambda acts: [
+                DeviceActivity(QUANT if i == 7 else a.name, a.start_ns, a.end_ns, a.kind, 0) for i, a in enumerate(acts)
+            ],
+            "replay 2 of 3 ran other GPU work than replay 1",
+        ),
+        (
+            lambda acts: [
+                DeviceActivity(QUANT if i == 1 else a.name, a.start_ns, a.end_ns, a.kind, 0) for i, a in enumerate(acts)
+            ],
+            "calls of one replay ran different GPU work",
+        ),
+    ],
+)
 def test_a_trace_that_cannot_be_attributed_is_refused_with_why(mangle, words):
     acts, _ = trace(3, 4, [(GEMM, 5000)])
     unlinked = [DeviceActivity(a.name, a.start_ns, a.end_ns, a.kind, 0) for a in acts]
@@ -95,8 +118,14 @@ def test_a_replay_of_activities_that_do_not_divide_into_its_calls_is_refused():
 
 # -- reading kineto's events ------------------------------------------------------------------------------
 def kineto(name: str, device, kind, start: int, end: int, corr: int, annotation: bool = False):
-    fields = dict(name=lambda: name, device_type=lambda: device, start_ns=lambda: start, end_ns=lambda: end,
-                  correlation_id=lambda: corr, is_user_annotation=lambda: annotation)
+    fields = dict(
+        name=lambda: name,
+        device_type=lambda: device,
+        start_ns=lambda: start,
+        end_ns=lambda: end,
+        correlation_id=lambda: corr,
+        is_user_annotation=lambda: annotation,
+    )
     if kind is not None:
         fields["activity_type"] = lambda: kind
     return SimpleNamespace(**fields)
@@ -169,13 +198,16 @@ def test_lead_in_replays_are_traced_and_discarded(monkeypatch):
     assert once.per_call_us == pytest.approx([7.0])  # no lead-in: the first (slow) replay is the sample
 
 
-@pytest.mark.parametrize("cuda, env, teardown, stays", [
-    ("13.0", None, "1", ""),
-    ("12.6", None, "1", ""),
-    ("13.0", "1", "1", ""),
-    ("13.0", "0", "0", "TEARDOWN_CUPTI=0 in the environment"),  # the caller's choice is kept, and said
-    ("12.4", None, None, "CUDA 12.4 cannot tear CUPTI down safely"),  # torch's own rule for CUDA graphs
-])
+@pytest.mark.parametrize(
+    "cuda, env, teardown, stays",
+    [
+        ("13.0", None, "1", ""),
+        ("12.6", None, "1", ""),
+        ("13.0", "1", "1", ""),
+        ("13.0", "0", "0", "TEARDOWN_CUPTI=0 in the environment"),  # the caller's choice is kept, and said
+        ("12.4", None, None, "CUDA 12.4 cannot tear CUPTI down safely"),  # torch's own rule for CUDA graphs
+    ],
+)
 def test_cupti_is_torn_down_after_a_trace_where_it_is_safe(cuda, env, teardown, stays, monkeypatch):
     """Kineto keeps CUPTI attached after a trace unless TEARDOWN_CUPTI=1, and an attached CUPTI slows
     every later timing of the process (benchmarks/cupti_after.py): the trace asks for teardown."""
@@ -222,9 +254,14 @@ def test_a_trace_that_records_nothing_after_a_teardown_is_taken_again_once(monke
     traces.append("a first trace that recorded")  # the next trace records: no retry
     cupti.kernel_samples_us(lambda: None, calls_per_replay=1, replays=1, lead_in_ms=0)
     assert len(traces) == 2
-    monkeypatch.setattr(FakeProfile, "__init__", lambda self, activities: (
-        traces.append([]), setattr(self, "profiler", SimpleNamespace(
-            kineto_results=SimpleNamespace(events=lambda: []))))[-1])
+    monkeypatch.setattr(
+        FakeProfile,
+        "__init__",
+        lambda self, activities: (
+            traces.append([]),
+            setattr(self, "profiler", SimpleNamespace(kineto_results=SimpleNamespace(events=lambda: []))),
+        )[-1],
+    )
     traces.clear()
     with pytest.raises(CuptiError, match="no GPU activity"):  # twice nothing: refused, never a third
         cupti.kernel_samples_us(lambda: None, calls_per_replay=1, replays=1, lead_in_ms=0)

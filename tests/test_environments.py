@@ -1,5 +1,6 @@
 """Several library environments on one host (issue 18, part 4): inventory, provision pins, plan, a run
 on both and a diff between them."""
+
 from __future__ import annotations
 
 import json
@@ -7,14 +8,14 @@ import sys
 from pathlib import Path
 
 import pytest
+from cli_output import cli_json
 
 from orchestrator.cli import main
-from orchestrator.errors import InputError
 from orchestrator.config.inventory import load_inventory, select_hosts
-from orchestrator.planning.plan import build_plan
-from orchestrator.execution.provision import constraints_for
 from orchestrator.config.sweep import load_sweep
-from cli_output import cli_json
+from orchestrator.errors import InputError
+from orchestrator.execution.provision import constraints_for
+from orchestrator.planning.plan import build_plan
 
 REPO = Path(__file__).resolve().parent.parent
 TWO_ENVS = f"""
@@ -46,12 +47,15 @@ def test_a_host_with_environments_becomes_one_host_per_environment(tmp_path):
     assert [h.name for h in select_hosts(inv, "local,!local@a")] == ["local@b"]
 
 
-@pytest.mark.parametrize("entry, message", [
-    ("environments: {a: {python: /x/bin/python, pins: [flashinfer-python]}}", "expected name==version"),
-    ("environments: {'bad name': {python: /x/bin/python}}", "environment name"),
-    ("environments: {}", "at least one environment"),
-    ("environments: {a: {pins: []}}", "python"),
-])
+@pytest.mark.parametrize(
+    "entry, message",
+    [
+        ("environments: {a: {python: /x/bin/python, pins: [flashinfer-python]}}", "expected name==version"),
+        ("environments: {'bad name': {python: /x/bin/python}}", "environment name"),
+        ("environments: {}", "at least one environment"),
+        ("environments: {a: {pins: []}}", "python"),
+    ],
+)
 def test_bad_environments_are_input_errors(tmp_path, entry, message):
     with pytest.raises(InputError, match=message):
         inventory(tmp_path, f"hosts:\n  - name: h\n    transport: local\n    {entry}\n")
@@ -80,8 +84,20 @@ def test_one_sweep_on_two_environments_diffs_environment_against_environment(tmp
     inv = tmp_path / "hosts.yaml"
     inv.write_text(TWO_ENVS)
     runs = tmp_path / "runs"
-    code = main(["run", str(REPO / "sweeps" / "smoke.yaml"), "-i", str(inv), "-l", "local", "--runs-dir", str(runs),
-                 "--format", "json"])
+    code = main(
+        [
+            "run",
+            str(REPO / "sweeps" / "smoke.yaml"),
+            "-i",
+            str(inv),
+            "-l",
+            "local",
+            "--runs-dir",
+            str(runs),
+            "--format",
+            "json",
+        ]
+    )
     out, err = capsys.readouterr()
     assert code == 0, err
     rows = cli_json(out)

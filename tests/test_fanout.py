@@ -1,5 +1,6 @@
 """The one fan-out (orchestrator/execution/fanout.py): bounded, one result per host, and Ctrl-C that leaves nothing
 running, for every multi-host command."""
+
 from __future__ import annotations
 
 import signal
@@ -8,11 +9,11 @@ import time
 from pathlib import Path
 
 import pytest
-
 from conftest import processes_under, start_cli
-from orchestrator.execution.fanout import Cancelled, fan_out
 from support.polling import wait_until
 from support.signals import interruptible, sigint_raises
+
+from orchestrator.execution.fanout import Cancelled, fan_out
 
 
 def test_at_most_parallel_hosts_work_at_once_and_every_host_gets_its_result_in_order():
@@ -89,8 +90,9 @@ def _slow_program(path: Path) -> Path:
     import sys
 
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(f"#!{sys.executable}\nimport pathlib, time\n"
-                    f"pathlib.Path({str(path) + '.started'!r}).touch()\ntime.sleep(120)\n")
+    path.write_text(
+        f"#!{sys.executable}\nimport pathlib, time\npathlib.Path({str(path) + '.started'!r}).touch()\ntime.sleep(120)\n"
+    )
     path.chmod(0o755)
     return path
 
@@ -109,8 +111,9 @@ def _interrupt_when_running(proc, slow: Path, timeout: float = 60) -> str:
 def test_ctrl_c_during_provision_stops_what_it_runs(tmp_path):
     slow = _slow_program(tmp_path / "bin" / "python3")  # creates the venv: here, for two minutes
     inv = tmp_path / "hosts.yaml"
-    inv.write_text(f"hosts: [{{name: local, transport: local, python: {tmp_path}/venv/bin/python3, "
-                   f"workdir: {tmp_path}/work}}]\n")
+    inv.write_text(
+        f"hosts: [{{name: local, transport: local, python: {tmp_path}/venv/bin/python3, workdir: {tmp_path}/work}}]\n"
+    )
     proc = start_cli("provision", "-i", inv, "--profile", "minimal", "--base-python", slow)
     err = _interrupt_when_running(proc, slow)
     assert proc.returncode == 130, err
@@ -127,14 +130,33 @@ def test_ctrl_c_during_prune_stops_what_it_runs(tmp_path):
     runs = tmp_path / "runs"
     inv = tmp_path / "hosts.yaml"
     inv.write_text(f"hosts: [{{name: local, transport: local, workdir: {tmp_path}/work}}]\n")
-    done = subprocess.run([sys.executable, "-m", "orchestrator.cli", "run", str(REPO / "sweeps" / "noop.yaml"),
-                           "-i", str(inv), "--runs-dir", str(runs)], cwd=REPO, capture_output=True, text=True)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "orchestrator.cli",
+            "run",
+            str(REPO / "sweeps" / "noop.yaml"),
+            "-i",
+            str(inv),
+            "--runs-dir",
+            str(runs),
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+    )
     assert done.returncode == 0, done.stderr
     slow = _slow_program(tmp_path / "bin" / "rm")  # removing the run's folder on the host: two minutes
-    proc = subprocess.Popen([sys.executable, "-m", "orchestrator.cli", "prune", "--older-than", "2999-01-01",
-                             "--runs-dir", str(runs)], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env=dict(os.environ, PATH=f"{slow.parent}:{os.environ['PATH']}"),
-                            preexec_fn=interruptible)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "orchestrator.cli", "prune", "--older-than", "2999-01-01", "--runs-dir", str(runs)],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=dict(os.environ, PATH=f"{slow.parent}:{os.environ['PATH']}"),
+        preexec_fn=interruptible,
+    )
     err = _interrupt_when_running(proc, slow)
     assert proc.returncode == 130, err
     assert wait_until(lambda: not processes_under(slow), 10), processes_under(slow)

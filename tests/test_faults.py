@@ -1,5 +1,6 @@
 """Fault injection on the real sshd fleet: crashes, frozen and killed hosts, Ctrl-C, a killed controller,
 and failures on the wire. Each ends in a recorded outcome, one clear line, and nothing lost."""
+
 from __future__ import annotations
 
 import os
@@ -10,13 +11,13 @@ import time
 
 import pytest
 import yaml
+from cli_output import cli_json
 from conftest import FAULTY, cases_ended, processes_under, set_host_field, slow_sweep, start_cli, write_sweep
 from support.polling import wait_until
 
 from orchestrator.cli import main
 from orchestrator.runs.records import parse_results
 from orchestrator.runs.store import resolve_run
-from cli_output import cli_json
 
 
 def run_cli(capsys, *argv):
@@ -37,8 +38,7 @@ def test_worker_crash_marks_the_case_crashed_and_the_rest_still_run(fleet, tmp_p
 
 
 def test_restart_budget_is_bounded(fleet, tmp_path, capsys):
-    inv = fleet.inventory(tmp_path / "hosts.yaml", names=["ssh1"],
-                          env={"FLEETBENCH_TEST_FAULT": "exit:16,exit:32"})
+    inv = fleet.inventory(tmp_path / "hosts.yaml", names=["ssh1"], env={"FLEETBENCH_TEST_FAULT": "exit:16,exit:32"})
     sweep = write_sweep(tmp_path / "s.yaml", backends=(FAULTY,), ms=(16, 32, 64), extra="max_restarts: 1\n")
     code, out, err = run_cli(capsys, "run", sweep, "-i", inv, "--runs-dir", tmp_path / "runs", "--format", "json")
     rows = {r["m"]: r["status"] for r in cli_json(out)}
@@ -69,8 +69,9 @@ def test_frozen_host_times_out_at_its_limit_while_others_finish_then_rerun_recov
     # (with room for its remaining cases: the 8 s limit was for the freeze, and a loaded CI machine may
     # need more than that to start a worker and time 8 cases of 0.5 s).
     set_host_field(inv, "ssh1", timeout=120)
-    code, out, err = run_cli(capsys, "rerun", store.run_id, "--failed", "--resume", "-i", inv, "--runs-dir", runs,
-                             "--format", "json")
+    code, out, err = run_cli(
+        capsys, "rerun", store.run_id, "--failed", "--resume", "-i", inv, "--runs-dir", runs, "--format", "json"
+    )
     assert code == 0, err
     rows = cli_json(out)
     assert len(rows) == 20 and {r["status"] for r in rows} == {"ok"}
@@ -82,7 +83,8 @@ def test_frozen_host_times_out_at_its_limit_while_others_finish_then_rerun_recov
 
 
 def test_a_host_frozen_at_the_start_ends_stalled_within_two_minutes_and_the_printed_hint_completes_it(
-        fleet, tmp_path, capsys, monkeypatch):
+    fleet, tmp_path, capsys, monkeypatch
+):
     """No `timeout` anywhere: the default stall timeout ends a frozen host, the others finish, and the
     rerun hint the tool prints works as printed from another folder, with the run's own inventory."""
     runs = tmp_path / "runs"
@@ -95,8 +97,13 @@ def test_a_host_frozen_at_the_start_ends_stalled_within_two_minutes_and_the_prin
     proc = start_cli("run", sweep, "-i", inv, "--runs-dir", runs)
     frozen = fleet.host("ssh2")
     try:
-        assert wait_until(lambda: any(runs.glob("*/hosts/ssh2/attempt-1/log.txt"))
-                          and '"event":"start"' in next(runs.glob("*/hosts/ssh2/attempt-1/log.txt")).read_text(), 60)
+        assert wait_until(
+            lambda: (
+                any(runs.glob("*/hosts/ssh2/attempt-1/log.txt"))
+                and '"event":"start"' in next(runs.glob("*/hosts/ssh2/attempt-1/log.txt")).read_text()
+            ),
+            60,
+        )
         frozen.freeze()
         _, err = proc.communicate(timeout=150)
         elapsed = time.monotonic() - t0
@@ -106,9 +113,16 @@ def test_a_host_frozen_at_the_start_ends_stalled_within_two_minutes_and_the_prin
     assert elapsed < 120, f"{elapsed:.0f} s"
     assert "ssh2: stalled: no sign of life for 60 s" in err
     store = resolve_run(runs, "latest")
-    assert {s: store.outcome(s, 1).outcome for s in ("ssh0", "ssh1", "ssh3")} == dict.fromkeys(("ssh0", "ssh1", "ssh3"), "ok")
+    assert {s: store.outcome(s, 1).outcome for s in ("ssh0", "ssh1", "ssh3")} == dict.fromkeys(
+        ("ssh0", "ssh1", "ssh3"), "ok"
+    )
     hint = next(line for line in err.splitlines() if line.startswith("complete it with: "))
-    assert hint.removeprefix("complete it with: ").split() == ["fleetbench", "rerun", str(store.dir.resolve()), "--failed"]
+    assert hint.removeprefix("complete it with: ").split() == [
+        "fleetbench",
+        "rerun",
+        str(store.dir.resolve()),
+        "--failed",
+    ]
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     monkeypatch.chdir(elsewhere)  # no hosts.yaml, no runs/ here; no -i: the run's own inventory
@@ -170,8 +184,9 @@ def test_killed_host_loses_no_result_line(fleet, tmp_path, capsys):
     written = [line for line in remote_results.read_text().splitlines() if '"kind":"case"' in line]
     assert len(written) >= len(streamed)
     fleet.host("ssh2").restart()
-    code, out, err = run_cli(capsys, "rerun", store.run_id, "--failed", "--resume", "-i", inv, "--runs-dir", runs,
-                             "--format", "json")
+    code, out, err = run_cli(
+        capsys, "rerun", store.run_id, "--failed", "--resume", "-i", inv, "--runs-dir", runs, "--format", "json"
+    )
     assert code == 0, err
     recovered = (store.attempt_dir("ssh2", 1) / "results.jsonl").read_text().splitlines()
     assert all(line in recovered for line in remote_results.read_text().splitlines())  # every line came home
@@ -210,8 +225,9 @@ def test_controller_killed_with_sigkill_leaves_a_run_that_show_reads_and_rerun_c
     proc.wait()
     code, out, err = run_cli(capsys, "show", "latest", "--runs-dir", runs)
     assert code == 1 and "ssh3: interrupted" in err and "Traceback" not in err
-    code, out, err = run_cli(capsys, "rerun", "latest", "--failed", "--resume", "-i", inv, "--runs-dir", runs,
-                             "--format", "json")
+    code, out, err = run_cli(
+        capsys, "rerun", "latest", "--failed", "--resume", "-i", inv, "--runs-dir", runs, "--format", "json"
+    )
     assert code == 0, err
     assert len(cli_json(out)) == 6
     assert wait_until(lambda: not processes_under(tmp_path / "w3"), 10)  # the orphaned attempt was stopped

@@ -1,5 +1,6 @@
 """A new user's first hour (issue 27): every command they try either does what it says or says, in one
 `error:` line with exit 2, why it cannot; the listings count what happened, not what the hosts said."""
+
 from __future__ import annotations
 
 import os
@@ -7,9 +8,9 @@ import sqlite3
 from pathlib import Path
 
 import pytest
+from support.syntheticruns import make_run
 
 from orchestrator.cli import main
-from support.syntheticruns import make_run
 
 
 def one_error(capsys) -> str:
@@ -42,8 +43,20 @@ def test_report_to_a_folder_or_an_unwritable_place_is_one_error_line(tmp_path, c
 
 def test_report_of_a_dry_run_says_nothing_ran(tmp_path, capsys, local_inventory):
     runs = tmp_path / "runs"
-    assert main(["render", str(Path(__file__).parent.parent / "sweeps" / "noop.yaml"), "-i", str(local_inventory),
-                 "--runs-dir", str(runs), "--quiet"]) == 0
+    assert (
+        main(
+            [
+                "render",
+                str(Path(__file__).parent.parent / "sweeps" / "noop.yaml"),
+                "-i",
+                str(local_inventory),
+                "--runs-dir",
+                str(runs),
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     dry = next(runs.iterdir())
     capsys.readouterr()
     assert main(["report", str(dry), "-o", str(tmp_path / "r.html")]) == 2
@@ -81,24 +94,30 @@ def test_report_history_with_a_broken_index_is_one_error_line_or_a_report(tmp_pa
 
 
 # -- runs and prune -------------------------------------------------------------------------------------
-ZEROS = '''import torch
+ZEROS = """import torch
 FAMILY = "bf16"
 def prepare(a, b, out_dtype):
     out = torch.zeros((a.shape[0], b.shape[0]), dtype=out_dtype)
     return lambda: out
-'''
+"""
 
 
 def test_runs_counts_cases_by_status_and_names_a_run_whose_manifest_is_gone(tmp_path, capsys, local_inventory):
     import yaml
-
     from cli_output import cli_json
 
     (tmp_path / "zeros.py").write_text(ZEROS)
     sweep = tmp_path / "one.yaml"
-    sweep.write_text(yaml.safe_dump({"name": "one", "backends": [{"name": "zeros", "file": "zeros.py"}],
-                                     "shapes": [{"m": 16, "n": 64, "k": 128}],
-                                     "timing": {"budget_s": 0.05, "warmup_ms": 1, "min_samples": 3}}))
+    sweep.write_text(
+        yaml.safe_dump(
+            {
+                "name": "one",
+                "backends": [{"name": "zeros", "file": "zeros.py"}],
+                "shapes": [{"m": 16, "n": 64, "k": 128}],
+                "timing": {"budget_s": 0.05, "warmup_ms": 1, "min_samples": 3},
+            }
+        )
+    )
     runs = tmp_path / "runs"
     assert main(["run", str(sweep), "-i", str(local_inventory), "--runs-dir", str(runs), "--format", "json"]) == 1
     assert main(["run", str(sweep), "-i", str(local_inventory), "--runs-dir", str(runs), "--format", "json"]) == 1
@@ -112,7 +131,10 @@ def test_runs_counts_cases_by_status_and_names_a_run_whose_manifest_is_gone(tmp_
     assert main(["runs", "--runs-dir", str(runs), "--format", "json"]) == 0
     listed = {e["run_id"]: e for e in cli_json(capsys.readouterr().out)}
     assert set(listed) == {first.name, second.name}
-    assert listed[second.name]["summary"].startswith("unreadable: ") and "no manifest.json" in listed[second.name]["summary"]
+    assert (
+        listed[second.name]["summary"].startswith("unreadable: ")
+        and "no manifest.json" in listed[second.name]["summary"]
+    )
 
 
 def test_runs_and_prune_on_a_missing_folder_or_a_file_are_errors(tmp_path, capsys):
@@ -145,6 +167,7 @@ def test_a_cpu_host_is_locked_like_a_gpu_and_a_second_run_waits_for_it(tmp_path,
     import time
 
     from conftest import start_cli, write_sweep
+
     from worker.gpulock import CPU, gpu_lock
 
     sweep = write_sweep(tmp_path / "s.yaml", backends=("torch-bf16",))
@@ -182,7 +205,7 @@ def test_the_report_says_median_of_rounds_and_gives_cpu_numbers_their_digits(tmp
     assert main(["report", "latest", "-o", str(page), "--runs-dir", str(runs)]) == 0
     text = page.read_text()
     assert "medians of raw samples" not in text and "median of rounds" in text
-    table = text[text.index("<h2>Results and verdicts</h2>"):]
+    table = text[text.index("<h2>Results and verdicts</h2>") :]
     header = re.findall(r"<th>(.*?)</th>", table.split("</tr>")[0])
     at = {name: i for i, name in enumerate(header)}
     ok_rows = [re.findall(r"<td[^>]*>(.*?)</td>", row, re.S) for row in table.split("</tr>")[1:] if ">ok<" in row]

@@ -1,4 +1,5 @@
 """End to end over real sshd hosts (and the local host): the core loop as a user drives it."""
+
 from __future__ import annotations
 
 import csv
@@ -8,11 +9,11 @@ import json
 import shutil
 from pathlib import Path
 
+from cli_output import cli_json
 from conftest import write_sweep
 
 from orchestrator.cli import main
 from orchestrator.runs.store import resolve_run
-from cli_output import cli_json
 
 # Every quote and shell metacharacter a label may hold (control characters are refused at load).
 HOSTILE = "{'Desc':40s} | \"it's\" ; $(touch /tmp/pwned) `id` && ünïcode"
@@ -114,11 +115,16 @@ def test_killed_host_is_unreachable_others_finish_and_rerun_failed_completes(fle
     assert "ssh3: unreachable: connection refused" in err
     store = resolve_run(runs, "latest")
     outcomes = store.latest_outcomes()
-    assert {s: o.outcome for s, o in outcomes.items()} == {"ssh0": "ok", "ssh1": "ok", "ssh2": "ok",
-                                                          "ssh3": "unreachable"}
+    assert {s: o.outcome for s, o in outcomes.items()} == {
+        "ssh0": "ok",
+        "ssh1": "ok",
+        "ssh2": "ok",
+        "ssh3": "unreachable",
+    }
     fleet.host("ssh3").restart()
-    code, out, err = run_cli(capsys, "rerun", store.run_id, "--failed", "-i", inv, "--runs-dir", runs,
-                             "--format", "csv")
+    code, out, err = run_cli(
+        capsys, "rerun", store.run_id, "--failed", "-i", inv, "--runs-dir", runs, "--format", "csv"
+    )
     assert code == 0, err
     rows = list(csv.DictReader(io.StringIO(out)))
     assert {r["host"] for r in rows if r["status"] == "ok"} == {"ssh0", "ssh1", "ssh2", "ssh3"}

@@ -1,4 +1,5 @@
 """Fleet operations on the sshd fleet: host checks, version skew, multi-GPU hosts."""
+
 from __future__ import annotations
 
 import csv
@@ -6,11 +7,11 @@ import io
 import json
 
 import yaml
+from cli_output import cli_json
 from conftest import write_sweep
 
 from orchestrator.cli import main
 from orchestrator.runs.store import resolve_run
-from cli_output import cli_json
 
 
 def run_cli(capsys, *argv):
@@ -63,21 +64,30 @@ def test_hosts_check_fails_for_a_host_that_is_not_ready(fleet, tmp_path, capsys)
 def test_a_two_gpu_host_runs_one_worker_per_gpu_sharded_or_all(tmp_path, capsys):
     """On a CPU the GPU index only reaches the worker's environment: enough to check the plumbing."""
     inv = tmp_path / "hosts.yaml"
-    inv.write_text(yaml.safe_dump({"hosts": [{"name": "box", "transport": "local", "gpus": [0, 1],
-                                              "workdir": str(tmp_path / "w")}]}))
+    inv.write_text(
+        yaml.safe_dump(
+            {"hosts": [{"name": "box", "transport": "local", "gpus": [0, 1], "workdir": str(tmp_path / "w")}]}
+        )
+    )
     sweep = write_sweep(tmp_path / "s.yaml", backends=("torch-bf16",), ms=(16, 32, 48, 64))
-    code, out, err = run_cli(capsys, "run", sweep, "-i", inv, "--runs-dir", tmp_path / "runs", "--per-gpu", "shard",
-                             "--format", "csv")
+    code, out, err = run_cli(
+        capsys, "run", sweep, "-i", inv, "--runs-dir", tmp_path / "runs", "--per-gpu", "shard", "--format", "csv"
+    )
     assert code == 0, err
     rows = list(csv.DictReader(io.StringIO(out)))
     assert sorted((r["slot"], r["gpu"], r["m"]) for r in rows) == [
-        ("box.gpu0", "0", "16"), ("box.gpu0", "0", "48"), ("box.gpu1", "1", "32"), ("box.gpu1", "1", "64")]
+        ("box.gpu0", "0", "16"),
+        ("box.gpu0", "0", "48"),
+        ("box.gpu1", "1", "32"),
+        ("box.gpu1", "1", "64"),
+    ]
     store = resolve_run(tmp_path / "runs", "latest")
     for gpu in (0, 1):
         facts = json.loads((store.attempt_dir(f"box.gpu{gpu}", 1) / "results.jsonl").read_text().splitlines()[0])
         assert facts["visible_devices"] == str(gpu)
-    code, out, err = run_cli(capsys, "run", sweep, "-i", inv, "--runs-dir", tmp_path / "runs", "--per-gpu", "all",
-                             "--format", "csv")
+    code, out, err = run_cli(
+        capsys, "run", sweep, "-i", inv, "--runs-dir", tmp_path / "runs", "--per-gpu", "all", "--format", "csv"
+    )
     rows = list(csv.DictReader(io.StringIO(out)))
     assert code == 0 and len(rows) == 8 and {r["slot"] for r in rows} == {"box.gpu0", "box.gpu1"}
 
@@ -85,14 +95,38 @@ def test_a_two_gpu_host_runs_one_worker_per_gpu_sharded_or_all(tmp_path, capsys)
 def test_ssh_config_supplies_hostname_port_user_and_key(fleet, tmp_path, capsys):
     h = fleet.host("ssh2")
     cfg = tmp_path / "ssh_config"
-    cfg.write_text(f"Host gpu-box\n  HostName 127.0.0.1\n  Port {h.port}\n  User {fleet.user}\n"
-                   f"  IdentityFile {fleet.client_key}\n")
+    cfg.write_text(
+        f"Host gpu-box\n  HostName 127.0.0.1\n  Port {h.port}\n  User {fleet.user}\n  IdentityFile {fleet.client_key}\n"
+    )
     inv = tmp_path / "hosts.yaml"
-    inv.write_text(yaml.safe_dump({"hosts": [{"name": "box", "hostname": "gpu-box", "ssh_config": str(cfg),
-                                              "known_hosts": str(fleet.known_hosts), "python": fleet_python(),
-                                              "workdir": str(h.workdir), "connect_timeout": 5}]}))
-    code, out, err = run_cli(capsys, "run", write_sweep(tmp_path / "s.yaml", backends=("torch-bf16",)), "-i", inv,
-                             "--runs-dir", tmp_path / "runs", "--format", "csv")
+    inv.write_text(
+        yaml.safe_dump(
+            {
+                "hosts": [
+                    {
+                        "name": "box",
+                        "hostname": "gpu-box",
+                        "ssh_config": str(cfg),
+                        "known_hosts": str(fleet.known_hosts),
+                        "python": fleet_python(),
+                        "workdir": str(h.workdir),
+                        "connect_timeout": 5,
+                    }
+                ]
+            }
+        )
+    )
+    code, out, err = run_cli(
+        capsys,
+        "run",
+        write_sweep(tmp_path / "s.yaml", backends=("torch-bf16",)),
+        "-i",
+        inv,
+        "--runs-dir",
+        tmp_path / "runs",
+        "--format",
+        "csv",
+    )
     assert code == 0, err
     assert [r["status"] for r in csv.DictReader(io.StringIO(out))] == ["ok"]
 
@@ -100,8 +134,7 @@ def test_ssh_config_supplies_hostname_port_user_and_key(fleet, tmp_path, capsys)
 def test_a_host_behind_a_jump_host(fleet, tmp_path, capsys):
     """ssh1 is reached through ssh0: with the jump host down, ssh1 (itself up) is unreachable."""
     jump, target = fleet.host("ssh0"), fleet.host("ssh1")
-    inv = fleet.inventory(tmp_path / "hosts.yaml", names=["ssh1"],
-                          proxy_jump=f"{fleet.user}@127.0.0.1:{jump.port}")
+    inv = fleet.inventory(tmp_path / "hosts.yaml", names=["ssh1"], proxy_jump=f"{fleet.user}@127.0.0.1:{jump.port}")
     sweep = write_sweep(tmp_path / "s.yaml", backends=("torch-bf16",))
     code, out, err = run_cli(capsys, "run", sweep, "-i", inv, "--runs-dir", tmp_path / "runs")
     assert code == 0, err
@@ -125,17 +158,30 @@ def test_a_host_without_its_venv_is_provisioned_offline_from_a_wheelhouse_then_r
     from support.ci import require
 
     wheelhouse = os.environ.get("FLEETBENCH_TEST_WHEELHOUSE")
-    require(wheelhouse and Path(wheelhouse).is_dir(),
-            "no wheelhouse: FLEETBENCH_TEST_WHEELHOUSE is not set up (`make test` downloads it)")
+    require(
+        wheelhouse and Path(wheelhouse).is_dir(),
+        "no wheelhouse: FLEETBENCH_TEST_WHEELHOUSE is not set up (`make test` downloads it)",
+    )
     venv_python = tmp_path / "hostvenv" / "bin" / "python"
-    inv = fleet.inventory(tmp_path / "hosts.yaml", names=["ssh3"], python=str(venv_python),
-                          workdir=str(tmp_path / "w3"))
+    inv = fleet.inventory(
+        tmp_path / "hosts.yaml", names=["ssh3"], python=str(venv_python), workdir=str(tmp_path / "w3")
+    )
     noop = Path(__file__).resolve().parent.parent / "sweeps" / "noop.yaml"
     code, _, err = run_cli(capsys, "run", noop, "-i", inv, "--runs-dir", tmp_path / "runs")
     assert code == 1 and "remote interpreter not found" in err  # before: no venv
 
-    code, out, err = run_cli(capsys, "provision", "-i", inv, "--wheelhouse", wheelhouse, "--profile", "minimal",
-                             "--base-python", sys.executable)
+    code, out, err = run_cli(
+        capsys,
+        "provision",
+        "-i",
+        inv,
+        "--wheelhouse",
+        wheelhouse,
+        "--profile",
+        "minimal",
+        "--base-python",
+        sys.executable,
+    )
     assert code == 0, err
     assert "ssh3: ok: created venv" in out and "installed profile minimal" in out
     assert venv_python.exists()
@@ -171,12 +217,26 @@ def test_keys_held_by_ssh_agent_work(fleet, tmp_path, capsys, monkeypatch):
         doc = yaml.safe_load(inv.read_text())
         del doc["defaults"]["identity_file"]
         inv.write_text(yaml.safe_dump(doc))
-        code, out, err = run_cli(capsys, "run", write_sweep(tmp_path / "s.yaml", backends=("torch-bf16",)), "-i", inv,
-                                 "--runs-dir", tmp_path / "runs")
+        code, out, err = run_cli(
+            capsys,
+            "run",
+            write_sweep(tmp_path / "s.yaml", backends=("torch-bf16",)),
+            "-i",
+            inv,
+            "--runs-dir",
+            tmp_path / "runs",
+        )
         assert code == 0, err
         monkeypatch.setenv("SSH_AUTH_SOCK", str(tmp_path / "no-agent"))
-        code, out, err = run_cli(capsys, "run", write_sweep(tmp_path / "s.yaml", backends=("torch-bf16",)), "-i", inv,
-                                 "--runs-dir", tmp_path / "runs")
+        code, out, err = run_cli(
+            capsys,
+            "run",
+            write_sweep(tmp_path / "s.yaml", backends=("torch-bf16",)),
+            "-i",
+            inv,
+            "--runs-dir",
+            tmp_path / "runs",
+        )
         assert code == 1 and "ssh2: auth-failed: no key to offer" in err  # without the agent: refused
     finally:
         agent.terminate()
@@ -225,12 +285,35 @@ def test_the_gpu_fleet_benchmark_finishes_when_the_run_prints_more_than_a_pipe_h
 
     repo = Path(__file__).resolve().parent.parent
     sweep = tmp_path / "many.yaml"
-    sweep.write_text(yaml.safe_dump({"name": "many", "backends": ["noop"], "device": "cpu",
-                                     "shapes": [{"m": list(range(1, 701)), "n": 16, "k": 16, "label": "plumbing"}]}))
+    sweep.write_text(
+        yaml.safe_dump(
+            {
+                "name": "many",
+                "backends": ["noop"],
+                "device": "cpu",
+                "shapes": [{"m": list(range(1, 701)), "n": 16, "k": 16, "label": "plumbing"}],
+            }
+        )
+    )
     out = tmp_path / "out"
-    proc = subprocess.run([sys.executable, str(repo / "benchmarks" / "gpu_fleet.py"), "--hosts", "2", "--sweep",
-                           str(sweep), "--out", str(out), "--kill-after-cases", "100000"],
-                          capture_output=True, text=True, timeout=240, cwd=repo)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(repo / "benchmarks" / "gpu_fleet.py"),
+            "--hosts",
+            "2",
+            "--sweep",
+            str(sweep),
+            "--out",
+            str(out),
+            "--kill-after-cases",
+            "100000",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        cwd=repo,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     summary = (out / "summary.md").read_text()
     assert "## run: exit 0" in summary and "ssh1: ok (700/700)" in summary

@@ -1,6 +1,7 @@
 """Stored runs are records for years: runs written by older fleetbench versions (tests/fixtures) show,
 diff and rerun with today's code; cases match by what they measure, never by how they were timed; a
 comparison of nothing never passes; a format newer than the reader is refused with one clear line."""
+
 from __future__ import annotations
 
 import json
@@ -10,20 +11,23 @@ from pathlib import Path
 from typing import Callable
 
 import pytest
+from cli_output import cli_json
 
-from orchestrator.cli import main
 from orchestrator.analysis.diff import compare_sides, resolve_side
-from orchestrator.runs.formats import MANIFEST_VERSION, upgrade_manifest, upgrade_record
+from orchestrator.analysis.merge import merged_rows
+from orchestrator.cli import main
 from orchestrator.config.inventory import load_inventory
 from orchestrator.execution.launch import plan_rerun
-from orchestrator.analysis.merge import merged_rows
+from orchestrator.runs.formats import MANIFEST_VERSION, upgrade_manifest, upgrade_record
 from orchestrator.runs.records import parse_results
 from orchestrator.runs.store import RunStore
 from worker.schema import SCHEMA_VERSION
-from cli_output import cli_json
 
-V1_DONE, V1_OTHER_BUDGET, V1_FAILED = ("runs-v1/20261203-081621-smoke-a967", "runs-v1/20261203-081628-smoke-0d4a",
-                                       "runs-v1/20261203-081637-smoke-18d7")
+V1_DONE, V1_OTHER_BUDGET, V1_FAILED = (
+    "runs-v1/20261203-081621-smoke-a967",
+    "runs-v1/20261203-081628-smoke-0d4a",
+    "runs-v1/20261203-081637-smoke-18d7",
+)
 V2_DONE = "runs-v2/20261203-082541-smoke-2f18"
 V3_DONE = "runs-v3/20261203-094347-smoke-636e"
 V4_USER_KERNELS = "runs-v4/20261203-133700-smoke-byo-4073"
@@ -63,8 +67,11 @@ def test_format_1_runs_mean_today_what_they_meant_when_written(runs):
     assert manifest.manifest_version == MANIFEST_VERSION and manifest.written_as == 1
     assert manifest.format_notes == []
     planned = store.planned_cases()
-    assert [(c.backend, c.m) for c in planned.values()][:3] == [("torch-bf16", 16), ("reference-nvfp4", 16),
-                                                                 ("torch-fp8", 16)]
+    assert [(c.backend, c.m) for c in planned.values()][:3] == [
+        ("torch-bf16", 16),
+        ("reference-nvfp4", 16),
+        ("torch-fp8", 16),
+    ]
     # Its records (format 1 ids hashed timing) are upgraded to the ids of what they measure.
     parsed = parse_results(runs(V1_DONE) / "hosts" / "local" / "attempt-1" / "results.jsonl")
     assert parsed.problems == [] and {r.case_id for r in parsed.cases} == set(planned)
@@ -84,7 +91,9 @@ def test_other_timing_settings_keep_every_case_matched_and_are_shown_as_a_settin
     out = capsys.readouterr().out
     assert "settings that differ" in out and "timing.budget_s" in out and "0.35" in out
     folder = runs(V1_DONE).parent
-    cmp = compare_sides(resolve_side(folder, str(runs(V1_DONE))), resolve_side(folder, str(runs(V1_OTHER_BUDGET))), 0.03)
+    cmp = compare_sides(
+        resolve_side(folder, str(runs(V1_DONE))), resolve_side(folder, str(runs(V1_OTHER_BUDGET))), 0.03
+    )
     assert [(s.field, s.a, s.b) for s in cmp.settings] == [("timing.budget_s", "0.2", "0.35")]
     assert len(cmp.cases) == 10 and all(c.verdict not in ("ONLY-A", "ONLY-B") for c in cmp.cases)
 
@@ -128,8 +137,14 @@ def test_a_newer_format_is_refused_with_what_to_do(runs, tmp_path, capsys):
     (future / "manifest.json").write_text(json.dumps({**manifest, "manifest_version": MANIFEST_VERSION + 1}))
     assert main(["show", str(future)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and (f"written by a newer fleetbench (format {MANIFEST_VERSION + 1}; this one reads up to "
-                              f"{MANIFEST_VERSION}): upgrade fleetbench to read it") in err[0], err
+    assert (
+        len(err) == 1
+        and (
+            f"written by a newer fleetbench (format {MANIFEST_VERSION + 1}; this one reads up to "
+            f"{MANIFEST_VERSION}): upgrade fleetbench to read it"
+        )
+        in err[0]
+    ), err
     with pytest.raises(ValueError, match="newer than this fleetbench reads"):
         upgrade_record({"kind": "facts", "schema_version": SCHEMA_VERSION + 1})
 
@@ -175,8 +190,9 @@ def test_a_format_1_run_reruns_with_its_own_worker_and_merges(runs, tmp_path, mo
     run = copy_run(runs(V1_FAILED), tmp_path / "runs")
     inventory = tmp_path / "hosts.yaml"
     inventory.write_text(f"hosts: [{{name: nopython, transport: local, python: {json.dumps(sys.executable)}}}]\n")
-    plan, _, bundle, tasks = plan_rerun(RunStore(run), load_inventory(inventory), failed=True, hosts_selector=None,
-                                        resume=False)
+    plan, _, bundle, tasks = plan_rerun(
+        RunStore(run), load_inventory(inventory), failed=True, hosts_selector=None, resume=False
+    )
     assert bundle.params_format == 1 and len(tasks) == 1 and len(tasks[0].cases) == 10
     code = main(["rerun", str(run), "--failed", "-i", str(inventory), "--format", "json"])
     rows = cli_json(capsys.readouterr().out)
@@ -195,8 +211,10 @@ def test_runs_timed_in_rounds_diff_against_runs_timed_once_case_by_case(runs, ca
     assert len(report["cases"]) == 10 and not {"ONLY-A", "ONLY-B"} & set(report["summary"])
     # Runs before format 3 were timed once per case, and say so; the interval knows it has one round.
     # (Before format 9 a case had exactly its rounds: min_rounds = rounds, so that differs with them.)
-    assert {(s["field"], s["a"], s["b"]) for s in report["settings"]} == {("timing.rounds", "1", "3"),
-                                                                           ("timing.min_rounds", "1", "3")}
+    assert {(s["field"], s["a"], s["b"]) for s in report["settings"]} == {
+        ("timing.rounds", "1", "3"),
+        ("timing.min_rounds", "1", "3"),
+    }
     timed = [c for c in report["cases"] if c["ratio"] is not None]
     assert timed and all("one round" in c["note"] for c in timed)
     assert main(["diff", str(runs(V3_DONE)), str(runs(V3_DONE)), "--format", "json"]) == 0
@@ -229,8 +247,10 @@ def test_a_format_4_run_reruns_with_its_own_worker(runs, tmp_path, monkeypatch, 
     monkeypatch.setenv("HOME", str(tmp_path))
     run = copy_run(runs(V4_USER_KERNELS), tmp_path / "runs")
     inventory = tmp_path / "hosts.yaml"
-    inventory.write_text(f"hosts: [{{name: local, transport: local, workdir: ~/.fleetbench/local, "
-                         f"python: {json.dumps(sys.executable)}}}]\n")
+    inventory.write_text(
+        f"hosts: [{{name: local, transport: local, workdir: ~/.fleetbench/local, "
+        f"python: {json.dumps(sys.executable)}}}]\n"
+    )
     assert main(["rerun", str(run), "--hosts", "local", "-i", str(inventory), "--format", "json"]) == 1  # zeros fail
     rows = cli_json(capsys.readouterr().out)
     assert {r["attempt"] for r in rows if r["backend"] == "my-zeros"} == {2}
@@ -248,8 +268,10 @@ def rerun_local_host(stored: Path, tmp_path: Path, monkeypatch, capsys) -> Path:
     monkeypatch.setenv("HOME", str(tmp_path))
     run = copy_run(stored, tmp_path / "runs")
     inventory = tmp_path / "hosts.yaml"
-    inventory.write_text(f"hosts: [{{name: local, transport: local, workdir: ~/.fleetbench/local, "
-                         f"python: {json.dumps(sys.executable)}}}]\n")
+    inventory.write_text(
+        f"hosts: [{{name: local, transport: local, workdir: ~/.fleetbench/local, "
+        f"python: {json.dumps(sys.executable)}}}]\n"
+    )
     assert main(["rerun", str(run), "--hosts", "local", "-i", str(inventory), "--format", "json"]) == 0
     rows = cli_json(capsys.readouterr().out)
     assert {r["attempt"] for r in rows} == {2} and [r["status"] for r in rows].count("ok") == 4

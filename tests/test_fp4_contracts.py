@@ -9,6 +9,7 @@ No GPU here runs an FP4 kernel, so the worker's calls into FlashInfer and sgl-ke
   signature record of the sgl-kernel wheel (tests/contracts/, made by record_signatures.py), so a
   release that renames, removes or reorders a parameter fails here, naming the call and the parameter.
 """
+
 from __future__ import annotations
 
 import ast
@@ -21,14 +22,13 @@ from typing import Callable, Optional
 
 import pytest
 import torch
+from support.ci import require
 
 from orchestrator.execution.provision import pinned_versions
 from worker import nvfp4
 from worker.backends import CATALOG, flashinfer_mm_fp4_backends
 from worker.backends.fp8 import dequantized_product
 from worker.verify import THRESHOLDS, verdict
-
-from support.ci import require
 
 CONTRACTS = Path(__file__).parent / "contracts"
 SGL_RECORD = CONTRACTS / "sgl_kernel-0.3.21.json"
@@ -49,9 +49,16 @@ _HAS_DEFAULT = object()
 
 def signature_from_record(entry: dict) -> inspect.Signature:
     """An inspect.Signature built from a record of record_signatures.py."""
-    return inspect.Signature([inspect.Parameter(p["name"], getattr(inspect.Parameter, p["kind"]),
-                                                default=inspect.Parameter.empty if p["default"] is None else _HAS_DEFAULT)
-                              for p in entry["parameters"]])
+    return inspect.Signature(
+        [
+            inspect.Parameter(
+                p["name"],
+                getattr(inspect.Parameter, p["kind"]),
+                default=inspect.Parameter.empty if p["default"] is None else _HAS_DEFAULT,
+            )
+            for p in entry["parameters"]
+        ]
+    )
 
 
 def literal_values(annotation: str) -> Optional[list[str]]:
@@ -101,10 +108,12 @@ def _packed_scales(x: torch.Tensor, gs: torch.Tensor) -> tuple[torch.Tensor, tor
     return q.packed, nvfp4.swizzle_scales(q.scales)
 
 
-def fp4_product(a: torch.Tensor, b_rows: torch.Tensor, sf_a: torch.Tensor, sf_b_rows: torch.Tensor,
-                alpha: torch.Tensor) -> torch.Tensor:
+def fp4_product(
+    a: torch.Tensor, b_rows: torch.Tensor, sf_a: torch.Tensor, sf_b_rows: torch.Tensor, alpha: torch.Tensor
+) -> torch.Tensor:
     """What an FP4 GEMM computes from these operands: a [M, K/2] and b_rows [N, K/2] packed, their
     swizzled scales by rows, alpha the global dequantization factor."""
+
     def operand(packed, swizzled):
         rows, k = packed.shape[0], packed.shape[1] * 2
         scales = nvfp4.unswizzle_scales(swizzled.view(torch.float8_e4m3fn), rows, k // nvfp4.BLOCK)
@@ -115,7 +124,9 @@ def fp4_product(a: torch.Tensor, b_rows: torch.Tensor, sf_a: torch.Tensor, sf_b_
 
 
 class FakeFlashInfer(Recorder):
-    SfLayout = types.SimpleNamespace(layout_128x4="layout_128x4", layout_8x4="layout_8x4", layout_linear="layout_linear")
+    SfLayout = types.SimpleNamespace(
+        layout_128x4="layout_128x4", layout_8x4="layout_8x4", layout_linear="layout_linear"
+    )
 
     def __init__(self, signatures):
         super().__init__("flashinfer", signatures)
@@ -127,8 +138,9 @@ class FakeFlashInfer(Recorder):
         assert v["sf_vec_size"] == 16 and not v["per_token_activation"]
         assert v["nvfp4_4over6"] is None, "nvfp4_quantize: pass nvfp4_4over6=None (else it reads the environment)"
         gs = v["a_global_sf"]
-        assert isinstance(gs, torch.Tensor) and gs.dtype == torch.float32 and gs.numel() == 1, \
+        assert isinstance(gs, torch.Tensor) and gs.dtype == torch.float32 and gs.numel() == 1, (
             "nvfp4_quantize: the global scale must be an fp32 tensor (a bf16 one gave all-zero output)"
+        )
         packed, sf = _packed_scales(v["a"], gs)
         self.shuffled[packed.data_ptr()] = bool(v["do_shuffle"])
         return packed, sf.view(torch.uint8)
@@ -158,22 +170,28 @@ def check_mm_fp4(v: dict, shuffled: dict[int, bool]) -> None:
     m, half_k = a.shape
     n = b.shape[1]
     assert a.dtype == torch.uint8 and a.is_contiguous(), "mm_fp4: a must be the contiguous packed [M, K/2]"
-    assert b.dtype == torch.uint8 and b.shape[0] == half_k and b.stride() == (1, half_k), \
+    assert b.dtype == torch.uint8 and b.shape[0] == half_k and b.stride() == (1, half_k), (
         "mm_fp4: b must be the column-major [K/2, N] view of the packed [N, K/2] weight (b.T)"
-    assert tuple(sf_a.shape) == nvfp4.swizzled_shape(m, 2 * half_k) and sf_a.is_contiguous(), \
+    )
+    assert tuple(sf_a.shape) == nvfp4.swizzled_shape(m, 2 * half_k) and sf_a.is_contiguous(), (
         "mm_fp4: a_descale must be a's 128x4 swizzled scales"
-    assert tuple(sf_b.T.shape) == nvfp4.swizzled_shape(n, 2 * half_k) and sf_b.T.is_contiguous(), \
+    )
+    assert tuple(sf_b.T.shape) == nvfp4.swizzled_shape(n, 2 * half_k) and sf_b.T.is_contiguous(), (
         "mm_fp4: b_descale must be the transpose view of b's 128x4 swizzled scales"
+    )
     assert alpha is not None, "mm_fp4: alpha (1 / (gs_a * gs_b)) is missing: the product is off by the global scales"
     assert isinstance(alpha, torch.Tensor) and alpha.dtype == torch.float32, "mm_fp4: alpha must be an fp32 tensor"
     per_token = v["backend"] == "cake"
     assert alpha.numel() == (m if per_token else 1), f"mm_fp4 {v['backend']}: alpha has {alpha.numel()} values"
     assert out is not None, "mm_fp4: out is missing: the timed call must write one preallocated buffer"
-    assert out.is_contiguous() and tuple(out.shape) == (m, n) and out.dtype == v["out_dtype"], \
+    assert out.is_contiguous() and tuple(out.shape) == (m, n) and out.dtype == v["out_dtype"], (
         "mm_fp4: out must be a contiguous [M, N] tensor of out_dtype"
+    )
     assert v["block_size"] == 16 and v["use_nvfp4"] and not v["use_8x4_sf_layout"]
     want_shuffle = v["backend"] == "trtllm"
-    assert shuffled.get(b.data_ptr()) is want_shuffle, f"mm_fp4 {v['backend']}: b quantized with do_shuffle={not want_shuffle}"
+    assert shuffled.get(b.data_ptr()) is want_shuffle, (
+        f"mm_fp4 {v['backend']}: b quantized with do_shuffle={not want_shuffle}"
+    )
     assert shuffled.get(a.data_ptr()) is False, "mm_fp4: a must be quantized without shuffle"
 
 
@@ -188,8 +206,9 @@ class FakeSglKernel(Recorder):
     def cutlass_scaled_fp4_mm(self, *args, **kwargs):
         v = self._record("cutlass_scaled_fp4_mm", args, kwargs)
         a, b, sf_a, sf_b, alpha = v["a"], v["b"], v["block_scale_a"], v["block_scale_b"], v["alpha"]
-        assert a.dtype == b.dtype == torch.uint8 and a.is_contiguous() and b.is_contiguous(), \
+        assert a.dtype == b.dtype == torch.uint8 and a.is_contiguous() and b.is_contiguous(), (
             "cutlass_scaled_fp4_mm: a and b are contiguous packed uint8"
+        )
         assert b.shape[1] == a.shape[1], "cutlass_scaled_fp4_mm: b is the (N, K/2) weight, NOT transposed"
         assert sf_a.dtype == sf_b.dtype == torch.float8_e4m3fn and sf_a.is_contiguous() and sf_b.is_contiguous()
         assert tuple(sf_b.shape) == nvfp4.swizzled_shape(b.shape[0], 2 * b.shape[1])
@@ -206,8 +225,10 @@ class FakeSglKernel(Recorder):
 
 
 def _fi_signatures() -> dict[str, inspect.Signature]:
-    return {name: inspect.signature(getattr(flashinfer, name)) for name in ("mm_fp4", "nvfp4_quantize", "fp4_quantize",
-                                                                           "bmm_fp8")}
+    return {
+        name: inspect.signature(getattr(flashinfer, name))
+        for name in ("mm_fp4", "nvfp4_quantize", "fp4_quantize", "bmm_fp8")
+    }
 
 
 def _sgl_signatures() -> dict[str, inspect.Signature]:
@@ -220,7 +241,9 @@ def _operands(m: int, n: int, k: int, seed: int = 0) -> tuple[torch.Tensor, torc
     return (torch.randn(m, k, generator=g).to(torch.bfloat16), torch.randn(n, k, generator=g).to(torch.bfloat16))
 
 
-def run_backend(name: str, fake: Recorder, monkeypatch, m=M, n=N, k=K) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def run_backend(
+    name: str, fake: Recorder, monkeypatch, m=M, n=N, k=K
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The worker's own prepare + two timed calls of `name` against `fake`; returns (output, a, b)."""
     import importlib
 
@@ -273,8 +296,9 @@ def test_the_recorder_fails_when_alpha_or_out_is_dropped(drop, words, monkeypatc
     fake = FakeFlashInfer(_fi_signatures())
     run_backend("flashinfer-fp4-cutlass", fake, monkeypatch)
     _, args, kwargs, _ = fake.calls[-1]
-    broken = bind("flashinfer", "mm_fp4", fake.signatures["mm_fp4"], args,
-                  {k: v for k, v in kwargs.items() if k != drop})
+    broken = bind(
+        "flashinfer", "mm_fp4", fake.signatures["mm_fp4"], args, {k: v for k, v in kwargs.items() if k != drop}
+    )
     with pytest.raises(AssertionError, match=words):
         check_mm_fp4(broken, fake.shuffled)
 
@@ -296,7 +320,11 @@ def _worker_calls(library: str) -> list[tuple[str, tuple, dict]]:
     try:
         names = [n for n, s in CATALOG.items() if s.import_name == library and s.workload == "gemm"]
         for name in names:
-            fake = FakeFlashInfer(_fi_signatures()) if library == "flashinfer" else FakeSglKernel(library, _sgl_signatures())
+            fake = (
+                FakeFlashInfer(_fi_signatures())
+                if library == "flashinfer"
+                else FakeSglKernel(library, _sgl_signatures())
+            )
             run_backend(name, fake, mp, m=8 if CATALOG[name].max_m else M)
             calls += [(c[0], c[1], c[2]) for c in fake.calls]
     finally:
@@ -304,8 +332,9 @@ def _worker_calls(library: str) -> list[tuple[str, tuple, dict]]:
     return calls
 
 
-def _contract_problems(library: str, version: str, record: dict, installed: Callable[[str], Optional[inspect.Signature]],
-                       calls) -> list[str]:
+def _contract_problems(
+    library: str, version: str, record: dict, installed: Callable[[str], Optional[inspect.Signature]], calls
+) -> list[str]:
     """One line per way the worker's calls and the library disagree, each naming the call and parameter."""
     problems = []
     for name, args, kwargs in calls:
@@ -323,11 +352,15 @@ def _contract_problems(library: str, version: str, record: dict, installed: Call
             problems.append(f"{where}: the worker passes {len(args)} arguments by position; pass every one by name")
         for param in kwargs:
             if param not in live:
-                problems.append(f"{where}: parameter '{param}' that the worker passes does not exist "
-                                f"(parameters: {', '.join(live)})")
+                problems.append(
+                    f"{where}: parameter '{param}' that the worker passes does not exist "
+                    f"(parameters: {', '.join(live)})"
+                )
             elif param in recorded and live.index(param) != recorded.index(param):
-                problems.append(f"{where}: parameter '{param}' moved from position {recorded.index(param)} to "
-                                f"{live.index(param)}: re-read the call, then record this version")
+                problems.append(
+                    f"{where}: parameter '{param}' moved from position {recorded.index(param)} to "
+                    f"{live.index(param)}: re-read the call, then record this version"
+                )
         if sig is not None:
             try:
                 sig.bind(*args, **kwargs)
@@ -341,8 +374,10 @@ def _contract_problems(library: str, version: str, record: dict, installed: Call
 
 
 def test_every_flashinfer_call_fits_the_installed_flashinfer_and_its_record():
-    assert FI_RECORD.exists(), (f"no signature record for the installed flashinfer {FI_VERSION}: read its calls, then "
-                                f"write {FI_RECORD.name} with tests/contracts/record_signatures.py")
+    assert FI_RECORD.exists(), (
+        f"no signature record for the installed flashinfer {FI_VERSION}: read its calls, then "
+        f"write {FI_RECORD.name} with tests/contracts/record_signatures.py"
+    )
     record = json.loads(FI_RECORD.read_text())
     live = _fi_signatures()
     problems = _contract_problems("flashinfer", FI_VERSION, record, live.get, _worker_calls("flashinfer"))
@@ -351,7 +386,9 @@ def test_every_flashinfer_call_fits_the_installed_flashinfer_and_its_record():
 
 def test_every_sgl_kernel_call_fits_the_recorded_wheel():
     record = json.loads(SGL_RECORD.read_text())
-    problems = _contract_problems("sgl_kernel", record["version"], record, lambda name: None, _worker_calls("sgl_kernel"))
+    problems = _contract_problems(
+        "sgl_kernel", record["version"], record, lambda name: None, _worker_calls("sgl_kernel")
+    )
     assert problems == [], "\n".join(problems)
 
 
@@ -369,11 +406,16 @@ def _edited_mm_fp4(edit: Callable[[list[inspect.Parameter]], list[inspect.Parame
     return copy
 
 
-@pytest.mark.parametrize("edit, words", [
-    (lambda ps: [p.replace(name="global_alpha") if p.name == "alpha" else p for p in ps],
-     "mm_fp4: parameter 'alpha' that the worker passes does not exist"),
-    (lambda ps: ps[:4] + [ps[5], ps[4]] + ps[6:], "mm_fp4: parameter 'alpha' moved from position 4 to 5"),
-])
+@pytest.mark.parametrize(
+    "edit, words",
+    [
+        (
+            lambda ps: [p.replace(name="global_alpha") if p.name == "alpha" else p for p in ps],
+            "mm_fp4: parameter 'alpha' that the worker passes does not exist",
+        ),
+        (lambda ps: ps[:4] + [ps[5], ps[4]] + ps[6:], "mm_fp4: parameter 'alpha' moved from position 4 to 5"),
+    ],
+)
 def test_a_renamed_or_reordered_mm_fp4_parameter_is_named(edit, words):
     record = json.loads(FI_RECORD.read_text())
     live = dict(_fi_signatures(), mm_fp4=inspect.signature(_edited_mm_fp4(edit)))
@@ -413,20 +455,25 @@ def test_backends_the_installed_flashinfer_offers_beyond_the_catalog_are_reporte
     offered = flashinfer_mm_fp4_backends()
     assert readiness_notes({"flashinfer": FI_VERSION, "flashinfer_mm_fp4_backends": offered}) == []
     notes = readiness_notes({"flashinfer": "9.9", "flashinfer_mm_fp4_backends": [*offered, "warp-drive"]})
-    assert notes == ["FlashInfer 9.9 offers mm_fp4 backends fleetbench does not know: warp-drive "
-                     "(available but unknown: no sweep can name them yet)"]
+    assert notes == [
+        "FlashInfer 9.9 offers mm_fp4 backends fleetbench does not know: warp-drive "
+        "(available but unknown: no sweep can name them yet)"
+    ]
 
 
-@pytest.mark.parametrize("name, m, n, k, cc, problem", [
-    ("flashinfer-fp4-cutedsl-low-latency", 16, 2048, 6144, (10, 0), "serves M <= 8 only (M=16)"),
-    ("flashinfer-fp4-cutedsl-low-latency", 8, 2048, 6144, (12, 0), "supports compute capability 10.0, 10.3, 10.7"),
-    ("flashinfer-fp4-cutedsl-low-latency", 8, 2048, 6144, (10, 0), None),
-    ("flashinfer-fp4-cake", 16, 2048, 6144, (10, 3), None),
-    ("flashinfer-fp4-cake", 16, 2048, 6000, (10, 0), "needs K % 256 == 0"),
-    ("flashinfer-fp4-cake", 16, 2048, 6144, (12, 0), "supports compute capability 10.0, 10.3 only"),
-    ("flashinfer-fp4-cute-dsl", 16, 2048, 6144, (11, 0), "supports compute capability"),
-    ("flashinfer-fp4-cake", 16, 2048, 6144, (9, 0), "needs compute capability >= 10.0, host has 9.0"),
-])
+@pytest.mark.parametrize(
+    "name, m, n, k, cc, problem",
+    [
+        ("flashinfer-fp4-cutedsl-low-latency", 16, 2048, 6144, (10, 0), "serves M <= 8 only (M=16)"),
+        ("flashinfer-fp4-cutedsl-low-latency", 8, 2048, 6144, (12, 0), "supports compute capability 10.0, 10.3, 10.7"),
+        ("flashinfer-fp4-cutedsl-low-latency", 8, 2048, 6144, (10, 0), None),
+        ("flashinfer-fp4-cake", 16, 2048, 6144, (10, 3), None),
+        ("flashinfer-fp4-cake", 16, 2048, 6000, (10, 0), "needs K % 256 == 0"),
+        ("flashinfer-fp4-cake", 16, 2048, 6144, (12, 0), "supports compute capability 10.0, 10.3 only"),
+        ("flashinfer-fp4-cute-dsl", 16, 2048, 6144, (11, 0), "supports compute capability"),
+        ("flashinfer-fp4-cake", 16, 2048, 6144, (9, 0), "needs compute capability >= 10.0, host has 9.0"),
+    ],
+)
 def test_capability_rules_of_the_newer_flashinfer_backends(name, m, n, k, cc, problem):
     from worker.backends import support_problem
 

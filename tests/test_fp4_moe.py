@@ -10,6 +10,7 @@ tests/test_fp4_contracts.py proves the dense ones.
 - Contracts: every call against the installed FlashInfer and the recorded sgl-kernel wheel.
 None of these kernels has run on SM100/SM120 hardware: what is proven here is the calls, not the kernels.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -22,16 +23,31 @@ import types
 
 import pytest
 import torch
+from test_fp4_contracts import (
+    FI_RECORD,
+    FI_VERSION,
+    SGL_RECORD,
+    FakeFlashInfer,
+    FakeSglKernel,
+    _contract_problems,
+    _fi_signatures,
+    _sgl_signatures,
+    bind,
+    flashinfer,
+    fp4_product,
+)
 
-from test_fp4_contracts import (FI_RECORD, FI_VERSION, SGL_RECORD, FakeFlashInfer, FakeSglKernel, _contract_problems,
-                                _fi_signatures, _sgl_signatures, bind, fp4_product, flashinfer)
 from worker import nvfp4
 from worker.backends import CATALOG, moe, moe_fp4, support_problem
 from worker.routing import draw_counts
 from worker.schema import CaseSpec, MoeSpec, TimingOptions
 from worker.verify import THRESHOLDS, verdict
 
-FI_GROUPED, SGL_GROUPED, FI_FUSED = "moe-grouped-flashinfer-fp4", "moe-grouped-sgl-fp4", "moe-fused-flashinfer-fp4-cutlass"
+FI_GROUPED, SGL_GROUPED, FI_FUSED = (
+    "moe-grouped-flashinfer-fp4",
+    "moe-grouped-sgl-fp4",
+    "moe-fused-flashinfer-fp4-cutlass",
+)
 NEW = (FI_GROUPED, SGL_GROUPED, FI_FUSED)
 RTX_PRO_6000 = (12, 0)
 QUICK = TimingOptions(budget_s=0.05, warmup_ms=0, min_samples=3, max_samples=4, rounds=1, settle_ms=0)
@@ -49,8 +65,9 @@ def _deq(packed: torch.Tensor, swizzled: torch.Tensor) -> torch.Tensor:
     """fp32 codes * block scales (global scale 1) of packed uint8 rows and their 128x4-swizzled scales."""
     rows, k = packed.shape[0], packed.shape[1] * 2
     scales = nvfp4.unswizzle_scales(swizzled.contiguous().view(torch.float8_e4m3fn), rows, k // nvfp4.BLOCK)
-    return nvfp4.dequantize(nvfp4.NVFP4Tensor(packed=packed, scales=scales,
-                                              global_scale=torch.ones((), dtype=torch.float32)))
+    return nvfp4.dequantize(
+        nvfp4.NVFP4Tensor(packed=packed, scales=scales, global_scale=torch.ones((), dtype=torch.float32))
+    )
 
 
 # -- stand-ins -------------------------------------------------------------------------------------------
@@ -61,56 +78,91 @@ def check_group_gemm(v: dict) -> None:
     assert b.dtype == torch.uint8 and b.dim() == 3 and b.shape[2] == a.shape[1], "b: packed NVFP4 uint8 [E, N, K/2]"
     experts, n, k = b.shape[0], b.shape[1], 2 * b.shape[2]
     assert n % 8 == 0 and k % 128 == 0, "group_gemm_nvfp4_nt_groupwise: N % 8 and K % 128"
-    assert sa.dtype == torch.uint8 and sa.dim() == 2 and sa.shape[1] == _ru(k // 16, 4) and sa.is_contiguous(), \
+    assert sa.dtype == torch.uint8 and sa.dim() == 2 and sa.shape[1] == _ru(k // 16, 4) and sa.is_contiguous(), (
         "a_scale: every expert's 128x4-swizzled scales, uint8 [rows, round_up(K/16, 4)], contiguous"
-    assert sb.dtype == torch.uint8 and tuple(sb.shape) == (experts, _ru(n, 128), _ru(k // 16, 4)) \
-        and sb.is_contiguous(), "b_scale: each expert's 128x4-swizzled weight scales [E, round_up(N, 128), ...]"
+    )
+    assert (
+        sb.dtype == torch.uint8 and tuple(sb.shape) == (experts, _ru(n, 128), _ru(k // 16, 4)) and sb.is_contiguous()
+    ), "b_scale: each expert's 128x4-swizzled weight scales [E, round_up(N, 128), ...]"
     assert ind.dtype == torch.int32 and tuple(ind.shape) == (experts + 1,), "m_indptr: int32 [E + 1]"
     bounds = ind.tolist()
     assert bounds[0] == 0 and bounds[-1] == a.shape[0], "m_indptr: from 0 to a's rows"
-    assert all((hi - lo) % 4 == 0 and hi >= lo for lo, hi in zip(bounds, bounds[1:])), \
+    assert all((hi - lo) % 4 == 0 and hi >= lo for lo, hi in zip(bounds, bounds[1:])), (
         "m_indptr: each expert's rows padded to a multiple of 4 (its docstring asks for it)"
+    )
     assert alpha is not None, "alpha is missing: every expert's product is off by its global scales"
     assert alpha.dtype == torch.float32 and tuple(alpha.shape) == (experts,), "alpha: one fp32 per expert"
     assert v["tile_m"] == 128 and v["tile_n"] in (32, 64, 128) and v["tile_k"] in (128, 256)
-    assert out is not None and tuple(out.shape) == (a.shape[0], n) and out.dtype == v["out_dtype"] \
-        and out.is_contiguous(), "out: one preallocated [cum_m, N] output of out_dtype"
+    assert (
+        out is not None and tuple(out.shape) == (a.shape[0], n) and out.dtype == v["out_dtype"] and out.is_contiguous()
+    ), "out: one preallocated [cum_m, N] output of out_dtype"
 
 
 def check_fused(v: dict) -> None:
     """What cutlass_fused_moe must be given for NVFP4 (its binding's getQuantParams and shape checks)."""
-    x, ids, fs, w1, w2, qs, isf, out = (v[n] for n in ("input", "token_selected_experts", "token_final_scales",
-                                                         "fc1_expert_weights", "fc2_expert_weights", "quant_scales",
-                                                         "input_sf", "output"))
-    assert w1.dtype == w2.dtype == torch.int64 and w1.dim() == w2.dim() == 3, \
+    x, ids, fs, w1, w2, qs, isf, out = (
+        v[n]
+        for n in (
+            "input",
+            "token_selected_experts",
+            "token_final_scales",
+            "fc1_expert_weights",
+            "fc2_expert_weights",
+            "quant_scales",
+            "input_sf",
+            "output",
+        )
+    )
+    assert w1.dtype == w2.dtype == torch.int64 and w1.dim() == w2.dim() == 3, (
         "fc1_expert_weights / fc2_expert_weights: packed NVFP4 viewed as int64 (16 values each)"
+    )
     experts, hidden, inter = w2.shape[0], w2.shape[1], w2.shape[2] * 16
-    assert w1.shape[0] == experts and w1.shape[1] == 2 * inter and w1.shape[2] * 16 == hidden, \
+    assert w1.shape[0] == experts and w1.shape[1] == 2 * inter and w1.shape[2] * 16 == hidden, (
         "fc1_expert_weights: [E, 2 * I, H / 16], the gated inter size twice fc2's"
+    )
     tokens = x.shape[0]
-    assert x.dtype == torch.uint8 and tuple(x.shape) == (tokens, hidden // 2) and x.is_contiguous(), \
+    assert x.dtype == torch.uint8 and tuple(x.shape) == (tokens, hidden // 2) and x.is_contiguous(), (
         "input: the tokens, packed NVFP4 uint8 [T, H/2]"
+    )
     assert isf is not None, "input_sf is missing: the kernel reads quantized tokens' scales from it"
-    assert isf.dtype == torch.uint8 and tuple(isf.shape) == (_ru(tokens, 128), _ru(hidden // 16, 4)) \
-        and v["swizzled_input_sf"], "input_sf: the tokens' 128x4-swizzled scales"
-    assert ids.dtype == torch.int32 and ids.dim() == 2 and ids.shape[0] == tokens \
-        and int(ids.min()) >= 0 and int(ids.max()) < experts, "token_selected_experts: int32 [T, top_k] expert ids"
+    assert (
+        isf.dtype == torch.uint8
+        and tuple(isf.shape) == (_ru(tokens, 128), _ru(hidden // 16, 4))
+        and v["swizzled_input_sf"]
+    ), "input_sf: the tokens' 128x4-swizzled scales"
+    assert (
+        ids.dtype == torch.int32
+        and ids.dim() == 2
+        and ids.shape[0] == tokens
+        and int(ids.min()) >= 0
+        and int(ids.max()) < experts
+    ), "token_selected_experts: int32 [T, top_k] expert ids"
     assert fs.dtype == torch.float32 and fs.shape == ids.shape, "token_final_scales: fp32 [T, top_k]"
     assert isinstance(qs, list) and len(qs) == 6, "quant_scales: the 6 NVFP4 scales of fc1 and fc2"
     for i, name in ((0, "fc1 input global scale"), (3, "fc2 input global scale")):
-        assert qs[i].dtype == torch.float32 and (qs[i].dim() == 0 or tuple(qs[i].shape) == (experts,)), \
+        assert qs[i].dtype == torch.float32 and (qs[i].dim() == 0 or tuple(qs[i].shape) == (experts,)), (
             f"quant_scales[{i}]: the {name}, fp32 scalar or one per expert"
+        )
     for i, rows, cols in ((1, _ru(inter, 128) * 2, hidden), (4, _ru(hidden, 128), inter)):
-        assert qs[i].dtype == torch.int32 and tuple(qs[i].shape) == (experts, rows, _ru(cols, 64) // 64), \
+        assert qs[i].dtype == torch.int32 and tuple(qs[i].shape) == (experts, rows, _ru(cols, 64) // 64), (
             f"quant_scales[{i}]: {'fc1' if i == 1 else 'fc2'} weight block scales, int32 view [E, {rows}, ...]"
+        )
     for i in (2, 5):
-        assert qs[i].dtype == torch.float32 and tuple(qs[i].shape) == (experts,), \
+        assert qs[i].dtype == torch.float32 and tuple(qs[i].shape) == (experts,), (
             f"quant_scales[{i}]: one alpha per expert, 1 / (input global scale * weight global scale)"
-    assert out is not None and tuple(out.shape) == (tokens, hidden) and out.dtype == v["output_dtype"], \
+        )
+    assert out is not None and tuple(out.shape) == (tokens, hidden) and out.dtype == v["output_dtype"], (
         "output: one preallocated [T, H] output"
+    )
     assert v["activation_type"] == flashinfer.ActivationType.Swiglu and v["backend"] == "cutlass"
-    assert (v["tp_size"], v["ep_size"], v["min_latency_mode"], v["use_w4_group_scaling"],
-            v["use_mxfp8_act_scaling"], v["use_packed_weights"]) == (1, 1, False, False, False, False)
+    assert (
+        v["tp_size"],
+        v["ep_size"],
+        v["min_latency_mode"],
+        v["use_w4_group_scaling"],
+        v["use_mxfp8_act_scaling"],
+        v["use_packed_weights"],
+    ) == (1, 1, False, False, False, False)
 
 
 class FakeFlashInferMoe(FakeFlashInfer):
@@ -141,9 +193,12 @@ class FakeFlashInferMoe(FakeFlashInfer):
             rows = bounds[i + 1] - bounds[i]
             first = (bounds[i] + i * 127) // 128 * 128  # compute_sm120_cutlass_nvfp4_group_gemm_args
             tiles = _ru(rows, 128)
-            assert first + tiles <= sa.shape[0], f"a_scale: expert {i}'s scale rows {first}..{first + tiles} run past it"
-            out[bounds[i]:bounds[i + 1]] = fp4_product(a[bounds[i]:bounds[i + 1]], b[i], sa[first:first + tiles],
-                                                       sb[i], v["alpha"][i]).to(out.dtype)
+            assert first + tiles <= sa.shape[0], (
+                f"a_scale: expert {i}'s scale rows {first}..{first + tiles} run past it"
+            )
+            out[bounds[i] : bounds[i + 1]] = fp4_product(
+                a[bounds[i] : bounds[i + 1]], b[i], sa[first : first + tiles], sb[i], v["alpha"][i]
+            ).to(out.dtype)
         return out
 
     def cutlass_fused_moe(self, *args, **kwargs):
@@ -160,8 +215,9 @@ class FakeFlashInferMoe(FakeFlashInfer):
             h = (tokens[tok] @ _deq(w1[e], sf1[e]).T * qs[2][e]).to(odt).float()  # GEMM1 writes out_dtype
             act = (torch.nn.functional.silu(h[:, inter:]) * h[:, :inter]).to(odt).float()  # gate rows second
             q = nvfp4.quantize(act, qs[3] if qs[3].dim() == 0 else qs[3][e])
-            act4 = nvfp4.dequantize(nvfp4.NVFP4Tensor(packed=q.packed, scales=q.scales,
-                                                      global_scale=torch.ones((), dtype=torch.float32)))
+            act4 = nvfp4.dequantize(
+                nvfp4.NVFP4Tensor(packed=q.packed, scales=q.scales, global_scale=torch.ones((), dtype=torch.float32))
+            )
             y = act4 @ _deq(w2[e], sf2[e]).T * qs[5][e]
             result.index_add_(0, tok, y * v["token_final_scales"][tok, slot].unsqueeze(1))
         out.copy_(result.to(odt))
@@ -181,28 +237,39 @@ def check_experts_quant(v: dict) -> None:
 
 def check_group_mm(v: dict) -> None:
     """What cutlass_fp4_group_mm must be given (its wrapper and the checks of nvfp4_blockwise_moe.cu)."""
-    a, b, sa, sb, alphas, params = (v[n] for n in ("a_fp4", "b_fp4", "a_blockscale", "b_blockscale", "alphas", "params"))
-    assert a.dtype == b.dtype == torch.uint8 and a.dim() == 2 and b.dim() == 3 and a.is_contiguous() \
-        and b.is_contiguous(), "a_fp4 [rows, K/2] and b_fp4 [E, N, K/2]: contiguous packed uint8"
+    a, b, sa, sb, alphas, params = (
+        v[n] for n in ("a_fp4", "b_fp4", "a_blockscale", "b_blockscale", "alphas", "params")
+    )
+    assert (
+        a.dtype == b.dtype == torch.uint8 and a.dim() == 2 and b.dim() == 3 and a.is_contiguous() and b.is_contiguous()
+    ), "a_fp4 [rows, K/2] and b_fp4 [E, N, K/2]: contiguous packed uint8"
     experts, n, k = b.shape[0], b.shape[1], 2 * b.shape[2]
-    assert sa.dtype == torch.float8_e4m3fn and sa.dim() == 2 and sa.is_contiguous(), \
+    assert sa.dtype == torch.float8_e4m3fn and sa.dim() == 2 and sa.is_contiguous(), (
         "a_blockscale: scaled_fp4_experts_quant's e4m3 scales, 2-D, contiguous"
-    assert sb.dtype == torch.float8_e4m3fn and tuple(sb.shape) == (experts, _ru(n, 128), _ru(k // 16, 4)) \
-        and sb.is_contiguous(), "b_blockscale: each expert's 128x4-swizzled weight scales, e4m3 [E, N, K/16]"
+    )
+    assert (
+        sb.dtype == torch.float8_e4m3fn
+        and tuple(sb.shape) == (experts, _ru(n, 128), _ru(k // 16, 4))
+        and sb.is_contiguous()
+    ), "b_blockscale: each expert's 128x4-swizzled weight scales, e4m3 [E, N, K/16]"
     assert alphas.dtype == torch.float32 and tuple(alphas.shape) == (experts,), "alphas: one fp32 per expert"
     assert v["out_dtype"] in (torch.bfloat16, torch.float16)
-    assert {"ab_strides", "c_strides", "problem_sizes", "expert_offsets", "blockscale_offsets"} <= set(params), \
+    assert {"ab_strides", "c_strides", "problem_sizes", "expert_offsets", "blockscale_offsets"} <= set(params), (
         "params: the five tensors its wrapper reads"
+    )
     ps = params["problem_sizes"]
     assert ps.dtype == torch.int32 and tuple(ps.shape) == (experts, 3), "problem_sizes: int32 [E, 3]"
     assert all(nn == n and kk == k for _, nn, kk in ps.tolist()), "problem_sizes: (m, N, K) per expert"
     for name in ("expert_offsets", "blockscale_offsets"):
-        assert params[name].dtype == torch.int32 and tuple(params[name].shape) == (experts,), \
+        assert params[name].dtype == torch.int32 and tuple(params[name].shape) == (experts,), (
             f"{name}: int32, each expert's start [E]"
-    assert params["ab_strides"].dtype == torch.int64 and params["ab_strides"].tolist() == [k] * experts, \
+        )
+    assert params["ab_strides"].dtype == torch.int64 and params["ab_strides"].tolist() == [k] * experts, (
         "ab_strides: each expert's row stride of A and B, K elements"
-    assert params["c_strides"].dtype == torch.int64 and params["c_strides"].tolist() == [n] * experts, \
+    )
+    assert params["c_strides"].dtype == torch.int64 and params["c_strides"].tolist() == [n] * experts, (
         "c_strides: each expert's output row stride, N"
+    )
 
 
 class FakeSglKernelMoe(FakeSglKernel):
@@ -216,12 +283,13 @@ class FakeSglKernelMoe(FakeSglKernel):
         packed = torch.empty((x.shape[0], x.shape[1] // 2), dtype=torch.uint8)
         rows, firsts = v["expert_offsets"].tolist(), v["blockscale_offsets"].tolist()
         for e in range(gs.shape[0]):  # expert e's scales written 128x4-swizzled from row blockscale_offsets[e]
-            q = nvfp4.quantize(x[rows[e]:rows[e + 1]], gs[e])
-            packed[rows[e]:rows[e + 1]] = q.packed
+            q = nvfp4.quantize(x[rows[e] : rows[e + 1]], gs[e])
+            packed[rows[e] : rows[e + 1]] = q.packed
             tile = nvfp4.swizzle_scales(q.scales).view(torch.uint8)
-            assert firsts[e] + tile.shape[0] <= scales.shape[0], \
+            assert firsts[e] + tile.shape[0] <= scales.shape[0], (
                 f"blockscale_offsets: expert {e}'s scales run past the MAX_TOKENS * topk rows of the buffer"
-            scales[firsts[e]:firsts[e] + tile.shape[0]] = tile
+            )
+            scales[firsts[e] : firsts[e] + tile.shape[0]] = tile
         return packed, scales.view(torch.float8_e4m3fn)
 
     def cutlass_fp4_group_mm(self, *args, **kwargs):
@@ -230,7 +298,10 @@ class FakeSglKernelMoe(FakeSglKernel):
         a, b, params = v["a_fp4"], v["b_fp4"], v["params"]
         n, k = b.shape[1], 2 * b.shape[2]
         group_k = k // 16
-        flat_a, flat_b = v["a_blockscale"].view(torch.uint8).reshape(-1), v["b_blockscale"].view(torch.uint8).reshape(-1)
+        flat_a, flat_b = (
+            v["a_blockscale"].view(torch.uint8).reshape(-1),
+            v["b_blockscale"].view(torch.uint8).reshape(-1),
+        )
         out = torch.full((a.shape[0], n), float("nan"), dtype=v["out_dtype"])  # torch.empty: rows no expert writes
         starts, firsts = params["expert_offsets"].tolist(), params["blockscale_offsets"].tolist()
         for e, (m, _, _) in enumerate(params["problem_sizes"].tolist()):
@@ -240,32 +311,58 @@ class FakeSglKernelMoe(FakeSglKernel):
             assert bt % 128 == 0, f"b_blockscale: expert {e}'s scales are not 128-byte aligned (TMA needs it)"
             a_tiles, b_tiles = (_ru(m, 128), _ru(group_k, 4)), (_ru(n, 128), _ru(group_k, 4))
             assert at + a_tiles[0] * a_tiles[1] <= flat_a.numel(), f"a_blockscale: expert {e}'s scales run past it"
-            out[starts[e]:starts[e] + m] = fp4_product(
-                a[starts[e]:starts[e] + m], b[e], flat_a[at:at + a_tiles[0] * a_tiles[1]].reshape(a_tiles),
-                flat_b[bt:bt + b_tiles[0] * b_tiles[1]].reshape(b_tiles), v["alphas"][e]).to(out.dtype)
+            out[starts[e] : starts[e] + m] = fp4_product(
+                a[starts[e] : starts[e] + m],
+                b[e],
+                flat_a[at : at + a_tiles[0] * a_tiles[1]].reshape(a_tiles),
+                flat_b[bt : bt + b_tiles[0] * b_tiles[1]].reshape(b_tiles),
+                v["alphas"][e],
+            ).to(out.dtype)
         return out
 
 
 def _fi_moe_signatures() -> dict[str, inspect.Signature]:
-    return dict(_fi_signatures(), group_gemm_nvfp4_nt_groupwise=inspect.signature(flashinfer.gemm.group_gemm_nvfp4_nt_groupwise),
-                cutlass_fused_moe=inspect.signature(flashinfer.cutlass_fused_moe),
-                autotune=inspect.signature(flashinfer.autotune))
+    return dict(
+        _fi_signatures(),
+        group_gemm_nvfp4_nt_groupwise=inspect.signature(flashinfer.gemm.group_gemm_nvfp4_nt_groupwise),
+        cutlass_fused_moe=inspect.signature(flashinfer.cutlass_fused_moe),
+        autotune=inspect.signature(flashinfer.autotune),
+    )
 
 
 def _fake(name: str):
-    return FakeFlashInferMoe(_fi_moe_signatures()) if CATALOG[name].import_name == "flashinfer" else \
-        FakeSglKernelMoe("sgl_kernel", _sgl_signatures())
+    return (
+        FakeFlashInferMoe(_fi_moe_signatures())
+        if CATALOG[name].import_name == "flashinfer"
+        else FakeSglKernelMoe("sgl_kernel", _sgl_signatures())
+    )
 
 
 # -- the worker's path, on CPU as on an RTX PRO 6000 ------------------------------------------------------
 def _case(name: str, out_dtype: str = "bfloat16") -> CaseSpec:
     if name == FI_FUSED:  # a block: n = 3 * I (I = 128), k = H; each token on top_k distinct experts
         counts = draw_counts(8, 2, 40, "zipf", 1.2, seed=0)
-        return CaseSpec(workload="moe", backend=name, m=40, n=384, k=256, out_dtype=out_dtype, timing=QUICK,
-                        moe=MoeSpec(experts=8, top_k=2, routing="zipf", skew=1.2, counts=counts))
+        return CaseSpec(
+            workload="moe",
+            backend=name,
+            m=40,
+            n=384,
+            k=256,
+            out_dtype=out_dtype,
+            timing=QUICK,
+            moe=MoeSpec(experts=8, top_k=2, routing="zipf", skew=1.2, counts=counts),
+        )
     n, k = (64, 256) if name == FI_GROUPED else (128, 128)
-    return CaseSpec(workload="moe", backend=name, m=sum(COUNTS), n=n, k=k, out_dtype=out_dtype, timing=QUICK,
-                    moe=MoeSpec(experts=len(COUNTS), top_k=1, routing="file", counts=COUNTS))
+    return CaseSpec(
+        workload="moe",
+        backend=name,
+        m=sum(COUNTS),
+        n=n,
+        k=k,
+        out_dtype=out_dtype,
+        timing=QUICK,
+        moe=MoeSpec(experts=len(COUNTS), top_k=1, routing="file", counts=COUNTS),
+    )
 
 
 def _runner(monkeypatch, fake, cc=RTX_PRO_6000):
@@ -291,8 +388,11 @@ def test_each_call_computes_what_the_moe_oracle_expects(name, monkeypatch):
     assert rec.correctness.verdict == "pass" and rec.correctness.rel_err < 0.02, rec.correctness
     assert getattr(rec.correctness, "integrity", None) in (None, []), rec.correctness  # a worker before issue 31: None
     calls = [c[0] for c in fake.calls]
-    kernel = {FI_GROUPED: "group_gemm_nvfp4_nt_groupwise", SGL_GROUPED: "cutlass_fp4_group_mm",
-              FI_FUSED: "cutlass_fused_moe"}[name]
+    kernel = {
+        FI_GROUPED: "group_gemm_nvfp4_nt_groupwise",
+        SGL_GROUPED: "cutlass_fp4_group_mm",
+        FI_FUSED: "cutlass_fused_moe",
+    }[name]
     assert calls.count(kernel) >= 3  # checked, then timed
 
 
@@ -338,31 +438,60 @@ def _transposed(key, dims):
 
 
 def _scales_swapped(i):
-    return lambda kw: dict(kw, quant_scales=[q.transpose(1, 2) if j == i else q for j, q in enumerate(kw["quant_scales"])])
+    return lambda kw: dict(
+        kw, quant_scales=[q.transpose(1, 2) if j == i else q for j, q in enumerate(kw["quant_scales"])]
+    )
 
 
-CHECKS = {"group_gemm_nvfp4_nt_groupwise": check_group_gemm, "cutlass_fp4_group_mm": check_group_mm,
-          "cutlass_fused_moe": check_fused, "scaled_fp4_experts_quant": check_experts_quant}
+CHECKS = {
+    "group_gemm_nvfp4_nt_groupwise": check_group_gemm,
+    "cutlass_fp4_group_mm": check_group_mm,
+    "cutlass_fused_moe": check_fused,
+    "scaled_fp4_experts_quant": check_experts_quant,
+}
 
 
-@pytest.mark.parametrize("name, kernel, edit, words", [
-    (FI_GROUPED, "group_gemm_nvfp4_nt_groupwise", _without("a_scale"), "missing a required argument: 'a_scale'"),
-    (FI_GROUPED, "group_gemm_nvfp4_nt_groupwise", _without("alpha"), "alpha is missing"),
-    (FI_GROUPED, "group_gemm_nvfp4_nt_groupwise", _transposed("a_scale", (0, 1)), "a_scale: "),
-    (FI_GROUPED, "group_gemm_nvfp4_nt_groupwise", _transposed("b_scale", (1, 2)), "b_scale: "),
-    (SGL_GROUPED, "cutlass_fp4_group_mm", _without("b_blockscale"), "missing a required argument: 'b_blockscale'"),
-    (SGL_GROUPED, "cutlass_fp4_group_mm", _transposed("a_blockscale", (0, 1)), "a_blockscale: "),
-    (SGL_GROUPED, "cutlass_fp4_group_mm", _transposed("b_blockscale", (1, 2)), "b_blockscale: "),
-    (SGL_GROUPED, "scaled_fp4_experts_quant", _without("blockscale_offsets"),
-     "missing a required argument: 'blockscale_offsets'"),
-    (FI_FUSED, "cutlass_fused_moe", _without("input_sf"), "input_sf is missing"),
-    (FI_FUSED, "cutlass_fused_moe", _scales_swapped(1), r"quant_scales\[1\]: fc1 weight block scales"),
-    (FI_FUSED, "cutlass_fused_moe", _scales_swapped(4), r"quant_scales\[4\]: fc2 weight block scales"),
-    (FI_FUSED, "cutlass_fused_moe", lambda kw: dict(kw, quant_scales=kw["quant_scales"][:5]), "quant_scales: the 6"),
-], ids=["fi a_scale dropped", "fi alpha dropped", "fi a_scale transposed", "fi b_scale transposed",
-        "sgl b_blockscale dropped", "sgl a_blockscale transposed", "sgl b_blockscale transposed",
-        "sgl blockscale_offsets dropped", "fused input_sf dropped", "fused fc1 scales transposed",
-        "fused fc2 scales transposed", "fused a quant scale dropped"])
+@pytest.mark.parametrize(
+    "name, kernel, edit, words",
+    [
+        (FI_GROUPED, "group_gemm_nvfp4_nt_groupwise", _without("a_scale"), "missing a required argument: 'a_scale'"),
+        (FI_GROUPED, "group_gemm_nvfp4_nt_groupwise", _without("alpha"), "alpha is missing"),
+        (FI_GROUPED, "group_gemm_nvfp4_nt_groupwise", _transposed("a_scale", (0, 1)), "a_scale: "),
+        (FI_GROUPED, "group_gemm_nvfp4_nt_groupwise", _transposed("b_scale", (1, 2)), "b_scale: "),
+        (SGL_GROUPED, "cutlass_fp4_group_mm", _without("b_blockscale"), "missing a required argument: 'b_blockscale'"),
+        (SGL_GROUPED, "cutlass_fp4_group_mm", _transposed("a_blockscale", (0, 1)), "a_blockscale: "),
+        (SGL_GROUPED, "cutlass_fp4_group_mm", _transposed("b_blockscale", (1, 2)), "b_blockscale: "),
+        (
+            SGL_GROUPED,
+            "scaled_fp4_experts_quant",
+            _without("blockscale_offsets"),
+            "missing a required argument: 'blockscale_offsets'",
+        ),
+        (FI_FUSED, "cutlass_fused_moe", _without("input_sf"), "input_sf is missing"),
+        (FI_FUSED, "cutlass_fused_moe", _scales_swapped(1), r"quant_scales\[1\]: fc1 weight block scales"),
+        (FI_FUSED, "cutlass_fused_moe", _scales_swapped(4), r"quant_scales\[4\]: fc2 weight block scales"),
+        (
+            FI_FUSED,
+            "cutlass_fused_moe",
+            lambda kw: dict(kw, quant_scales=kw["quant_scales"][:5]),
+            "quant_scales: the 6",
+        ),
+    ],
+    ids=[
+        "fi a_scale dropped",
+        "fi alpha dropped",
+        "fi a_scale transposed",
+        "fi b_scale transposed",
+        "sgl b_blockscale dropped",
+        "sgl a_blockscale transposed",
+        "sgl b_blockscale transposed",
+        "sgl blockscale_offsets dropped",
+        "fused input_sf dropped",
+        "fused fc1 scales transposed",
+        "fused fc2 scales transposed",
+        "fused a quant scale dropped",
+    ],
+)
 def test_a_scale_dropped_or_transposed_is_named(name, kernel, edit, words, monkeypatch):
     """The worker's real call minus one scale, or with one transposed: the binding or the stand-in's
     check fails, naming the argument."""
@@ -375,10 +504,14 @@ def _cumulated_tiles(m_indptr):  # the layout sgl-kernel uses, which FlashInfer'
     return moe_fp4.offsets_of([_ru(hi - lo, 128) for lo, hi in zip(m_indptr, m_indptr[1:])])[:-1]
 
 
-@pytest.mark.parametrize("name, helper, wrong, words", [
-    (FI_GROUPED, "flashinfer_sf_rows", _cumulated_tiles, "a_scale: expert 3's scale rows"),
-    (SGL_GROUPED, "sgl_blockscale_offsets", lambda counts: moe_fp4.offsets_of(counts), "128-byte aligned"),
-], ids=["flashinfer a_scale rows per expert", "sgl blockscale_offsets unpadded"])
+@pytest.mark.parametrize(
+    "name, helper, wrong, words",
+    [
+        (FI_GROUPED, "flashinfer_sf_rows", _cumulated_tiles, "a_scale: expert 3's scale rows"),
+        (SGL_GROUPED, "sgl_blockscale_offsets", lambda counts: moe_fp4.offsets_of(counts), "128-byte aligned"),
+    ],
+    ids=["flashinfer a_scale rows per expert", "sgl blockscale_offsets unpadded"],
+)
 def test_a_wrong_per_expert_scale_offset_fails(name, helper, wrong, words, monkeypatch):
     """Each expert's scales placed where the kernel does not read them: the per-expert oracle fails the
     case (or the kernel's own alignment check refuses it), naming what is wrong."""
@@ -393,7 +526,7 @@ def _layer_output(name: str, result, bound: dict) -> torch.Tensor:
         return result[0]
     if name == FI_GROUPED:
         bounds = bound["m_indptr"].tolist()
-        return torch.cat([result[bounds[e]:bounds[e] + c] for e, c in enumerate(COUNTS)])
+        return torch.cat([result[bounds[e] : bounds[e] + c] for e, c in enumerate(COUNTS)])
     return result
 
 
@@ -401,16 +534,36 @@ def _roll_params(*keys):
     return lambda kw: dict(kw, params=dict(kw["params"], **{k: torch.roll(kw["params"][k], 1, 0) for k in keys}))
 
 
-@pytest.mark.parametrize("name, kernel, edit", [
-    (SGL_GROUPED, "cutlass_fp4_group_mm", _roll_params("expert_offsets", "problem_sizes")),
-    (SGL_GROUPED, "cutlass_fp4_group_mm", _roll_params("blockscale_offsets")),
-    (FI_GROUPED, "group_gemm_nvfp4_nt_groupwise",  # each expert's weights, scales and alpha another's
-     lambda kw: dict(kw, b=torch.roll(kw["b"], 1, 0), b_scale=torch.roll(kw["b_scale"], 1, 0),
-                     alpha=torch.roll(kw["alpha"], 1))),
-    (FI_FUSED, "cutlass_fused_moe",
-     lambda kw: dict(kw, token_selected_experts=(kw["token_selected_experts"] + 1) % kw["fc1_expert_weights"].shape[0])),
-], ids=["sgl expert_offsets shifted", "sgl blockscale_offsets of another expert", "flashinfer experts reordered",
-        "fused token experts shifted"])
+@pytest.mark.parametrize(
+    "name, kernel, edit",
+    [
+        (SGL_GROUPED, "cutlass_fp4_group_mm", _roll_params("expert_offsets", "problem_sizes")),
+        (SGL_GROUPED, "cutlass_fp4_group_mm", _roll_params("blockscale_offsets")),
+        (
+            FI_GROUPED,
+            "group_gemm_nvfp4_nt_groupwise",  # each expert's weights, scales and alpha another's
+            lambda kw: dict(
+                kw,
+                b=torch.roll(kw["b"], 1, 0),
+                b_scale=torch.roll(kw["b_scale"], 1, 0),
+                alpha=torch.roll(kw["alpha"], 1),
+            ),
+        ),
+        (
+            FI_FUSED,
+            "cutlass_fused_moe",
+            lambda kw: dict(
+                kw, token_selected_experts=(kw["token_selected_experts"] + 1) % kw["fc1_expert_weights"].shape[0]
+            ),
+        ),
+    ],
+    ids=[
+        "sgl expert_offsets shifted",
+        "sgl blockscale_offsets of another expert",
+        "flashinfer experts reordered",
+        "fused token experts shifted",
+    ],
+)
 def test_rows_given_to_the_wrong_expert_fail_the_oracle(name, kernel, edit, monkeypatch):
     """Each expert's rows (a token's experts) given to another expert: every scale is in place and every
     product has the right size, yet the per-expert oracle fails it."""
@@ -418,8 +571,9 @@ def test_rows_given_to_the_wrong_expert_fail_the_oracle(name, kernel, edit, monk
     bound = bind(fake.library, kernel, fake.signatures[kernel], args, edit(kwargs))
     result = _layer_output(name, getattr(fake, kernel)(**bound), bound)
     x, w, counts = moe.inputs(_case(name), 0, "cpu")
-    check = verdict(result.float(), moe.oracle("fp4", x, w, counts), moe.oracle("bf16", x, w, counts),
-                    THRESHOLDS["fp4"])
+    check = verdict(
+        result.float(), moe.oracle("fp4", x, w, counts), moe.oracle("bf16", x, w, counts), THRESHOLDS["fp4"]
+    )
     assert check.verdict == "fail" and "rel_err" in check.detail, check
 
 
@@ -435,26 +589,32 @@ def _moe_calls(library: str, monkeypatch) -> list[tuple[str, tuple, dict]]:
 
 def test_every_flashinfer_moe_call_fits_the_installed_flashinfer_and_its_record(monkeypatch):
     record = json.loads(FI_RECORD.read_text())
-    problems = _contract_problems("flashinfer", FI_VERSION, record, _fi_moe_signatures().get,
-                                  _moe_calls("flashinfer", monkeypatch))
+    problems = _contract_problems(
+        "flashinfer", FI_VERSION, record, _fi_moe_signatures().get, _moe_calls("flashinfer", monkeypatch)
+    )
     assert problems == [], "\n".join(problems)
     assert record["functions"]["group_gemm_nvfp4_nt_groupwise"]["exported_from"] == "flashinfer.gemm"
 
 
 def test_every_sgl_kernel_moe_call_fits_the_recorded_wheel(monkeypatch):
     record = json.loads(SGL_RECORD.read_text())
-    problems = _contract_problems("sgl_kernel", record["version"], record, lambda name: None,
-                                  _moe_calls("sgl_kernel", monkeypatch))
+    problems = _contract_problems(
+        "sgl_kernel", record["version"], record, lambda name: None, _moe_calls("sgl_kernel", monkeypatch)
+    )
     assert problems == [], "\n".join(problems)
 
 
 def test_a_renamed_fused_moe_parameter_is_named(monkeypatch):
     sig = inspect.signature(flashinfer.cutlass_fused_moe)
-    renamed = sig.replace(parameters=[p.replace(name="input_scale_factors") if p.name == "input_sf" else p
-                                      for p in sig.parameters.values()])
+    renamed = sig.replace(
+        parameters=[
+            p.replace(name="input_scale_factors") if p.name == "input_sf" else p for p in sig.parameters.values()
+        ]
+    )
     live = dict(_fi_moe_signatures(), cutlass_fused_moe=renamed)
-    problems = _contract_problems("flashinfer", FI_VERSION, json.loads(FI_RECORD.read_text()), live.get,
-                                  _moe_calls("flashinfer", monkeypatch))
+    problems = _contract_problems(
+        "flashinfer", FI_VERSION, json.loads(FI_RECORD.read_text()), live.get, _moe_calls("flashinfer", monkeypatch)
+    )
     assert any("cutlass_fused_moe: parameter 'input_sf' that the worker passes does not exist" in p for p in problems)
 
 
@@ -470,8 +630,13 @@ def test_capabilities_are_those_the_libraries_declare():
 
     assert {divmod(cc, 10) for cc in fi_check._supported_ccs} == CATALOG[FI_GROUPED].only_cc == {(12, 0), (12, 1)}
     tree = ast.parse(inspect.getsource(get_cutlass_fused_moe_module.__wrapped__).lstrip())
-    archs = {c.value for node in ast.walk(tree) if isinstance(node, ast.Compare)
-             for c in ast.walk(node) if isinstance(c, ast.Constant) and isinstance(c.value, str)}
+    archs = {
+        c.value
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Compare)
+        for c in ast.walk(node)
+        if isinstance(c, ast.Constant) and isinstance(c.value, str)
+    }
     assert archs - {"90", "89"} == {"%d%d" % cc for cc in CATALOG[FI_FUSED].only_cc}
     assert CATALOG[SGL_GROUPED].only_cc == {(10, 0), (10, 3), (12, 0)}
     assert {CATALOG[n].kernel for n in NEW} == {"grouped", "fused"} and CATALOG[FI_FUSED].kernel == "fused"
@@ -479,10 +644,14 @@ def test_capabilities_are_those_the_libraries_declare():
 
 
 @pytest.mark.parametrize("name", NEW)
-@pytest.mark.parametrize("cc, words", [
-    ((9, 0), "needs compute capability >= 10.0, host has 9.0"),
-    (None, "needs a CUDA GPU with compute capability >= 10.0; host has none (CPU)"),
-], ids=["H200", "CPU"])
+@pytest.mark.parametrize(
+    "cc, words",
+    [
+        ((9, 0), "needs compute capability >= 10.0, host has 9.0"),
+        (None, "needs a CUDA GPU with compute capability >= 10.0; host has none (CPU)"),
+    ],
+    ids=["H200", "CPU"],
+)
 def test_unsupported_on_the_h200_and_on_cpu_with_the_reason(name, cc, words, monkeypatch):
     fake = _fake(name)
     rec = _runner(monkeypatch, fake, cc=cc).run(_case(name))
@@ -493,17 +662,20 @@ def test_unsupported_on_the_h200_and_on_cpu_with_the_reason(name, cc, words, mon
     assert fake.calls == []  # refused before any call: FP4 quantizers below 10.0 write garbage silently
 
 
-@pytest.mark.parametrize("name, cc, n, k, words", [
-    (FI_GROUPED, (10, 0), 2048, 6144, "supports compute capability 12.0, 12.1 only"),
-    (FI_GROUPED, (12, 0), 2048, 6000, "needs K % 128 == 0"),
-    (SGL_GROUPED, (12, 1), 2048, 6144, "supports compute capability 10.0, 10.3, 12.0 only"),
-    (SGL_GROUPED, (10, 0), 2000, 6144, "needs N % 128 == 0"),
-    (FI_FUSED, (12, 0), 2048, 6144, "needs N % 384 == 0"),
-    (FI_FUSED, (9, 0), 768, 6144, "needs compute capability >= 10.0"),
-    (FI_FUSED, (12, 1), 768, 6144, None),
-    (FI_GROUPED, (12, 1), 2048, 6144, None),
-    (SGL_GROUPED, (10, 3), 2048, 6144, None),
-])
+@pytest.mark.parametrize(
+    "name, cc, n, k, words",
+    [
+        (FI_GROUPED, (10, 0), 2048, 6144, "supports compute capability 12.0, 12.1 only"),
+        (FI_GROUPED, (12, 0), 2048, 6000, "needs K % 128 == 0"),
+        (SGL_GROUPED, (12, 1), 2048, 6144, "supports compute capability 10.0, 10.3, 12.0 only"),
+        (SGL_GROUPED, (10, 0), 2000, 6144, "needs N % 128 == 0"),
+        (FI_FUSED, (12, 0), 2048, 6144, "needs N % 384 == 0"),
+        (FI_FUSED, (9, 0), 768, 6144, "needs compute capability >= 10.0"),
+        (FI_FUSED, (12, 1), 768, 6144, None),
+        (FI_GROUPED, (12, 1), 2048, 6144, None),
+        (SGL_GROUPED, (10, 3), 2048, 6144, None),
+    ],
+)
 def test_shape_and_capability_rules(name, cc, n, k, words):
     got = support_problem(CATALOG[name], 16, n, k, cc)
     assert (got is None) if words is None else (words in (got or "")), got
@@ -538,9 +710,29 @@ def _row(backend: str, n: int, k: int, us: float, label: str = "layer", slot: st
     from orchestrator.analysis.merge import Row
 
     spec = CATALOG[backend]
-    return Row(run_id="r", host=slot, gpu=None, slot=slot, gpu_name="RTX PRO 6000", label=label, backend=backend,
-               m=64, n=n, k=k, status="ok", reason="", workload="moe", experts=256, top_k=8, routing="zipf 1.2",
-               active_experts=120, max_expert_m=31, kernel=spec.kernel, median_us=us, verdict="pass")
+    return Row(
+        run_id="r",
+        host=slot,
+        gpu=None,
+        slot=slot,
+        gpu_name="RTX PRO 6000",
+        label=label,
+        backend=backend,
+        m=64,
+        n=n,
+        k=k,
+        status="ok",
+        reason="",
+        workload="moe",
+        experts=256,
+        top_k=8,
+        routing="zipf 1.2",
+        active_experts=120,
+        max_expert_m=31,
+        kernel=spec.kernel,
+        median_us=us,
+        verdict="pass",
+    )
 
 
 def test_a_rows_kernel_says_which_kind_ran():
@@ -548,7 +740,9 @@ def test_a_rows_kernel_says_which_kind_ran():
 
     assert _case_fields(_case(FI_FUSED))["kernel"] == "fused"
     assert _case_fields(_case(SGL_GROUPED))["kernel"] == "grouped"
-    assert _case_fields(_case(FI_GROUPED).model_copy(update={"backend": "moe-loop-sgl-fp4-cutlass"}))["kernel"] == "loop"
+    assert (
+        _case_fields(_case(FI_GROUPED).model_copy(update={"backend": "moe-loop-sgl-fp4-cutlass"}))["kernel"] == "loop"
+    )
     assert _case_fields(CaseSpec(backend="torch-bf16", m=8, n=8, k=16)) == {"workload": "gemm"}
 
 
@@ -558,11 +752,15 @@ def test_a_fused_block_is_set_beside_its_two_projections_never_beside_one_gemm()
     from orchestrator.views.tables import pivot_document
 
     inter, hidden = 256, 7168
-    rows = [_row(FI_FUSED, 3 * inter, hidden, 40.0),
-            _row(SGL_GROUPED, 3 * inter, hidden, 20.0),  # a GEMM of the block's n and k: not its peer
-            _row(SGL_GROUPED, 2 * inter, hidden, 25.0), _row(SGL_GROUPED, hidden, inter, 18.0),
-            _row("moe-grouped-torch-bf16", 2 * inter, hidden, 30.0), _row("moe-grouped-torch-bf16", hidden, inter, 20.0),
-            _row(SGL_GROUPED, hidden, inter, 9.0, slot="h2")]  # another host's w2
+    rows = [
+        _row(FI_FUSED, 3 * inter, hidden, 40.0),
+        _row(SGL_GROUPED, 3 * inter, hidden, 20.0),  # a GEMM of the block's n and k: not its peer
+        _row(SGL_GROUPED, 2 * inter, hidden, 25.0),
+        _row(SGL_GROUPED, hidden, inter, 18.0),
+        _row("moe-grouped-torch-bf16", 2 * inter, hidden, 30.0),
+        _row("moe-grouped-torch-bf16", hidden, inter, 20.0),
+        _row(SGL_GROUPED, hidden, inter, 9.0, slot="h2"),
+    ]  # another host's w2
     _, pivot = pivot_by_backend(rows)
     same_shape = [p for p in pivot if (p.n, p.k) == (3 * inter, hidden)]
     assert sorted((p.block, sorted(p.cells)) for p in same_shape) == [(False, [SGL_GROUPED]), (True, [FI_FUSED])]
@@ -571,8 +769,10 @@ def test_a_fused_block_is_set_beside_its_two_projections_never_beside_one_gemm()
     assert abs(c.speedup - 43.0 / 40.0) < 1e-12
     doc = pivot_document(rows, per_host=True)
     assert any("[fused MoE block]" in cell for row in doc.sections[0].rows for cell in row)
-    assert any(f"{FI_FUSED} block 40 µs against {SGL_GROUPED} w13 (512x7168) 25 µs + w2 (7168x256) 18 µs" in n
-               for n in doc.notes), doc.notes
+    assert any(
+        f"{FI_FUSED} block 40 µs against {SGL_GROUPED} w13 (512x7168) 25 µs + w2 (7168x256) 18 µs" in n
+        for n in doc.notes
+    ), doc.notes
 
 
 def test_a_fused_case_never_matches_a_grouped_one_in_a_diff():
@@ -598,5 +798,6 @@ def test_the_shipped_fp4_moe_sweep_holds_each_block_and_its_projections():
     for block in blocks:
         inter, hidden = block.n // 3, block.k
         for n, k in ((2 * inter, hidden), (hidden, inter)):
-            assert any((c.n, c.k, c.m, c.moe) == (n, k, block.m, block.moe) and c.backend == SGL_GROUPED
-                       for c in projections), (block.label, n, k, block.m)
+            assert any(
+                (c.n, c.k, c.m, c.moe) == (n, k, block.m, block.moe) and c.backend == SGL_GROUPED for c in projections
+            ), (block.label, n, k, block.m)

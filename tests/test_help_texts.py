@@ -1,6 +1,7 @@
 """Issue 41: every option of every command says what it does in `--help`, and one with a default says
 which. Walks the parsers `fleetbench` itself builds (orchestrator/cli.py), then asks each command for its
 help as a user does."""
+
 from __future__ import annotations
 
 import argparse
@@ -26,16 +27,23 @@ def options(parser: argparse.ArgumentParser, command: str = "fleetbench"):
 
 
 def test_every_option_of_every_command_has_help():
-    missing = {(command, option) for command, option, action in options(_parser())
-               if not (action.help or "").strip() or action.help == argparse.SUPPRESS}
+    missing = {
+        (command, option)
+        for command, option, action in options(_parser())
+        if not (action.help or "").strip() or action.help == argparse.SUPPRESS
+    }
     assert not missing - OWNED_ELSEWHERE, sorted(missing - OWNED_ELSEWHERE)
 
 
 def test_every_option_with_a_default_names_it():
-    unnamed = [(command, option, action.default) for command, option, action in options(_parser())
-               if not isinstance(action, (argparse._HelpAction, argparse._VersionAction, argparse._StoreTrueAction))
-               and not action.required and action.default not in SILENT_DEFAULTS
-               and "default" not in (action.help or "")]
+    unnamed = [
+        (command, option, action.default)
+        for command, option, action in options(_parser())
+        if not isinstance(action, (argparse._HelpAction, argparse._VersionAction, argparse._StoreTrueAction))
+        and not action.required
+        and action.default not in SILENT_DEFAULTS
+        and "default" not in (action.help or "")
+    ]
     assert not unnamed, unnamed
 
 

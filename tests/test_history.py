@@ -1,4 +1,5 @@
 """History (issue 18): the SQLite index of stored runs, `fleetbench history`, and step detection."""
+
 from __future__ import annotations
 
 import json
@@ -11,12 +12,12 @@ from pathlib import Path
 
 import pytest
 import yaml
+from cli_output import cli_json
+from support.syntheticruns import make_run
 
+from orchestrator.analysis.steps import detect_steps
 from orchestrator.cli import main
 from orchestrator.runs.index import INDEX_NAME, RunIndex
-from orchestrator.analysis.steps import detect_steps
-from support.syntheticruns import make_run
-from cli_output import cli_json
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -121,10 +122,13 @@ def test_the_report_draws_this_runs_cases_over_their_history(tmp_path, capsys):
     html = tmp_path / "r.html"
     assert main(["report", ids[-1], "--history", "-o", str(html), "--runs-dir", str(tmp_path)]) == 0
     text = html.read_text()
-    data = json.loads(re.search(r'<script type="application/json" id="fleetbench-data">(.*?)</script>', text, re.S).group(1))
+    data = json.loads(
+        re.search(r'<script type="application/json" id="fleetbench-data">(.*?)</script>', text, re.S).group(1)
+    )
     trends = [c for c in data["charts"] if c["kind"] == "trend"]
-    assert len(trends) == 12 and trends[0]["title"].startswith("History (1 of the 12 cases of this run that moved most "
-                                                                "over 7 stored runs)")
+    assert len(trends) == 12 and trends[0]["title"].startswith(
+        "History (1 of the 12 cases of this run that moved most over 7 stored runs)"
+    )
     moved = trends[0]
     assert moved["runs"] == ids and {s["name"] for s in moved["series"]} == {"h1", "h2"}
     h1 = next(s for s in moved["series"] if s["name"] == "h1")
@@ -156,8 +160,24 @@ def test_fleet_history_is_the_median_over_hosts_per_run_and_csv_has_every_point(
         hosts = sorted(p["median_us"] for p in per_host["points"] if p["run_id"] == run_id)
         point = next(p for p in fleet["points"] if p["run_id"] == run_id)
         assert point["median_us"] == hosts[1] and point["host"] == "fleet (3 hosts)"
-    assert main(["history", "--runs-dir", str(tmp_path), "--backend", "torch-bf16", "--m", "16", "--host", "h2",
-                 "--format", "csv"]) == 0
+    assert (
+        main(
+            [
+                "history",
+                "--runs-dir",
+                str(tmp_path),
+                "--backend",
+                "torch-bf16",
+                "--m",
+                "16",
+                "--host",
+                "h2",
+                "--format",
+                "csv",
+            ]
+        )
+        == 0
+    )
     lines = capsys.readouterr().out.strip().splitlines()
     assert lines[0].startswith("series,run_id,created_at,host") and len(lines) == 1 + 3
 
@@ -188,8 +208,10 @@ def _foreign_database(path: Path) -> None:
     path.unlink(missing_ok=True)
     db = sqlite3.connect(path)
     with db:
-        db.executescript("CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT); INSERT INTO meta VALUES ('format', '1');"
-                         "CREATE TABLE users (name TEXT);")
+        db.executescript(
+            "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT); INSERT INTO meta VALUES ('format', '1');"
+            "CREATE TABLE users (name TEXT);"
+        )
     db.close()
 
 
@@ -269,7 +291,7 @@ def test_odd_stored_values_never_crash_history_and_are_named(tmp_path, capsys):
     ids = _three_runs(runs)
 
     def huge_k(spec, record):
-        spec["k"] = 10 ** 23
+        spec["k"] = 10**23
 
     def absurd_median(spec, record):
         if record is not None:
@@ -289,7 +311,7 @@ def test_odd_stored_values_never_crash_history_and_are_named(tmp_path, capsys):
     assert len(doc["points"]) == 3 * 100 - 3  # everything else is there
     assert f"note: run {ids[2]}: 2 result(s) left out" in err and "K 100000000000000000000000 is out of range" in err
     assert f"note: run {ids[1]}: 1 result(s) left out" in err and "median inf µs is not a kernel's time" in err
-    code, doc = history_json(capsys, runs, "--k", 10 ** 23)  # asking for such a size finds nothing
+    code, doc = history_json(capsys, runs, "--k", 10**23)  # asking for such a size finds nothing
     assert code == 0 and doc["points"] == []
 
 
@@ -302,9 +324,11 @@ def test_history_names_the_run_folders_it_cannot_read(tmp_path, capsys):
     out, err = capsys.readouterr()
     assert code == 0 and ids[2] in out and ids[0] not in out
     notes = [line for line in err.splitlines() if line.startswith("note: run folder")]
-    assert notes == [f"note: run folder {ids[0]} left out: no manifest.json (the run's plan and cases are lost)",
-                     f"note: run folder {ids[1]} left out: {runs / ids[1] / 'manifest.json'}: unreadable manifest: "
-                     "Expecting property name enclosed in double quotes: line 1 column 3 (char 2)"]
+    assert notes == [
+        f"note: run folder {ids[0]} left out: no manifest.json (the run's plan and cases are lost)",
+        f"note: run folder {ids[1]} left out: {runs / ids[1] / 'manifest.json'}: unreadable manifest: "
+        "Expecting property name enclosed in double quotes: line 1 column 3 (char 2)",
+    ]
 
 
 def test_history_steps_says_when_it_finds_no_step_and_when_runs_are_too_few(tmp_path, capsys):
@@ -313,12 +337,17 @@ def test_history_steps_says_when_it_finds_no_step_and_when_runs_are_too_few(tmp_
     code = main(["history", "--runs-dir", str(tmp_path), "--backend", "torch-bf16", "--m", "16", "--steps"])
     err = capsys.readouterr().err
     assert code == 0
-    assert err.splitlines() == ["note: no step found in 2 series",
-                                "note: 2 series have too few runs to judge (2; a step needs at least 3)"]
+    assert err.splitlines() == [
+        "note: no step found in 2 series",
+        "note: 2 series have too few runs to judge (2; a step needs at least 3)",
+    ]
     make_run(tmp_path, "20261203-000000-x-0003", {"h1": 1.0}, seed=3)
-    code = main(["history", "--runs-dir", str(tmp_path), "--backend", "torch-bf16", "--m", "16", "--steps",
-                 "--format", "json"])
+    code = main(
+        ["history", "--runs-dir", str(tmp_path), "--backend", "torch-bf16", "--m", "16", "--steps", "--format", "json"]
+    )
     out, err = capsys.readouterr()
-    assert code == 0 and cli_json(out)["notes"] == ["no step found in 2 series",
-                                                    "1 series has too few runs to judge (2; a step needs at least 3)"]
+    assert code == 0 and cli_json(out)["notes"] == [
+        "no step found in 2 series",
+        "1 series has too few runs to judge (2; a step needs at least 3)",
+    ]
     assert err.splitlines() == [f"note: {n}" for n in cli_json(out)["notes"]]

@@ -3,6 +3,7 @@ on stored synthetic runs: a GPU 2% slower in every case is named with an interva
 no single case is flagged; a host slow because its clock is lower is still named slower, and its clock ×
 work split says the clock explains it; facts that differ are its likely causes; JSON; too little to
 estimate is one line."""
+
 from __future__ import annotations
 
 import json
@@ -16,7 +17,7 @@ from orchestrator.analysis.hosteffect import host_effects, polish
 from orchestrator.cli import main
 from orchestrator.config.sweep import Sweep
 from orchestrator.runs.store import RunStore
-from worker.schema import (Calibration, CaseRecord, FactsRecord, Health, HealthSnapshot, RoundStats, Stats)
+from worker.schema import Calibration, CaseRecord, FactsRecord, Health, HealthSnapshot, RoundStats, Stats
 
 BACKENDS = ("torch-bf16", "torch-fp8")
 MS = [16, 32, 64, 128, 256, 512]  # x 2 backends = 12 cases
@@ -27,8 +28,9 @@ def cal(bf16: float) -> Calibration:
     return Calibration(key="k", measured_at="t", cached=False, tflops={"bf16": bf16}, tb_s=4.0)
 
 
-def make_fleet(runs_dir: Path, run_id: str, hosts: dict[str, dict], *, seed: int, case_noise: float = 0.005,
-               rounds: int = 3, ms=MS) -> RunStore:
+def make_fleet(
+    runs_dir: Path, run_id: str, hosts: dict[str, dict], *, seed: int, case_noise: float = 0.005, rounds: int = 3, ms=MS
+) -> RunStore:
     """A stored run of len(ms) x 2 cases on each host. Per host: `slow` (its work, cycles per call, against
     the fleet's), `mhz` (the SM clock its rounds ran at, read in the stream), `nvml_mhz`, `temperature_c`,
     `throttle` (reasons in every round), `processes`, `power_w`, `facts` (FactsRecord fields) and
@@ -38,37 +40,92 @@ def make_fleet(runs_dir: Path, run_id: str, hosts: dict[str, dict], *, seed: int
     sw = Sweep(name="hosts", backends=list(BACKENDS), shapes=[{"m": ms, "n": 2048, "k": 6144, "label": "syn"}])
     cases = sw.cases()
     store = RunStore.create(runs_dir, run_id)
-    store.write_manifest({"run_id": run_id, "sweep_name": sw.name, "sweep": sw.model_dump(mode="json"), "hosts": [],
-                          "dry_run": False, "cases": {c.case_id: c.model_dump(mode="json") for c in cases},
-                          "jobs": [{"slot": h, "host": h, "gpu": None, "case_ids": [c.case_id for c in cases]}
-                                   for h in hosts]})
+    store.write_manifest(
+        {
+            "run_id": run_id,
+            "sweep_name": sw.name,
+            "sweep": sw.model_dump(mode="json"),
+            "hosts": [],
+            "dry_run": False,
+            "cases": {c.case_id: c.model_dump(mode="json") for c in cases},
+            "jobs": [{"slot": h, "host": h, "gpu": None, "case_ids": [c.case_id for c in cases]} for h in hosts],
+        }
+    )
     for host, spec in hosts.items():
         facts = {"driver": "580.1", "cuda": "12.9", "torch": "2.11.0", **spec.get("facts", {})}
-        lines = [FactsRecord(hostname=host, python="3.12", platform="linux", worker_version="0.1.0", device="cuda",
-                             gpu_name="NVIDIA H200", compute_capability="9.0", calibration=spec.get("calibration"),
-                             **facts).model_dump_json()]
+        lines = [
+            FactsRecord(
+                hostname=host,
+                python="3.12",
+                platform="linux",
+                worker_version="0.1.0",
+                device="cuda",
+                gpu_name="NVIDIA H200",
+                compute_capability="9.0",
+                calibration=spec.get("calibration"),
+                **facts,
+            ).model_dump_json()
+        ]
         mhz = spec.get("mhz", FLEET_MHZ)
         for c in cases:
             cycles = (5.0 + c.m / 16 + (2.0 if c.backend == "torch-bf16" else 0.0)) * FLEET_MHZ
             centre = cycles * spec.get("slow", 1.0) * (1 + rng.uniform(-case_noise, case_noise)) / mhz
             medians = list(centre * rng.lognormal(0.0, 0.002, rounds))
-            env = [RoundStats(median_us=float(x), n=20, rel_ci=0.002, sm_clock_stream_mhz=mhz,
-                              sm_clock_mhz=spec.get("nvml_mhz", 1980), temperature_c=spec.get("temperature_c", 45),
-                              throttle_reasons=spec.get("throttle", []), gpu_processes=spec.get("processes", 0))
-                   for x in medians]
+            env = [
+                RoundStats(
+                    median_us=float(x),
+                    n=20,
+                    rel_ci=0.002,
+                    sm_clock_stream_mhz=mhz,
+                    sm_clock_mhz=spec.get("nvml_mhz", 1980),
+                    temperature_c=spec.get("temperature_c", 45),
+                    throttle_reasons=spec.get("throttle", []),
+                    gpu_processes=spec.get("processes", 0),
+                )
+                for x in medians
+            ]
             median = float(np.median(medians))
-            stats = Stats(method="cuda-graph", median_us=median, p10_us=min(medians), p90_us=max(medians),
-                          mean_us=float(np.mean(medians)), stdev_us=float(np.std(medians)), n=20 * rounds,
-                          rel_ci=0.003, calls_per_sample=100, l2="cold", samples_us=[], rounds=env)
+            stats = Stats(
+                method="cuda-graph",
+                median_us=median,
+                p10_us=min(medians),
+                p90_us=max(medians),
+                mean_us=float(np.mean(medians)),
+                stdev_us=float(np.std(medians)),
+                n=20 * rounds,
+                rel_ci=0.003,
+                calls_per_sample=100,
+                l2="cold",
+                samples_us=[],
+                rounds=env,
+            )
             power = HealthSnapshot(power_w=spec.get("power_w", 700.0))
-            lines.append(CaseRecord(case_id=c.case_id, case=c, status="ok", timing=stats, started_at="t",
-                                    duration_s=0.1, health=Health(before=power, after=power, tainted=False)
-                                    ).model_dump_json())
+            lines.append(
+                CaseRecord(
+                    case_id=c.case_id,
+                    case=c,
+                    status="ok",
+                    timing=stats,
+                    started_at="t",
+                    duration_s=0.1,
+                    health=Health(before=power, after=power, tainted=False),
+                ).model_dump_json()
+            )
         d = store.attempt_dir(host, 1)
         d.mkdir(parents=True)
         (d / "results.jsonl").write_text("\n".join(lines) + "\n")
-        (d / "outcome.json").write_text(json.dumps({"slot": host, "host": host, "attempt": 1, "outcome": "ok",
-                                                    "cases_total": len(cases), "cases_done": len(cases)}))
+        (d / "outcome.json").write_text(
+            json.dumps(
+                {
+                    "slot": host,
+                    "host": host,
+                    "attempt": 1,
+                    "outcome": "ok",
+                    "cases_total": len(cases),
+                    "cases_done": len(cases),
+                }
+            )
+        )
     return store
 
 
@@ -114,7 +171,9 @@ def test_a_host_2pct_slower_in_every_case_is_named_though_no_single_case_is_flag
     assert code == 0  # naming a host never changes the exit code, as for outliers
     row = next(line for line in out.splitlines() if line.startswith("| h3 |"))
     e = hosts["h3"]["effect"]
-    assert f"| 12 | {e['ratio']:.3f} [{e['low']:.3f}, {e['high']:.3f}] | clock 1.000 (1595 vs 1595 MHz) × work 1.0" in row
+    assert (
+        f"| 12 | {e['ratio']:.3f} [{e['low']:.3f}, {e['high']:.3f}] | clock 1.000 (1595 vs 1595 MHz) × work 1.0" in row
+    )
     assert "| SLOWER |" in row
     assert out.index("effect [95% interval]") < out.index("| host | cases | flagged |")  # before the old table
     assert err.startswith(f"h3: slower than the fleet: {e['ratio']:.3f} [")
@@ -157,11 +216,26 @@ def test_a_host_slow_because_its_clock_is_lower_is_named_and_the_clock_explains_
 
 
 def test_facts_and_an_environment_that_differ_are_named_as_likely_causes(tmp_path, capsys):
-    slow = {"slow": 1.05, "temperature_c": 83, "throttle": ["hw_power_brake", "sw_thermal"], "processes": 2,
-            "power_w": 550.0, "calibration": cal(800.0),
-            "facts": {"driver": "575.9", "flashinfer": "0.7.3", "sm_clock_locked_mhz": 1500}}
-    make_fleet(tmp_path, "fleet", {"h1": {"calibration": cal(990.0)}, "h2": {"calibration": cal(1000.0)},
-                                   "h3": slow, "h4": {"calibration": cal(1010.0)}}, seed=3)
+    slow = {
+        "slow": 1.05,
+        "temperature_c": 83,
+        "throttle": ["hw_power_brake", "sw_thermal"],
+        "processes": 2,
+        "power_w": 550.0,
+        "calibration": cal(800.0),
+        "facts": {"driver": "575.9", "flashinfer": "0.7.3", "sm_clock_locked_mhz": 1500},
+    }
+    make_fleet(
+        tmp_path,
+        "fleet",
+        {
+            "h1": {"calibration": cal(990.0)},
+            "h2": {"calibration": cal(1000.0)},
+            "h3": slow,
+            "h4": {"calibration": cal(1010.0)},
+        },
+        seed=3,
+    )
     doc = effects_json(tmp_path, "fleet", capsys)
     hosts = by_slot(doc)
     assert [s for s, h in hosts.items() if h["named"]] == ["h3"]
@@ -179,10 +253,16 @@ def test_facts_and_an_environment_that_differ_are_named_as_likely_causes(tmp_pat
 
     code, out, err = across(tmp_path, "fleet", capsys, "--format", "md")
     row = next(line for line in out.splitlines() if line.startswith("| h3 |"))
-    for words in ("GPU at 83 °C vs 45 °C", "throttled (hw_power_brake, sw_thermal) in 36 rounds", "power 550 vs 700 W",
-                  "up to 2 other processes on its GPU", "SM clock locked at 1500 MHz, the fleet's not locked",
-                  "driver 575.9 (fleet 580.1)", "flashinfer 0.7.3 (fleet none)",
-                  "calibration bf16 TFLOPS 800.00 vs 995.00 (NVIDIA H200)"):
+    for words in (
+        "GPU at 83 °C vs 45 °C",
+        "throttled (hw_power_brake, sw_thermal) in 36 rounds",
+        "power 550 vs 700 W",
+        "up to 2 other processes on its GPU",
+        "SM clock locked at 1500 MHz, the fleet's not locked",
+        "driver 575.9 (fleet 580.1)",
+        "flashinfer 0.7.3 (fleet none)",
+        "calibration bf16 TFLOPS 800.00 vs 995.00 (NVIDIA H200)",
+    ):
         assert words in row, words
     assert "h3: slower than the fleet:" in err and "driver 575.9 (fleet 580.1)" in err
 

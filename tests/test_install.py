@@ -1,6 +1,7 @@
 """A new user's first steps outside the checkout: the wheel carries every package and the starter files,
 `fleetbench init` writes a working folder, and the inventory is found by -i, $FLEETBENCH_INVENTORY or
 ./hosts.yaml, in that order."""
+
 from __future__ import annotations
 
 import json
@@ -13,10 +14,10 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from cli_output import cli_json
 
 from orchestrator.cli import main
 from orchestrator.execution.provision import pinned_versions
-from cli_output import cli_json
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -30,8 +31,22 @@ def wheel(tmp_path_factory) -> Path:
         shutil.copytree(REPO / name, source / name, ignore=shutil.ignore_patterns("__pycache__"))
     for name in ("pyproject.toml", "README.md"):
         shutil.copy(REPO / name, source / name)
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", str(source),
-                    "-w", str(tmp_path / "dist")], check=True, capture_output=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "-q",
+            "--no-deps",
+            "--no-build-isolation",
+            str(source),
+            "-w",
+            str(tmp_path / "dist"),
+        ],
+        check=True,
+        capture_output=True,
+    )
     return next((tmp_path / "dist").glob("*.whl"))
 
 
@@ -50,12 +65,22 @@ def test_provision_finds_its_pins_in_an_installed_wheel(wheel, tmp_path):
     """A pip-installed (not editable) fleetbench has no requirements/ beside its packages: provision reads
     the pins shipped inside the package."""
     site = tmp_path / "site"
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(site), str(wheel)],
-                   check=True, capture_output=True)
-    code = ("import json, orchestrator.execution.provision as p; "
-            "print(json.dumps([p.__file__, str(p.CONSTRAINTS), p.pinned_versions()]))")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path,
-                          env={**os.environ, "PYTHONPATH": str(site)})
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(site), str(wheel)],
+        check=True,
+        capture_output=True,
+    )
+    code = (
+        "import json, orchestrator.execution.provision as p; "
+        "print(json.dumps([p.__file__, str(p.CONSTRAINTS), p.pinned_versions()]))"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(site)},
+    )
     assert proc.returncode == 0, proc.stderr
     module, constraints, pins = json.loads(proc.stdout)
     assert Path(module).is_relative_to(site) and Path(constraints).is_relative_to(site)
@@ -80,13 +105,17 @@ def test_init_in_an_empty_folder_then_the_smoke_sweep_runs(tmp_path, monkeypatch
     assert (tmp_path / "hosts.yaml").read_text().startswith("# mine")  # never overwritten
 
 
-@pytest.mark.parametrize("given, env, local, found", [
-    ("a.yaml", "b.yaml", True, "a"),
-    (None, "b.yaml", True, "b"),
-    (None, None, True, "local"),
-])
-def test_the_inventory_is_found_by_flag_then_environment_then_here(tmp_path, monkeypatch, capsys, given, env, local,
-                                                                   found):
+@pytest.mark.parametrize(
+    "given, env, local, found",
+    [
+        ("a.yaml", "b.yaml", True, "a"),
+        (None, "b.yaml", True, "b"),
+        (None, None, True, "local"),
+    ],
+)
+def test_the_inventory_is_found_by_flag_then_environment_then_here(
+    tmp_path, monkeypatch, capsys, given, env, local, found
+):
     monkeypatch.chdir(tmp_path)
     for name in ("a", "b"):
         (tmp_path / f"{name}.yaml").write_text(f"hosts: [{{name: {name}, transport: local}}]\n")
@@ -105,8 +134,10 @@ def test_no_inventory_anywhere_names_all_three_places(tmp_path, monkeypatch, cap
     monkeypatch.delenv("FLEETBENCH_INVENTORY", raising=False)
     assert main(["hosts"]) == 2
     err = capsys.readouterr().err.strip()
-    assert err == ("error: no inventory: give -i FILE, set FLEETBENCH_INVENTORY, or create ./hosts.yaml "
-                   "(`fleetbench init` writes one with the local host)")
+    assert err == (
+        "error: no inventory: give -i FILE, set FLEETBENCH_INVENTORY, or create ./hosts.yaml "
+        "(`fleetbench init` writes one with the local host)"
+    )
 
 
 def test_a_dry_run_is_never_latest(tmp_path, monkeypatch, capsys):
@@ -131,12 +162,29 @@ def test_the_worker_alone_installs_nothing_of_the_controller_and_pins_what_provi
 
     source = tmp_path / "src" / "worker"
     shutil.copytree(REPO / "worker", source, ignore=shutil.ignore_patterns("__pycache__"))
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", str(source),
-                    "-w", str(tmp_path / "dist")], check=True, capture_output=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "-q",
+            "--no-deps",
+            "--no-build-isolation",
+            str(source),
+            "-w",
+            str(tmp_path / "dist"),
+        ],
+        check=True,
+        capture_output=True,
+    )
     wheel = zipfile.ZipFile(next((tmp_path / "dist").glob("fleetbench_worker-*.whl")))
     names = set(wheel.namelist())
-    expected = {f"worker/{p.relative_to(REPO / 'worker')}" for p in (REPO / "worker").rglob("*.py")
-                if "__pycache__" not in p.parts}
+    expected = {
+        f"worker/{p.relative_to(REPO / 'worker')}"
+        for p in (REPO / "worker").rglob("*.py")
+        if "__pycache__" not in p.parts
+    }
     assert expected <= names, sorted(expected - names)
     assert not [n for n in names if not n.startswith(("worker/", "fleetbench_worker-"))]
     metadata = wheel.read(next(n for n in names if n.endswith("/METADATA"))).decode()
@@ -161,5 +209,7 @@ def test_init_says_when_the_local_host_has_no_torch(tmp_path, monkeypatch, capsy
     torch_spec = re.search(r"^TORCH_SPEC \?= (\S+)$", (REPO / "Makefile").read_text(), re.M).group(1)
     cpu = out.find(f"pip install {torch_spec} --index-url https://download.pytorch.org/whl/cpu\n")
     extra = out.find("pip install 'fleetbench[worker]'")
-    assert 0 <= cpu < extra, out  # the small CPU torch first (its own index: PyPI's is CUDA's): the extra alone pulls a CUDA build
+    assert 0 <= cpu < extra, (
+        out
+    )  # the small CPU torch first (its own index: PyPI's is CUDA's): the extra alone pulls a CUDA build
     assert "fleetbench provision -l local" in out  # which installs the CPU build (tests/test_provision_profiles.py)

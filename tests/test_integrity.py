@@ -2,33 +2,34 @@
 check that caught it named in its row, its diff and its table, and the honest backends of the same
 sweep (built-in and user kernels, one that converts its input in prepare and says what it reads) are
 never flagged. The CUDA tricks (side stream, capture, L2 persistence): tests/test_integrity_gpu.py."""
+
 from __future__ import annotations
 
 import pytest
 import torch
-
 from cli_output import cli_json
 from conftest import REPO, kernel_sweep
+
 from orchestrator.cli import main
 from worker import integrity
 
 CHEATS = (REPO / "tests" / "kernels" / "cheats.py").read_text()
-HONEST = '''import torch
+HONEST = """import torch
 FAMILY = "bf16"
 def prepare(a, b, out_dtype):
     bt = b.t()
     out = torch.empty((a.shape[0], b.shape[0]), dtype=out_dtype, device=a.device)
     return lambda: torch.mm(a, bt, out=out)   # the same output buffer every call, filled anew
-'''
+"""
 # Converts A in prepare (as a quantizing kernel would) and says what its call reads: never flagged.
-CONVERTS_AND_SAYS = '''import torch
+CONVERTS_AND_SAYS = """import torch
 FAMILY = "bf16"
 def prepare(a, b, out_dtype):
     a2, bt = a.clone(), b.t()
     run = lambda: torch.mm(a2, bt)
     run.reads = [a2]
     return run
-'''
+"""
 # The same without saying it: its result cannot follow a change of `a`, and the reason says what to do.
 CONVERTS_SILENTLY = CONVERTS_AND_SAYS.replace("    run.reads = [a2]\n", "")
 
@@ -121,8 +122,11 @@ def test_sign_flips_are_exact_and_undo_themselves_in_every_operand_format():
     a8, _ = quantize_e4m3(a)
     qa = nvfp4.quantize(a)
     lut = nvfp4.e2m1_lut(a.device)
-    for t, value in ((a.clone(), lambda t: t.float()), (a8, lambda t: t.float()),
-                     (qa.packed, lambda t: nvfp4.dequantize(qa, lut))):
+    for t, value in (
+        (a.clone(), lambda t: t.float()),
+        (a8, lambda t: t.float()),
+        (qa.packed, lambda t: nvfp4.dequantize(qa, lut)),
+    ):
         kept = t.clone()
         before = value(t) @ b.float().T
         integrity.flip_sign(t)
@@ -210,8 +214,12 @@ def test_one_timed_sample_must_write_the_result_in_the_timers_stream_order():
 def test_a_capture_that_fails_on_an_unjoined_fork_names_the_side_stream_and_nothing_else():
     guard, _ = _guard()
     with pytest.raises(integrity.IntegrityFailure) as caught:
-        guard.capture_failed(RuntimeError("CUDA error: capture sequence contains a fork that was not joined to the "
-                                          "primary stream\nSearch for `cudaErrorStreamCaptureUnjoined'"))
+        guard.capture_failed(
+            RuntimeError(
+                "CUDA error: capture sequence contains a fork that was not joined to the "
+                "primary stream\nSearch for `cudaErrorStreamCaptureUnjoined'"
+            )
+        )
     assert caught.value.findings[0].check == "side-stream"
     guard.capture_failed(RuntimeError("CUDA error: out of memory"))  # any other failure is the timing's own
 

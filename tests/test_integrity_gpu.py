@@ -4,6 +4,7 @@ onto a side stream, a kernel that records nothing while it is captured, inputs k
 timing and in per-call event timing, and the honest backends of the same worker process (built-in,
 user kernels, Triton) are never flagged. The rows are printed (pytest -s) for
 benchmarks/results/integrity-h200.md."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -11,11 +12,11 @@ import io
 from contextlib import redirect_stdout
 
 import pytest
-
 from cli_output import cli_json
 from conftest import REPO, kernel_sweep
-from orchestrator.cli import main
 from test_integrity import CONVERTS_AND_SAYS, CPU_CHEATS, HONEST, cheat_source
+
+from orchestrator.cli import main
 
 pytestmark = pytest.mark.gpu
 
@@ -26,11 +27,18 @@ GPU_CHEATS = {
     "graph-copy": "untimed",  # issue 41: the timed graph holds only a copy of the last eager call's result
     "l2-persist": "l2-persistence",
 }
-EVENTS_CHEATS = {"side-stream-slow": "side-stream", "ahead": "cached", "l2-persist": "l2-persistence",
-                 "by-version": "cached"}
-HONEST_KERNELS = {"honest": HONEST, "converts-and-says": CONVERTS_AND_SAYS,
-                  "triton": (REPO / "examples" / "kernels" / "triton_matmul.py").read_text(),
-                  "fp8-prequantized": (REPO / "examples" / "kernels" / "fp8_prequantized.py").read_text()}
+EVENTS_CHEATS = {
+    "side-stream-slow": "side-stream",
+    "ahead": "cached",
+    "l2-persist": "l2-persistence",
+    "by-version": "cached",
+}
+HONEST_KERNELS = {
+    "honest": HONEST,
+    "converts-and-says": CONVERTS_AND_SAYS,
+    "triton": (REPO / "examples" / "kernels" / "triton_matmul.py").read_text(),
+    "fp8-prequantized": (REPO / "examples" / "kernels" / "fp8_prequantized.py").read_text(),
+}
 HONEST_BUILTINS = ("torch-bf16", "torch-fp8", "reference-nvfp4")
 
 
@@ -42,16 +50,25 @@ def _sweep_rows(tmp, name: str, cheats: dict, mode: str) -> dict:
     kernels = {"honest": HONEST_KERNELS["honest"]}
     kernels.update({f"cheat-{c}": cheat_source(c) for c in cheats})
     kernels.update({k: v for k, v in HONEST_KERNELS.items() if k != "honest"})
-    sweep = kernel_sweep(tmp, kernels, ms=(16, 256), builtins=HONEST_BUILTINS, name=name,
-                         timing={"mode": mode, "settle_ms": 5, "budget_s": 0.1}, extra={"calibration": "off"})
+    sweep = kernel_sweep(
+        tmp,
+        kernels,
+        ms=(16, 256),
+        builtins=HONEST_BUILTINS,
+        name=name,
+        timing={"mode": mode, "settle_ms": 5, "budget_s": 0.1},
+        extra={"calibration": "off"},
+    )
     out = io.StringIO()
     with redirect_stdout(out):
         main(["run", str(sweep), "--runs-dir", str(tmp / "runs"), "--format", "json"])
     rows = {(r["backend"], r["m"]): r for r in cli_json(out.getvalue())}
     print(f"\n| {mode} | backend | M | status | integrity | median µs | reason |\n|---|---|---:|---|---|---:|---|")
     for (backend, m), r in rows.items():
-        print(f"| {mode} | {backend} | {m} | {r['status']} | {r.get('integrity')} | {r.get('median_us') or ''} "
-              f"| {(r.get('reason') or '')[:160]} |")
+        print(
+            f"| {mode} | {backend} | {m} | {r['status']} | {r.get('integrity')} | {r.get('median_us') or ''} "
+            f"| {(r.get('reason') or '')[:160]} |"
+        )
     return rows
 
 
@@ -93,7 +110,9 @@ def test_the_version_keyed_cache_is_caught_before_it_is_timed(graph_rows, events
         for m in (16, 256):
             row = rows.get(("cheat-by-version", m))
             if row is not None:
-                assert row["status"] == "failed" and row["integrity"] == "cached" and row["median_us"] in (None, ""), row
+                assert row["status"] == "failed" and row["integrity"] == "cached" and row["median_us"] in (None, ""), (
+                    row
+                )
 
 
 @pytest.mark.parametrize("backend", [*HONEST_BUILTINS, *HONEST_KERNELS])

@@ -3,16 +3,17 @@ their own, after the built-in backends' one, and the supervisor writes only the 
 gave each process. Two user kernels try, as an independent check on the H200 did, to reach a built-in's
 number: one patches torch.mm when it is imported, one writes a forged torch-bf16 record to every pipe
 it finds among its file descriptors (the protocol channel's name is gone from its environment)."""
+
 from __future__ import annotations
 
 import json
 
+from cli_output import cli_json
 from conftest import kernel_sweep
+
 from orchestrator.cli import main
 
-from cli_output import cli_json
-
-PATCHER = '''
+PATCHER = """
 import time
 
 import torch
@@ -32,9 +33,9 @@ torch.mm = _slow_mm
 def prepare(a, b, out_dtype):
     bt = b.t()
     return lambda: _mm(a, bt).to(out_dtype)
-'''
+"""
 
-FORGER = '''
+FORGER = """
 import json
 import os
 
@@ -60,7 +61,7 @@ def prepare(a, b, out_dtype):
     bt = b.t()
     run = lambda: torch.mm(a, bt).to(out_dtype)  # noqa: E731
     return run
-'''
+"""
 
 
 def test_a_user_kernel_reaches_neither_a_builtins_calls_nor_its_record(tmp_path, capsys, monkeypatch):
@@ -86,6 +87,9 @@ def test_a_user_kernel_reaches_neither_a_builtins_calls_nor_its_record(tmp_path,
     assert not any(x.get("forged") for x in lines)
     assert [x["kind"] for x in lines].count("facts") == 1
     # Progress counts to the host's whole run in both processes
-    totals = {json.loads(line.split("@@fleetbench-progress ", 1)[1]).get("total")
-              for line in log.splitlines() if "@@fleetbench-progress " in line and '"total"' in line}
+    totals = {
+        json.loads(line.split("@@fleetbench-progress ", 1)[1]).get("total")
+        for line in log.splitlines()
+        if "@@fleetbench-progress " in line and '"total"' in line
+    }
     assert totals == {3}

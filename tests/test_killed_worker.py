@@ -1,6 +1,7 @@
 """Issue 41: killing only the worker (the child of the supervisor, not the supervisor) in a case whose
 earlier rounds were recorded keeps those rounds: the case is recorded crashed in the round in flight, reads
 `incomplete` with its finished rounds, and the printed `rerun --failed` times only the rounds it lacks."""
+
 from __future__ import annotations
 
 import json
@@ -31,8 +32,14 @@ def worker_children(workdir: Path) -> list[int]:
 
 
 def test_a_killed_worker_keeps_the_finished_rounds_of_its_case_and_the_rerun_times_the_rest(tmp_path):
-    spec = kernel_sweep(tmp_path, {}, ms=(16,), rounds=3, name="killed",
-                        timing={"budget_s": 0.6, "min_samples": 3, "max_samples": 100000, "target_rel_ci": 1e-9})
+    spec = kernel_sweep(
+        tmp_path,
+        {},
+        ms=(16,),
+        rounds=3,
+        name="killed",
+        timing={"budget_s": 0.6, "min_samples": 3, "max_samples": 100000, "target_rel_ci": 1e-9},
+    )
     work = tmp_path / "work"
     inv = tmp_path / "hosts.yaml"
     inv.write_text(json.dumps({"hosts": [{"name": "local", "transport": "local", "workdir": str(work)}]}))
@@ -63,8 +70,14 @@ def test_a_killed_worker_keeps_the_finished_rounds_of_its_case_and_the_rerun_tim
     line = next(l for l in err.splitlines() if l.startswith("complete it with: "))
     argv = line.removeprefix("complete it with: ").split()
     assert argv[:2] == ["fleetbench", "rerun"] and "--failed" in argv
-    done = subprocess.run([sys.executable, "-m", "orchestrator.cli", *argv[1:], "--format", "json"], cwd=tmp_path,
-                          capture_output=True, text=True, timeout=300, env=dict(os.environ, PYTHONPATH=str(REPO)))
+    done = subprocess.run(
+        [sys.executable, "-m", "orchestrator.cli", *argv[1:], "--format", "json"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=dict(os.environ, PYTHONPATH=str(REPO)),
+    )
     assert done.returncode == 0, done.stderr
     [after] = cli_json(done.stdout)
     assert after["status"] == "ok", after

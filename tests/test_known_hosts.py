@@ -1,4 +1,5 @@
 """known_hosts is parsed once per process and looked up per host: the answers must be paramiko's own."""
+
 from __future__ import annotations
 
 import os
@@ -111,6 +112,7 @@ def ed25519_private_key():
     from cryptography.hazmat.primitives import serialization
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-    pem = Ed25519PrivateKey.generate().private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH,
-                                                     serialization.NoEncryption())
+    pem = Ed25519PrivateKey.generate().private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH, serialization.NoEncryption()
+    )
     return io.StringIO(pem.decode())

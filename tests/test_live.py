@@ -1,4 +1,5 @@
 """The live view: one line per printed state change in logs, a table on a terminal."""
+
 from __future__ import annotations
 
 import io
@@ -8,11 +9,15 @@ from orchestrator.views.live import LiveView
 
 
 def events():
-    return [JobEvent("a", "running", total=2), JobEvent("b", "running", total=2),
-            JobEvent("a", "syncing", total=2), JobEvent("a", "running", total=2),
-            JobEvent("a", "running", done=1, total=2, current="noop 1x16x16"),
-            JobEvent("b", "unreachable", total=2, message="connection refused by 127.0.0.1:1"),
-            JobEvent("a", "ok", done=2, total=2)]
+    return [
+        JobEvent("a", "running", total=2),
+        JobEvent("b", "running", total=2),
+        JobEvent("a", "syncing", total=2),
+        JobEvent("a", "running", total=2),
+        JobEvent("a", "running", done=1, total=2, current="noop 1x16x16"),
+        JobEvent("b", "unreachable", total=2, message="connection refused by 127.0.0.1:1"),
+        JobEvent("a", "ok", done=2, total=2),
+    ]
 
 
 def test_plain_output_prints_each_state_once():
@@ -21,8 +26,11 @@ def test_plain_output_prints_each_state_once():
         for ev in events():
             view.update(ev)
     assert out.getvalue().splitlines() == [
-        "a: running (0/2)", "b: running (0/2)",
-        "b: unreachable (0/2) — connection refused by 127.0.0.1:1", "a: ok (2/2)"]
+        "a: running (0/2)",
+        "b: running (0/2)",
+        "b: unreachable (0/2) — connection refused by 127.0.0.1:1",
+        "a: ok (2/2)",
+    ]
 
 
 def test_terminal_table_shows_the_final_states():
@@ -47,7 +55,8 @@ def test_off_a_terminal_a_running_host_reports_its_progress_every_few_seconds():
         "a: running (0/3)",
         "a: running (1/3) — torch-bf16 48x64x64",  # 11 s after the first line
         "a: running (2/3) — torch-bf16 80x64x64",  # 22.5 s: 11.5 s after the last one
-        "a: ok (3/3)"]
+        "a: ok (3/3)",
+    ]
 
 
 def test_the_overall_bar_counts_the_fleet_and_estimates_from_the_rate_so_far():
@@ -59,7 +68,8 @@ def test_the_overall_bar_counts_the_fleet_and_estimates_from_the_rate_so_far():
     assert line.startswith("[" + "#" * 11 + "-" * 19 + "] 30/80 cases (38%), 0 of 2 hosts finished")
     assert line.endswith("ETA 1m40s")
     assert overall_line([JobEvent("a", "running", total=4)], started=0.0, now=5.0).endswith(
-        "ETA when the first case is done")
+        "ETA when the first case is done"
+    )
     done = [JobEvent("a", "ok", done=4, total=4), JobEvent("b", "failed", done=1, total=4)]
     assert overall_line(done, 0.0, 9.0) == "[" + "#" * 19 + "-" * 11 + "] 5/8 cases (62%), 2 of 2 hosts finished"
     assert overall_line([JobEvent("a", "waiting")], None, 0.0) == "waiting for the hosts to start"

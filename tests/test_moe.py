@@ -1,18 +1,18 @@
 """The MoE layer as one case (issue 16): routing, sweep expansion, the worker's checks, the rows."""
+
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 import yaml
+from cli_output import cli_json
 
 from orchestrator.cli import main
-from orchestrator.errors import InputError
 from orchestrator.config.sweep import load_sweep
+from orchestrator.errors import InputError
 from worker.metrics import moe_metrics
 from worker.routing import draw_counts, read_counts_file
-from cli_output import cli_json
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -45,16 +45,30 @@ def test_a_counts_file_is_read_and_checked(tmp_path):
 
 def _sweep(tmp_path: Path, shapes: list, backends=("moe-reference", "moe-loop-torch-bf16")) -> Path:
     path = tmp_path / "moe.yaml"
-    path.write_text(yaml.safe_dump({"name": "moe", "backends": list(backends), "shapes": shapes,
-                                    "timing": {"budget_s": 0.05, "warmup_ms": 1, "min_samples": 3,
-                                               "max_samples": 20, "rounds": 2}}))
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "name": "moe",
+                "backends": list(backends),
+                "shapes": shapes,
+                "timing": {"budget_s": 0.05, "warmup_ms": 1, "min_samples": 3, "max_samples": 20, "rounds": 2},
+            }
+        )
+    )
     return path
 
 
 def test_moe_presets_and_routings_expand_into_self_describing_cases(tmp_path):
-    sweep = load_sweep(_sweep(tmp_path, [
-        {"moe_layer": {"preset": "deepseek-r1-tp8", "tokens": [16, 64], "routing": "zipf", "skew": 1.0}},
-        {"m": 16, "n": 64, "k": 128}], backends=("moe-reference", "torch-bf16")))
+    sweep = load_sweep(
+        _sweep(
+            tmp_path,
+            [
+                {"moe_layer": {"preset": "deepseek-r1-tp8", "tokens": [16, 64], "routing": "zipf", "skew": 1.0}},
+                {"m": 16, "n": 64, "k": 128},
+            ],
+            backends=("moe-reference", "torch-bf16"),
+        )
+    )
     cases = sweep.cases()
     moe = [c for c in cases if c.workload == "moe"]
     assert {(c.n, c.k) for c in moe} == {(512, 7168), (7168, 256)} and {c.m for c in moe} == {16, 64}
@@ -63,23 +77,47 @@ def test_moe_presets_and_routings_expand_into_self_describing_cases(tmp_path):
     gemm = [c for c in cases if c.workload == "gemm"]
     assert [c.backend for c in gemm] == ["torch-bf16"] and gemm[0].moe is None
     # The routing is part of what a case is: another skew is another case.
-    other = load_sweep(_sweep(tmp_path, [{"moe_layer": {"preset": "deepseek-r1-tp8", "tokens": [16, 64],
-                                                        "routing": "zipf", "skew": 1.5}}]))
+    other = load_sweep(
+        _sweep(
+            tmp_path, [{"moe_layer": {"preset": "deepseek-r1-tp8", "tokens": [16, 64], "routing": "zipf", "skew": 1.5}}]
+        )
+    )
     assert not {c.case_id for c in other.cases()} & {c.case_id for c in moe}
 
 
-@pytest.mark.parametrize("shapes, backends, message", [
-    ([{"moe_layer": {"experts": 8, "top_k": 2, "tokens": 16}, "n": 64, "k": 128}], ("torch-bf16",),
-     "no backend runs MoE layers"),
-    ([{"m": 16, "n": 64, "k": 128}], ("moe-reference",), "every backend is an MoE backend"),
-    ([{"moe_layer": {"experts": 8, "top_k": 2, "routing": "file", "counts_file": "none.json"}, "n": 64, "k": 128}],
-     ("moe-reference",), "cannot read"),
-    ([{"moe_layer": {"experts": 8, "top_k": 9, "tokens": 16}, "n": 64, "k": 128}], ("moe-reference",),
-     "must not exceed"),
-    ([{"moe_layer": {"preset": "glm5-tp8", "tokens": 16}, "n": 64, "k": 128}], ("moe-reference",),
-     "sets its own n and k"),
-    ([{"moe_layer": {"experts": 8, "top_k": 2}, "n": 64, "k": 128}], ("moe-reference",), "'tokens'"),
-])
+@pytest.mark.parametrize(
+    "shapes, backends, message",
+    [
+        (
+            [{"moe_layer": {"experts": 8, "top_k": 2, "tokens": 16}, "n": 64, "k": 128}],
+            ("torch-bf16",),
+            "no backend runs MoE layers",
+        ),
+        ([{"m": 16, "n": 64, "k": 128}], ("moe-reference",), "every backend is an MoE backend"),
+        (
+            [
+                {
+                    "moe_layer": {"experts": 8, "top_k": 2, "routing": "file", "counts_file": "none.json"},
+                    "n": 64,
+                    "k": 128,
+                }
+            ],
+            ("moe-reference",),
+            "cannot read",
+        ),
+        (
+            [{"moe_layer": {"experts": 8, "top_k": 9, "tokens": 16}, "n": 64, "k": 128}],
+            ("moe-reference",),
+            "must not exceed",
+        ),
+        (
+            [{"moe_layer": {"preset": "glm5-tp8", "tokens": 16}, "n": 64, "k": 128}],
+            ("moe-reference",),
+            "sets its own n and k",
+        ),
+        ([{"moe_layer": {"experts": 8, "top_k": 2}, "n": 64, "k": 128}], ("moe-reference",), "'tokens'"),
+    ],
+)
 def test_bad_moe_entries_are_input_errors(tmp_path, shapes, backends, message):
     with pytest.raises(InputError, match=message):
         load_sweep(_sweep(tmp_path, shapes, backends))
@@ -94,12 +132,25 @@ def test_moe_metrics_count_each_active_experts_weights_once():
 def test_an_moe_layer_with_skewed_routing_runs_on_the_local_host(tmp_path, capsys):
     counts = tmp_path / "trace.txt"
     counts.write_text("9 0 1 0 4 2 0 0\n")
-    sweep = _sweep(tmp_path, [
-        {"moe_layer": {"experts": 8, "top_k": 2, "tokens": [16, 48], "routing": "zipf", "skew": 1.2},
-         "n": 64, "k": 128, "label": "tiny"},
-        {"moe_layer": {"experts": 8, "top_k": 2, "routing": "file", "counts_file": "trace.txt"}, "n": 64, "k": 128}],
-        backends=("moe-reference", "moe-loop-torch-bf16", "moe-grouped-torch-bf16", "moe-loop-torch-fp8",
-                  "moe-loop-sgl-fp4-cutlass"))
+    sweep = _sweep(
+        tmp_path,
+        [
+            {
+                "moe_layer": {"experts": 8, "top_k": 2, "tokens": [16, 48], "routing": "zipf", "skew": 1.2},
+                "n": 64,
+                "k": 128,
+                "label": "tiny",
+            },
+            {"moe_layer": {"experts": 8, "top_k": 2, "routing": "file", "counts_file": "trace.txt"}, "n": 64, "k": 128},
+        ],
+        backends=(
+            "moe-reference",
+            "moe-loop-torch-bf16",
+            "moe-grouped-torch-bf16",
+            "moe-loop-torch-fp8",
+            "moe-loop-sgl-fp4-cutlass",
+        ),
+    )
     code = main(["run", str(sweep), "--runs-dir", str(tmp_path / "runs"), "--format", "json"])
     out, err = capsys.readouterr()
     assert code == 0, err
@@ -127,8 +178,14 @@ def test_a_loop_that_pairs_tokens_with_the_wrong_expert_fails_the_check():
     from worker.runner import CaseRunner
     from worker.schema import CaseSpec, MoeSpec
 
-    case = CaseSpec(workload="moe", backend="moe-loop-torch-bf16", m=8, n=32, k=64,
-                    moe=MoeSpec(experts=3, top_k=1, routing="file", counts=[3, 2, 3]))
+    case = CaseSpec(
+        workload="moe",
+        backend="moe-loop-torch-bf16",
+        m=8,
+        n=32,
+        k=64,
+        moe=MoeSpec(experts=3, top_k=1, routing="file", counts=[3, 2, 3]),
+    )
     a, w, counts = moe.inputs(case, 0, "cpu")
     runner = CaseRunner("cpu")
     good = moe.prepare(CATALOG[case.backend], [(a, w, counts)], torch.bfloat16)

@@ -1,5 +1,6 @@
 """The reference NVFP4 quantizer: hand-derived vectors, the 128x4 swizzle formula, and torchao as an
 independent oracle."""
+
 from __future__ import annotations
 
 import pytest
@@ -23,12 +24,29 @@ def test_every_code_decodes_to_its_value_and_encodes_back():
     assert back[8] in (0, 8)  # -0.0 and +0.0 are the same value
 
 
-@pytest.mark.parametrize("value,code", [
-    (0.25, 0), (0.75, 2), (1.25, 2), (1.75, 4), (2.5, 4), (3.5, 6), (5.0, 6),  # ties go to the even code
-    (0.2499, 0), (0.2501, 1), (2.9, 5), (4.9, 6), (5.1, 7),  # otherwise nearest
-    (6.0, 7), (7.0, 7), (1e9, 7),  # saturation at 6
-    (-0.75, 10), (-5.0, 14), (-1e9, 15),  # sign bit 8
-])
+@pytest.mark.parametrize(
+    "value,code",
+    [
+        (0.25, 0),
+        (0.75, 2),
+        (1.25, 2),
+        (1.75, 4),
+        (2.5, 4),
+        (3.5, 6),
+        (5.0, 6),  # ties go to the even code
+        (0.2499, 0),
+        (0.2501, 1),
+        (2.9, 5),
+        (4.9, 6),
+        (5.1, 7),  # otherwise nearest
+        (6.0, 7),
+        (7.0, 7),
+        (1e9, 7),  # saturation at 6
+        (-0.75, 10),
+        (-5.0, 14),
+        (-1e9, 15),  # sign bit 8
+    ],
+)
 def test_rounding_is_nearest_ties_to_even_and_saturating(value, code):
     assert codes_of([value]) == [code]
 

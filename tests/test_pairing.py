@@ -1,6 +1,7 @@
 """Head-to-head timing and rounds until sure, without a GPU (issue 40): the interleaved order, settling
 and sampling of worker/interleave.py on stand-in graphs whose speed follows a shared simulated clock;
 the paired interval of worker/pairing.py; the stamp kernel's arithmetic; when a unit stops its rounds."""
+
 from __future__ import annotations
 
 import math
@@ -86,18 +87,36 @@ def test_the_stamp_arithmetic_is_cycles_over_nanoseconds_per_sm_from_its_earlies
     assert streamclock.window_mhz(first, []) is None
 
 
-def _record(rounds: list[tuple[float, float | None, str | None]], opts: TimingOptions, backend="torch-bf16",
-            samples: list[list[float]] | None = None) -> CaseRecord:
+def _record(
+    rounds: list[tuple[float, float | None, str | None]],
+    opts: TimingOptions,
+    backend="torch-bf16",
+    samples: list[list[float]] | None = None,
+) -> CaseRecord:
     spec = CaseSpec(backend=backend, m=64, n=256, k=512, timing=opts)
     per_round = samples or [[us] * 10 for us, _, _ in rounds]
-    stats = Stats(method="cuda-graph", median_us=rounds[0][0], p10_us=1, p90_us=1, mean_us=1, stdev_us=0,
-                  n=sum(map(len, per_round)), rel_ci=0.0, calls_per_sample=8, l2="cold",
-                  samples_us=[s for r in per_round for s in r],
-                  rounds=[RoundStats(median_us=us, n=len(s), rel_ci=0.0, sm_clock_stream_mhz=mhz, pair_id=pid,
-                                     paired_us=s if pid else None)
-                          for (us, mhz, pid), s in zip(rounds, per_round)])
-    return CaseRecord(case_id=spec.case_id, case=spec, status="ok", started_at="t", duration_s=0.0, timing=stats,
-                      complete=False)
+    stats = Stats(
+        method="cuda-graph",
+        median_us=rounds[0][0],
+        p10_us=1,
+        p90_us=1,
+        mean_us=1,
+        stdev_us=0,
+        n=sum(map(len, per_round)),
+        rel_ci=0.0,
+        calls_per_sample=8,
+        l2="cold",
+        samples_us=[s for r in per_round for s in r],
+        rounds=[
+            RoundStats(
+                median_us=us, n=len(s), rel_ci=0.0, sm_clock_stream_mhz=mhz, pair_id=pid, paired_us=s if pid else None
+            )
+            for (us, mhz, pid), s in zip(rounds, per_round)
+        ],
+    )
+    return CaseRecord(
+        case_id=spec.case_id, case=spec, status="ok", started_at="t", duration_s=0.0, timing=stats, complete=False
+    )
 
 
 def test_rounds_stop_when_sure_at_the_cap_or_at_a_fixed_count():
@@ -148,8 +167,11 @@ def test_a_units_graphs_are_paired_after_their_own_round_and_a_case_without_a_ke
     graphs = {c.case_id: FakeGraph(gpu, 10.0 * (1 + i / 100), order, c.backend) for i, c in enumerate(cases)}
     for g in graphs.values():
         g.per_call_s = 10e-6
-    runner = SimpleNamespace(kept={cid: SimpleNamespace(graph=g) for cid, g in graphs.items() if cid != cases[2].case_id},
-                             load_share=lambda case, spec, us: 0.1, clock=None)
+    runner = SimpleNamespace(
+        kept={cid: SimpleNamespace(graph=g) for cid, g in graphs.items() if cid != cases[2].case_id},
+        load_share=lambda case, spec, us: 0.1,
+        clock=None,
+    )
     records = [_record([(10.0, None, None)], opts, backend=c.backend) for c in cases]
     paired = duel(runner, records, lambda case: SimpleNamespace(name=case.backend))
     a, b, alone = (r.timing.rounds[-1] for r in paired)
@@ -164,10 +186,17 @@ def test_the_supervisor_names_a_case_of_its_params_file_as_the_schema_does():
     from worker.protocol import case_id_of_raw
     from worker.schema import MoeSpec
 
-    cases = [CaseSpec(backend="torch-bf16", m=16, n=2048, k=6144),
-             CaseSpec(backend="mm", m=64, n=768, k=6144, label="x", seed=3, out_dtype="float16",
-                      kernel_sha256="a" * 64),
-             CaseSpec(workload="moe", backend="moe-loop-bf16", m=24, n=64, k=128,
-                      moe=MoeSpec(experts=4, top_k=2, routing="zipf", skew=1.2, counts=[10, 0, 20, 18]))]
+    cases = [
+        CaseSpec(backend="torch-bf16", m=16, n=2048, k=6144),
+        CaseSpec(backend="mm", m=64, n=768, k=6144, label="x", seed=3, out_dtype="float16", kernel_sha256="a" * 64),
+        CaseSpec(
+            workload="moe",
+            backend="moe-loop-bf16",
+            m=24,
+            n=64,
+            k=128,
+            moe=MoeSpec(experts=4, top_k=2, routing="zipf", skew=1.2, counts=[10, 0, 20, 18]),
+        ),
+    ]
     for case in cases:
         assert case_id_of_raw(case.model_dump(mode="json")) == case.case_id

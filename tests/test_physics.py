@@ -2,6 +2,7 @@
 is `impossible` (worker/physics.py); an honest one never is. The numbers are the H200's: its calibration
 (benchmarks/results/calibration-h200.json) and the version-keyed cache of issue 41 (1.12 / 1.37 / 3.46 µs
 for 16 / 256 / 1024 x 2048 x 6144 bf16: 534%, 591% and 934% of speed of light)."""
+
 from __future__ import annotations
 
 import pytest
@@ -12,8 +13,13 @@ from worker.physics import MARGIN, impossible, roofs
 from worker.schema import Calibration
 
 H200 = "NVIDIA H200"
-CAL = Calibration(key="vm|GPU-1|driver 580|torch 2.11", measured_at="2026-12-03T13:52:20+00:00", cached=False,
-                  tflops={"bf16": 797.4983440973059, "fp8": 1464.1788383265657}, tb_s=4.23940060557135)
+CAL = Calibration(
+    key="vm|GPU-1|driver 580|torch 2.11",
+    measured_at="2026-12-03T13:52:20+00:00",
+    cached=False,
+    tflops={"bf16": 797.4983440973059, "fp8": 1464.1788383265657},
+    tb_s=4.23940060557135,
+)
 
 
 def work(m: int, n: int = 2048, k: int = 6144, family: str = "bf16"):
@@ -39,7 +45,8 @@ def test_the_reason_reads_as_a_sentence_with_the_speed_of_light_it_was_held_agai
     assert sol == pytest.approx(32.3, abs=0.05)  # math-bound: 25.8 GFLOP at 797 TFLOPS
     assert impossible(flops, nbytes, "bf16", 3.46, CAL, H200).text == (
         "3.46 µs is 934% of this GPU's speed of light (32.31 µs for 25.8 GFLOP and 41.9 MB at the calibrated "
-        "797 TFLOPS bf16 / calibrated 4.24 TB/s copy; margin 50%): faster than the hardware can go, not a result")
+        "797 TFLOPS bf16 / calibrated 4.24 TB/s copy; margin 50%): faster than the hardware can go, not a result"
+    )
 
 
 @pytest.mark.parametrize("m", [16, 256, 1024])

@@ -3,6 +3,7 @@ ncu command line and its filters, the report read back and parsed, the counter d
 against the fleet's median host, a host without ncu, counters not permitted, a host that fails while the
 others go on, and Ctrl-C. The stand-in runs the real profiled process (the case, on this CPU) and answers
 with a report in ncu's own CSV shape; the lent GPU's real ncu is exercised by benchmarks/profile_check.py."""
+
 from __future__ import annotations
 
 import glob
@@ -16,12 +17,19 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
-
 from cli_output import cli_json
-from storedruns import write_ok_attempt
 from conftest import processes_under, start_cli
-from orchestrator.analysis.profile import (ProfileFormatError, at_clock_us, convert, explain, parse_ncu_csv,
-                                           short_name, summarize)
+from storedruns import write_ok_attempt
+
+from orchestrator.analysis.profile import (
+    ProfileFormatError,
+    at_clock_us,
+    convert,
+    explain,
+    parse_ncu_csv,
+    short_name,
+    summarize,
+)
 from orchestrator.cli import main
 from orchestrator.config.inventory import load_inventory
 from orchestrator.config.sweep import Sweep
@@ -41,7 +49,7 @@ COPY = "void at::native::elementwise_kernel<128, 2, at::native::gpu_kernel_impl<
 # fail first), then write the report, a row per kernel launch, in the raw page's shape (a units row,
 # thousands separators). FAKE_NCU: ok | perm (counters refused) | hang (never returns) | nokernels;
 # FAKE_NCU_OLD: an ncu that knows neither the extra metrics nor `--print-units`.
-STAND_IN = r'''#!{python}
+STAND_IN = r"""#!{python}
 import json, os, pathlib, subprocess, sys, time
 args = sys.argv[1:]
 log = os.environ.get("FAKE_NCU_LOG")
@@ -116,7 +124,7 @@ report.write_text("\n".join(rows) + "\n")
 print("==PROF== Disconnected from process")
 print("==PROF== Report: %s" % report)
 sys.exit(rc)
-'''
+"""
 
 
 def stand_in(tmp_path: Path) -> Path:
@@ -134,36 +142,79 @@ def stand_in(tmp_path: Path) -> Path:
 def hosts_file(tmp_path: Path, hosts: dict[str, dict], bindir: Path | None = None) -> Path:
     """Local hosts, each with its own workdir; PATH starts with `bindir` (the stand-in), FAKE_NCU_* as given."""
     path_var = f"{bindir}:{os.environ['PATH']}" if bindir else os.environ["PATH"]
-    entries = [{"name": name, "transport": "local", "python": sys.executable, "workdir": str(tmp_path / f"work-{name}"),
-                "env": {"PATH": path_var, "FAKE_NCU_LOG": str(tmp_path / f"ncu-{name}.log"), **fake}}
-               for name, fake in hosts.items()]
+    entries = [
+        {
+            "name": name,
+            "transport": "local",
+            "python": sys.executable,
+            "workdir": str(tmp_path / f"work-{name}"),
+            "env": {"PATH": path_var, "FAKE_NCU_LOG": str(tmp_path / f"ncu-{name}.log"), **fake},
+        }
+        for name, fake in hosts.items()
+    ]
     path = tmp_path / "hosts.yaml"
     path.write_text(yaml.safe_dump({"hosts": entries}))
     return path
 
 
-def stored_run(tmp_path: Path, inventory_path: Path, factors: dict[str, float], *, ms=(16,), l2: str = "cold",
-               median_us: float = 20.0, sm_clock_mhz: int = 1485) -> RunStore:
+def stored_run(
+    tmp_path: Path,
+    inventory_path: Path,
+    factors: dict[str, float],
+    *,
+    ms=(16,),
+    l2: str = "cold",
+    median_us: float = 20.0,
+    sm_clock_mhz: int = 1485,
+) -> RunStore:
     """A run of torch-bf16 M x 64 x 128 stored as `fleetbench run` stores it (manifest, scripts, worker),
     with results written here: on each host the case took `median_us` x its factor, in one round at
     `sm_clock_mhz`."""
     inventory = load_inventory(inventory_path)
-    sweep = Sweep(name="prof", backends=["torch-bf16"], shapes=[{"m": list(ms), "n": 64, "k": 128, "label": "p"}],
-                  timing={"budget_s": 0.05, "warmup_ms": 1, "min_samples": 3, "max_samples": 20, "rounds": 1,
-                          "l2": l2, "settle_ms": 0})
+    sweep = Sweep(
+        name="prof",
+        backends=["torch-bf16"],
+        shapes=[{"m": list(ms), "n": 64, "k": 128, "label": "p"}],
+        timing={
+            "budget_s": 0.05,
+            "warmup_ms": 1,
+            "min_samples": 3,
+            "max_samples": 20,
+            "rounds": 1,
+            "l2": l2,
+            "settle_ms": 0,
+        },
+    )
     plan = build_plan([h for h in inventory.hosts if h.name in factors], sweep, new_run_id("prof"))
     store, _, _ = prepare_run(plan, sweep, inventory, tmp_path / "runs")
     rng = np.random.default_rng(1)
     for job in plan.jobs:
-        lines = [FactsRecord(hostname=job.host.name, python="3.12", platform="linux", worker_version="0.2.0",
-                             device="cuda", gpu_name="NVIDIA H200", compute_capability="9.0").model_dump_json()]
+        lines = [
+            FactsRecord(
+                hostname=job.host.name,
+                python="3.12",
+                platform="linux",
+                worker_version="0.2.0",
+                device="cuda",
+                gpu_name="NVIDIA H200",
+                compute_capability="9.0",
+            ).model_dump_json()
+        ]
         for case in job.cases:
             samples = list(median_us * factors[job.host.name] * rng.lognormal(0.0, 0.005, 30))
             stats = summarize_samples(samples, method="cuda-graph", calls_per_sample=100, l2=l2)
-            stats = stats.model_copy(update={"rounds": [RoundStats(median_us=stats.median_us, n=stats.n,
-                                                                   rel_ci=stats.rel_ci, sm_clock_mhz=sm_clock_mhz)]})
-            lines.append(CaseRecord(case_id=case.case_id, case=case, status="ok", timing=stats, started_at="t",
-                                    duration_s=0.1).model_dump_json())
+            stats = stats.model_copy(
+                update={
+                    "rounds": [
+                        RoundStats(median_us=stats.median_us, n=stats.n, rel_ci=stats.rel_ci, sm_clock_mhz=sm_clock_mhz)
+                    ]
+                }
+            )
+            lines.append(
+                CaseRecord(
+                    case_id=case.case_id, case=case, status="ok", timing=stats, started_at="t", duration_s=0.1
+                ).model_dump_json()
+            )
         write_ok_attempt(store, job, lines)
     return store
 
@@ -183,8 +234,8 @@ def case_spec(l2: str = "cold") -> CaseSpec:
 def test_ncu_runs_with_the_sweeps_clock_state_a_range_the_case_opens_and_its_l2_state():
     target = ["python3", "-m", "worker", "profile-case", "--params", "p.json", "--case", "c", "--out", "o.json"]
     argv = ncu_argv("/x/ncu", "/w/c1", case_spec("cold"), ProfileOptions(), target)
-    assert argv[0] == "/x/ncu" and argv[-len(target):] == target
-    options = argv[1:-len(target)]
+    assert argv[0] == "/x/ncu" and argv[-len(target) :] == target
+    options = argv[1 : -len(target)]
     pairs = dict(zip(options[::2], options[1::2]))
     assert pairs["--profile-from-start"] == "off"  # warm-up and settling lie outside the profiled range
     assert pairs["--clock-control"] == "none"  # the clock state the sweep measured in
@@ -195,39 +246,65 @@ def test_ncu_runs_with_the_sweeps_clock_state_a_range_the_case_opens_and_its_l2_
     assert hot[hot.index("--kernel-name") + 1] == "regex:gemm|xmma" and hot[hot.index("--launch-count") + 1] == "5"
 
 
-@pytest.mark.parametrize("output, status, words", [
-    ("==PROF== Connected\n==ERROR== ERR_NVGPUCTRPERM - The user does not have permission to access NVIDIA GPU "
-     "Performance Counters on the target device 0.\n", "no-permission", "NVreg_RestrictProfilingToAdminUsers=0"),
-    ("==ERROR== Failed to initialize the profiler: LibraryNotLoaded\n", "failed", "counters cannot be read here"),
-    ("==ERROR== Failed to find metric dram__bytes_nope.sum\n", "failed", "ncu: Failed to find metric"),
-    ("==PROF== Connected\n==WARNING== No kernels were profiled.\n", "failed", "profiled no kernel"),
-    ("==PROF== Connected\n==ERROR== The application returned an error code (1).\n==PROF== Report: r.ncu-rep\n", "ok", ""),
-    ("==PROF== Connected to process 1\n==PROF== Report: /w/c1.ncu-rep\n", "ok", ""),
-])
+@pytest.mark.parametrize(
+    "output, status, words",
+    [
+        (
+            "==PROF== Connected\n==ERROR== ERR_NVGPUCTRPERM - The user does not have permission to access NVIDIA GPU "
+            "Performance Counters on the target device 0.\n",
+            "no-permission",
+            "NVreg_RestrictProfilingToAdminUsers=0",
+        ),
+        ("==ERROR== Failed to initialize the profiler: LibraryNotLoaded\n", "failed", "counters cannot be read here"),
+        ("==ERROR== Failed to find metric dram__bytes_nope.sum\n", "failed", "ncu: Failed to find metric"),
+        ("==PROF== Connected\n==WARNING== No kernels were profiled.\n", "failed", "profiled no kernel"),
+        (
+            "==PROF== Connected\n==ERROR== The application returned an error code (1).\n==PROF== Report: r.ncu-rep\n",
+            "ok",
+            "",
+        ),
+        ("==PROF== Connected to process 1\n==PROF== Report: /w/c1.ncu-rep\n", "ok", ""),
+    ],
+)
 def test_what_ncu_printed_is_classified_with_what_to_change(output, status, words):
     got, reason = classify_ncu_output(output)
     assert got == status and words in reason
 
 
-RAW = "\n".join([
-    "==PROF== Connected to process 7 (python3)",
-    '"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","Block Size","Grid Size","Device",'
-    '"CC","gpu__time_duration.sum","sm__cycles_elapsed.avg.per_second",'
-    '"dram__throughput.avg.pct_of_peak_sustained_elapsed","launch__shared_mem_per_block_static",'
-    '"launch__registers_per_thread"',
-    '"","","","","","","","","","","","usecond","cycle/nsecond","%","Kbyte/block","register/thread"',
-    f'"0","7","python3","h","{GEMM}","1","7","(128, 1, 1)","(16, 8, 1)","0","9.0","14.24","1.74","42.10","73.73","168"',
-    f'"1","7","python3","h","{GEMM}","1","7","(128, 1, 1)","(16, 8, 1)","0","9.0","14.30","1.74","41.90","73.73","168"',
-    f'"2","7","python3","h","{GEMM}","1","7","(128, 1, 1)","(16, 8, 1)","0","9.0","1,014.10","n/a","41.00","73.73","168"',
-]) + "\n"
-DETAILS_HEAD = ('"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","Block Size","Grid Size",'
-                '"Device","CC","Section Name","Metric Name","Metric Unit","Metric Value"')
-DETAILS = "\n".join([DETAILS_HEAD] + [
-    f'"0","7","p","h","k1","1","7","(256, 1, 1)","(4, 1, 1)","0","9.0","{section}","{metric}","{unit}","{value}"'
-    for section, metric, unit, value in (
-        ("GPU Speed Of Light Throughput", "gpu__time_duration.sum", "msecond", "0.02"),
-        ("GPU Speed Of Light Throughput", "sm__cycles_elapsed.avg.per_second", "Ghz", "1.98"),
-        ("Occupancy", "sm__warps_active.avg.pct_of_peak_sustained_active", "%", "50.00"))]) + "\n"
+RAW = (
+    "\n".join(
+        [
+            "==PROF== Connected to process 7 (python3)",
+            '"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","Block Size","Grid Size","Device",'
+            '"CC","gpu__time_duration.sum","sm__cycles_elapsed.avg.per_second",'
+            '"dram__throughput.avg.pct_of_peak_sustained_elapsed","launch__shared_mem_per_block_static",'
+            '"launch__registers_per_thread"',
+            '"","","","","","","","","","","","usecond","cycle/nsecond","%","Kbyte/block","register/thread"',
+            f'"0","7","python3","h","{GEMM}","1","7","(128, 1, 1)","(16, 8, 1)","0","9.0","14.24","1.74","42.10","73.73","168"',
+            f'"1","7","python3","h","{GEMM}","1","7","(128, 1, 1)","(16, 8, 1)","0","9.0","14.30","1.74","41.90","73.73","168"',
+            f'"2","7","python3","h","{GEMM}","1","7","(128, 1, 1)","(16, 8, 1)","0","9.0","1,014.10","n/a","41.00","73.73","168"',
+        ]
+    )
+    + "\n"
+)
+DETAILS_HEAD = (
+    '"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","Block Size","Grid Size",'
+    '"Device","CC","Section Name","Metric Name","Metric Unit","Metric Value"'
+)
+DETAILS = (
+    "\n".join(
+        [DETAILS_HEAD]
+        + [
+            f'"0","7","p","h","k1","1","7","(256, 1, 1)","(4, 1, 1)","0","9.0","{section}","{metric}","{unit}","{value}"'
+            for section, metric, unit, value in (
+                ("GPU Speed Of Light Throughput", "gpu__time_duration.sum", "msecond", "0.02"),
+                ("GPU Speed Of Light Throughput", "sm__cycles_elapsed.avg.per_second", "Ghz", "1.98"),
+                ("Occupancy", "sm__warps_active.avg.pct_of_peak_sustained_active", "%", "50.00"),
+            )
+        ]
+    )
+    + "\n"
+)
 
 
 def test_the_raw_page_is_read_past_noise_with_its_units_and_thousands_separators():
@@ -245,13 +322,23 @@ def test_the_details_page_is_read_too():
     assert launch_["sm_mhz"] == pytest.approx(1980.0) and launch_["occupancy_pct"] == 50.0
 
 
-@pytest.mark.parametrize("value, unit, dimension, expected", [
-    (14240, "nsecond", "time", 14.24), (1.424e-05, "second", "time", 14.24), (14.24, "usecond", "time", 14.24),
-    (1.74e9, "cycle/second", "frequency", 1740.0), (1.74, "cycle/nsecond", "frequency", 1740.0),
-    (1.74, "GHz", "frequency", 1740.0), (1740, "Mhz", "frequency", 1740.0),
-    (73.728, "Kbyte/block", "bytes", 73728.0), (31457280, "byte", "bytes", 31457280.0), (48.2, "%", "pct", 48.2),
-    (5, "furlong", "time", None), (5, "fortnight/second", "frequency", None),
-])
+@pytest.mark.parametrize(
+    "value, unit, dimension, expected",
+    [
+        (14240, "nsecond", "time", 14.24),
+        (1.424e-05, "second", "time", 14.24),
+        (14.24, "usecond", "time", 14.24),
+        (1.74e9, "cycle/second", "frequency", 1740.0),
+        (1.74, "cycle/nsecond", "frequency", 1740.0),
+        (1.74, "GHz", "frequency", 1740.0),
+        (1740, "Mhz", "frequency", 1740.0),
+        (73.728, "Kbyte/block", "bytes", 73728.0),
+        (31457280, "byte", "bytes", 31457280.0),
+        (48.2, "%", "pct", 48.2),
+        (5, "furlong", "time", None),
+        (5, "fortnight/second", "frequency", None),
+    ],
+)
 def test_units_are_converted_and_an_unknown_unit_is_never_guessed(value, unit, dimension, expected):
     got = convert(value, unit, dimension)
     assert got == (None if expected is None else pytest.approx(expected))
@@ -264,16 +351,33 @@ def test_a_csv_without_a_kernel_column_is_refused():
 
 def test_kernel_names_are_shortened_to_the_kernel_itself():
     assert short_name(GEMM) == "cutlass_80_tensorop_bf16_s16816gemm_relu_bf16_64x64_64x4_tn_align8"
-    assert short_name("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_kernel__5x_cublas") \
-        .startswith("sm90_xmma_gemm")
+    assert short_name("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_kernel__5x_cublas").startswith(
+        "sm90_xmma_gemm"
+    )
     assert len(short_name(COPY)) <= 72 and short_name(COPY).startswith("at::native::elementwise_kernel")
 
 
 def launch(name: str, us: float, **counters) -> dict:
-    base = {"id": "0", "name": name, "block": "(128, 1, 1)", "grid": "(16, 8, 1)", "time_us": us, "sm_pct": 48.0,
-            "memory_pct": 45.0, "dram_pct": 42.0, "occupancy_pct": 31.0, "theoretical_occupancy_pct": 37.5,
-            "sm_mhz": 1755.0, "dram_mhz": 2619.0, "registers": 168.0, "smem_static_bytes": 0.0,
-            "smem_dynamic_bytes": 73728.0, "dram_read_bytes": 3e7, "dram_write_bytes": 4e6, "waves": 0.5}
+    base = {
+        "id": "0",
+        "name": name,
+        "block": "(128, 1, 1)",
+        "grid": "(16, 8, 1)",
+        "time_us": us,
+        "sm_pct": 48.0,
+        "memory_pct": 45.0,
+        "dram_pct": 42.0,
+        "occupancy_pct": 31.0,
+        "theoretical_occupancy_pct": 37.5,
+        "sm_mhz": 1755.0,
+        "dram_mhz": 2619.0,
+        "registers": 168.0,
+        "smem_static_bytes": 0.0,
+        "smem_dynamic_bytes": 73728.0,
+        "dram_read_bytes": 3e7,
+        "dram_write_bytes": 4e6,
+        "waves": 0.5,
+    }
     return {**base, **counters}
 
 
@@ -297,26 +401,39 @@ def test_a_profile_at_the_sweeps_clock_is_its_sm_cycles_over_that_clock():
     assert summarize([launch("gemm", 14.0, sm_mhz=None)] * 3, calls=3).per_call_cycles is None
 
 
-@pytest.mark.parametrize("a, b, words", [
-    ([("gemm_tn", 14.0)], [("gemm_nn", 17.0)], "a different kernel: B runs gemm_nn"),
-    ([("gemm", 14.0)], [("gemm", 14.0), ("copy", 6.0)], "B runs more kernels per call: copy"),
-    ([("gemm", 14.0, {"sm_mhz": 1755.0})], [("gemm", 17.4, {"sm_mhz": 1410.0})],
-     "lower SM clock: 1410 MHz on B vs 1755"),
-    ([("gemm", 14.0, {"dram_pct": 85.0})], [("gemm", 16.5, {"dram_pct": 85.0, "dram_mhz": 2100.0})],
-     "memory-bound (DRAM 85% busy on A) at lower bandwidth on B"),
-    ([("gemm", 14.0)], [("gemm", 14.1)], "outside the kernels' own execution"),
-    ([("gemm", 14.0)], [("gemm", 16.0, {"grid": "(32, 8, 1)"})], "another launch configuration (grid (32, 8, 1)"),
-    ([("gemm", 14.0)], [("gemm", 16.0, {"occupancy_pct": 20.0})], "lower achieved occupancy on B: 20% vs 31%"),
-    ([("gemm", 14.0)], [("gemm", 16.0)], "the counters name no cause"),
-])
+@pytest.mark.parametrize(
+    "a, b, words",
+    [
+        ([("gemm_tn", 14.0)], [("gemm_nn", 17.0)], "a different kernel: B runs gemm_nn"),
+        ([("gemm", 14.0)], [("gemm", 14.0), ("copy", 6.0)], "B runs more kernels per call: copy"),
+        (
+            [("gemm", 14.0, {"sm_mhz": 1755.0})],
+            [("gemm", 17.4, {"sm_mhz": 1410.0})],
+            "lower SM clock: 1410 MHz on B vs 1755",
+        ),
+        (
+            [("gemm", 14.0, {"dram_pct": 85.0})],
+            [("gemm", 16.5, {"dram_pct": 85.0, "dram_mhz": 2100.0})],
+            "memory-bound (DRAM 85% busy on A) at lower bandwidth on B",
+        ),
+        ([("gemm", 14.0)], [("gemm", 14.1)], "outside the kernels' own execution"),
+        ([("gemm", 14.0)], [("gemm", 16.0, {"grid": "(32, 8, 1)"})], "another launch configuration (grid (32, 8, 1)"),
+        ([("gemm", 14.0)], [("gemm", 16.0, {"occupancy_pct": 20.0})], "lower achieved occupancy on B: 20% vs 31%"),
+        ([("gemm", 14.0)], [("gemm", 16.0)], "the counters name no cause"),
+    ],
+)
 def test_the_counter_diff_names_the_likely_cause(a, b, words):
     diff = explain(profile_of(*a), profile_of(*b))
     assert words in diff.cause, diff.cause
 
 
 def test_another_process_on_the_flagged_gpu_is_named():
-    diff = explain(profile_of(("gemm", 14.0)), profile_of(("gemm", 16.0)), ProfiledRun(gpu_processes=0),
-                   ProfiledRun(gpu_processes=1, sm_clock_mhz=1980))
+    diff = explain(
+        profile_of(("gemm", 14.0)),
+        profile_of(("gemm", 16.0)),
+        ProfiledRun(gpu_processes=0),
+        ProfiledRun(gpu_processes=1, sm_clock_mhz=1980),
+    )
     assert "another process on B's GPU (1)" in diff.cause
     assert any("1 other processes on B's GPU" in d for d in diff.details)
 
@@ -340,7 +457,7 @@ def test_a_case_is_profiled_with_the_runs_own_worker_stored_and_shown(tmp_path, 
     assert entry["ncu_version"] == "2025.3.1.0"
     (capture,) = captures(tmp_path, "h1")
     assert capture[capture.index("--kernel-name") + 1] == "regex:gemm" and "--clock-control" in capture
-    assert capture[capture.index("profile-case") - 2:capture.index("profile-case")] == ["-m", "worker"]
+    assert capture[capture.index("profile-case") - 2 : capture.index("profile-case")] == ["-m", "worker"]
     # Stored as data in the run's folder: the record (ncu's CSV inside), its summary, the report itself.
     (stored,), problems = load_profiles(store)
     assert not problems and stored.report is not None and stored.report.read_text().startswith('"ID"')
@@ -429,10 +546,16 @@ def test_ctrl_c_stops_ncu_and_the_profiled_process_on_the_host(tmp_path):
 
 
 # -- diff --across-hosts --profile ------------------------------------------------------------------------
-@pytest.mark.parametrize("slow_ncu, cause", [
-    ({"FAKE_NCU_SM_HZ": "1410000000", "FAKE_NCU_TIME_NS": "17720"}, "lower SM clock: 1410 MHz on B vs 1755 MHz on A"),
-    ({"FAKE_NCU_EXTRA_KERNEL": "COPY"}, "B runs more kernels per call: at::native::elementwise_kernel"),
-])
+@pytest.mark.parametrize(
+    "slow_ncu, cause",
+    [
+        (
+            {"FAKE_NCU_SM_HZ": "1410000000", "FAKE_NCU_TIME_NS": "17720"},
+            "lower SM clock: 1410 MHz on B vs 1755 MHz on A",
+        ),
+        ({"FAKE_NCU_EXTRA_KERNEL": "COPY"}, "B runs more kernels per call: at::native::elementwise_kernel"),
+    ],
+)
 def test_the_outlier_is_profiled_beside_the_median_host_and_the_cause_named(tmp_path, capsys, slow_ncu, cause):
     bindir = stand_in(tmp_path)
     inv = hosts_file(tmp_path, {"h1": {}, "h2": {}, "h3": slow_ncu}, bindir)
@@ -469,8 +592,11 @@ def test_profile_is_only_for_across_hosts_in_diff(tmp_path, capsys):
 # -- over SSH: a host that fails does not stop the others ----------------------------------------------------
 def test_over_ssh_a_dead_host_fails_alone_and_the_live_one_is_profiled(fleet, tmp_path, capsys):
     bindir = stand_in(tmp_path)
-    inv = fleet.inventory(tmp_path / "hosts.yaml", names=["ssh0", "ssh1"],
-                          env={"PATH": f"{bindir}:{os.environ['PATH']}", "FLEETBENCH_LOCK_DIR": str(tmp_path / "locks")})
+    inv = fleet.inventory(
+        tmp_path / "hosts.yaml",
+        names=["ssh0", "ssh1"],
+        env={"PATH": f"{bindir}:{os.environ['PATH']}", "FLEETBENCH_LOCK_DIR": str(tmp_path / "locks")},
+    )
     store = stored_run(tmp_path, inv, {"ssh0": 1.0, "ssh1": 1.0})
     fleet.host("ssh1").kill()
     code = main(["profile", f"{store.dir}:ssh0", f"{store.dir}:ssh1", "--m", "16", "--format", "json"])

@@ -2,6 +2,7 @@
 Python, or a host without the NVIDIA driver) never gets the CUDA stack, and the hint a run prints for a
 host without torch, run as printed, does exactly that. pip is a stand-in here: it records what it is
 asked and answers a resolution report, so no wheel is downloaded."""
+
 from __future__ import annotations
 
 import json
@@ -46,8 +47,9 @@ def controller_without_torch(tmp_path, monkeypatch):
     python = tmp_path / "ctl" / "bin" / "python"
     python.parent.mkdir(parents=True)
     log = tmp_path / "pip.log"
-    python.write_text(STAND_IN.format(python=sys.executable, log=str(log), cpu_index=CPU_TORCH_INDEX,
-                                      no_torch=str(fake.parent)))
+    python.write_text(
+        STAND_IN.format(python=sys.executable, log=str(log), cpu_index=CPU_TORCH_INDEX, no_torch=str(fake.parent))
+    )
     python.chmod(0o755)
     monkeypatch.setattr(sys, "executable", str(python))
     monkeypatch.setenv("HOME", str(tmp_path))
@@ -74,7 +76,8 @@ def packages_of(call: list[str]) -> list[str]:
 
 
 def test_the_hint_after_a_run_without_torch_installs_torchs_cpu_build_into_the_controller_only(
-        controller_without_torch, tmp_path, monkeypatch, capsys):
+    controller_without_torch, tmp_path, monkeypatch, capsys
+):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "hosts.yaml").write_text("hosts: [{name: local, transport: local, workdir: ~/.fleetbench/local}]\n")
     (tmp_path / "s.yaml").write_text(SWEEP)
@@ -107,8 +110,9 @@ def test_the_hint_after_a_run_without_torch_installs_torchs_cpu_build_into_the_c
     assert all(packages_of(c) == ["torch"] for c in pip_calls(controller_without_torch))
 
 
-def test_a_cpu_resolution_that_would_bring_the_cuda_stack_installs_nothing(controller_without_torch, tmp_path,
-                                                                           monkeypatch, capsys):
+def test_a_cpu_resolution_that_would_bring_the_cuda_stack_installs_nothing(
+    controller_without_torch, tmp_path, monkeypatch, capsys
+):
     monkeypatch.setenv("STAND_IN_CUDA", "1")  # an index (a mirror, say) that answers torch with a CUDA build
     inventory = tmp_path / "hosts.yaml"
     inventory.write_text("hosts: [{name: local, transport: local}]\n")
@@ -131,20 +135,38 @@ def test_a_dry_run_of_the_local_host_resolves_the_cpu_profile(controller_without
 
 
 def host(**fields) -> Host:
-    base = dict(name="h", transport="ssh", hostname="h", port=None, user=None, identity_file=None,
-                python="~/venv/bin/python", workdir="~/.fleetbench", env={}, gpus=None, labels=(),
-                connect_timeout=10.0, timeout=None, stall_timeout=None, known_hosts=None, proxy_jump=None,
-                ssh_config=None)
+    base = dict(
+        name="h",
+        transport="ssh",
+        hostname="h",
+        port=None,
+        user=None,
+        identity_file=None,
+        python="~/venv/bin/python",
+        workdir="~/.fleetbench",
+        env={},
+        gpus=None,
+        labels=(),
+        connect_timeout=10.0,
+        timeout=None,
+        stall_timeout=None,
+        known_hosts=None,
+        proxy_jump=None,
+        ssh_config=None,
+    )
     return Host(**{**base, **fields})
 
 
-@pytest.mark.parametrize("fields, driver, profile", [
-    ({}, True, "gpu"),
-    ({}, False, "cpu"),
-    ({"gpus": (0,)}, False, "cpu"),  # listed GPUs without a driver run no CUDA
-    ({"launcher": "slurm"}, False, "gpu"),  # the login node is not where its jobs run
-    ({"name": "local", "transport": "local", "python": sys.executable}, True, "cpu"),  # the controller's venv
-    ({"name": "local", "transport": "local", "python": "/opt/gpuvenv/bin/python"}, True, "gpu"),
-])
+@pytest.mark.parametrize(
+    "fields, driver, profile",
+    [
+        ({}, True, "gpu"),
+        ({}, False, "cpu"),
+        ({"gpus": (0,)}, False, "cpu"),  # listed GPUs without a driver run no CUDA
+        ({"launcher": "slurm"}, False, "gpu"),  # the login node is not where its jobs run
+        ({"name": "local", "transport": "local", "python": sys.executable}, True, "cpu"),  # the controller's venv
+        ({"name": "local", "transport": "local", "python": "/opt/gpuvenv/bin/python"}, True, "gpu"),
+    ],
+)
 def test_the_default_profile_of_each_kind_of_host(fields, driver, profile):
     assert default_profile(host(**fields), driver)[0] == profile

@@ -1,5 +1,6 @@
 """The README is for users: short, every command shown, and every link it (or a page of docs/) gives
 leads to a file and a heading that exist."""
+
 from __future__ import annotations
 
 import re
@@ -34,8 +35,9 @@ def test_the_readme_is_at_most_200_lines():
 
 @pytest.mark.parametrize("command", sorted(COMMANDS))
 def test_the_readme_shows_every_command(command):
-    assert re.search(rf"\bfleetbench {command}\b", README.read_text(encoding="utf-8")), \
+    assert re.search(rf"\bfleetbench {command}\b", README.read_text(encoding="utf-8")), (
         f"README.md never shows `fleetbench {command}`"
+    )
 
 
 def test_the_readme_links_to_docs():
@@ -56,6 +58,8 @@ def test_every_relative_link_leads_to_a_file_and_heading_that_exist(page):
 
 
 def test_heading_anchors_are_githubs():
-    assert heading_anchor("A host that stops answering; a run that stops short") == \
-        "a-host-that-stops-answering-a-run-that-stops-short"
+    assert (
+        heading_anchor("A host that stops answering; a run that stops short")
+        == "a-host-that-stops-answering-a-run-that-stops-short"
+    )
     assert heading_anchor("`diff RUN --across-hosts`") == "diff-run---across-hosts"

@@ -2,6 +2,7 @@
 
 Every command the tool prints as advice is run here exactly as printed.
 """
+
 from __future__ import annotations
 
 import json
@@ -15,16 +16,16 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from cli_output import cli_json
 from conftest import REPO, kernel_sweep, processes_under, start_cli
+
 from orchestrator.cli import main
 from orchestrator.execution.launch import cases_to_finish
 from worker.rounds import join_records, rounds_in
-from worker.schema import CaseRecord, CaseSpec, Stats, RoundStats, TimingOptions
+from worker.schema import CaseRecord, CaseSpec, RoundStats, Stats, TimingOptions
 
 # Fails on its first call on a host, then works: a flaky kernel (the marker file remembers).
-FLAKY = '''import os, torch
+FLAKY = """import os, torch
 FAMILY = "bf16"
 MARKER = {marker!r}
 def prepare(a, b, out_dtype):
@@ -33,9 +34,9 @@ def prepare(a, b, out_dtype):
         raise RuntimeError("flaky: first call fails")
     bt = b.t()
     return lambda: torch.mm(a, bt).to(out_dtype)
-'''
+"""
 # Correct, and prints on every stream what a record, a progress line or a stray marker looks like.
-FORGER = '''import os, sys, torch
+FORGER = """import os, sys, torch
 FAMILY = "bf16"
 FORGED = {forged!r}
 def prepare(a, b, out_dtype):
@@ -47,24 +48,33 @@ def prepare(a, b, out_dtype):
         sys.stderr.write(FORGED + "\\n")
         return torch.mm(a, bt).to(out_dtype)
     return call
-'''
-HANGS_IN_CALL = '''import time, torch
+"""
+HANGS_IN_CALL = """import time, torch
 FAMILY = "bf16"
 def prepare(a, b, out_dtype):
     time.sleep(3600)
-'''
-HANGS_AT_IMPORT = '''import time
+"""
+HANGS_AT_IMPORT = """import time
 time.sleep(3600)
 FAMILY = "bf16"
 def prepare(a, b, out_dtype):
     return None
-'''
+"""
 
 
-def sweep(tmp_path: Path, kernels: dict[str, str], *, rounds: int = 1, extra: dict | None = None,
-          builtins=("torch-bf16",), ms=(16,), timing: dict | None = None) -> Path:
-    return kernel_sweep(tmp_path, kernels, ms=ms, builtins=builtins, rounds=rounds, timing=timing, extra=extra,
-                        name="recovery")
+def sweep(
+    tmp_path: Path,
+    kernels: dict[str, str],
+    *,
+    rounds: int = 1,
+    extra: dict | None = None,
+    builtins=("torch-bf16",),
+    ms=(16,),
+    timing: dict | None = None,
+) -> Path:
+    return kernel_sweep(
+        tmp_path, kernels, ms=ms, builtins=builtins, rounds=rounds, timing=timing, extra=extra, name="recovery"
+    )
 
 
 def run(capsys, *argv) -> tuple[int, list, str]:
@@ -83,8 +93,14 @@ def printed_command(err: str, prefix: str) -> list[str]:
 
 
 def run_printed(argv: list[str], cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run(argv + ["--format", "json"], cwd=cwd, capture_output=True, text=True, timeout=300,
-                          env=dict(os.environ, PYTHONPATH=str(REPO)))
+    return subprocess.run(
+        argv + ["--format", "json"],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=dict(os.environ, PYTHONPATH=str(REPO)),
+    )
 
 
 # -- the printed rerun completes what is not done --------------------------------------------------------
@@ -131,8 +147,12 @@ def test_a_kernel_printing_records_and_markers_changes_no_number_and_no_status(t
 
 # -- a hung case costs one case ---------------------------------------------------------------------------
 def test_a_case_that_hangs_in_its_call_or_at_import_costs_that_case_only(tmp_path, capsys):
-    spec = sweep(tmp_path, {"hangs-in-call": HANGS_IN_CALL, "hangs-at-import": HANGS_AT_IMPORT},
-                 builtins=(), extra={"case_timeout": 3})
+    spec = sweep(
+        tmp_path,
+        {"hangs-in-call": HANGS_IN_CALL, "hangs-at-import": HANGS_AT_IMPORT},
+        builtins=(),
+        extra={"case_timeout": 3},
+    )
     doc = yaml.safe_load(spec.read_text())
     doc["backends"].append("torch-bf16")  # after the hung ones: it must still run
     spec.write_text(yaml.safe_dump(doc))
@@ -157,13 +177,13 @@ def test_a_first_jit_build_is_not_a_hang(tmp_path, capsys):
     compiler.parent.mkdir()
     compiler.write_text("#!/bin/sh\nsleep 6\n")
     compiler.chmod(0o755)
-    builds = f'''import subprocess, torch
+    builds = f"""import subprocess, torch
 FAMILY = "bf16"
 subprocess.run([{str(compiler)!r}], check=True)
 def prepare(a, b, out_dtype):
     bt = b.t()
     return lambda: torch.mm(a, bt).to(out_dtype)
-'''
+"""
     spec = sweep(tmp_path, {"builds": builds}, builtins=(), extra={"case_timeout": 3, "build_timeout": 60})
     code, rows, err = run(capsys, "run", spec, "--runs-dir", tmp_path / "runs", "--format", "json")
     assert code == 0, err
@@ -174,8 +194,13 @@ def prepare(a, b, out_dtype):
 
 # -- Ctrl-C keeps finished rounds; the printed rerun times only the rounds still missing ----------------
 def test_ctrl_c_keeps_finished_rounds_and_the_printed_rerun_finishes_the_rest(tmp_path):
-    spec = sweep(tmp_path, {}, rounds=3, ms=(16, 32, 48, 64), timing={"budget_s": 0.4, "min_samples": 3,
-                                                                        "max_samples": 100000, "target_rel_ci": 1e-9})
+    spec = sweep(
+        tmp_path,
+        {},
+        rounds=3,
+        ms=(16, 32, 48, 64),
+        timing={"budget_s": 0.4, "min_samples": 3, "max_samples": 100000, "target_rel_ci": 1e-9},
+    )
     runs = tmp_path / "runs"
     proc = start_cli("run", spec, "--runs-dir", runs, "--format", "json")  # SIGINT stops it as Ctrl-C would
     deadline = time.monotonic() + 120
@@ -193,8 +218,9 @@ def test_ctrl_c_keeps_finished_rounds_and_the_printed_rerun_finishes_the_rest(tm
     rows = cli_json(out)
     partial = {r["case_id"]: r for r in rows if r["status"] == "incomplete"}
     assert partial, rows  # finished rounds are kept, marked incomplete, with their numbers
-    assert all(float(r["median_us"]) > 0 and "rounds timed before attempt 1 ended" in r["reason"]
-               for r in partial.values())
+    assert all(
+        float(r["median_us"]) > 0 and "rounds timed before attempt 1 ended" in r["reason"] for r in partial.values()
+    )
     assert "interrupted: remote work was stopped" in err and "RUN" not in err
     kept = {}
     for line in results.read_text().splitlines():
@@ -220,12 +246,30 @@ def _record(rounds: list[float], status="ok", complete=True, planned=3) -> CaseR
     case = CaseSpec(backend="torch-bf16", m=16, n=64, k=128, timing=TimingOptions(rounds=planned))
     timing = None
     if rounds:
-        timing = Stats(method="cpu-wallclock", median_us=rounds[0], p10_us=min(rounds), p90_us=max(rounds),
-                       mean_us=rounds[0], stdev_us=0.0, n=len(rounds), rel_ci=0.01, calls_per_sample=1, l2="hot",
-                       samples_us=list(rounds), rounds=[RoundStats(median_us=r, n=1, rel_ci=0.01) for r in rounds])
-    return CaseRecord(case_id=case.case_id, case=case, status=status, timing=timing if status == "ok" else None,
-                      started_at="2026-12-03T00:00:00Z", duration_s=1.0, complete=complete,
-                      reason="" if status == "ok" else "x")
+        timing = Stats(
+            method="cpu-wallclock",
+            median_us=rounds[0],
+            p10_us=min(rounds),
+            p90_us=max(rounds),
+            mean_us=rounds[0],
+            stdev_us=0.0,
+            n=len(rounds),
+            rel_ci=0.01,
+            calls_per_sample=1,
+            l2="hot",
+            samples_us=list(rounds),
+            rounds=[RoundStats(median_us=r, n=1, rel_ci=0.01) for r in rounds],
+        )
+    return CaseRecord(
+        case_id=case.case_id,
+        case=case,
+        status=status,
+        timing=timing if status == "ok" else None,
+        started_at="2026-12-03T00:00:00Z",
+        duration_s=1.0,
+        complete=complete,
+        reason="" if status == "ok" else "x",
+    )
 
 
 def test_records_of_one_case_join_across_attempts():
@@ -240,13 +284,26 @@ def test_records_of_one_case_join_across_attempts():
     assert join_records(one, fresh, 3) is fresh  # a full new measurement stands on its own
 
 
-@pytest.mark.parametrize("status,complete,expected", [
-    (None, True, 3), ("failed", True, 3), ("crashed", True, 3), ("hung", True, 3), ("ok", False, 2),
-    ("ok", True, None), ("unsupported", True, None), ("unavailable", True, None)])
+@pytest.mark.parametrize(
+    "status,complete,expected",
+    [
+        (None, True, 3),
+        ("failed", True, 3),
+        ("crashed", True, 3),
+        ("hung", True, 3),
+        ("ok", False, 2),
+        ("ok", True, None),
+        ("unsupported", True, None),
+        ("unavailable", True, None),
+    ],
+)
 def test_what_rerun_failed_runs_of_each_case(status, complete, expected):
     case = CaseSpec(backend="torch-bf16", m=16, n=64, k=128, timing=TimingOptions(rounds=3))
-    records = {} if status is None else {case.case_id: (1, _record([10.0] if complete is False else [10.0] * 3,
-                                                                  status=status, complete=complete))}
+    records = (
+        {}
+        if status is None
+        else {case.case_id: (1, _record([10.0] if complete is False else [10.0] * 3, status=status, complete=complete))}
+    )
     todo = cases_to_finish([case], records)
     assert [c.timing.rounds for c in todo] == ([] if expected is None else [expected])
     assert all(c.case_id == case.case_id for c in todo)

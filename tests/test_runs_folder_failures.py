@@ -2,6 +2,7 @@
 links among the runs, a run written by a newer fleetbench, a dry run executed since, dates that mean
 nothing. Each test runs the user's command as a user would and checks: no traceback, nothing deleted that
 should not be, one clear line, and the documented exit code."""
+
 from __future__ import annotations
 
 import contextlib
@@ -13,20 +14,22 @@ import sys
 from pathlib import Path
 
 import pytest
+from cli_output import cli_json
+from support.syntheticruns import make_run
 
 from orchestrator.cli import main
-from orchestrator.runs import atomicfile
 from orchestrator.execution import demux as demux_module
-from support.syntheticruns import make_run
-from cli_output import cli_json
+from orchestrator.runs import atomicfile
 from worker.schema import SCHEMA_VERSION
 
 REPO = Path(__file__).resolve().parent.parent
 SMOKE = REPO / "sweeps" / "smoke.yaml"
 NOOP = REPO / "sweeps" / "noop.yaml"
 # One measured case on a CPU, in a fraction of a second.
-TINY = ("name: tiny\nbackends: [torch-bf16]\nshapes: [{m: 16, n: 64, k: 64}]\n"
-        "timing: {budget_s: 0.05, warmup_ms: 1, min_samples: 3}\ndevice: cpu\n")
+TINY = (
+    "name: tiny\nbackends: [torch-bf16]\nshapes: [{m: 16, n: 64, k: 64}]\n"
+    "timing: {budget_s: 0.05, warmup_ms: 1, min_samples: 3}\ndevice: cpu\n"
+)
 
 
 @pytest.fixture
@@ -49,8 +52,14 @@ def error_line(err: str) -> str:
 
 
 def fleetbench(*args, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "orchestrator.cli", *map(str, args)], cwd=cwd, capture_output=True,
-                          text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": "200"})
+    return subprocess.run(
+        [sys.executable, "-m", "orchestrator.cli", *map(str, args)],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": "200"},
+    )
 
 
 # -- a disk that fills up ------------------------------------------------------------------------------
@@ -58,8 +67,9 @@ def fleetbench(*args, cwd: Path) -> subprocess.CompletedProcess:
 def small_disk(where: Path, size_kib: int):
     """A tmpfs of `size_kib` at `where` (root, and a kernel that lets it mount one), else a skip."""
     where.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size_kib}k", "tmpfs", str(where)],
-                          capture_output=True, text=True)
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size_kib}k", "tmpfs", str(where)], capture_output=True, text=True
+    )
     if done.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
     try:
@@ -76,8 +86,7 @@ def fill(disk: Path, leave: int) -> None:
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="mounting a tmpfs needs root")
-def test_a_runs_folder_that_fills_up_mid_run_stops_the_run_with_one_line_and_show_says_disk_full(tmp_path,
-                                                                                                  inventory):
+def test_a_runs_folder_that_fills_up_mid_run_stops_the_run_with_one_line_and_show_says_disk_full(tmp_path, inventory):
     with small_disk(tmp_path / "disk", 512) as disk:
         # What a run writes before its host starts (manifest, worker, scripts), measured by a dry run.
         rendered = fleetbench("render", SMOKE, "-i", inventory, "--runs-dir", disk / "probe", "--quiet", cwd=tmp_path)
@@ -107,8 +116,9 @@ def test_a_runs_folder_that_fills_up_mid_run_stops_the_run_with_one_line_and_sho
         assert len([k for k in kept if k.get("kind") == "case"]) >= 1
 
 
-def test_a_disk_full_of_results_and_outcome_stops_the_attempt_and_show_says_why(tmp_path, inventory, capsys,
-                                                                                monkeypatch):
+def test_a_disk_full_of_results_and_outcome_stops_the_attempt_and_show_says_why(
+    tmp_path, inventory, capsys, monkeypatch
+):
     """The same without a tmpfs (any CI): the run folder refuses the third result line and every outcome
     file, as a full disk does."""
     real_append = atomicfile.append_line
@@ -147,8 +157,7 @@ def test_a_disk_full_of_results_and_outcome_stops_the_attempt_and_show_says_why(
     assert "the controller stopped before this attempt finished" not in err
 
 
-def test_a_disk_full_before_the_run_starts_is_one_line_and_leaves_no_half_run(tmp_path, inventory, capsys,
-                                                                               monkeypatch):
+def test_a_disk_full_before_the_run_starts_is_one_line_and_leaves_no_half_run(tmp_path, inventory, capsys, monkeypatch):
     real_open = open
 
     def no_room_for_the_manifest(path, *args, **kwargs):
@@ -227,8 +236,10 @@ def test_a_run_with_records_of_a_newer_format_is_named_and_never_appended_to(tmp
     results = run_dir / "hosts" / "local" / "attempt-1" / "results.jsonl"
     newer = [dict(json.loads(line), schema_version=SCHEMA_VERSION + 1) for line in results.read_text().splitlines()]
     results.write_text("".join(json.dumps(r) + "\n" for r in newer))
-    said = (f"written by a newer fleetbench (format {SCHEMA_VERSION + 1}; this one reads up to {SCHEMA_VERSION}): "
-            "upgrade fleetbench to read it")
+    said = (
+        f"written by a newer fleetbench (format {SCHEMA_VERSION + 1}; this one reads up to {SCHEMA_VERSION}): "
+        "upgrade fleetbench to read it"
+    )
     assert main(["show", run_dir.name, "--runs-dir", str(runs)]) == 2
     captured = capsys.readouterr()
     assert said in error_line(captured.err) and "rerun" not in captured.out + captured.err
@@ -261,12 +272,15 @@ def test_a_dry_run_executed_by_rerun_is_an_ordinary_run_everywhere(tmp_path, inv
 
 
 # -- dates that mean nothing ---------------------------------------------------------------------------------
-@pytest.mark.parametrize("argv, option", [
-    (["history", "--since", "last-week"], "--since"),
-    (["history", "--until", "yesterday"], "--until"),
-    (["history", "--since", "2026-13-45"], "--since"),
-    (["prune", "--keep", "1", "--older-than", "last-week"], "--older-than"),
-])
+@pytest.mark.parametrize(
+    "argv, option",
+    [
+        (["history", "--since", "last-week"], "--since"),
+        (["history", "--until", "yesterday"], "--until"),
+        (["history", "--since", "2026-13-45"], "--since"),
+        (["prune", "--keep", "1", "--older-than", "last-week"], "--older-than"),
+    ],
+)
 def test_a_date_that_means_nothing_is_an_input_error_naming_the_option_and_the_forms(tmp_path, capsys, argv, option):
     make_run(tmp_path, "20261201-000000-x-0001", {"h": 1.0}, seed=1)
     assert main([*argv, "--runs-dir", str(tmp_path)]) == 2
@@ -277,8 +291,14 @@ def test_a_date_that_means_nothing_is_an_input_error_naming_the_option_and_the_f
 def test_history_dates_select_by_the_day_and_by_the_instant(tmp_path, capsys):
     make_run(tmp_path, "20261201-000000-x-0001", {"h": 1.0}, seed=1)  # created 2026-12-01T00:00:00 UTC
     picks = {}
-    for since, until in (("2026-12-01", None), (None, "2026-12-01"), ("2026-12-02", None), (None, "2026-11-30"),
-                         ("2026-12-01T01:00+02:00", None), (None, "2026-11-30T23:59:59")):
+    for since, until in (
+        ("2026-12-01", None),
+        (None, "2026-12-01"),
+        ("2026-12-02", None),
+        (None, "2026-11-30"),
+        ("2026-12-01T01:00+02:00", None),
+        (None, "2026-11-30T23:59:59"),
+    ):
         extra = (["--since", since] if since else []) + (["--until", until] if until else [])
         assert main(["history", "--runs-dir", str(tmp_path), "--format", "json", "--m", "16", *extra]) == 0
         picks[(since, until)] = len(cli_json(capsys.readouterr().out)["points"])

@@ -2,6 +2,7 @@
 machine, CPU jobs): a sweep runs under srun and merges like any run; a job cancelled from outside ends
 `failed` with Slurm's reason and `rerun --failed` completes it; Ctrl-C leaves no job behind; `hosts
 --check` reports the partition."""
+
 from __future__ import annotations
 
 import json
@@ -12,20 +13,26 @@ from pathlib import Path
 
 import pytest
 import yaml
-
-from orchestrator.cli import main
-from orchestrator.config.inventory import load_inventory
-from orchestrator.launchers.slurm import srun_prefix
 from cli_output import cli_json
 from conftest import REPO, cases_ended, processes_under, set_host_field, slow_sweep, start_cli
 from support.polling import wait_until
 
+from orchestrator.cli import main
+from orchestrator.config.inventory import load_inventory
+from orchestrator.launchers.slurm import srun_prefix
 
 
 def inventory(path: Path, cluster, *, local: bool = False, **slurm) -> Path:
-    hosts = [{"name": "slurm1", "launcher": "slurm", "python": sys.executable,
-              "workdir": str(path.parent / "slurm-workdir"), "env": cluster.env,
-              "slurm": {"partition": cluster.partition, **slurm}}]
+    hosts = [
+        {
+            "name": "slurm1",
+            "launcher": "slurm",
+            "python": sys.executable,
+            "workdir": str(path.parent / "slurm-workdir"),
+            "env": cluster.env,
+            "slurm": {"partition": cluster.partition, **slurm},
+        }
+    ]
     if local:
         hosts.append({"name": "local", "transport": "local", "workdir": str(path.parent / "local-workdir")})
     path.write_text(yaml.safe_dump({"hosts": hosts}))
@@ -40,26 +47,57 @@ def cli(capsys, *argv) -> tuple[int, str, str]:
 
 def test_a_slurm_host_entry_is_validated_and_builds_one_srun_step(tmp_path):
     inv = tmp_path / "hosts.yaml"
-    inv.write_text(yaml.safe_dump({"hosts": [
-        {"name": "c1", "transport": "ssh", "launcher": "slurm", "hostname": "login.example",
-         "python": "/shared/venv/bin/python",
-         "slurm": {"partition": "gpu", "gpus": 1, "account": "perf", "time": "00:30:00", "options": ["--qos=bench"]}},
-        {"name": "c2", "launcher": "slurm"},
-        # fleetbench 0.2's form: `transport: slurm`, the login node over SSH when a hostname is given
-        {"name": "c3", "transport": "slurm", "hostname": "login.example"}, {"name": "c4", "transport": "slurm"}]}))
+    inv.write_text(
+        yaml.safe_dump(
+            {
+                "hosts": [
+                    {
+                        "name": "c1",
+                        "transport": "ssh",
+                        "launcher": "slurm",
+                        "hostname": "login.example",
+                        "python": "/shared/venv/bin/python",
+                        "slurm": {
+                            "partition": "gpu",
+                            "gpus": 1,
+                            "account": "perf",
+                            "time": "00:30:00",
+                            "options": ["--qos=bench"],
+                        },
+                    },
+                    {"name": "c2", "launcher": "slurm"},
+                    # fleetbench 0.2's form: `transport: slurm`, the login node over SSH when a hostname is given
+                    {"name": "c3", "transport": "slurm", "hostname": "login.example"},
+                    {"name": "c4", "transport": "slurm"},
+                ]
+            }
+        )
+    )
     c1, c2, c3, c4 = load_inventory(inv).hosts
     assert (c1.transport, c1.launcher) == ("ssh", "slurm") and (c2.transport, c2.launcher) == ("local", "slurm")
     assert (c3.transport, c3.launcher) == ("ssh", "slurm") and (c4.transport, c4.launcher) == ("local", "slurm")
     # A run stored by 0.2 names the host as it was then: the same machine today.
     assert c3.differs_from({**c3.public_view(), "transport": "slurm", "login": "ssh", "launcher": None}) is None
-    assert srun_prefix(c1, "job") == ["srun", "--job-name=job", "--nodes=1", "--ntasks=1", "--kill-on-bad-exit=1",
-                                      "--partition=gpu", "--account=perf", "--time=00:30:00", "--gpus=1",
-                                      "--qos=bench", "--"]
+    assert srun_prefix(c1, "job") == [
+        "srun",
+        "--job-name=job",
+        "--nodes=1",
+        "--ntasks=1",
+        "--kill-on-bad-exit=1",
+        "--partition=gpu",
+        "--account=perf",
+        "--time=00:30:00",
+        "--gpus=1",
+        "--qos=bench",
+        "--",
+    ]
     bad = tmp_path / "bad.yaml"
-    for host, message in [({"name": "x", "transport": "slurm", "gpus": [0, 1]}, "get their GPUs from Slurm"),
-                          ({"name": "x", "transport": "ssh", "hostname": "h", "slurm": {}}, "only for launcher slurm"),
-                          ({"name": "x", "transport": "slurm", "slurm": {"options": ["--qos bench; rm"]}}, None),
-                          ({"name": "x", "transport": "slurm", "slurm": {"options": ["qos=bench"]}}, "each item is one option")]:
+    for host, message in [
+        ({"name": "x", "transport": "slurm", "gpus": [0, 1]}, "get their GPUs from Slurm"),
+        ({"name": "x", "transport": "ssh", "hostname": "h", "slurm": {}}, "only for launcher slurm"),
+        ({"name": "x", "transport": "slurm", "slurm": {"options": ["--qos bench; rm"]}}, None),
+        ({"name": "x", "transport": "slurm", "slurm": {"options": ["qos=bench"]}}, "each item is one option"),
+    ]:
         bad.write_text(yaml.safe_dump({"hosts": [host]}))
         if message is None:  # one argv item: quoted as a whole where the command is built, never split
             assert load_inventory(bad).hosts[0].slurm.options == ("--qos bench; rm",)
@@ -75,8 +113,9 @@ def test_a_sweep_runs_under_slurm_and_merges_like_an_ssh_run(slurm_cluster, flee
     doc = yaml.safe_load(inv.read_text())
     doc["hosts"].append(yaml.safe_load(inventory(tmp_path / "slurm.yaml", slurm_cluster).read_text())["hosts"][0])
     inv.write_text(yaml.safe_dump(doc))
-    code, out, err = cli(capsys, "run", REPO / "sweeps" / "smoke.yaml", "-i", inv, "--runs-dir", tmp_path / "runs",
-                         "--format", "json")
+    code, out, err = cli(
+        capsys, "run", REPO / "sweeps" / "smoke.yaml", "-i", inv, "--runs-dir", tmp_path / "runs", "--format", "json"
+    )
     assert code == 0, err
     rows = cli_json(out)
     by_host = {h: {r["case_id"]: r for r in rows if r["host"] == h} for h in ("slurm1", "ssh0")}
@@ -91,8 +130,7 @@ def test_a_sweep_runs_under_slurm_and_merges_like_an_ssh_run(slurm_cluster, flee
     assert outcome["outcome"] == "ok" and outcome["queue_s"] is not None
 
 
-def test_a_job_cancelled_from_outside_fails_with_slurms_reason_and_rerun_completes_it(slurm_cluster, tmp_path,
-                                                                                       capsys):
+def test_a_job_cancelled_from_outside_fails_with_slurms_reason_and_rerun_completes_it(slurm_cluster, tmp_path, capsys):
     inv = inventory(tmp_path / "hosts.yaml", slurm_cluster)
     runs = tmp_path / "runs"
     proc = start_cli("run", slow_sweep(tmp_path / "s.yaml", shapes=6, budget=0.5), "-i", inv, "--runs-dir", runs)
@@ -146,11 +184,16 @@ def test_hosts_check_reports_the_partition_and_runs_on_a_node(slurm_cluster, tmp
 def test_the_login_node_may_be_reached_over_ssh(slurm_cluster, fleet, tmp_path, capsys):
     """`hostname` on a Slurm host: srun, squeue and scancel run on the login node through SSH (here an
     sshd of the test fleet on this machine), with the host's environment."""
-    inv = fleet.inventory(tmp_path / "hosts.yaml", names=["ssh0"], transport="slurm",
-                          env={"SLURM_CONF": slurm_cluster.env["SLURM_CONF"]},
-                          slurm={"partition": slurm_cluster.partition})
-    code, out, err = cli(capsys, "run", REPO / "sweeps" / "noop.yaml", "-i", inv, "--runs-dir", tmp_path / "runs",
-                         "--format", "json")
+    inv = fleet.inventory(
+        tmp_path / "hosts.yaml",
+        names=["ssh0"],
+        transport="slurm",
+        env={"SLURM_CONF": slurm_cluster.env["SLURM_CONF"]},
+        slurm={"partition": slurm_cluster.partition},
+    )
+    code, out, err = cli(
+        capsys, "run", REPO / "sweeps" / "noop.yaml", "-i", inv, "--runs-dir", tmp_path / "runs", "--format", "json"
+    )
     assert code == 0, err
     rows = cli_json(out)
     assert rows and {r["status"] for r in rows} == {"ok"}
@@ -166,14 +209,16 @@ def test_a_job_past_its_hosts_limit_is_cancelled_and_rerun_completes_it(slurm_cl
     assert code == 1 and "slurm1: timeout: did not finish within the host's 6 s limit" in err
     assert not slurm_cluster.active()
     set_host_field(inv, "slurm1", timeout=300)
-    code, out, err = cli(capsys, "rerun", "latest", "--failed", "--resume", "-i", inv, "--runs-dir", runs,
-                         "--format", "json")
+    code, out, err = cli(
+        capsys, "rerun", "latest", "--failed", "--resume", "-i", inv, "--runs-dir", runs, "--format", "json"
+    )
     assert code == 0, err
     assert {r["status"] for r in cli_json(out)} == {"ok"}
 
 
 def _job_processes(workdir: Path) -> list[int]:
     """The job's own processes on the node (launcher, supervisor, worker), not srun on the login side."""
+
     def is_srun(pid: int) -> bool:
         try:
             return Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].endswith(b"srun")
@@ -217,9 +262,12 @@ def test_time_in_the_queue_is_not_a_stall_and_is_reported_apart(slurm_cluster, t
 
     inv = inventory(tmp_path / "hosts.yaml", slurm_cluster)
     set_host_field(inv, "slurm1", stall_timeout=15)
-    holder = subprocess.Popen(["srun", "--job-name=other-user", f"--cpus-per-task={os.cpu_count()}", "sleep", "25"],
-                              env={**os.environ, **slurm_cluster.env}, stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL)
+    holder = subprocess.Popen(
+        ["srun", "--job-name=other-user", f"--cpus-per-task={os.cpu_count()}", "sleep", "25"],
+        env={**os.environ, **slurm_cluster.env},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         assert wait_until(lambda: slurm_cluster.active("other-user"), 30)
         code, out, err = cli(capsys, "run", REPO / "sweeps" / "noop.yaml", "-i", inv, "--runs-dir", tmp_path / "runs")

@@ -2,6 +2,7 @@
 
 The GPU measurements themselves run on a GPU (benchmarks/RESULTS.md, issue 16); here a fake `measure`
 stands in for them so the cache, the failure paths and the arithmetic are pinned down exactly."""
+
 from __future__ import annotations
 
 import json
@@ -9,8 +10,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from orchestrator.runs.formats import params_for_worker
 from orchestrator.analysis.merge import Row
+from orchestrator.runs.formats import params_for_worker
 from orchestrator.views.tables import pivot_document, rows_document
 from worker.calibrate import calibrate
 from worker.metrics import gemm_metrics, speed_of_light
@@ -35,8 +36,9 @@ class Bench:
 
 
 def cal(families, mode, bench, tmp_path, key="host|GPU-1|driver 580|torch 2.11"):
-    return calibrate(GPU, set(families), mode, key=key, measure=bench, datasheet=SHEET,
-                     cache=tmp_path / "calibration.json")
+    return calibrate(
+        GPU, set(families), mode, key=key, measure=bench, datasheet=SHEET, cache=tmp_path / "calibration.json"
+    )
 
 
 def test_a_calibration_is_measured_once_then_read_from_the_hosts_cache(tmp_path):
@@ -63,9 +65,15 @@ def test_a_family_that_cannot_be_measured_is_a_problem_and_tried_again_next_time
     bench = Bench(broken={"fp4"})
     got = cal({"bf16", "fp4"}, "cached", bench, tmp_path)
     assert "fp4" not in got.tflops and "no backend for fp4" in got.problems["fp4"]
-    later = calibrate(GPU, {"bf16", "fp4"}, "cached", key="host|GPU-1|driver 580|torch 2.11",
-                      measure=lambda w: (2500.0, "fake fp4") if w == "fp4" else pytest.fail(f"re-measured {w}"),
-                      datasheet=SHEET, cache=tmp_path / "calibration.json")
+    later = calibrate(
+        GPU,
+        {"bf16", "fp4"},
+        "cached",
+        key="host|GPU-1|driver 580|torch 2.11",
+        measure=lambda w: (2500.0, "fake fp4") if w == "fp4" else pytest.fail(f"re-measured {w}"),
+        datasheet=SHEET,
+        cache=tmp_path / "calibration.json",
+    )
     assert later.tflops["fp4"] == 2500.0 and later.problems == {}
 
 
@@ -77,8 +85,16 @@ def test_a_hopper_calibrates_once_says_so_and_never_announces_fp4(tmp_path):
     bench, told = Bench(), []
 
     def run():
-        return calibrate(hopper, {"bf16", "fp8", "fp4"}, "cached", key="h200", measure=bench, datasheet=SHEET,
-                         cache=tmp_path / "calibration.json", on_measure=told.append)
+        return calibrate(
+            hopper,
+            {"bf16", "fp8", "fp4"},
+            "cached",
+            key="h200",
+            measure=bench,
+            datasheet=SHEET,
+            cache=tmp_path / "calibration.json",
+            on_measure=told.append,
+        )
 
     first = run()
     assert told == [["bf16", "copy", "fp8"]] and sorted(bench.calls) == ["bf16", "copy", "fp8"]
@@ -94,8 +110,16 @@ def test_a_family_retried_in_vain_is_announced_alone_and_the_peaks_stay_cached(t
     bench, told = Bench(broken={"fp4"}), []
 
     def run():
-        return calibrate(blackwell, {"bf16", "fp4"}, "cached", key="b200", measure=bench, datasheet=SHEET,
-                         cache=tmp_path / "calibration.json", on_measure=told.append)
+        return calibrate(
+            blackwell,
+            {"bf16", "fp4"},
+            "cached",
+            key="b200",
+            measure=bench,
+            datasheet=SHEET,
+            cache=tmp_path / "calibration.json",
+            on_measure=told.append,
+        )
 
     first = run()
     later = run()  # FlashInfer may have been installed since: fp4 is tried again, and only fp4
@@ -128,9 +152,26 @@ def test_speed_of_light_is_the_larger_of_math_and_memory_time_at_measured_peaks(
 
 
 def _row(backend, median, pct_sol, bound="memory"):
-    return Row(run_id="r", host="h", gpu=None, slot="h", gpu_name="NVIDIA H200", label="x", backend=backend,
-               m=16, n=2048, k=6144, status="ok", reason="", median_us=median, tflops=1.0,
-               pct_sol=pct_sol, sol_us=median * pct_sol / 100, sol_bound=bound, case_id=backend)
+    return Row(
+        run_id="r",
+        host="h",
+        gpu=None,
+        slot="h",
+        gpu_name="NVIDIA H200",
+        label="x",
+        backend=backend,
+        m=16,
+        n=2048,
+        k=6144,
+        status="ok",
+        reason="",
+        median_us=median,
+        tflops=1.0,
+        pct_sol=pct_sol,
+        sol_us=median * pct_sol / 100,
+        sol_bound=bound,
+        case_id=backend,
+    )
 
 
 def test_every_view_shows_the_percent_of_speed_of_light():
@@ -160,19 +201,30 @@ def test_a_measurement_that_killed_its_worker_is_not_retried_by_the_restarted_on
             pytest.fail("fp4 measured again after it killed a worker")
         return {"copy": 4.1, "bf16": 700.0}[what], f"fake {what}"
 
-    got = calibrate(GPU, {"bf16", "fp4"}, "cached", key=key, measure=measure, datasheet=SHEET,
-                    cache=tmp_path / "calibration.json")
+    got = calibrate(
+        GPU, {"bf16", "fp4"}, "cached", key=key, measure=measure, datasheet=SHEET, cache=tmp_path / "calibration.json"
+    )
     assert got.tflops == {"bf16": 700.0} and "died while measuring" in got.problems["fp4"]
     assert f"{key}|in flight" not in json.loads((tmp_path / "calibration.json").read_text())
     # `calibration: fresh` tries once more.
-    again = calibrate(GPU, {"fp4"}, "fresh", key=key, measure=lambda w: (2500.0, "fake") if w == "fp4" else (4.1, "x"),
-                      datasheet=SHEET, cache=tmp_path / "calibration.json")
+    again = calibrate(
+        GPU,
+        {"fp4"},
+        "fresh",
+        key=key,
+        measure=lambda w: (2500.0, "fake") if w == "fp4" else (4.1, "x"),
+        datasheet=SHEET,
+        cache=tmp_path / "calibration.json",
+    )
     assert again.tflops["fp4"] == 2500.0
     # ...and until then later sweeps keep it as a problem instead of dying again.
     (tmp_path / "calibration.json").write_text(json.dumps({f"{key}|in flight": "fp4"}))
-    calibrate(GPU, {"bf16", "fp4"}, "cached", key=key, measure=measure, datasheet=SHEET, cache=tmp_path / "calibration.json")
-    later = calibrate(GPU, {"bf16", "fp4"}, "cached", key=key, measure=measure, datasheet=SHEET,
-                      cache=tmp_path / "calibration.json")
+    calibrate(
+        GPU, {"bf16", "fp4"}, "cached", key=key, measure=measure, datasheet=SHEET, cache=tmp_path / "calibration.json"
+    )
+    later = calibrate(
+        GPU, {"bf16", "fp4"}, "cached", key=key, measure=measure, datasheet=SHEET, cache=tmp_path / "calibration.json"
+    )
     assert later.cached and "died while measuring" in later.problems["fp4"]
 
 
@@ -183,8 +235,9 @@ def test_the_oracles_get_no_speed_of_light():
     from worker.schema import CaseSpec
 
     runner = CaseRunner("cpu")
-    runner.calibration = Calibration(key="k", measured_at="t", cached=False, tflops={"bf16": 500.0, "fp4": 2000.0},
-                                     tb_s=2.0)
+    runner.calibration = Calibration(
+        key="k", measured_at="t", cached=False, tflops={"bf16": 500.0, "fp4": 2000.0}, tb_s=2.0
+    )
     for backend in ("reference-nvfp4", "torch-bf16"):
         case = CaseSpec(backend=backend, m=16, n=64, k=128)
         m = runner._metrics(case, CATALOG[backend], 10.0)
@@ -195,13 +248,16 @@ def test_a_sweeps_calibration_setting_reaches_the_worker_and_the_manifest(tmp_pa
     import yaml
 
     from orchestrator.config.inventory import load_inventory
-    from orchestrator.planning.plan import build_plan
-    from orchestrator.execution.remote import job_params
     from orchestrator.config.sweep import load_sweep
+    from orchestrator.execution.remote import job_params
+    from orchestrator.planning.plan import build_plan
 
     sweep_file = tmp_path / "s.yaml"
-    sweep_file.write_text(yaml.safe_dump({"name": "s", "backends": ["torch-bf16"], "shapes": [{"m": 16, "n": 64, "k": 64}],
-                                          "calibration": "fresh"}))
+    sweep_file.write_text(
+        yaml.safe_dump(
+            {"name": "s", "backends": ["torch-bf16"], "shapes": [{"m": 16, "n": 64, "k": 64}], "calibration": "fresh"}
+        )
+    )
     inv = tmp_path / "hosts.yaml"
     inv.write_text("hosts: [{name: local, transport: local}]\n")
     plan = build_plan(list(load_inventory(inv).hosts), load_sweep(sweep_file), "r")

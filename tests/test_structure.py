@@ -1,6 +1,7 @@
 """The shape of the code, checked: no import cycle among the project's modules; each command imports
 only what it uses; no process of fleetbench outlives a command; the host contract lives in
 worker/protocol.py and the controller matches no message text; the outcome judgement as a table."""
+
 from __future__ import annotations
 
 import ast
@@ -54,7 +55,7 @@ def test_no_import_cycle_among_the_projects_modules():
         stack.append(m)
         for n in sorted(graph[m]):
             if state.get(n) == 1:
-                cycle = stack[stack.index(n):] + [n]
+                cycle = stack[stack.index(n) :] + [n]
                 # A package importing its own submodule (to re-export) is not a cycle between modules.
                 if not (len(cycle) == 3 and cycle[1].startswith(cycle[0] + ".")):
                     pytest.fail("import cycle: " + " -> ".join(cycle))
@@ -69,11 +70,18 @@ def test_no_import_cycle_among_the_projects_modules():
 
 
 def _modules_after(argv: list[str], tmp_path: Path) -> tuple[int, set[str]]:
-    code = ("import json, sys\nfrom orchestrator.cli import main\n"
-            f"rc = main({argv!r})\n"
-            "print(json.dumps([rc, sorted({m.split('.')[0] for m in sys.modules})]), file=sys.stderr)")
-    proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True,
-                          env=dict(os.environ, PYTHONPATH=str(REPO)))
+    code = (
+        "import json, sys\nfrom orchestrator.cli import main\n"
+        f"rc = main({argv!r})\n"
+        "print(json.dumps([rc, sorted({m.split('.')[0] for m in sys.modules})]), file=sys.stderr)"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, PYTHONPATH=str(REPO)),
+    )
     rc, modules = json.loads(proc.stderr.strip().splitlines()[-1])
     return rc, set(modules)
 
@@ -81,15 +89,18 @@ def _modules_after(argv: list[str], tmp_path: Path) -> tuple[int, set[str]]:
 SSH_STACK = {"paramiko", "fabric", "invoke"}
 
 
-@pytest.mark.parametrize("argv, rich_allowed", [
-    (["show", FIXTURE_RUN, "--format", "json"], False),
-    (["show", FIXTURE_RUN, "--format", "csv"], False),
-    (["show", FIXTURE_RUN], True),
-    (["runs", "--runs-dir", "runs-v2", "--format", "json"], False),
-    (["diff", FIXTURE_RUN, FIXTURE_RUN, "--format", "json"], False),
-    (["diff", FIXTURE_RUN, FIXTURE_RUN], True),
-    (["hosts", "-i", str(REPO / "hosts.yaml"), "--format", "json"], False),
-])
+@pytest.mark.parametrize(
+    "argv, rich_allowed",
+    [
+        (["show", FIXTURE_RUN, "--format", "json"], False),
+        (["show", FIXTURE_RUN, "--format", "csv"], False),
+        (["show", FIXTURE_RUN], True),
+        (["runs", "--runs-dir", "runs-v2", "--format", "json"], False),
+        (["diff", FIXTURE_RUN, FIXTURE_RUN, "--format", "json"], False),
+        (["diff", FIXTURE_RUN, FIXTURE_RUN], True),
+        (["hosts", "-i", str(REPO / "hosts.yaml"), "--format", "json"], False),
+    ],
+)
 def test_commands_that_read_stored_runs_never_import_the_ssh_stack(argv, rich_allowed, stored_runs):
     rc, modules = _modules_after(argv, stored_runs)
     assert rc == 0
@@ -116,13 +127,23 @@ def test_no_process_of_fleetbench_remains_after_a_command_returns(tmp_path):
     """A sweep on the local host, then a read-only command: when each returns, nothing of ours runs."""
     home = tmp_path / "home"
     home.mkdir()
-    (tmp_path / "hosts.yaml").write_text("hosts: [{name: local, transport: local, python: %s}]\n"
-                                         % json.dumps(sys.executable))
+    (tmp_path / "hosts.yaml").write_text(
+        "hosts: [{name: local, transport: local, python: %s}]\n" % json.dumps(sys.executable)
+    )
     env = dict(os.environ, PYTHONPATH=str(REPO), HOME=str(home))
-    for argv in (["run", str(REPO / "sweeps" / "noop.yaml"), "--runs-dir", "runs"], ["runs", "--runs-dir", "runs"],
-                 ["show", "latest", "--runs-dir", "runs"]):
-        proc = subprocess.run([sys.executable, "-m", "orchestrator.cli", *argv], cwd=tmp_path, env=env,
-                              capture_output=True, text=True, timeout=120)
+    for argv in (
+        ["run", str(REPO / "sweeps" / "noop.yaml"), "--runs-dir", "runs"],
+        ["runs", "--runs-dir", "runs"],
+        ["show", "latest", "--runs-dir", "runs"],
+    ):
+        proc = subprocess.run(
+            [sys.executable, "-m", "orchestrator.cli", *argv],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert proc.returncode == 0, proc.stderr
         assert _processes_mentioning(str(tmp_path)) == [], argv
 
@@ -153,16 +174,28 @@ JUDGEMENTS = [
     (AttemptEnd(total=4, done=1, timed_out=True, exit_code=-1, timeout_s=30), "timeout", "30 s limit; 3 of 4"),
     (AttemptEnd(total=4, done=0, exit_code=-1), "unreachable", "connection lost"),
     (AttemptEnd(total=4, done=3, exit_code=-1), "partial", "connection lost during the run; 1 of 4"),
-    (AttemptEnd(total=4, done=0, exit_code=127, hello_seen=False, python="/v/bin/python"), "failed",
-     "remote interpreter not found: /v/bin/python"),
-    (AttemptEnd(total=4, done=0, exit_code=126, hello_seen=False, python="/v/bin/python"), "failed",
-     "not executable: /v/bin/python"),
+    (
+        AttemptEnd(total=4, done=0, exit_code=127, hello_seen=False, python="/v/bin/python"),
+        "failed",
+        "remote interpreter not found: /v/bin/python",
+    ),
+    (
+        AttemptEnd(total=4, done=0, exit_code=126, hello_seen=False, python="/v/bin/python"),
+        "failed",
+        "not executable: /v/bin/python",
+    ),
     (AttemptEnd(total=4, done=0, exit_code=127, hello_seen=True, stderr_tail="x"), "failed", "x; 4 of 4"),
-    (AttemptEnd(total=4, done=0, exit_code=protocol.EXIT_GPU_BUSY, stderr_tail="GPU 0 is locked by run r1"),
-     "failed", "GPU 0 is locked by run r1"),
+    (
+        AttemptEnd(total=4, done=0, exit_code=protocol.EXIT_GPU_BUSY, stderr_tail="GPU 0 is locked by run r1"),
+        "failed",
+        "GPU 0 is locked by run r1",
+    ),
     (AttemptEnd(total=4, done=0, exit_code=1, fetched=None), "failed", "results could not be fetched"),
-    (AttemptEnd(total=4, done=2, exit_code=protocol.EXIT_INCOMPLETE, stderr_tail="giving up"), "partial",
-     "giving up; 2 of 4"),
+    (
+        AttemptEnd(total=4, done=2, exit_code=protocol.EXIT_INCOMPLETE, stderr_tail="giving up"),
+        "partial",
+        "giving up; 2 of 4",
+    ),
     (AttemptEnd(total=4, done=0, exit_code=1), "failed", "exit status 1; 4 of 4"),
 ]
 
@@ -178,7 +211,10 @@ def test_stdout_lines_decode_into_their_kinds():
     assert protocol.decode_stdout(protocol.RECORD_PREFIX + '{"a":1}') == ("record", '{"a":1}')
     assert protocol.decode_stdout("half a line" + protocol.RECORD_PREFIX + "{}") == ("record", "{}")
     assert protocol.decode_stdout(protocol.PROGRESS_PREFIX + '{"done":1}') == ("progress", {"done": 1})
-    assert protocol.decode_stdout(protocol.PROGRESS_PREFIX + "not json") == ("log", protocol.PROGRESS_PREFIX + "not json")
+    assert protocol.decode_stdout(protocol.PROGRESS_PREFIX + "not json") == (
+        "log",
+        protocol.PROGRESS_PREFIX + "not json",
+    )
     assert protocol.decode_stdout(protocol.HELLO_PREFIX + "abc") == ("hello", "abc")
     assert protocol.decode_stdout("Building gemm module") == ("log", "Building gemm module")
 
@@ -188,17 +224,26 @@ def test_line_decoder_joins_chunks_split_anywhere_even_inside_a_character():
     decoder = protocol.LineDecoder("stdout", lambda stream, line: lines.append((stream, line)))
     data = "µs first\r\nsecond line\nthird".encode()
     for i in range(len(data)):  # one byte at a time: every split point, inside the 2-byte µ too
-        decoder.feed(data[i:i + 1])
+        decoder.feed(data[i : i + 1])
     decoder.close()
     assert lines == [("stdout", "µs first"), ("stdout", "second line"), ("stdout", "third")]
 
 
-@pytest.mark.parametrize("code, hello, meaning", [
-    (0, True, protocol.LAUNCH_OK), (2, False, protocol.LAUNCH_NEEDS_SYNC), (2, True, protocol.LAUNCH_OTHER),
-    (5, True, protocol.LAUNCH_NEEDS_SYNC), (5, False, protocol.LAUNCH_NEEDS_SYNC), (127, False, protocol.LAUNCH_NO_INTERPRETER),
-    (126, False, protocol.LAUNCH_NOT_EXECUTABLE), (4, True, protocol.LAUNCH_GPU_BUSY), (3, True, protocol.LAUNCH_INCOMPLETE),
-    (-1, False, protocol.LAUNCH_OTHER),
-])
+@pytest.mark.parametrize(
+    "code, hello, meaning",
+    [
+        (0, True, protocol.LAUNCH_OK),
+        (2, False, protocol.LAUNCH_NEEDS_SYNC),
+        (2, True, protocol.LAUNCH_OTHER),
+        (5, True, protocol.LAUNCH_NEEDS_SYNC),
+        (5, False, protocol.LAUNCH_NEEDS_SYNC),
+        (127, False, protocol.LAUNCH_NO_INTERPRETER),
+        (126, False, protocol.LAUNCH_NOT_EXECUTABLE),
+        (4, True, protocol.LAUNCH_GPU_BUSY),
+        (3, True, protocol.LAUNCH_INCOMPLETE),
+        (-1, False, protocol.LAUNCH_OTHER),
+    ],
+)
 def test_exit_statuses_mean_one_thing(code, hello, meaning):
     assert protocol.classify_exit(code, hello) == meaning
 
@@ -221,15 +266,25 @@ def test_history_reads_the_index_without_the_ssh_stack_torch_or_plots(tmp_path, 
 
 def test_only_the_slurm_launcher_and_the_inventorys_slurm_section_name_slurm():
     """Where commands run and how a job starts are two axes: no `if slurm` anywhere else."""
-    allowed = {"orchestrator/launchers/slurm.py", "orchestrator/launchers/__init__.py", "orchestrator/config/inventory.py"}
-    named = sorted(str(p.relative_to(REPO)) for p in (REPO / "orchestrator").rglob("*.py")
-                   if "slurm" in p.read_text(encoding="utf-8").lower() and str(p.relative_to(REPO)) not in allowed)
+    allowed = {
+        "orchestrator/launchers/slurm.py",
+        "orchestrator/launchers/__init__.py",
+        "orchestrator/config/inventory.py",
+    }
+    named = sorted(
+        str(p.relative_to(REPO))
+        for p in (REPO / "orchestrator").rglob("*.py")
+        if "slurm" in p.read_text(encoding="utf-8").lower() and str(p.relative_to(REPO)) not in allowed
+    )
     assert named == []
 
 
 def test_every_multi_host_command_fans_out_through_the_one_pool():
-    pools = sorted(str(p.relative_to(REPO)) for p in (REPO / "orchestrator").rglob("*.py")
-                   if "ThreadPoolExecutor(" in p.read_text(encoding="utf-8"))
+    pools = sorted(
+        str(p.relative_to(REPO))
+        for p in (REPO / "orchestrator").rglob("*.py")
+        if "ThreadPoolExecutor(" in p.read_text(encoding="utf-8")
+    )
     # fanout.py is the pool; execute.py's is a host's own GPU slots inside that host's pipeline.
     assert pools == ["orchestrator/execution/execute.py", "orchestrator/execution/fanout.py"]
 
@@ -242,11 +297,11 @@ def test_the_demultiplexer_routes_each_line_where_it_belongs():
 
     log, results, events, news = io.StringIO(), io.StringIO(), [], []
     demux = StreamDemux(log, results, LaunchWatch(), events.append, news.append)
-    demux.on_line("stdout", '@@fleetbench-launcher abc')
+    demux.on_line("stdout", "@@fleetbench-launcher abc")
     demux.on_line("stdout", '@@fleetbench-record {"kind":"case"}')
     demux.on_line("stdout", '@@fleetbench-progress {"event":"start"}')
     demux.on_line("stderr", '@@fleetbench-record {"forged":true}')  # stderr is log, whatever it says
-    demux.on_line("stderr", 'Traceback: boom')
+    demux.on_line("stderr", "Traceback: boom")
     assert demux.hello and results.getvalue() == '{"kind":"case"}\n' and events == [{"event": "start"}]
     assert "stderr: @@fleetbench-record" in log.getvalue() and list(demux.stderr_tail)[-1] == "Traceback: boom"
     assert news == []

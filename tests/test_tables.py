@@ -2,6 +2,7 @@
 broken (every word of every cell shown appears whole), every column either shown or said (left out,
 or its one value said once under the table); show keeps the shape columns, diff the shape and the
 verdict. And CPU rows print TFLOPS with meaningful digits."""
+
 from __future__ import annotations
 
 import re
@@ -10,10 +11,10 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-
-from orchestrator.views.output import Document, write
-from orchestrator.runs.store import RunStore
 from support.syntheticruns import make_run
+
+from orchestrator.runs.store import RunStore
+from orchestrator.views.output import Document, write
 
 WIDTHS = range(60, 201)
 V3 = "runs-v3/20261203-094347-smoke-636e"
@@ -24,8 +25,9 @@ V5 = "runs-v5/20261203-155636-smoke-moe-v5-280c"
 def said_columns(text: str) -> tuple[set[str], str]:
     """Headers a table says it left out, and the flattened text of its `every row:` / `no row has:` lines."""
     flat = " ".join(text.split())
-    left_out = {h for found in re.findall(r"left out at \d+ columns: (.*?) \(a wider terminal", flat)
-                for h in found.split(", ")}
+    left_out = {
+        h for found in re.findall(r"left out at \d+ columns: (.*?) \(a wider terminal", flat) for h in found.split(", ")
+    }
     return left_out, flat
 
 
@@ -57,8 +59,16 @@ def fleet_runs(tmp_path_factory, stored_runs) -> Path:
     """Runs of two hosts with shapes up to five digits, a step in their history, and the stored CPU runs."""
     runs = tmp_path_factory.mktemp("fleet-runs")
     for i, factor in enumerate([1.0, 1.0, 1.01, 1.0, 1.3, 1.3]):
-        make_run(runs, f"20261201-00000{i}-synthetic-{i:04x}", {"gpu-node-01": factor, "gpu-node-02": 1.0}, seed=80 + i,
-                 ms=[16, 4096, 16384], rounds=3, round_sigma=0.05 * i, tainted={("gpu-node-02", 4096)})
+        make_run(
+            runs,
+            f"20261201-00000{i}-synthetic-{i:04x}",
+            {"gpu-node-01": factor, "gpu-node-02": 1.0},
+            seed=80 + i,
+            ms=[16, 4096, 16384],
+            rounds=3,
+            round_sigma=0.05 * i,
+            tainted={("gpu-node-02", 4096)},
+        )
     for run in (V3, V4, V5):
         shutil.copytree(stored_runs / run, runs / Path(run).name)
     return runs
@@ -79,8 +89,12 @@ def diff_documents(runs: Path) -> list[Document]:
     from orchestrator.analysis.diff import compare_sides, resolve_side
     from orchestrator.views.tables import comparison_document
 
-    pairs = [("20261201-000000-synthetic-0000", "20261201-000005-synthetic-0005"), (Path(V3).name, Path(V4).name),
-             (Path(V4).name, Path(V4).name), ("20261201-000005-synthetic-0005:gpu-node-01", "20261201-000005-synthetic-0005:gpu-node-02")]
+    pairs = [
+        ("20261201-000000-synthetic-0000", "20261201-000005-synthetic-0005"),
+        (Path(V3).name, Path(V4).name),
+        (Path(V4).name, Path(V4).name),
+        ("20261201-000005-synthetic-0005:gpu-node-01", "20261201-000005-synthetic-0005:gpu-node-02"),
+    ]
     return [comparison_document(compare_sides(resolve_side(runs, a), resolve_side(runs, b), 0.03)) for a, b in pairs]
 
 
@@ -99,8 +113,8 @@ def history_documents(runs: Path) -> list[Document]:
 
 
 def hosts_documents(tmp_path: Path) -> list[Document]:
-    from orchestrator.execution.hostcheck import HostStatus
     from orchestrator.config.inventory import load_inventory
+    from orchestrator.execution.hostcheck import HostStatus
     from orchestrator.views.tables import host_check_document, inventory_document
 
     inventory = tmp_path / "hosts.yaml"
@@ -113,21 +127,42 @@ hosts:
   - {name: rtx02-blackwell, hostname: 10.20.0.12, gpus: [0]}
 """)
     hosts = load_inventory(inventory).hosts
-    facts = {"python": "3.12.3", "in_venv": True, "worker_version": "0.3.0", "worker_sha256": "0123456789abcdef0123",
-             "torch": "2.11.0+cu130", "flashinfer": "0.7.4", "sgl_kernel": "0.3.21",
-             "gpu_name": "NVIDIA RTX PRO 6000 Blackwell Server Edition", "compute_capability": "12.0",
-             "driver": "580.95.05", "cuda": "13.0", "free_disk_gb": 1234.5, "gpu_processes": 0}
-    statuses = [HostStatus("rtx01-blackwell", True, "ok", facts=facts),
-                HostStatus("rtx02-blackwell", False, "unreachable",
-                           problem="connection to 10.20.0.12:22 timed out after 10 s: is the host up?")]
+    facts = {
+        "python": "3.12.3",
+        "in_venv": True,
+        "worker_version": "0.3.0",
+        "worker_sha256": "0123456789abcdef0123",
+        "torch": "2.11.0+cu130",
+        "flashinfer": "0.7.4",
+        "sgl_kernel": "0.3.21",
+        "gpu_name": "NVIDIA RTX PRO 6000 Blackwell Server Edition",
+        "compute_capability": "12.0",
+        "driver": "580.95.05",
+        "cuda": "13.0",
+        "free_disk_gb": 1234.5,
+        "gpu_processes": 0,
+    }
+    statuses = [
+        HostStatus("rtx01-blackwell", True, "ok", facts=facts),
+        HostStatus(
+            "rtx02-blackwell",
+            False,
+            "unreachable",
+            problem="connection to 10.20.0.12:22 timed out after 10 s: is the host up?",
+        ),
+    ]
     return [inventory_document(hosts), host_check_document(statuses, skew=[])]
 
 
-@pytest.mark.parametrize("documents, keep", [
-    (show_documents, ("M", "N", "K")),  # show keeps the shape
-    (diff_documents, ("M", "N", "K", "verdict", "B/A")),  # diff keeps the shape and its verdict
-    (history_documents, ("backend", "M", "median µs")),  # history never squeezes a column unsaid
-], ids=["show", "diff", "history"])
+@pytest.mark.parametrize(
+    "documents, keep",
+    [
+        (show_documents, ("M", "N", "K")),  # show keeps the shape
+        (diff_documents, ("M", "N", "K", "verdict", "B/A")),  # diff keeps the shape and its verdict
+        (history_documents, ("backend", "M", "median µs")),  # history never squeezes a column unsaid
+    ],
+    ids=["show", "diff", "history"],
+)
 def test_tables_keep_names_numbers_and_their_key_columns_whole_at_every_width(fleet_runs, documents, keep):
     for width in WIDTHS:
         for doc in documents(fleet_runs):
@@ -156,10 +191,11 @@ def test_a_narrow_table_says_what_it_left_out_and_what_every_row_shares(stored_r
 
 def test_cpu_rows_give_tflops_and_microseconds_with_meaningful_digits(stored_runs, capsys):
     """A CPU's 0.0733 TFLOPS is not `0.0`: three significant digits, whatever the magnitude."""
-    from orchestrator.cli import main
-    from orchestrator.analysis.merge import merged_rows
-    from orchestrator.views.tables import significant
     from cli_output import md_rows
+
+    from orchestrator.analysis.merge import merged_rows
+    from orchestrator.cli import main
+    from orchestrator.views.tables import significant
 
     run = stored_runs / V4
     main(["show", str(run), "--format", "md"])
@@ -170,8 +206,14 @@ def test_cpu_rows_give_tflops_and_microseconds_with_meaningful_digits(stored_run
         record = by_case[(row["backend"], int(row["M"]))]
         assert float(row["TFLOPS"]) == pytest.approx(record.tflops, rel=5e-3), row
         assert float(row["median µs"]) == pytest.approx(record.median_us, rel=5e-4), row
-    assert [significant(v, 3) for v in (0.000526, 0.0733, 1.5, 272.58, 12345.6, 0.0)] == \
-        ["0.000526", "0.0733", "1.50", "273", "12346", "0"]
+    assert [significant(v, 3) for v in (0.000526, 0.0733, 1.5, 272.58, 12345.6, 0.0)] == [
+        "0.000526",
+        "0.0733",
+        "1.50",
+        "273",
+        "12346",
+        "0",
+    ]
 
 
 def test_control_characters_in_stored_text_never_reach_the_terminal():

@@ -14,6 +14,7 @@ must defeat:
 A sweep timed forward, reversed and shuffled in a fresh "process" each must give every case the same
 median, and the first case of a process must read what it reads anywhere else.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -143,8 +144,9 @@ def install(monkeypatch, gpu: SimGpu) -> None:
 SHAPES = [(16, 2048, 6144), (64, 2048, 6144), (256, 2048, 6144), (1024, 2048, 6144), (16, 768, 6144), (128, 768, 6144)]
 
 
-def sweep_in_fresh_process(monkeypatch, cases: list[CaseSpec], heat: dict | None = None,
-                           tau_us: float | None = None) -> dict[str, float]:
+def sweep_in_fresh_process(
+    monkeypatch, cases: list[CaseSpec], heat: dict | None = None, tau_us: float | None = None
+) -> dict[str, float]:
     """Each case timed as the worker times it (its input-set count from CaseRunner, its warm-up,
     probe, capture, settling and replays from worker.timing), in one simulated process: case id ->
     median us. `heat` (case id -> steady slowdown) with `tau_us` models the clock and power state."""
@@ -159,8 +161,9 @@ def sweep_in_fresh_process(monkeypatch, cases: list[CaseSpec], heat: dict | None
         per_set = (case.m + case.n) * case.k * 2
         sets = [next(_SERIAL) for _ in range(n_sets)]  # fresh allocations: never in the simulated L2 yet
         h = heat.get(case.case_id, 0.0)
-        stats = timing.time_cuda(lambda i, sets=sets, per_set=per_set, h=h: gpu.call(sets[i], per_set, h),
-                                 n_sets, case.timing)
+        stats = timing.time_cuda(
+            lambda i, sets=sets, per_set=per_set, h=h: gpu.call(sets[i], per_set, h), n_sets, case.timing
+        )
         medians[case.case_id] = stats.median_us
     return medians
 
@@ -180,10 +183,13 @@ def test_a_case_reads_the_same_first_last_or_anywhere_in_the_sweep(monkeypatch, 
         assert got == pytest.approx((expected,) * 3, rel=1e-9), (case.m, case.n, got)
 
 
-@pytest.mark.parametrize("variant", ["warm-up on the current stream, capture elsewhere (before issue 21)",
-                                     "warm-up on the capture stream only"])
+@pytest.mark.parametrize(
+    "variant",
+    ["warm-up on the current stream, capture elsewhere (before issue 21)", "warm-up on the capture stream only"],
+)
 def test_the_simulation_catches_a_worker_that_favours_the_first_case_or_times_an_unrepresentative_state(
-        monkeypatch, variant):
+    monkeypatch, variant
+):
     """The test above can fail. The worker's code before issue 21 (warm-up on the current stream, one
     call on a fresh side stream, capture on another stream) made the first case of a process read low,
     as on the H200; warming up on the capture stream alone reads every case low (the order agrees, but
@@ -264,11 +270,27 @@ def test_rounds_are_ranked_by_measured_load_once_measured(tmp_path, monkeypatch)
 
     def run(case):
         seen.append((1, case.case_id))
-        stats = Stats(method="cpu-wallclock", median_us=measured[case.case_id], p10_us=1, p90_us=1, mean_us=1,
-                      stdev_us=0, n=3, rel_ci=0.0, calls_per_sample=1, l2="hot", samples_us=[1.0])
-        return CaseRecord(case_id=case.case_id, case=case, status="ok", started_at="t", duration_s=0.0,
-                                     timing=stats.model_copy(update={"rounds": [RoundStats(
-                                         median_us=stats.median_us, n=3, rel_ci=0.0)]}))
+        stats = Stats(
+            method="cpu-wallclock",
+            median_us=measured[case.case_id],
+            p10_us=1,
+            p90_us=1,
+            mean_us=1,
+            stdev_us=0,
+            n=3,
+            rel_ci=0.0,
+            calls_per_sample=1,
+            l2="hot",
+            samples_us=[1.0],
+        )
+        return CaseRecord(
+            case_id=case.case_id,
+            case=case,
+            status="ok",
+            started_at="t",
+            duration_s=0.0,
+            timing=stats.model_copy(update={"rounds": [RoundStats(median_us=stats.median_us, n=3, rel_ci=0.0)]}),
+        )
 
     def again(case, calls_per_sample=0):
         seen.append((2, case.case_id))
@@ -316,8 +338,9 @@ def test_settling_measures_each_case_in_its_own_clock_state_whatever_ran_before(
     heat = {c.case_id: h for c, h in zip(cases, heats)}
     shuffled = cases[:]
     random.Random(3).shuffle(shuffled)
-    runs = [sweep_in_fresh_process(monkeypatch, order, heat, tau_us=20_000.0)
-            for order in (cases, cases[::-1], shuffled)]
+    runs = [
+        sweep_in_fresh_process(monkeypatch, order, heat, tau_us=20_000.0) for order in (cases, cases[::-1], shuffled)
+    ]
     gaps = {c.case_id: max(r[c.case_id] for r in runs) / min(r[c.case_id] for r in runs) - 1 for c in cases}
     if settle_ms == 0:
         assert max(gaps.values()) > 0.01
@@ -333,6 +356,7 @@ def test_settle_stops_when_the_case_stops_drifting_and_never_runs_forever():
     """GPU time counted from the batches themselves: a steady kernel stops at settle_ms; one relaxing
     with a 50 ms time constant runs until its drift is within SETTLE_TOL; one that drifts for ever stops
     at SETTLE_MAX_FACTOR x settle_ms."""
+
     def kernel(per_call):
         state = {"t_us": 0.0}
 
@@ -340,6 +364,7 @@ def test_settle_stops_when_the_case_stops_drifting_and_never_runs_forever():
             us = per_call(state["t_us"])
             state["t_us"] += us * 100
             return us
+
         return batch
 
     assert timing.settle(kernel(lambda t: 10.0), 100, 100.0) == pytest.approx(100.0, abs=1.0)
@@ -355,6 +380,7 @@ def test_the_settled_tail_is_the_first_of_the_samples_and_a_drifting_one_is_not(
     already timed in the state the samples are taken in: they count as samples, so a round only times
     what it still needs. A kernel stopped at the settling limit while drifting gives none: its samples are
     all taken after it. The reported settle_ms is what ran before the samples."""
+
     def kernel(per_call):
         state = {"t_us": 0.0, "batches": 0}
 
@@ -363,6 +389,7 @@ def test_the_settled_tail_is_the_first_of_the_samples_and_a_drifting_one_is_not(
             state["t_us"] += us * 100
             state["batches"] += 1
             return us
+
         return batch, state
 
     opts = TimingOptions(min_samples=10, max_samples=200, target_rel_ci=0.01, budget_s=5, settle_ms=100.0)
@@ -403,8 +430,9 @@ def test_health_is_judged_over_the_samples_not_over_the_settling(monkeypatch, cl
     runner.device = SimpleNamespace(device="cuda", l2_bytes=L2_BYTES)
     readings = iter(clocks)
     runner.probe = SimpleNamespace(snapshot=lambda: HealthSnapshot(sm_clock_mhz=next(readings)))
-    case = CaseSpec(backend="torch-bf16", m=64, n=256, k=256,
-                    timing=TimingOptions(warmup_ms=0, budget_s=1, rounds=1, settle_ms=5))
+    case = CaseSpec(
+        backend="torch-bf16", m=64, n=256, k=256, timing=TimingOptions(warmup_ms=0, budget_s=1, rounds=1, settle_ms=5)
+    )
     sets = [object() for _ in range(4)]
     stats, health = runner._time(case, lambda i: gpu.call(id(sets[i]), 1 << 20), len(sets))
     assert health.tainted is tainted and stats.settle_ms >= 5
@@ -443,8 +471,13 @@ def test_cupti_mode_samples_the_kernels_of_the_timed_graph_and_keeps_its_replay_
 
     def traced(replay, calls_per_replay, replays, lead_in_ms=cupti.LEAD_IN_MS):
         asked.update(replay=replay, calls=calls_per_replay, replays=replays)
-        return cupti.KernelSamples(per_call_us=[9.0, 9.1, 8.9] * 4, span_us=[9.5] * 12, kernels=["gemm"],
-                                   split_by="launch", notes=["CUPTI stays attached"])
+        return cupti.KernelSamples(
+            per_call_us=[9.0, 9.1, 8.9] * 4,
+            span_us=[9.5] * 12,
+            kernels=["gemm"],
+            split_by="launch",
+            notes=["CUPTI stays attached"],
+        )
 
     monkeypatch.setattr(cupti, "kernel_samples_us", traced)
 
@@ -473,8 +506,13 @@ def graphs_counted(monkeypatch, **timing_fields):
     monkeypatch.setattr(torch.cuda, "CUDAGraph", lambda *a, **k: graphs.append(real_graph()) or graphs[-1])
     runner = CaseRunner.__new__(CaseRunner)
     runner.device = SimpleNamespace(device="cuda", l2_bytes=L2_BYTES)
-    case = CaseSpec(backend="torch-bf16", m=64, n=2048, k=6144,
-                    timing=TimingOptions(l2="cold", warmup_ms=0, budget_s=5, **timing_fields))
+    case = CaseSpec(
+        backend="torch-bf16",
+        m=64,
+        n=2048,
+        k=6144,
+        timing=TimingOptions(l2="cold", warmup_ms=0, budget_s=5, **timing_fields),
+    )
     n_sets = runner._input_sets(case, "bf16")
     sets = [next(_SERIAL) for _ in range(n_sets)]
     per_set = (case.m + case.n) * case.k * 2
@@ -510,8 +548,13 @@ def test_crosscheck_settles_and_traces_the_graph_fleetbench_timed_without_captur
     from worker.crosscheck import CaseBench
 
     monkeypatch.setattr(cupti, "available", lambda: None)
-    monkeypatch.setattr(cupti, "kernel_samples_us", lambda replay, calls, replays, lead_in_ms=0: cupti.KernelSamples(
-        per_call_us=[9.0] * replays, span_us=[9.5] * replays, kernels=["gemm"], split_by="launch", notes=[]))
+    monkeypatch.setattr(
+        cupti,
+        "kernel_samples_us",
+        lambda replay, calls, replays, lead_in_ms=0: cupti.KernelSamples(
+            per_call_us=[9.0] * replays, span_us=[9.5] * replays, kernels=["gemm"], split_by="launch", notes=[]
+        ),
+    )
     gpu, graphs, case, n_sets, fn = graphs_counted(monkeypatch, mode=mode, rounds=1)
     timed_with = []  # graphs built when fleetbench's timing returned
     real_time_cuda = timing.time_cuda
@@ -527,8 +570,11 @@ def test_crosscheck_settles_and_traces_the_graph_fleetbench_timed_without_captur
     built = len(graphs)
     assert built == timed_with[-1]  # nothing captured after the timing
     assert bench.graph is graphs[-1] and bench.calls == ours.calls_per_sample == len(bench.graph.nodes)
-    assert ours.method.launch == (f"graph replay of {ours.calls_per_sample} calls" if mode == "graph" else
-                                  f"kernel time (CUPTI) of a graph of {ours.calls_per_sample} calls, no launch gaps")
+    assert ours.method.launch == (
+        f"graph replay of {ours.calls_per_sample} calls"
+        if mode == "graph"
+        else f"kernel time (CUPTI) of a graph of {ours.calls_per_sample} calls, no launch gaps"
+    )
     before = gpu.now_us
     bench.settle()
     assert len(graphs) == built and gpu.now_us - before >= case.timing.settle_ms * 1e3  # replayed, not captured

@@ -1,35 +1,35 @@
 """Bring your own kernel (issue 16): a sweep backend defined in the user's Python file."""
+
 from __future__ import annotations
 
 import hashlib
-
 import json
 from pathlib import Path
 
 import yaml
-
-from orchestrator.planning.bundle import build_worker_bundle
-from orchestrator.cli import main
 from cli_output import cli_json
 from conftest import kernel_sweep
 
-GOOD = '''import torch
+from orchestrator.cli import main
+from orchestrator.planning.bundle import build_worker_bundle
+
+GOOD = """import torch
 FAMILY = "bf16"
 def prepare(a, b, out_dtype):
     bt = b.t()
     return lambda: torch.mm(a, bt).to(out_dtype)
-'''
-ZEROS = '''import torch
+"""
+ZEROS = """import torch
 FAMILY = "bf16"
 def prepare(a, b, out_dtype):
     out = torch.zeros((a.shape[0], b.shape[0]), dtype=out_dtype)
     return lambda: out
-'''
-TRANSPOSED = '''import torch
+"""
+TRANSPOSED = """import torch
 FAMILY = "bf16"
 def prepare(a, b, out_dtype):
     return lambda: (b @ a.t()).to(out_dtype)   # [N, M]: the classic layout mistake
-'''
+"""
 BROKEN = "FAMILY = 'bf16'\ndef prepare(a, b, out_dtype)\n    return None\n"  # a syntax error
 NEEDS_GPU = GOOD.replace('FAMILY = "bf16"', 'FAMILY = "bf16"\nMIN_CC = (9, 0)\ndef never(): raise SystemExit(1)')
 NO_PREPARE = "FAMILY = 'bf16'\n"
@@ -47,8 +47,17 @@ def run_json(capsys, *argv) -> tuple[int, list, str]:
 
 
 def test_a_correct_and_a_wrong_kernel_on_the_local_host(tmp_path, capsys):
-    sweep = sweep_with(tmp_path, {"good": GOOD, "zeros": ZEROS, "transposed": TRANSPOSED, "broken": BROKEN,
-                                  "needs-gpu": NEEDS_GPU, "no-prepare": NO_PREPARE})
+    sweep = sweep_with(
+        tmp_path,
+        {
+            "good": GOOD,
+            "zeros": ZEROS,
+            "transposed": TRANSPOSED,
+            "broken": BROKEN,
+            "needs-gpu": NEEDS_GPU,
+            "no-prepare": NO_PREPARE,
+        },
+    )
     code, rows, err = run_json(capsys, "run", sweep, "--runs-dir", tmp_path / "runs", "--format", "json")
     by = {r["backend"]: r for r in rows}
     assert code == 1, err  # failed cases exist
@@ -73,8 +82,10 @@ def test_a_kernel_that_does_not_import_is_unavailable_at_its_line_and_leaves_the
     assert code == 0, err
     by = {r["backend"]: r for r in rows}
     assert by["broken"]["reason"].endswith("line 2 (def prepare(a, b, out_dtype)): SyntaxError: expected ':'")
-    assert ("line 3 (SCALE = torch.tensor(1.0) / undefined_name): NameError: name 'undefined_name' is not defined"
-            in by["raises"]["reason"])
+    assert (
+        "line 3 (SCALE = torch.tensor(1.0) / undefined_name): NameError: name 'undefined_name' is not defined"
+        in by["raises"]["reason"]
+    )
     sweep = sweep_with(tmp_path, {"zeros": ZEROS}, builtins=())
     assert run_json(capsys, "run", sweep, "--runs-dir", tmp_path / "runs", "--format", "json")[0] == 1
 
@@ -84,7 +95,10 @@ def test_the_kernel_file_travels_over_ssh_in_the_worker_bundle(fleet, tmp_path, 
     sweep = sweep_with(tmp_path, {"good": GOOD})
     code, rows, err = run_json(capsys, "run", sweep, "-i", inv, "--runs-dir", tmp_path / "runs", "--format", "json")
     assert code == 0, err
-    assert {(r["host"], r["backend"], r["status"]) for r in rows} == {("ssh0", "torch-bf16", "ok"), ("ssh0", "good", "ok")}
+    assert {(r["host"], r["backend"], r["status"]) for r in rows} == {
+        ("ssh0", "torch-bf16", "ok"),
+        ("ssh0", "good", "ok"),
+    }
     name = f"k{hashlib.sha256(GOOD.encode()).hexdigest()[:16]}.py"  # content-addressed (other tests' kernels too)
     remote = list(fleet.host("ssh0").workdir.glob(f"worker/*/worker/user/{name}"))
     assert remote and remote[0].read_text() == GOOD
@@ -114,15 +128,29 @@ def test_diff_says_when_the_kernel_code_changed(tmp_path, capsys):
 
 def test_bad_kernel_entries_are_input_errors(tmp_path, capsys):
     missing = tmp_path / "missing.yaml"
-    missing.write_text(yaml.safe_dump({"name": "x", "backends": [{"name": "mine", "file": "nowhere.py"}],
-                                       "shapes": [{"m": 16, "n": 64, "k": 128}]}))
+    missing.write_text(
+        yaml.safe_dump(
+            {
+                "name": "x",
+                "backends": [{"name": "mine", "file": "nowhere.py"}],
+                "shapes": [{"m": 16, "n": 64, "k": 128}],
+            }
+        )
+    )
     assert main(["run", str(missing), "--runs-dir", str(tmp_path / "runs")]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "nowhere.py does not exist" in err
     (tmp_path / "k.py").write_text(GOOD)
     clash = tmp_path / "clash.yaml"
-    clash.write_text(yaml.safe_dump({"name": "x", "backends": [{"name": "torch-bf16", "file": "k.py"}],
-                                     "shapes": [{"m": 16, "n": 64, "k": 128}]}))
+    clash.write_text(
+        yaml.safe_dump(
+            {
+                "name": "x",
+                "backends": [{"name": "torch-bf16", "file": "k.py"}],
+                "shapes": [{"m": 16, "n": 64, "k": 128}],
+            }
+        )
+    )
     assert main(["run", str(clash), "--runs-dir", str(tmp_path / "runs")]) == 2
     assert "built-in backend has that name" in capsys.readouterr().err
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
@@ -167,9 +195,12 @@ def test_the_output_contract_in_the_verdict_names_both_for_any_backend():
     assert good.verdict == "pass"
     narrow = verdict(ref[:, :-1].to(torch.bfloat16), ref, None, THRESHOLDS["bf16"])
     assert narrow.verdict == "fail" and narrow.detail == (
-        "output is bfloat16 [16, 63] on cpu; expected bfloat16 [16, 64] on cpu")
+        "output is bfloat16 [16, 63] on cpu; expected bfloat16 [16, 64] on cpu"
+    )
     wide = verdict(ref, ref, None, THRESHOLDS["bf16"], Expected(torch.bfloat16, (16, 64), ref.device))
-    assert wide.verdict == "fail" and wide.detail == "output is float32 [16, 64] on cpu; expected bfloat16 [16, 64] on cpu"
+    assert (
+        wide.verdict == "fail" and wide.detail == "output is float32 [16, 64] on cpu; expected bfloat16 [16, 64] on cpu"
+    )
     assert wide.rel_err == 1e30 and wide.cosine == 0.0
 
 
@@ -190,22 +221,36 @@ def test_an_moe_loops_per_expert_outputs_are_each_held_to_the_contract():
     want = Expected(torch.bfloat16, (8, 16), a.device, rows)
 
     def loop(dtype=torch.bfloat16, width=16):  # each expert's GEMM, computed at every call
-        return lambda: [(a[:3].float() @ w[0, :width].float().T).to(dtype), (a[3:].float() @ w[1].float().T).to(torch.bfloat16)]
+        return lambda: [
+            (a[:3].float() @ w[0, :width].float().T).to(dtype),
+            (a[3:].float() @ w[1].float().T).to(torch.bfloat16),
+        ]
 
     def check(call, expected=want):
         return integrity.check_calls(call, [a], [a], moe.as_output, lambda: None, 0.01, expected)
 
     out, findings, _ = check(loop())
     assert findings == [] and out.shape == (8, 16)
-    with pytest.raises(WrongOutput, match=r"^expert 0's output is float32 \[3, 16\] on cpu; expected bfloat16 "
-                                          r"\[3, 16\] on cpu$"):
+    with pytest.raises(
+        WrongOutput,
+        match=r"^expert 0's output is float32 \[3, 16\] on cpu; expected bfloat16 "
+        r"\[3, 16\] on cpu$",
+    ):
         check(loop(dtype=torch.float32))
-    with pytest.raises(WrongOutput, match=r"^expert 0's output is bfloat16 \[3, 15\] on cpu; expected bfloat16 \[3, 16\]"):
+    with pytest.raises(
+        WrongOutput, match=r"^expert 0's output is bfloat16 \[3, 15\] on cpu; expected bfloat16 \[3, 16\]"
+    ):
         check(loop(width=15))
-    with pytest.raises(WrongOutput, match=r"^output is a list of 1 tensors; expected one per expert that receives "
-                                          r"tokens \(2\), together bfloat16 \[8, 16\] on cpu$"):
+    with pytest.raises(
+        WrongOutput,
+        match=r"^output is a list of 1 tensors; expected one per expert that receives "
+        r"tokens \(2\), together bfloat16 \[8, 16\] on cpu$",
+    ):
         check(lambda: [torch.zeros((8, 16), dtype=torch.bfloat16)])
-    with pytest.raises(WrongOutput, match=r"do not stack into one \[rows, N\] output: bfloat16 \[3, 15\] on cpu, bfloat16 \[5, 16\] on cpu$"):
+    with pytest.raises(
+        WrongOutput,
+        match=r"do not stack into one \[rows, N\] output: bfloat16 \[3, 15\] on cpu, bfloat16 \[5, 16\] on cpu$",
+    ):
         check(loop(width=15), expected=None)  # no contract given: torch.cat's failure, named
     grouped = Expected(torch.bfloat16, (8, 16), a.device)  # a grouped kernel returns one [T, N] tensor
     with pytest.raises(WrongOutput, match=r"^output is a list of 2 tensors; expected one tensor"):
@@ -233,8 +278,15 @@ def test_every_builtin_backend_that_runs_here_keeps_the_output_contract():
             fn, sets, _ = runner._prepare(case, spec)
             oracle = runner._references(case, spec, sets[0])[0]
             expected = expected_output(case, spec, oracle)
-            out, findings, _ = integrity.check_calls(lambda: fn(0), [], [], runner._as_output(case), lambda: None,
-                                                     THRESHOLDS[spec.family].max_rel_err, expected)
+            out, findings, _ = integrity.check_calls(
+                lambda: fn(0),
+                [],
+                [],
+                runner._as_output(case),
+                lambda: None,
+                THRESHOLDS[spec.family].max_rel_err,
+                expected,
+            )
             assert out is not None and not findings, name
         checked.append(name)
     assert {"torch-bf16", "reference-nvfp4", "moe-reference"} <= set(checked)

@@ -1,6 +1,7 @@
 """Verdicts from rounds, table-driven on synthetic records: an interval from the variation between a
 case's rounds (not between consecutive samples of one run), and UNSTABLE when the environment moved as
 much as the effect."""
+
 from __future__ import annotations
 
 import pytest
@@ -13,19 +14,36 @@ CASE = CaseSpec(backend="torch-bf16", m=1024, n=2048, k=6144, label="syn")
 THRESHOLD = 0.03
 
 
-def record(medians: list[float], *, clock=None, load=None, steal=None, throttle=(), gpu_processes=None,
-           samples_per_round=40, within=0.002) -> CaseRecord:
+def record(
+    medians: list[float],
+    *,
+    clock=None,
+    load=None,
+    steal=None,
+    throttle=(),
+    gpu_processes=None,
+    samples_per_round=40,
+    within=0.002,
+) -> CaseRecord:
     """A case timed in len(medians) rounds; each round's samples sit tightly (±within) around its median."""
     rounds = []
     for med in medians:
         xs = [med * (1 + within * ((i % 9) - 4) / 4) for i in range(samples_per_round)]
         stats = summarize(xs, method="cuda-graph", calls_per_sample=100, l2="cold")
-        one = RoundStats(median_us=stats.median_us, n=stats.n, rel_ci=stats.rel_ci, sm_clock_mhz=clock,
-                         load_per_core=load, steal_pct=steal, throttle_reasons=list(throttle),
-                         gpu_processes=gpu_processes)
+        one = RoundStats(
+            median_us=stats.median_us,
+            n=stats.n,
+            rel_ci=stats.rel_ci,
+            sm_clock_mhz=clock,
+            load_per_core=load,
+            steal_pct=steal,
+            throttle_reasons=list(throttle),
+            gpu_processes=gpu_processes,
+        )
         rounds.append(stats.model_copy(update={"rounds": [one]}))
-    return CaseRecord(case_id=CASE.case_id, case=CASE, status="ok", timing=combine_rounds(rounds),
-                      started_at="t", duration_s=1.0)
+    return CaseRecord(
+        case_id=CASE.case_id, case=CASE, status="ok", timing=combine_rounds(rounds), started_at="t", duration_s=1.0
+    )
 
 
 STEADY = [100.0, 100.8, 99.4, 100.3, 99.7]
@@ -37,14 +55,38 @@ VERDICTS = [
     # Rounds that disagree by ±8% cannot confirm a 5% change, however tight each round's samples are:
     # the samples of one run alone would have called it SLOWER.
     (record([100, 108, 93, 104, 96]), record([105, 113, 98, 109, 101]), "AMBIGUOUS", ""),
-    (record(STEADY, clock=1980), record([x * 1.10 for x in STEADY], clock=1755), "UNSTABLE", "SM clock A 1980 MHz, B 1755 MHz"),
-    (record(STEADY, clock=1980), record([x * 1.10 for x in STEADY], clock=1965), "SLOWER", ""),  # clock moved 0.8%: not it
-    (record(STEADY), record([x * 1.10 for x in STEADY], throttle=["sw_thermal"]), "UNSTABLE", "GPU throttled (sw_thermal)"),
-    (record(STEADY, load=0.2), record([x * 1.10 for x in STEADY], load=1.4), "UNSTABLE", "CPU load per core A 0.20, B 1.40"),
+    (
+        record(STEADY, clock=1980),
+        record([x * 1.10 for x in STEADY], clock=1755),
+        "UNSTABLE",
+        "SM clock A 1980 MHz, B 1755 MHz",
+    ),
+    (
+        record(STEADY, clock=1980),
+        record([x * 1.10 for x in STEADY], clock=1965),
+        "SLOWER",
+        "",
+    ),  # clock moved 0.8%: not it
+    (
+        record(STEADY),
+        record([x * 1.10 for x in STEADY], throttle=["sw_thermal"]),
+        "UNSTABLE",
+        "GPU throttled (sw_thermal)",
+    ),
+    (
+        record(STEADY, load=0.2),
+        record([x * 1.10 for x in STEADY], load=1.4),
+        "UNSTABLE",
+        "CPU load per core A 0.20, B 1.40",
+    ),
     (record(STEADY, load=0.2), record([x * 1.10 for x in STEADY], load=0.3), "SLOWER", ""),
     (record(STEADY, steal=0.0), record([x * 0.9 for x in STEADY], steal=6.5), "UNSTABLE", "CPU steal 6.5%"),
-    (record(STEADY, gpu_processes=0), record([x * 1.1 for x in STEADY], gpu_processes=2), "UNSTABLE",
-     "2 other processes on the GPU"),
+    (
+        record(STEADY, gpu_processes=0),
+        record([x * 1.1 for x in STEADY], gpu_processes=2),
+        "UNSTABLE",
+        "2 other processes on the GPU",
+    ),
 ]
 
 

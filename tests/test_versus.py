@@ -2,6 +2,7 @@
 slower than A (within a pair's small noise) under a GPU state that moves every round by 5-6%, a shape where
 the two tie, a backend timed apart (never paired), a case that failed; and the pivot's BEST, which the
 intervals decide, never the bare medians (9.265 µs against 9.272 µs is no BEST)."""
+
 from __future__ import annotations
 
 import json
@@ -10,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from cli_output import cli_json, md_rows
 
 from orchestrator.analysis.headtohead import judge, pair_index, pivot_best
 from orchestrator.analysis.merge import load_slots, merged_rows
@@ -19,8 +21,6 @@ from orchestrator.runs.store import RunStore
 from orchestrator.views.tables import pivot_document
 from worker.schema import CaseRecord, FactsRecord, RoundStats
 from worker.timing import combine_rounds, summarize
-
-from cli_output import cli_json, md_rows
 
 A, B, ALONE = "torch-bf16", "torch-fp8", "reference-nvfp4"
 MS = [16, 32, 64, 128, 256, 512]
@@ -34,16 +34,30 @@ def timed(rounds: list[list[float]], pair_ids: list) -> object:
     parts = []
     for xs, pid in zip(rounds, pair_ids):
         one = summarize(xs, method="cuda-graph", calls_per_sample=100, l2="cold")
-        parts.append(one.model_copy(update={"rounds": [RoundStats(median_us=one.median_us, n=one.n, rel_ci=one.rel_ci,
-                                                                   pair_id=pid, paired_us=xs if pid else None,
-                                                                   sm_clock_stream_mhz=1500.0)],
-                                            "rounds_stop": "cap"}))
+        parts.append(
+            one.model_copy(
+                update={
+                    "rounds": [
+                        RoundStats(
+                            median_us=one.median_us,
+                            n=one.n,
+                            rel_ci=one.rel_ci,
+                            pair_id=pid,
+                            paired_us=xs if pid else None,
+                            sm_clock_stream_mhz=1500.0,
+                        )
+                    ],
+                    "rounds_stop": "cap",
+                }
+            )
+        )
     stats = combine_rounds(parts)
     return stats.model_copy(update={"rounds_stop": "cap"})
 
 
-def contenders(rng, base: float, ratios: list[float], *, noise: float = 0.002, pairs: int = 20, key: str = "",
-               states=STATES) -> tuple:
+def contenders(
+    rng, base: float, ratios: list[float], *, noise: float = 0.002, pairs: int = 20, key: str = "", states=STATES
+) -> tuple:
     """A's and B's Stats timed interleaved: per cycle one sample of each in the same GPU state (the round's,
     times a drift both share), B's = A's x the round's ratio x a small noise of its own."""
     ra, rb = [], []
@@ -55,32 +69,82 @@ def contenders(rng, base: float, ratios: list[float], *, noise: float = 0.002, p
     return timed(ra, ids), timed(rb, ids)
 
 
-def write_run(runs_dir: Path, run_id: str, stats_of, *, hosts=("h1", "h2"), backends=(A, B, ALONE), ms=MS,
-              failed: set = frozenset()) -> RunStore:
+def write_run(
+    runs_dir: Path,
+    run_id: str,
+    stats_of,
+    *,
+    hosts=("h1", "h2"),
+    backends=(A, B, ALONE),
+    ms=MS,
+    failed: set = frozenset(),
+) -> RunStore:
     """A stored run: `stats_of(host, m, backend)` gives each case's Stats; (host, m, backend) in `failed`
     failed instead."""
     sw = Sweep(name="h2h", backends=list(backends), shapes=[{"m": ms, "n": 2048, "k": 6144, "label": "syn"}])
     cases = sw.cases()
     store = RunStore.create(runs_dir, run_id)
-    store.write_manifest({"run_id": run_id, "sweep_name": sw.name, "sweep": sw.model_dump(mode="json"), "hosts": [],
-                          "dry_run": False, "cases": {c.case_id: c.model_dump(mode="json") for c in cases},
-                          "jobs": [{"slot": h, "host": h, "gpu": None, "case_ids": [c.case_id for c in cases]}
-                                   for h in hosts]})
+    store.write_manifest(
+        {
+            "run_id": run_id,
+            "sweep_name": sw.name,
+            "sweep": sw.model_dump(mode="json"),
+            "hosts": [],
+            "dry_run": False,
+            "cases": {c.case_id: c.model_dump(mode="json") for c in cases},
+            "jobs": [{"slot": h, "host": h, "gpu": None, "case_ids": [c.case_id for c in cases]} for h in hosts],
+        }
+    )
     for host in hosts:
-        lines = [FactsRecord(hostname=host, python="3.12", platform="linux", worker_version="0.3.0", device="cuda",
-                             gpu_name="NVIDIA H200", compute_capability="9.0").model_dump_json()]
+        lines = [
+            FactsRecord(
+                hostname=host,
+                python="3.12",
+                platform="linux",
+                worker_version="0.3.0",
+                device="cuda",
+                gpu_name="NVIDIA H200",
+                compute_capability="9.0",
+            ).model_dump_json()
+        ]
         for c in cases:
             if (host, c.m, c.backend) in failed:
-                lines.append(CaseRecord(case_id=c.case_id, case=c, status="failed", reason="CUDA error: illegal address",
-                                        started_at="t", duration_s=0).model_dump_json())
+                lines.append(
+                    CaseRecord(
+                        case_id=c.case_id,
+                        case=c,
+                        status="failed",
+                        reason="CUDA error: illegal address",
+                        started_at="t",
+                        duration_s=0,
+                    ).model_dump_json()
+                )
                 continue
-            lines.append(CaseRecord(case_id=c.case_id, case=c, status="ok", timing=stats_of(host, c.m, c.backend),
-                                    started_at="t", duration_s=0.1).model_dump_json())
+            lines.append(
+                CaseRecord(
+                    case_id=c.case_id,
+                    case=c,
+                    status="ok",
+                    timing=stats_of(host, c.m, c.backend),
+                    started_at="t",
+                    duration_s=0.1,
+                ).model_dump_json()
+            )
         d = store.attempt_dir(host, 1)
         d.mkdir(parents=True)
         (d / "results.jsonl").write_text("\n".join(lines) + "\n")
-        (d / "outcome.json").write_text(json.dumps({"slot": host, "host": host, "attempt": 1, "outcome": "ok",
-                                                    "cases_total": len(cases), "cases_done": len(cases)}))
+        (d / "outcome.json").write_text(
+            json.dumps(
+                {
+                    "slot": host,
+                    "host": host,
+                    "attempt": 1,
+                    "outcome": "ok",
+                    "cases_total": len(cases),
+                    "cases_done": len(cases),
+                }
+            )
+        )
     return store
 
 
@@ -110,9 +174,19 @@ def run_cli(capsys, *argv) -> tuple[int, str, str]:
 
 
 # -- the winner rule --------------------------------------------------------------------------------------
-@pytest.mark.parametrize("low, high, code", [
-    (0.95, 0.98, "B"), (1.02, 1.05, "A"), (0.995, 1.005, "tie"), (0.9901, 1.0099, "tie"), (0.985, 0.995, "unsure"),
-    (1.005, 1.02, "unsure"), (0.97, 1.03, "unsure"), (None, None, "unsure")])
+@pytest.mark.parametrize(
+    "low, high, code",
+    [
+        (0.95, 0.98, "B"),
+        (1.02, 1.05, "A"),
+        (0.995, 1.005, "tie"),
+        (0.9901, 1.0099, "tie"),
+        (0.985, 0.995, "unsure"),
+        (1.005, 1.02, "unsure"),
+        (0.97, 1.03, "unsure"),
+        (None, None, "unsure"),
+    ],
+)
 def test_the_winner_is_what_the_whole_interval_says_against_the_tie_margin(low, high, code):
     assert judge(low, high, 0.01) == code
 
@@ -161,8 +235,9 @@ def test_json_holds_every_fact_and_b_against_a_mirrors(runs, capsys):
     assert shape["winner"] == "A" and shape["low"] > 1.01 and shape["half_width"] < 0.005
     assert shape["pairs"] == 60 and shape["rounds"] == 3
     assert doc["summary"]["counts"] == {"A": 4, "tie": 2}
-    assert doc["summary"]["tie_ranges"] == [{"label": "syn", "n": 2048, "k": 6144, "m_low": 16, "m_high": 32,
-                                             "lowest": True, "highest": False}]
+    assert doc["summary"]["tie_ranges"] == [
+        {"label": "syn", "n": 2048, "k": 6144, "m_low": 16, "m_high": 32, "lowest": True, "highest": False}
+    ]
     lo, hi = doc["summary"]["effects"]["A"]["min"], doc["summary"]["effects"]["A"]["max"]
     assert 0.027 < lo <= hi < 0.033
     code, out, _ = run_cli(capsys, "versus", "h2h", B, A, "--runs-dir", str(runs), "--format", "json")
@@ -197,15 +272,18 @@ def test_a_failed_case_is_not_compared_and_exits_1(tmp_path, capsys):
     assert fleet_64["winner"] == "A" and fleet_64["slots"] == 1  # h1 still compared it
 
 
-@pytest.mark.parametrize("argv, says", [
-    (["h2h", A, "cublas-magic"], f"backend B 'cublas-magic' is not in run h2h (backends: {A}, {B}, {ALONE})"),
-    (["h2h", "nope", B], "backend A 'nope' is not in run h2h"),
-    (["h2h", A, A], "A and B are both"),
-    (["h2h", A, B, "--host", "h9"], "--host 'h9' is not a host of this run (slots: h1, h2)"),
-    (["h2h", A, B, "--tie", "lots"], "--tie 'lots': give a fraction like 0.01 or a percentage like 1%"),
-    (["h2h", A, B, "--tie", "0.7"], "--tie '0.7': must be more than 0"),
-    (["no-such-run", A, B], "no-such-run"),
-])
+@pytest.mark.parametrize(
+    "argv, says",
+    [
+        (["h2h", A, "cublas-magic"], f"backend B 'cublas-magic' is not in run h2h (backends: {A}, {B}, {ALONE})"),
+        (["h2h", "nope", B], "backend A 'nope' is not in run h2h"),
+        (["h2h", A, A], "A and B are both"),
+        (["h2h", A, B, "--host", "h9"], "--host 'h9' is not a host of this run (slots: h1, h2)"),
+        (["h2h", A, B, "--tie", "lots"], "--tie 'lots': give a fraction like 0.01 or a percentage like 1%"),
+        (["h2h", A, B, "--tie", "0.7"], "--tie '0.7': must be more than 0"),
+        (["no-such-run", A, B], "no-such-run"),
+    ],
+)
 def test_bad_input_is_one_error_line_and_exit_2(runs, capsys, argv, says):
     code, out, err = run_cli(capsys, "versus", *argv, "--runs-dir", str(runs))
     assert code == 2 and out == ""
@@ -232,7 +310,9 @@ def close_stats(seed: int = 7):
 
 def test_show_pivot_gives_no_best_to_a_lead_of_0_07_us_in_9_3(tmp_path, capsys):
     write_run(tmp_path, "close", close_stats(), hosts=("h1",), backends=(A, B), ms=[32])
-    code, out, _ = run_cli(capsys, "show", "close", "--pivot", "backend", "--runs-dir", str(tmp_path), "--format", "json")
+    code, out, _ = run_cli(
+        capsys, "show", "close", "--pivot", "backend", "--runs-dir", str(tmp_path), "--format", "json"
+    )
     [row] = cli_json(out)
     assert code == 0 and row[f"{A}.median_us"] < row[f"{B}.median_us"]  # A leads on the bare medians
     assert row["best"] is None
@@ -256,7 +336,10 @@ def test_pivot_best_follows_the_paired_interval_where_the_two_were_timed_togethe
                 assert (rec["best"], rec["best_by"]) == (A, "paired+intervals"), rec
     two = write_run(tmp_path, "two", h2h_stats(), backends=(A, B))
     slots = load_slots(two)
-    best = {(r["m"], r["best"], r["best_by"]) for r in pivot_document(merged_rows(two, slots), pairs=pair_index(slots)).records}
+    best = {
+        (r["m"], r["best"], r["best_by"])
+        for r in pivot_document(merged_rows(two, slots), pairs=pair_index(slots)).records
+    }
     assert best == {(m, None, None) if m in TIED else (m, A, "paired") for m in MS}
     # Without the pairs (each case alone), the overlapping intervals give no BEST: never the bare medians.
     assert {rec["best"] for rec in pivot_document(rows, per_host=True).records} == {None}
@@ -292,8 +375,10 @@ def trio_stats(seed: int = 11):
         for m in MS:
             ids = [f"{host}-{m}-r{r}" for r in range(len(STATES))]
             drift = [(5.0 + m / 16) * s * rng.lognormal(0.0, 0.02, 20) for s in STATES]
-            made[(host, m)] = {name: timed([list(d * factor * rng.lognormal(0.0, 0.002, 20)) for d in drift], ids)
-                               for name, factor in ((A, 1.0), (B, 1.03), (ALONE, 1.10))}
+            made[(host, m)] = {
+                name: timed([list(d * factor * rng.lognormal(0.0, 0.002, 20)) for d in drift], ids)
+                for name, factor in ((A, 1.0), (B, 1.03), (ALONE, 1.10))
+            }
     return lambda host, m, backend: made[(host, m)][backend]
 
 
@@ -332,7 +417,9 @@ def test_the_report_draws_each_pair_timed_together_as_a_forest_plot_with_a_tie_b
     assert chart["selected"] == 0 and chart["tie"] == 0.01
     first = chart["pairs"][0]
     assert len(first["rows"]) == len(MS) * 3  # per shape the fleet and each host
-    assert {r["winner"] for r in first["rows"]} == {"A"} and "torch-bf16 faster on 6 of 6 shapes by 3.0%" in first["line"]
+    assert {r["winner"] for r in first["rows"]} == {"A"} and "torch-bf16 faster on 6 of 6 shapes by 3.0%" in first[
+        "line"
+    ]
 
     sys.path.insert(0, str(Path(__file__).parent))
     from support.browser import chromium, headless

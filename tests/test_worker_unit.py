@@ -1,4 +1,5 @@
 """Worker logic on the CPU: support decisions, verdicts, timing statistics, records."""
+
 from __future__ import annotations
 
 import json
@@ -21,19 +22,29 @@ from worker.verify import THRESHOLDS, verdict
 FAST = TimingOptions(budget_s=0.05, warmup_ms=1, min_samples=3, max_samples=10, min_rounds=3)
 
 
-@pytest.mark.parametrize("backend,cc,expected", [
-    ("flashinfer-fp4-cutlass", (9, 0),
-     "needs compute capability >= 10.0, host has 9.0 (this kernel: 10.0, 10.3, 10.7, 11.0, 12.0, 12.1 only)"),
-    ("sgl-fp4-cutlass", (9, 0), "needs compute capability >= 10.0, host has 9.0 (this kernel: 10.0, 10.3, 12.0 only)"),
-    ("torch-nvfp4", (8, 9), "needs compute capability >= 10.0, host has 8.9"),
-    ("flashinfer-fp4-trtllm", (12, 0), "supports compute capability 10.0, 10.3, 10.7 only, host has 12.0"),
-    ("flashinfer-fp4-b12x", (10, 0), "supports compute capability 12.0, 12.1 only, host has 10.0"),
-    ("torch-fp8", None, "needs a CUDA GPU with compute capability >= 8.9; host has none (CPU)"),
-    ("flashinfer-fp4-cutlass", (12, 0), None),
-    ("sgl-fp4-cutlass", (12, 0), None),
-    ("torch-bf16", None, None),
-    ("reference-nvfp4", None, None),
-])
+@pytest.mark.parametrize(
+    "backend,cc,expected",
+    [
+        (
+            "flashinfer-fp4-cutlass",
+            (9, 0),
+            "needs compute capability >= 10.0, host has 9.0 (this kernel: 10.0, 10.3, 10.7, 11.0, 12.0, 12.1 only)",
+        ),
+        (
+            "sgl-fp4-cutlass",
+            (9, 0),
+            "needs compute capability >= 10.0, host has 9.0 (this kernel: 10.0, 10.3, 12.0 only)",
+        ),
+        ("torch-nvfp4", (8, 9), "needs compute capability >= 10.0, host has 8.9"),
+        ("flashinfer-fp4-trtllm", (12, 0), "supports compute capability 10.0, 10.3, 10.7 only, host has 12.0"),
+        ("flashinfer-fp4-b12x", (10, 0), "supports compute capability 12.0, 12.1 only, host has 10.0"),
+        ("torch-fp8", None, "needs a CUDA GPU with compute capability >= 8.9; host has none (CPU)"),
+        ("flashinfer-fp4-cutlass", (12, 0), None),
+        ("sgl-fp4-cutlass", (12, 0), None),
+        ("torch-bf16", None, None),
+        ("reference-nvfp4", None, None),
+    ],
+)
 def test_support_is_decided_from_capability_before_anything_runs(backend, cc, expected):
     assert support_problem(CATALOG[backend], 16, 2048, 6144, cc) == expected
 
@@ -80,10 +91,15 @@ def test_an_exception_in_a_case_is_recorded_and_the_loop_goes_on(tmp_path, monke
         raise RuntimeError("kernel exploded")
 
     monkeypatch.setattr(torch_gemm, "prepare", boom)
-    params = WorkerParams(run_id="r", host="h", device="cpu", cases=[
-        CaseSpec(backend="torch-bf16", m=16, n=64, k=128, timing=FAST),
-        CaseSpec(backend="reference-nvfp4", m=16, n=64, k=128, timing=FAST),
-    ])
+    params = WorkerParams(
+        run_id="r",
+        host="h",
+        device="cpu",
+        cases=[
+            CaseSpec(backend="torch-bf16", m=16, n=64, k=128, timing=FAST),
+            CaseSpec(backend="reference-nvfp4", m=16, n=64, k=128, timing=FAST),
+        ],
+    )
     results = tmp_path / "results.jsonl"
     runner_mod.run_params(params, results)
     records = [parse_line(line) for line in results.read_text().splitlines()]
@@ -91,8 +107,11 @@ def test_an_exception_in_a_case_is_recorded_and_the_loop_goes_on(tmp_path, monke
     assert records[1].status == "failed" and "kernel exploded" in records[1].reason
     assert "Traceback" in records[1].traceback
     # A record per round: two with the rounds so far, then the complete one.
-    assert [(r.status, r.complete, len(r.timing.rounds)) for r in records[2:]] == \
-        [("ok", False, 1), ("ok", False, 2), ("ok", True, 3)]
+    assert [(r.status, r.complete, len(r.timing.rounds)) for r in records[2:]] == [
+        ("ok", False, 1),
+        ("ok", False, 2),
+        ("ok", True, 3),
+    ]
     # A second pass runs nothing: every case already has its final record.
     runner_mod.run_params(params, results)
     assert len(results.read_text().splitlines()) == 5
@@ -182,11 +201,24 @@ def test_health_taints_on_clock_drop_or_new_throttling():
 
 def test_case_id_is_what_is_measured_never_how_it_is_timed():
     a = CaseSpec(backend="torch-bf16", m=16, n=64, k=128, label="x")
-    timed_otherwise = CaseSpec(backend="torch-bf16", m=16, n=64, k=128, label="x",
-                               timing=TimingOptions(l2="hot", budget_s=0.35, min_samples=50, mode="events"))
+    timed_otherwise = CaseSpec(
+        backend="torch-bf16",
+        m=16,
+        n=64,
+        k=128,
+        label="x",
+        timing=TimingOptions(l2="hot", budget_s=0.35, min_samples=50, mode="events"),
+    )
     assert a.case_id == timed_otherwise.case_id
-    for change in ({"label": "y"}, {"backend": "torch-fp8"}, {"m": 32}, {"n": 32}, {"k": 64},
-                   {"out_dtype": "float16"}, {"seed": 1}):
+    for change in (
+        {"label": "y"},
+        {"backend": "torch-fp8"},
+        {"m": 32},
+        {"n": 32},
+        {"k": 64},
+        {"out_dtype": "float16"},
+        {"seed": 1},
+    ):
         assert a.model_copy(update=change).case_id != a.case_id, change
     assert a.case_id == CaseSpec.model_validate_json(a.model_dump_json()).case_id
     # A new timing option (a field the schema gains later) cannot change any id: ids hash identity only.
@@ -197,8 +229,19 @@ def test_records_round_trip_through_the_controller_parser():
     rec = runner_mod.crashed_record(CaseSpec(backend="torch-bf16", m=1, n=2, k=16), "worker process killed by SIGSEGV")
     back = parse_line(rec.model_dump_json())
     assert back == rec
-    stats = Stats(method="m", median_us=1, p10_us=1, p90_us=1, mean_us=1, stdev_us=0, n=1, rel_ci=0,
-                  calls_per_sample=1, l2="hot", samples_us=[1.0])
+    stats = Stats(
+        method="m",
+        median_us=1,
+        p10_us=1,
+        p90_us=1,
+        mean_us=1,
+        stdev_us=0,
+        n=1,
+        rel_ci=0,
+        calls_per_sample=1,
+        l2="hot",
+        samples_us=[1.0],
+    )
     assert Stats.model_validate_json(stats.model_dump_json()) == stats
 
 
@@ -224,11 +267,16 @@ def test_noop_cases_never_import_torch(tmp_path):
     from worker.schema import WorkerParams
 
     params = tmp_path / "p.json"
-    params.write_text(WorkerParams(run_id="r", host="h", device="cpu",
-                                   cases=[CaseSpec(backend="noop", m=1, n=16, k=16)]).model_dump_json())
-    code = ("import sys; from pathlib import Path; from worker.runner import load_params, run_params; "
-            f"run_params(load_params(Path({str(params)!r})), Path({str(tmp_path / 'r.jsonl')!r})); "
-            "print('torch' in sys.modules)")
+    params.write_text(
+        WorkerParams(
+            run_id="r", host="h", device="cpu", cases=[CaseSpec(backend="noop", m=1, n=16, k=16)]
+        ).model_dump_json()
+    )
+    code = (
+        "import sys; from pathlib import Path; from worker.runner import load_params, run_params; "
+        f"run_params(load_params(Path({str(params)!r})), Path({str(tmp_path / 'r.jsonl')!r})); "
+        "print('torch' in sys.modules)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip().splitlines()[-1] == "False"
     records = [json.loads(line) for line in (tmp_path / "r.jsonl").read_text().splitlines()]
@@ -254,8 +302,9 @@ def test_cuda_home_is_the_same_for_a_shell_and_an_ssh_session(tmp_path):
     via_cuda_path = stable_build_env({**home, "PATH": "/usr/bin", "CUDA_PATH": str(link)})
     assert shell == other == named == via_cuda_path == {"CUDA_HOME": str(real)}
     assert stable_build_env({**home, "PATH": "/usr/bin", "CUDA_HOME": str(real)}) == {}  # already one spelling
-    assert stable_build_env({"HOME": str(tmp_path / "h2"), "PATH": "/usr/bin",
-                             "CUDA_HOME": str(tmp_path / "none")}) == {}  # no toolkit: untouched
+    assert (
+        stable_build_env({"HOME": str(tmp_path / "h2"), "PATH": "/usr/bin", "CUDA_HOME": str(tmp_path / "none")}) == {}
+    )  # no toolkit: untouched
 
 
 def test_a_tool_running_flashinfer_itself_takes_the_workers_build_variables(tmp_path, monkeypatch):
@@ -287,12 +336,20 @@ def test_a_session_without_the_compiler_variables_gets_the_hosts_last_ones(tmp_p
     gcc.chmod(0o755)
     home = str(tmp_path / "home")
     no_toolkit = str(tmp_path / "no-cuda")  # so that this machine's own toolkit stays out of the test
-    shell = {"HOME": home, "PATH": "/usr/bin:/bin", "CUDA_HOME": no_toolkit, "CC": str(gcc),
-             "FLASHINFER_EXTRA_CFLAGS": "-O3,-g"}
+    shell = {
+        "HOME": home,
+        "PATH": "/usr/bin:/bin",
+        "CUDA_HOME": no_toolkit,
+        "CC": str(gcc),
+        "FLASHINFER_EXTRA_CFLAGS": "-O3,-g",
+    }
     ssh = {"HOME": home, "PATH": "/usr/bin:/bin", "CUDA_HOME": no_toolkit}
     assert stable_build_env(shell) == {}  # the shell's own values: nothing added, but remembered
-    assert json.loads(record_path(shell).read_text()) == {"CC": str(gcc), "CUDA_HOME": no_toolkit,
-                                                          "FLASHINFER_EXTRA_CFLAGS": "-O3,-g"}
+    assert json.loads(record_path(shell).read_text()) == {
+        "CC": str(gcc),
+        "CUDA_HOME": no_toolkit,
+        "FLASHINFER_EXTRA_CFLAGS": "-O3,-g",
+    }
     added = stable_build_env(ssh)
     assert added == {"CC": str(gcc), "FLASHINFER_EXTRA_CFLAGS": "-O3,-g"}
     notes = describe_added(encode_added(added, ssh), {**ssh, **added})
@@ -316,7 +373,14 @@ def _kept_runner(monkeypatch, budget: int):
     from types import SimpleNamespace
 
     r = runner_mod.CaseRunner.__new__(runner_mod.CaseRunner)
-    r.device, r.calibration, r.probe, r.l2, r.kept, r.keep_budget = SimpleNamespace(device="cuda"), None, None, None, {}, budget
+    r.device, r.calibration, r.probe, r.l2, r.kept, r.keep_budget = (
+        SimpleNamespace(device="cuda"),
+        None,
+        None,
+        None,
+        {},
+        budget,
+    )
     allocated = [0]
     built = []
     monkeypatch.setattr(r, "_allocated", lambda: allocated[0])
@@ -331,8 +395,19 @@ def _kept_runner(monkeypatch, budget: int):
             graph = object()
             if keep is not None:
                 keep(graph)
-        stats = Stats(method="cuda-graph", median_us=10.0, p10_us=10, p90_us=10, mean_us=10, stdev_us=0, n=3,
-                      rel_ci=0.0, calls_per_sample=8, l2="cold", samples_us=[10.0])
+        stats = Stats(
+            method="cuda-graph",
+            median_us=10.0,
+            p10_us=10,
+            p90_us=10,
+            mean_us=10,
+            stdev_us=0,
+            n=3,
+            rel_ci=0.0,
+            calls_per_sample=8,
+            l2="cold",
+            samples_us=[10.0],
+        )
         from worker.schema import RoundStats
 
         return stats.model_copy(update={"rounds": [RoundStats(median_us=10.0, n=3, rel_ci=0.0)]}), None

@@ -9,6 +9,7 @@ what `facts` and `check` answer goes on that channel; everything else is log.
   profile-case --params P --case ID --out F   the process ncu profiles: one case, warmed and settled
   crosscheck --params P              time the cases of P beside FlashInfer's and Triton's timers (worker/crosscheck.py)
 """
+
 from __future__ import annotations
 
 import argparse
@@ -17,8 +18,9 @@ from pathlib import Path
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m worker", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m worker", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     for name in ("run", "supervise"):
         p = sub.add_parser(name)
@@ -53,8 +55,12 @@ def main(argv: list[str] | None = None) -> int:
         except ImportError as exc:  # pydantic missing: nothing can run, and retrying cannot help
             from .protocol import EXIT_CANNOT_START
 
-            print(f"fleetbench: the worker cannot start with {sys.executable}: {type(exc).__name__}: {exc} "
-                  "(install the worker's dependencies there, e.g. `fleetbench provision`)", file=sys.stderr, flush=True)
+            print(
+                f"fleetbench: the worker cannot start with {sys.executable}: {type(exc).__name__}: {exc} "
+                "(install the worker's dependencies there, e.g. `fleetbench provision`)",
+                file=sys.stderr,
+                flush=True,
+            )
             return EXIT_CANNOT_START
         return run_params(params, args.results)
     if args.command == "supervise":
@@ -79,7 +85,6 @@ def main(argv: list[str] | None = None) -> int:
         import json
 
         from .env import readiness
-
         from .protocol import write_line
 
         write_line(json.dumps(readiness()))

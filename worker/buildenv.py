@@ -14,6 +14,7 @@ So, for the worker's child only:
   and becomes what is remembered.
 Every value the worker added is reported in the host's facts (worker/env.py), so a run says so.
 """
+
 from __future__ import annotations
 
 import json
@@ -24,9 +25,19 @@ from pathlib import Path
 from .hostcache import cache_file, read_json, write_json
 
 # What FlashInfer's JIT (flashinfer/jit/cpp_ext.py, compilation_context.py) reads into a build file.
-BUILD_VARS = ("CC", "CXX", "CUDAHOSTCXX", "CUDA_HOME", "FLASHINFER_CUDA_ARCH_LIST", "FLASHINFER_EXTRA_CFLAGS",
-              "FLASHINFER_EXTRA_CUDAFLAGS", "FLASHINFER_EXTRA_LDFLAGS", "FLASHINFER_NVCC",
-              "FLASHINFER_CXX_LAUNCHER", "FLASHINFER_NVCC_LAUNCHER")
+BUILD_VARS = (
+    "CC",
+    "CXX",
+    "CUDAHOSTCXX",
+    "CUDA_HOME",
+    "FLASHINFER_CUDA_ARCH_LIST",
+    "FLASHINFER_EXTRA_CFLAGS",
+    "FLASHINFER_EXTRA_CUDAFLAGS",
+    "FLASHINFER_EXTRA_LDFLAGS",
+    "FLASHINFER_NVCC",
+    "FLASHINFER_CXX_LAUNCHER",
+    "FLASHINFER_NVCC_LAUNCHER",
+)
 # Variables that name a program: only adopted while that program still exists.
 _PROGRAMS = ("CC", "CXX", "CUDAHOSTCXX", "FLASHINFER_NVCC")
 ADDED_VAR = "FLEETBENCH_ENV_ADDED"  # JSON {name: the caller's value or null}, read by worker/env.py
@@ -95,9 +106,13 @@ def describe_added(encoded: str, env: dict) -> list[str]:
         if name == "CUDA_HOME":
             why = f"the real path of the toolkit FlashInfer would use; the caller's: {was or 'unset'}"
         else:
-            why = f"the caller had {'none' if was is None else repr(was)}; this host's earlier FlashInfer builds used it"
-        notes.append(f"the worker set {name}={env.get(name)} ({why}: one build environment keeps FlashInfer's "
-                     "JIT cache valid across shell and SSH sessions)")
+            why = (
+                f"the caller had {'none' if was is None else repr(was)}; this host's earlier FlashInfer builds used it"
+            )
+        notes.append(
+            f"the worker set {name}={env.get(name)} ({why}: one build environment keeps FlashInfer's "
+            "JIT cache valid across shell and SSH sessions)"
+        )
     return notes
 
 
@@ -108,4 +123,3 @@ def adopt_build_env() -> dict[str, str]:
     added = stable_build_env(dict(os.environ))
     os.environ.update(added)
     return added
-

@@ -12,6 +12,7 @@ set), so a sweep pays the ~1 s once; `calibration: fresh` in a sweep measures ag
 Failures are data: a family that cannot be measured is listed with its reason, and its cases get no
 speed of light rather than one from the datasheet.
 """
+
 from __future__ import annotations
 
 import socket
@@ -44,10 +45,17 @@ def cache_key(gpu_uuid: str, driver: Optional[str], torch_version: str) -> str:
     return f"{socket.gethostname()}|{gpu_uuid}|driver {driver or '?'}|torch {torch_version}"
 
 
-def calibrate(device, families: set[str], mode: str, *, key: Optional[str] = None,
-              measure: Optional[Callable[[str], tuple[float, str]]] = None,
-              datasheet: Optional[dict[str, float]] = None, cache: Optional[Path] = None,
-              on_measure: Optional[Callable[[list[str]], None]] = None) -> Optional[Calibration]:
+def calibrate(
+    device,
+    families: set[str],
+    mode: str,
+    *,
+    key: Optional[str] = None,
+    measure: Optional[Callable[[str], tuple[float, str]]] = None,
+    datasheet: Optional[dict[str, float]] = None,
+    cache: Optional[Path] = None,
+    on_measure: Optional[Callable[[list[str]], None]] = None,
+) -> Optional[Calibration]:
     """The calibration for this GPU covering `families` (and the copy bandwidth), or None (CPU, `off`).
 
     mode: cached (use the host's entry, measuring only what it lacks) | fresh (measure all again).
@@ -87,8 +95,9 @@ def calibrate(device, families: set[str], mode: str, *, key: Optional[str] = Non
         known |= {w for w, why in found.problems.items() if why.startswith(DIED)}
     missing = [w for w in wanted if w not in known]
     if found is not None and not missing:
-        return found.model_copy(update={"cached": True, "datasheet": datasheet,
-                                        "problems": {**found.problems, **never_here}})
+        return found.model_copy(
+            update={"cached": True, "datasheet": datasheet, "problems": {**found.problems, **never_here}}
+        )
     cal = found or Calibration(key=key, measured_at=now_iso(), cached=False)
     tflops, method = dict(cal.tflops), dict(cal.method)
     problems = {w: why for w, why in cal.problems.items() if w not in missing}
@@ -118,9 +127,17 @@ def calibrate(device, families: set[str], mode: str, *, key: Optional[str] = Non
             tb_s = value
         else:
             tflops[what] = value
-    cal = cal.model_copy(update={"tflops": tflops, "tb_s": tb_s, "method": method, "problems": problems,
-                                 "cached": not measured_now, "datasheet": datasheet,
-                                 "measured_at": now_iso() if measured_now else cal.measured_at})
+    cal = cal.model_copy(
+        update={
+            "tflops": tflops,
+            "tb_s": tb_s,
+            "method": method,
+            "problems": problems,
+            "cached": not measured_now,
+            "datasheet": datasheet,
+            "measured_at": now_iso() if measured_now else cal.measured_at,
+        }
+    )
     doc[key] = cal.model_dump(mode="json", exclude={"cached", "datasheet"})
     doc.pop(died_key, None)
     write_json(path, doc)
@@ -139,7 +156,9 @@ def _unsupported_here(device, family: str) -> Optional[str]:
     reasons = [support_problem(CATALOG[n], GEMM_SIZE, GEMM_SIZE, GEMM_SIZE, cc) for n in names]
     if not all(reasons):
         return None
-    return "no backend for this family runs on this GPU (" + "; ".join(f"{n}: {r}" for n, r in zip(names, reasons)) + ")"
+    return (
+        "no backend for this family runs on this GPU (" + "; ".join(f"{n}: {r}" for n, r in zip(names, reasons)) + ")"
+    )
 
 
 def _measure_on_gpu(device, what: str) -> tuple[float, str]:
@@ -157,8 +176,9 @@ def _measure_on_gpu(device, what: str) -> tuple[float, str]:
     reasons = []
     for name in CALIBRATION_BACKENDS.get(what, ()):
         spec = CATALOG[name]
-        problem = (support_problem(spec, GEMM_SIZE, GEMM_SIZE, GEMM_SIZE, device.compute_capability)
-                   or availability_problem(spec))
+        problem = support_problem(
+            spec, GEMM_SIZE, GEMM_SIZE, GEMM_SIZE, device.compute_capability
+        ) or availability_problem(spec)
         if problem:
             reasons.append(f"{name}: {problem}")
             continue

@@ -3,6 +3,7 @@ the controller sends it, and the one loop that holds this GPU's lock (and its cl
 locks them) as a sweep does and sends one record per case on the protocol channel. What a case is made
 to do is the command's own (worker/profile.py, worker/crosscheck.py).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -49,10 +50,15 @@ def run_each_case(params: CasesParams, purpose: str, start: Callable[[Optional[i
     held = contextlib.ExitStack()
     try:
         with heartbeat(state="lock-wait"):
-            locked_id = held.enter_context(gpu_lock(
-                f"{purpose} of {params.run_id}", params.host, params.lock_timeout_s,
-                ids=[CPU] if params.device == "cpu" else None,
-                on_wait=lambda holder: emit_progress(event="lock-wait", holder=holder.get("run_id", "?"))))
+            locked_id = held.enter_context(
+                gpu_lock(
+                    f"{purpose} of {params.run_id}",
+                    params.host,
+                    params.lock_timeout_s,
+                    ids=[CPU] if params.device == "cpu" else None,
+                    on_wait=lambda holder: emit_progress(event="lock-wait", holder=holder.get("run_id", "?")),
+                )
+            )
     except GpuLockTimeout as exc:
         print(f"fleetbench: {exc}", file=sys.stderr, flush=True)
         return EXIT_GPU_BUSY
@@ -63,10 +69,24 @@ def run_each_case(params: CasesParams, purpose: str, start: Callable[[Optional[i
                 os.environ[CLOCK_ENV] = str(mhz)
             run_case = start(mhz)
             for i, case in enumerate(params.cases):
-                emit_progress(event="start", done=i, total=len(params.cases), case_id=case.case_id,
-                              backend=case.backend, m=case.m, n=case.n, k=case.k)
+                emit_progress(
+                    event="start",
+                    done=i,
+                    total=len(params.cases),
+                    case_id=case.case_id,
+                    backend=case.backend,
+                    m=case.m,
+                    n=case.n,
+                    k=case.k,
+                )
                 record = run_case(case)
                 write_line(RECORD_PREFIX + record.model_dump_json())
-                emit_progress(event="end", done=i + 1, total=len(params.cases), case_id=case.case_id,
-                              status=record.status, reason=record.reason[:200])
+                emit_progress(
+                    event="end",
+                    done=i + 1,
+                    total=len(params.cases),
+                    case_id=case.case_id,
+                    status=record.status,
+                    reason=record.reason[:200],
+                )
     return 0

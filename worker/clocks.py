@@ -8,6 +8,7 @@ caught) cannot give the clock back, so while it holds a clock locked a record be
 names it, and the next sweep on that GPU (holding the GPU's lock, so no live sweep of this host uses it)
 resets a clock whose locker is gone, and says so.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -62,15 +63,18 @@ def reset_left_lock(gpu: str, say: Callable[[str], None]) -> None:
     if not left or (isinstance(pid, int) and pid != os.getpid() and _alive(pid)):
         return
     rc, out = _smi(["-i", gpu, "--reset-gpu-clocks"])
-    say(f"clocks: GPU {gpu} was left locked at {left.get('mhz', '?')} MHz by a sweep that was killed "
-        f"(run {left.get('run_id', '?')}, pid {pid}): {'reset' if rc == 0 else 'reset failed: ' + out[:200]}")
+    say(
+        f"clocks: GPU {gpu} was left locked at {left.get('mhz', '?')} MHz by a sweep that was killed "
+        f"(run {left.get('run_id', '?')}, pid {pid}): {'reset' if rc == 0 else 'reset failed: ' + out[:200]}"
+    )
     if rc == 0:
         path.unlink(missing_ok=True)
 
 
 @contextlib.contextmanager
-def locked_clocks(gpu: Optional[str], wanted: bool, say: Callable[[str], None],
-                  run_id: str = "") -> Iterator[Optional[int]]:
+def locked_clocks(
+    gpu: Optional[str], wanted: bool, say: Callable[[str], None], run_id: str = ""
+) -> Iterator[Optional[int]]:
     """Yields the locked SM clock in MHz, or None (not asked, no GPU, or nvidia-smi refused: `say` tells).
     First resets a clock a killed sweep left locked on this GPU (reset_left_lock)."""
     if gpu and gpu != "cpu":
@@ -102,8 +106,10 @@ def locked_clocks(gpu: Optional[str], wanted: bool, say: Callable[[str], None],
         if rc != 0:
             give_back = False  # nothing of ours to reset (and a lock someone else set stays)
             lock_record(gpu).unlink(missing_ok=True)
-            say(f"clocks: nvidia-smi could not lock GPU {gpu} at {mhz} MHz ({out[:200]}): not locked "
-                "(locking needs root)")
+            say(
+                f"clocks: nvidia-smi could not lock GPU {gpu} at {mhz} MHz ({out[:200]}): not locked "
+                "(locking needs root)"
+            )
             yield None
             return
         say(f"clocks: GPU {gpu} locked at {mhz} MHz for this sweep")

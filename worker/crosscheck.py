@@ -25,6 +25,7 @@ Only what exists is imported: a peer that is not installed, or too old to have i
 in the record, never a crash. The parameters passed are the ones the installed version's signature
 has (read with inspect, recorded); a missing one fails that step with its name.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -166,8 +167,9 @@ def crosscheck(params_path) -> int:
     return run_each_case(params, "crosscheck", start)
 
 
-def check_case(runner, case: CaseSpec, options: CrosscheckOptions, locked_mhz: Optional[int] = None
-               ) -> CrosscheckRecord:
+def check_case(
+    runner, case: CaseSpec, options: CrosscheckOptions, locked_mhz: Optional[int] = None
+) -> CrosscheckRecord:
     """One case timed by fleetbench and by each peer of `options` (module docstring). Never raises for
     what the case or a peer does: that is the record's status and reason."""
     from .protocol import now_iso
@@ -175,9 +177,18 @@ def check_case(runner, case: CaseSpec, options: CrosscheckOptions, locked_mhz: O
     started, t0 = now_iso(), time.perf_counter()
 
     def record(status: str, reason: str = "", **fields) -> CrosscheckRecord:
-        return CrosscheckRecord(case_id=case.case_id, case=case, status=status, reason=reason, started_at=started,
-                                duration_s=round(time.perf_counter() - t0, 3), device=runner.device.device,
-                                gpu_name=runner.device.name or "", sm_clock_locked_mhz=locked_mhz, **fields)
+        return CrosscheckRecord(
+            case_id=case.case_id,
+            case=case,
+            status=status,
+            reason=reason,
+            started_at=started,
+            duration_s=round(time.perf_counter() - t0, 3),
+            device=runner.device.device,
+            gpu_name=runner.device.name or "",
+            sm_clock_locked_mhz=locked_mhz,
+            **fields,
+        )
 
     from . import runner as sweep_runner
     from .backends import availability_problem, support_problem
@@ -194,8 +205,9 @@ def check_case(runner, case: CaseSpec, options: CrosscheckOptions, locked_mhz: O
     try:
         fn, sets, n_sets = runner._prepare(case, spec)
         if runner.device.device != "cuda":
-            return record("ok", "", fleetbench=_time_on_cpu(fn, n_sets, case),
-                          peers=[_not_on_cpu(p) for p in options.peers])
+            return record(
+                "ok", "", fleetbench=_time_on_cpu(fn, n_sets, case), peers=[_not_on_cpu(p) for p in options.peers]
+            )
         bench = CaseBench(fn, n_sets, case, probe=runner.probe)
         ours = bench.fleetbench(options.cupti)
         peers = [_peer(p, bench) for p in options.peers]
@@ -227,15 +239,25 @@ def _time_on_cpu(fn, n_sets: int, case: CaseSpec) -> FleetbenchTiming:
     from .timing import time_cpu
 
     stats = time_cpu(fn, n_sets, case.timing)
-    return FleetbenchTiming(method=Method(l2="hot (CPU)", launch="wall clock", clock="as found"),
-                            timing_method=stats.method, median_us=stats.median_us, mean_us=stats.mean_us,
-                            samples_us=stats.samples_us, calls_per_sample=stats.calls_per_sample, n_sets=n_sets,
-                            cupti_reason="the case ran on the CPU")
+    return FleetbenchTiming(
+        method=Method(l2="hot (CPU)", launch="wall clock", clock="as found"),
+        timing_method=stats.method,
+        median_us=stats.median_us,
+        mean_us=stats.mean_us,
+        samples_us=stats.samples_us,
+        calls_per_sample=stats.calls_per_sample,
+        n_sets=n_sets,
+        cupti_reason="the case ran on the CPU",
+    )
 
 
 def _not_on_cpu(peer: str) -> PeerResult:
-    return PeerResult(peer=peer, timer=TIMERS[peer], status="unsupported",
-                      reason=f"{TIMERS[peer]} times CUDA kernels; this case ran on the CPU")
+    return PeerResult(
+        peer=peer,
+        timer=TIMERS[peer],
+        status="unsupported",
+        reason=f"{TIMERS[peer]} times CUDA kernels; this case ran on the CPU",
+    )
 
 
 # -- the case on the GPU, as each timer sees it ----------------------------------------------------------
@@ -279,7 +301,6 @@ class CaseBench:
         import torch
 
         from . import timing
-
         from .health import ClockSampler
 
         built = []
@@ -287,8 +308,11 @@ class CaseBench:
             stats = timing.time_cuda(self.fn, self.n_sets, self.case.timing, keep=built.append)
         if built:  # graph and cupti modes: the timed graph serves CUPTI and settling before a peer
             self.graph, self.calls = built[0].graph, built[0].calls
-            launch = f"graph replay of {self.calls} calls" if stats.method == "cuda-graph" else \
-                f"kernel time (CUPTI) of a graph of {self.calls} calls, no launch gaps"
+            launch = (
+                f"graph replay of {self.calls} calls"
+                if stats.method == "cuda-graph"
+                else f"kernel time (CUPTI) of a graph of {self.calls} calls, no launch gaps"
+            )
         else:  # events mode: a graph only for CUPTI and for settling before a peer
             self.calls = max(1, math.ceil(TARGET_SAMPLE_S / max(stats.median_us * 1e-6, 1e-7)))
             self.calls = -(-self.calls // self.n_sets) * self.n_sets
@@ -297,10 +321,17 @@ class CaseBench:
             self.graph.replay()
             torch.cuda.synchronize()
         settled = f"settled ({stats.settle_ms or 0:g} ms)" if self.settles else "as found (settle_ms 0)"
-        ours = FleetbenchTiming(method=Method(l2=self.l2_words(), launch=launch, clock=settled),
-                                timing_method=stats.method, median_us=stats.median_us, mean_us=stats.mean_us,
-                                samples_us=stats.samples_us, calls_per_sample=stats.calls_per_sample,
-                                n_sets=self.n_sets, settle_ms=stats.settle_ms, sm_clock_mhz=clock.median_mhz)
+        ours = FleetbenchTiming(
+            method=Method(l2=self.l2_words(), launch=launch, clock=settled),
+            timing_method=stats.method,
+            median_us=stats.median_us,
+            mean_us=stats.mean_us,
+            samples_us=stats.samples_us,
+            calls_per_sample=stats.calls_per_sample,
+            n_sets=self.n_sets,
+            settle_ms=stats.settle_ms,
+            sm_clock_mhz=clock.median_mhz,
+        )
         if not cupti:
             ours.cupti_reason = "not asked (--no-cupti)"
         else:
@@ -413,8 +444,17 @@ def _installed_timer(peer: str, label: str, dist: str) -> tuple[PeerResult, Opti
     version = _version(dist, package)
     fn = getattr(module, function, None)
     if fn is None:
-        return PeerResult(peer=peer, timer=timer, status="unavailable", version=version,
-                          reason=f"{label} {version} has no {timer}"), None, set()
+        return (
+            PeerResult(
+                peer=peer,
+                timer=timer,
+                status="unavailable",
+                version=version,
+                reason=f"{label} {version} has no {timer}",
+            ),
+            None,
+            set(),
+        )
     signature, accepted = _signature(fn)
     return PeerResult(peer=peer, timer=timer, status="ok", version=version, signature=signature), fn, accepted
 
@@ -449,16 +489,29 @@ def _run(step: Step, call: str, method: Method, measure: Callable[[], list[float
             traceback.print_exc()
             samples, reason = [], f"{type(exc).__name__}: {exc}"[:400]
     notes = list(dict.fromkeys(str(w.message)[:300] for w in caught))
-    return Timed(step=step, call=call, method=method, samples_us=[round(s, 4) for s in samples],
-                 value_us=_stat(samples, method.statistic), reason=reason, notes=notes,
-                 sm_clock_mhz=clock.median_mhz)
+    return Timed(
+        step=step,
+        call=call,
+        method=method,
+        samples_us=[round(s, 4) for s in samples],
+        value_us=_stat(samples, method.statistic),
+        reason=reason,
+        notes=notes,
+        sm_clock_mhz=clock.median_mhz,
+    )
 
 
 def _with_statistic(run: Timed, statistic: str) -> Timed:
     """The same samples under another statistic: the `statistic` step costs no new run."""
     method = run.method.model_copy(update={"statistic": statistic})
-    return run.model_copy(update={"step": "statistic", "method": method, "value_us": _stat(run.samples_us, statistic),
-                                  "notes": ["the samples of the run above"]})
+    return run.model_copy(
+        update={
+            "step": "statistic",
+            "method": method,
+            "value_us": _stat(run.samples_us, statistic),
+            "notes": ["the samples of the run above"],
+        }
+    )
 
 
 # -- FlashInfer: flashinfer.testing.bench_gpu_time ---------------------------------------------------------
@@ -477,6 +530,7 @@ def flashinfer_runs(bench: CaseBench) -> PeerResult:
             if missing:
                 raise TypeError(f"this bench_gpu_time has no parameter {', '.join(missing)}")
             return [t * 1e3 for t in bench_gpu_time(call, **kwargs)]
+
         return run
 
     def text(**kwargs) -> str:
@@ -487,14 +541,26 @@ def flashinfer_runs(bench: CaseBench) -> PeerResult:
     from_idle = "from idle"
     runs = result.runs
     bench.idle()
-    runs.append(_run("default", text(), Method(l2=flush, launch=events, clock=from_idle,
-                                                  statistic=FLASHINFER_STATISTIC), measure(bench.fixed)))
+    runs.append(
+        _run(
+            "default",
+            text(),
+            Method(l2=flush, launch=events, clock=from_idle, statistic=FLASHINFER_STATISTIC),
+            measure(bench.fixed),
+        )
+    )
     ours = bench.ours
     l2_kwargs = {"cold_l2_cache": False}
     call = bench.rotating_call() if bench.cold else bench.fixed
     bench.idle()
-    runs.append(_run("l2", text(**l2_kwargs), Method(l2=bench.l2_words(), launch=events, clock=from_idle),
-                     measure(call, **l2_kwargs)))
+    runs.append(
+        _run(
+            "l2",
+            text(**l2_kwargs),
+            Method(l2=bench.l2_words(), launch=events, clock=from_idle),
+            measure(call, **l2_kwargs),
+        )
+    )
     matched = dict(l2_kwargs)
     launch = events
     if ours is not None and ours.timing_method == "cuda-graph":
@@ -502,8 +568,14 @@ def flashinfer_runs(bench: CaseBench) -> PeerResult:
         launch = f"graph replay of {bench.calls} calls"
         call = bench.rotating_call() if bench.cold else bench.fixed
         bench.idle()
-        runs.append(_run("launch", text(**matched), Method(l2=bench.l2_words(), launch=launch, clock=from_idle),
-                         measure(call, **matched)))
+        runs.append(
+            _run(
+                "launch",
+                text(**matched),
+                Method(l2=bench.l2_words(), launch=launch, clock=from_idle),
+                measure(call, **matched),
+            )
+        )
     if bench.settles:
         call = bench.rotating_call() if bench.cold else bench.fixed
         clock = "settled"
@@ -511,11 +583,20 @@ def flashinfer_runs(bench: CaseBench) -> PeerResult:
             matched["dry_run_time_ms"] = PEER_DRY_RUN_MS
             clock = f"settled, then {PEER_DRY_RUN_MS} ms of its own untimed calls"
         else:
-            result.unmatched.append("clock (this bench_gpu_time has no dry_run_time_ms: its timed calls start "
-                                    "right after its own set-up, at the burst clock)")
+            result.unmatched.append(
+                "clock (this bench_gpu_time has no dry_run_time_ms: its timed calls start "
+                "right after its own set-up, at the burst clock)"
+            )
         bench.settle()
-        runs.append(_run("clock", text(**matched), Method(l2=bench.l2_words(), launch=launch, clock=clock),
-                         measure(call, **matched), probe=bench.probe))
+        runs.append(
+            _run(
+                "clock",
+                text(**matched),
+                Method(l2=bench.l2_words(), launch=launch, clock=clock),
+                measure(call, **matched),
+                probe=bench.probe,
+            )
+        )
     result.notes += _cupti_note("enable_cupti" in accepted)
     if all(r.value_us is None for r in runs):
         result.status, result.reason = "failed", runs[0].reason
@@ -531,9 +612,13 @@ def _cupti_note(has_parameter: bool) -> list[str]:
 
         found = version("cupti-python")
     except Exception:
-        return ["enable_cupti=True (flashinfer_benchmark.py's default) would fall back to CUDA events here: "
-                "cupti-python is not installed; fleetbench's CUPTI column is that kind of figure"]
-    return [f"cupti-python {found} is installed: enable_cupti=True times kernels alone, as fleetbench's CUPTI column does"]
+        return [
+            "enable_cupti=True (flashinfer_benchmark.py's default) would fall back to CUDA events here: "
+            "cupti-python is not installed; fleetbench's CUPTI column is that kind of figure"
+        ]
+    return [
+        f"cupti-python {found} is installed: enable_cupti=True times kernels alone, as fleetbench's CUPTI column does"
+    ]
 
 
 # -- Triton: triton.testing.do_bench_cudagraph ---------------------------------------------------------------
@@ -557,6 +642,7 @@ def triton_runs(bench: CaseBench) -> PeerResult:
                         modes.discard("all")
                         warnings.warn("this do_bench_cudagraph refuses return_mode='all': its mean alone")
                 return [do_bench_cudagraph(call, **kwargs) * 1e3]  # its mean, alone
+
         return run
 
     modes = {"all"} if "return_mode" in accepted else set()
@@ -564,8 +650,12 @@ def triton_runs(bench: CaseBench) -> PeerResult:
     graph = "graph of ~20 ms of calls"  # its rep=20 ms, unrolled into one graph
     runs = result.runs
     bench.idle()
-    first = _run("default", text, Method(l2="hot (the same inputs every call)", launch=graph, clock="from idle",
-                                         statistic=TRITON_STATISTIC), all_times(bench.fixed))
+    first = _run(
+        "default",
+        text,
+        Method(l2="hot (the same inputs every call)", launch=graph, clock="from idle", statistic=TRITON_STATISTIC),
+        all_times(bench.fixed),
+    )
     runs.append(first)
     if "all" not in modes:
         result.unmatched.append("statistic (this do_bench_cudagraph gives its mean alone)")
@@ -574,8 +664,14 @@ def triton_runs(bench: CaseBench) -> PeerResult:
     statistic = "median" if "all" in modes else "mean"  # the mean where the median cannot be had
     if bench.cold:
         bench.idle()
-        runs.append(_run("l2", text, Method(l2=bench.l2_words(), launch=graph, clock="from idle", statistic=statistic),
-                         all_times(bench.rotating_call())))
+        runs.append(
+            _run(
+                "l2",
+                text,
+                Method(l2=bench.l2_words(), launch=graph, clock="from idle", statistic=statistic),
+                all_times(bench.rotating_call()),
+            )
+        )
     if bench.settles:
         call = bench.rotating_call() if bench.cold else bench.fixed
         kwargs, clock = {}, "settled"
@@ -586,16 +682,24 @@ def triton_runs(bench: CaseBench) -> PeerResult:
             kwargs["rep"] = int(min(TRITON_MAX_REP_MS, max(TRITON_REPLAY_MS, rep_ms)))
             clock = f"settled, and replays of ~{TRITON_REPLAY_MS} ms (rep={kwargs['rep']})"
         else:
-            result.unmatched.append("clock (this do_bench_cudagraph has no rep: its replays follow its capture at "
-                                    "the burst clock)")
+            result.unmatched.append(
+                "clock (this do_bench_cudagraph has no rep: its replays follow its capture at the burst clock)"
+            )
         step_text = text[:-1] + "".join(f", {k}={v!r}" for k, v in kwargs.items()) + ")"
         bench.settle()
-        runs.append(_run("clock", step_text, Method(l2=bench.l2_words(), launch=graph, clock=clock,
-                                                    statistic=statistic),
-                         all_times(call, **kwargs), probe=bench.probe))
+        runs.append(
+            _run(
+                "clock",
+                step_text,
+                Method(l2=bench.l2_words(), launch=graph, clock=clock, statistic=statistic),
+                all_times(call, **kwargs),
+                probe=bench.probe,
+            )
+        )
     if bench.ours is not None and bench.ours.timing_method != "cuda-graph":
-        result.unmatched.append("launch (do_bench_cudagraph always replays a graph; this case was timed with "
-                                "per-call CUDA events)")
+        result.unmatched.append(
+            "launch (do_bench_cudagraph always replays a graph; this case was timed with per-call CUDA events)"
+        )
     if all(r.value_us is None for r in runs):
         result.status, result.reason = "failed", runs[0].reason
     return result

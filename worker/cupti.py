@@ -23,6 +23,7 @@ TEARDOWN_CUPTI=0, the samples say that later timings in the process ran with CUP
 A call's activities are summed, never merged: two kernels of one call running at once on two streams
 count twice (the `span` beside the sum, first start to last end, bounds their union).
 """
+
 from __future__ import annotations
 
 import collections
@@ -91,8 +92,9 @@ def available() -> Optional[str]:
     return None
 
 
-def kernel_samples_us(replay: Callable[[], None], calls_per_replay: int, replays: int,
-                      lead_in_ms: float = LEAD_IN_MS) -> KernelSamples:
+def kernel_samples_us(
+    replay: Callable[[], None], calls_per_replay: int, replays: int, lead_in_ms: float = LEAD_IN_MS
+) -> KernelSamples:
     """Trace `replays` calls of `replay()` (each one graph replay of `calls_per_replay` calls of the case,
     synchronized after it) after replays for `lead_in_ms` (discarded); per replay, the kernel time per
     call. Raises CuptiError when CUPTI cannot run here, records nothing, or its records cannot be told
@@ -128,8 +130,9 @@ def kernel_samples_us(replay: Callable[[], None], calls_per_replay: int, replays
     if stays:
         got.notes.append(stays)
     if attempt == 2:
-        got.notes.append("the first trace recorded no GPU activity (CUPTI re-initialised after its teardown): "
-                         "traced again")
+        got.notes.append(
+            "the first trace recorded no GPU activity (CUPTI re-initialised after its teardown): traced again"
+        )
     return got
 
 
@@ -144,14 +147,18 @@ def ask_for_teardown() -> str:
 
     chosen = os.environ.get("TEARDOWN_CUPTI")
     if chosen is not None and chosen != "1":
-        return (f"TEARDOWN_CUPTI={chosen} in the environment: CUPTI stays attached after this trace, and later "
-                "timings in this process run with it (slower launches)")
+        return (
+            f"TEARDOWN_CUPTI={chosen} in the environment: CUPTI stays attached after this trace, and later "
+            "timings in this process run with it (slower launches)"
+        )
     version = tuple(int(p) for p in (torch.version.cuda or "0.0").split(".")[:2] if p.isdigit())
     if version < (12, 6):
         # torch's own rule (torch/profiler/profiler.py): before 12.6, re-initialising CUPTI after a teardown
         # crashes processes that use CUDA graphs.
-        return (f"CUDA {torch.version.cuda} cannot tear CUPTI down safely with CUDA graphs (12.6 and later can): "
-                "CUPTI stays attached after this trace, and later timings in this process run with it")
+        return (
+            f"CUDA {torch.version.cuda} cannot tear CUPTI down safely with CUDA graphs (12.6 and later can): "
+            "CUPTI stays attached after this trace, and later timings in this process run with it"
+        )
     os.environ["TEARDOWN_CUPTI"] = "1"
     return ""
 
@@ -175,16 +182,19 @@ def read_trace(events) -> tuple[list[DeviceActivity], list[int]]:
     return activities, [c for _, c in sorted(launches)]
 
 
-def split_replays(activities: Sequence[DeviceActivity], launches: Sequence[int], calls_per_replay: int,
-                  replays: int, skip: int = 0) -> KernelSamples:
+def split_replays(
+    activities: Sequence[DeviceActivity], launches: Sequence[int], calls_per_replay: int, replays: int, skip: int = 0
+) -> KernelSamples:
     """The activities of `skip + replays` replays, each of `calls_per_replay` calls, as samples of the
     last `replays` (module docstring): by the graph launch each activity names when every activity
     names one of exactly that many launches, else by count in time order. Raises CuptiError when there
     is nothing, the count does not divide, or replays (or the calls of one replay) ran different work."""
     total = skip + replays
     if not activities:
-        raise CuptiError(f"CUPTI recorded no GPU activity during {total} replays (this driver's CUPTI does not "
-                         "trace the kernels of CUDA graphs, or another profiler such as nsys or ncu holds it)")
+        raise CuptiError(
+            f"CUPTI recorded no GPU activity during {total} replays (this driver's CUPTI does not "
+            "trace the kernels of CUDA graphs, or another profiler such as nsys or ncu holds it)"
+        )
     ordered = sorted(activities, key=lambda a: (a.start_ns, a.end_ns))
     notes: list[str] = []
     referenced = {a.correlation for a in ordered}
@@ -197,34 +207,43 @@ def split_replays(activities: Sequence[DeviceActivity], launches: Sequence[int],
         split_by = "launch"
     else:
         if launches:
-            notes.append(f"{len(used)} graph launches named by the trace's activities for {total} replays: "
-                         "replays told apart by count instead")
+            notes.append(
+                f"{len(used)} graph launches named by the trace's activities for {total} replays: "
+                "replays told apart by count instead"
+            )
         if len(ordered) % total:
-            raise CuptiError(f"CUPTI recorded {len(ordered)} GPU activities over {total} replays, not a whole "
-                             "number per replay: they cannot be told apart (records lost from the trace buffer, "
-                             "or GPU work outside the replays)")
+            raise CuptiError(
+                f"CUPTI recorded {len(ordered)} GPU activities over {total} replays, not a whole "
+                "number per replay: they cannot be told apart (records lost from the trace buffer, "
+                "or GPU work outside the replays)"
+            )
         size = len(ordered) // total
-        groups = [ordered[i * size:(i + 1) * size] for i in range(total)]
+        groups = [ordered[i * size : (i + 1) * size] for i in range(total)]
         split_by = "count"
     kept = groups[skip:]
     first = kept[0]
     if not first:
         raise CuptiError(f"CUPTI recorded no GPU activity of replay {skip + 1} of {total}")
     if len(first) % calls_per_replay:
-        raise CuptiError(f"a replay ran {len(first)} GPU activities, not a whole number per call of its "
-                         f"{calls_per_replay} calls")
+        raise CuptiError(
+            f"a replay ran {len(first)} GPU activities, not a whole number per call of its {calls_per_replay} calls"
+        )
     per_call = len(first) // calls_per_replay
     kernels = [a.name for a in first[:per_call]]
     one_call = collections.Counter(kernels)
     if collections.Counter(a.name for a in first) != _times(one_call, calls_per_replay):
-        raise CuptiError(f"the {calls_per_replay} calls of one replay ran different GPU work: "
-                         f"{_differences(collections.Counter(a.name for a in first), _times(one_call, calls_per_replay))}")
+        raise CuptiError(
+            f"the {calls_per_replay} calls of one replay ran different GPU work: "
+            f"{_differences(collections.Counter(a.name for a in first), _times(one_call, calls_per_replay))}"
+        )
     expected = collections.Counter(a.name for a in first)
     for i, group in enumerate(kept[1:], start=2):
         got = collections.Counter(a.name for a in group)
         if got != expected:
-            raise CuptiError(f"replay {i} of {replays} ran other GPU work than replay 1 "
-                             f"({_differences(got, expected)}): its records cannot be attributed")
+            raise CuptiError(
+                f"replay {i} of {replays} ran other GPU work than replay 1 "
+                f"({_differences(got, expected)}): its records cannot be attributed"
+            )
     per_call_us = [sum(a.duration_ns for a in g) / calls_per_replay / 1e3 for g in kept]
     span_us = [(max(a.end_ns for a in g) - min(a.start_ns for a in g)) / calls_per_replay / 1e3 for g in kept]
     return KernelSamples(per_call_us=per_call_us, span_us=span_us, kernels=kernels, split_by=split_by, notes=notes)
@@ -235,6 +254,9 @@ def _times(counts: collections.Counter, n: int) -> collections.Counter:
 
 
 def _differences(got: collections.Counter, expected: collections.Counter) -> str:
-    parts = [f"{name[:60]}: {got.get(name, 0)} vs {expected.get(name, 0)}"
-             for name in sorted(set(got) | set(expected)) if got.get(name, 0) != expected.get(name, 0)]
+    parts = [
+        f"{name[:60]}: {got.get(name, 0)} vs {expected.get(name, 0)}"
+        for name in sorted(set(got) | set(expected))
+        if got.get(name, 0) != expected.get(name, 0)
+    ]
     return "; ".join(parts[:3]) + ("; ..." if len(parts) > 3 else "")

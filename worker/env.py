@@ -1,4 +1,5 @@
 """Host facts, built from small collectors that each tolerate a missing library."""
+
 from __future__ import annotations
 
 import importlib.metadata
@@ -65,7 +66,9 @@ def _driver_version() -> Optional[str]:
     try:
         out = subprocess.run(
             ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-            capture_output=True, text=True, timeout=10,
+            capture_output=True,
+            text=True,
+            timeout=10,
         )
         return out.stdout.strip().splitlines()[0] if out.returncode == 0 and out.stdout.strip() else None
     except (OSError, subprocess.SubprocessError):
@@ -134,7 +137,11 @@ def readiness() -> dict:
         facts = collect_facts(device).model_dump(exclude={"kind", "schema_version", "notes"})
     except Exception as exc:  # torch missing or broken: still report what we can
         problems.append(f"torch unusable: {type(exc).__name__}: {exc}"[:300])
-        facts = {"python": platform.python_version(), "hostname": socket.gethostname(), "torch": package_version("torch")}
+        facts = {
+            "python": platform.python_version(),
+            "hostname": socket.gethostname(),
+            "torch": package_version("torch"),
+        }
     for dist in ("pydantic",):
         if package_version(dist) is None:
             problems.append(f"{dist} is not installed")

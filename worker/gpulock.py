@@ -7,6 +7,7 @@ that gives up names that run. A host without a GPU times on its CPU, and two swe
 measure each other the same way: it locks `<lock dir>/cpu-<host>.lock` (the inventory's name for the
 host, so that hosts sharing one machine in a test fleet stay separate hosts).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -62,8 +63,14 @@ def _lock_name(lock_id: str, host: str) -> str:
 
 
 @contextlib.contextmanager
-def gpu_lock(run_id: str, host: str, timeout_s: float, lock_dir: Optional[Path] = None,
-             ids: Optional[list[str]] = None, on_wait=None) -> Iterator[Optional[str]]:
+def gpu_lock(
+    run_id: str,
+    host: str,
+    timeout_s: float,
+    lock_dir: Optional[Path] = None,
+    ids: Optional[list[str]] = None,
+    on_wait=None,
+) -> Iterator[Optional[str]]:
     """Hold the lock of what this process times on: its GPU, or the host's CPU when it has no GPU (or
     ids == [CPU]); yields the id locked (None for ids == []: nothing to lock).
 
@@ -93,13 +100,19 @@ def gpu_lock(run_id: str, host: str, timeout_s: float, lock_dir: Optional[Path] 
                     raise GpuLockTimeout(
                         f"{what} is busy: locked by run {holder.get('run_id', '?')} "
                         f"(host {holder.get('host', '?')}, pid {holder.get('pid', '?')}, since "
-                        f"{holder.get('since', '?')}); waited {timeout_s:g} s (--lock-timeout)") from None
+                        f"{holder.get('since', '?')}); waited {timeout_s:g} s (--lock-timeout)"
+                    ) from None
                 if not waited and on_wait is not None:
                     on_wait(holder)
                 waited = True
                 time.sleep(POLL_S)
-        info = {"run_id": run_id, "host": host, "pid": os.getpid(), "machine": socket.gethostname(),
-                "since": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+        info = {
+            "run_id": run_id,
+            "host": host,
+            "pid": os.getpid(),
+            "machine": socket.gethostname(),
+            "since": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        }
         os.ftruncate(fd, 0)
         os.pwrite(fd, (json.dumps(info) + "\n").encode(), 0)
         yield ids[0]

@@ -10,6 +10,7 @@ checked) are replayed interleaved: per cycle one sample of each, in the same bre
 moves with neither the clock nor the power state. That paired timing is recorded beside each case's
 round (RoundStats.pair_id, paired_us); worker/pairing.py turns it into B/A with its interval.
 """
+
 from __future__ import annotations
 
 import secrets
@@ -25,8 +26,12 @@ def group_key(case: CaseSpec) -> Optional[str]:
     if not t.head_to_head or t.mode == "events" or t.state == "burst":
         return None
     moe = case.moe.model_dump_json() if case.moe is not None else ""
-    return "|".join(map(str, (case.workload, case.m, case.n, case.k, case.out_dtype, case.seed, case.label, moe,
-                              t.model_dump_json())))
+    return "|".join(
+        map(
+            str,
+            (case.workload, case.m, case.n, case.k, case.out_dtype, case.seed, case.label, moe, t.model_dump_json()),
+        )
+    )
 
 
 def units_of(cases: list[CaseSpec], grouped: bool) -> list[list[CaseSpec]]:
@@ -65,11 +70,19 @@ def duel(runner, records: list[CaseRecord], spec_of: Callable) -> list[CaseRecor
     loads = []
     for i, k in members:
         spec = spec_of(records[i].case)
-        loads.append(None if isinstance(spec, str) else runner.load_share(records[i].case, spec, k.graph.per_call_s * 1e6))
+        loads.append(
+            None if isinstance(spec, str) else runner.load_share(records[i].case, spec, k.graph.per_call_s * 1e6)
+        )
     heavy = any(v is None or v >= timing.HEAVY_LOAD for v in loads)
     floor = opts.settle_ms if heavy else min(opts.settle_ms, timing.LIGHT_SETTLE_MS)
-    group = time_group([k.graph for _, k in members], opts, floor, None, getattr(runner, "clock", None),
-                       cycles=max(PAIRED_CYCLES, opts.min_samples))
+    group = time_group(
+        [k.graph for _, k in members],
+        opts,
+        floor,
+        None,
+        getattr(runner, "clock", None),
+        cycles=max(PAIRED_CYCLES, opts.min_samples),
+    )
     pair_id = secrets.token_hex(6)
     out = list(records)
     share = round((group.settle_s + group.samples_s) / len(members), 4)
@@ -77,8 +90,10 @@ def duel(runner, records: list[CaseRecord], spec_of: Callable) -> list[CaseRecor
         rec = records[i]
         last = rec.timing.rounds[-1]
         phases = {**(last.timing_phases or {}), "pair_s": share}
-        paired = last.model_copy(update={"pair_id": pair_id, "paired_us": [round(x, 4) for x in stats.samples_us],
-                                         "timing_phases": phases})
-        out[i] = rec.model_copy(update={"timing": rec.timing.model_copy(
-            update={"rounds": [*rec.timing.rounds[:-1], paired]})})
+        paired = last.model_copy(
+            update={"pair_id": pair_id, "paired_us": [round(x, 4) for x in stats.samples_us], "timing_phases": phases}
+        )
+        out[i] = rec.model_copy(
+            update={"timing": rec.timing.model_copy(update={"rounds": [*rec.timing.rounds[:-1], paired]})}
+        )
     return out

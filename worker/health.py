@@ -3,6 +3,7 @@
 A timing taken while the GPU throttled (thermal, power brake, hardware slowdown) or while its SM clock
 fell is marked tainted: the number is kept, the reader is warned.
 """
+
 from __future__ import annotations
 
 from typing import Any, Optional
@@ -102,11 +103,18 @@ def host_reference_us() -> float:
     return best * 1e6
 
 
-def round_environment(before_cpu, after_cpu, before: Optional[HealthSnapshot],
-                      after: Optional[HealthSnapshot], host_ref_us: Optional[float] = None) -> dict:
+def round_environment(
+    before_cpu,
+    after_cpu,
+    before: Optional[HealthSnapshot],
+    after: Optional[HealthSnapshot],
+    host_ref_us: Optional[float] = None,
+) -> dict:
     """RoundStats' environment fields from readings taken around one round."""
-    env: dict = {"load_per_core": None if after_cpu[0] is None else round(after_cpu[0], 3),
-                 "host_ref_us": None if host_ref_us is None else round(host_ref_us, 2)}
+    env: dict = {
+        "load_per_core": None if after_cpu[0] is None else round(after_cpu[0], 3),
+        "host_ref_us": None if host_ref_us is None else round(host_ref_us, 2),
+    }
     if None not in (before_cpu[1], before_cpu[2], after_cpu[1], after_cpu[2]) and after_cpu[2] > before_cpu[2]:
         env["steal_pct"] = round(100.0 * (after_cpu[1] - before_cpu[1]) / (after_cpu[2] - before_cpu[2]), 3)
     if after is not None:
@@ -131,8 +139,9 @@ def assess(before: HealthSnapshot, after: HealthSnapshot) -> Health:
     if before.sm_clock_mhz and after.sm_clock_mhz is not None:
         drop = 1 - after.sm_clock_mhz / before.sm_clock_mhz
         if drop > CLOCK_DROP_TAINT and "sw_power_cap" not in after.throttle_reasons:
-            reasons.append(f"SM clock fell {before.sm_clock_mhz} -> {after.sm_clock_mhz} MHz ({drop:.0%}) "
-                           "without the power cap")
+            reasons.append(
+                f"SM clock fell {before.sm_clock_mhz} -> {after.sm_clock_mhz} MHz ({drop:.0%}) without the power cap"
+            )
     new_bad = sorted(set(after.throttle_reasons) & _BAD_REASONS - set(before.throttle_reasons))
     if new_bad:
         reasons.append("throttling began: " + ", ".join(new_bad))

@@ -38,6 +38,7 @@ named by the check it failed (the names are data: Correctness.integrity, a row's
 The output contract (dtype, shape, device; worker/verify.py output_problem) is checked on every call
 these checks observe when they are told what is expected: a call that breaks it raises WrongOutput.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -74,6 +75,7 @@ class IntegrityFailure(Exception):
 
 # -- what a call returned ------------------------------------------------------------------------------
 
+
 def tensors_of(result) -> Optional[list]:
     """The plain tensors a call returned (one, or a list: an MoE loop's per-expert outputs), or None when
     it returned anything else (a tensor subclass, a future, a callable)."""
@@ -88,8 +90,11 @@ def _lazy(result) -> Finding:
 
     items = result if isinstance(result, (list, tuple)) else [result]
     odd = next((x for x in items if type(x) is not torch.Tensor), result)
-    return Finding(LAZY, f"its call returned a {type(odd).__name__}, not a plain tensor holding the result "
-                         "(a result computed when it is read is computed outside the timing)")
+    return Finding(
+        LAZY,
+        f"its call returned a {type(odd).__name__}, not a plain tensor holding the result "
+        "(a result computed when it is read is computed outside the timing)",
+    )
 
 
 def bitwise_equal(x, y) -> bool:
@@ -120,6 +125,7 @@ def _poison(outputs: list) -> bool:
 
 
 # -- exact sign flips of the buffers a call reads -------------------------------------------------------
+
 
 def flip_sign(t) -> None:
     """Negate `t` in place, exactly, in its stored format: float negated; float8 (e4m3/e5m2) sign bit;
@@ -167,6 +173,7 @@ def _relative_error(out, ref) -> float:
 
 # -- one call, observed ---------------------------------------------------------------------------------
 
+
 def _observed_call(call: Callable[[], object], as_output, synchronize, when: str, expected=None):
     """(result, a copy of its output taken in the caller's stream order before the device is synchronized,
     findings). The copy differing from the output after synchronizing means work the caller's stream
@@ -190,13 +197,21 @@ def _observed_call(call: Callable[[], object], as_output, synchronize, when: str
         raise WrongOutput(f"output is a list of tensors that do not stack into one [rows, N] output: {parts}") from exc
     synchronize()
     if not bitwise_equal(snap, as_output(result)):
-        return result, snap, [Finding(SIDE_STREAM, f"its output was still being written after {when}: work on a "
-                                                   "stream the caller's stream does not wait for")]
+        return (
+            result,
+            snap,
+            [
+                Finding(
+                    SIDE_STREAM,
+                    f"its output was still being written after {when}: work on a "
+                    "stream the caller's stream does not wait for",
+                )
+            ],
+        )
     return result, snap, []
 
 
-def _follows_flip(call, reads: list, before, as_output, synchronize, tolerance: float,
-                  expected=None) -> list[Finding]:
+def _follows_flip(call, reads: list, before, as_output, synchronize, tolerance: float, expected=None) -> list[Finding]:
     """Flip the sign of `reads` (operand A as the call reads it), call, flip back: the output must be the
     negation of `before` (the output on the unflipped values) within `tolerance`."""
     for t in reads:
@@ -211,16 +226,27 @@ def _follows_flip(call, reads: list, before, as_output, synchronize, tolerance: 
         return findings
     rel = _relative_error(snap, -before)
     if not rel <= tolerance:
-        return [Finding(CACHED, f"its result did not follow its inputs: with operand A negated in the buffers "
-                                f"its call reads, it returned rel_err {rel:.3g} against the negated result "
-                                f"(a result cached by value or computed ahead; a user kernel whose prepare "
-                                f"converts `a` names what its call reads as `reads`, worker/userkernel.py)")]
+        return [
+            Finding(
+                CACHED,
+                f"its result did not follow its inputs: with operand A negated in the buffers "
+                f"its call reads, it returned rel_err {rel:.3g} against the negated result "
+                f"(a result cached by value or computed ahead; a user kernel whose prepare "
+                f"converts `a` names what its call reads as `reads`, worker/userkernel.py)",
+            )
+        ]
     return []
 
 
-def check_calls(call: Callable[[], object], inputs: list, reads: list, as_output: Callable[[object], object],
-                synchronize: Callable[[], None], tolerance: float,
-                expected=None) -> tuple[Optional[object], list[Finding], float]:
+def check_calls(
+    call: Callable[[], object],
+    inputs: list,
+    reads: list,
+    as_output: Callable[[object], object],
+    synchronize: Callable[[], None],
+    tolerance: float,
+    expected=None,
+) -> tuple[Optional[object], list[Finding], float]:
     """Three calls before the first timing: (the output to judge against the oracle, or None when there is
     none to judge; the findings; the seconds of the first call, which any result check makes: JIT builds
     and lazy set-up land there, not in the checks' cost). The inputs and `reads` must be left as they
@@ -248,8 +274,17 @@ def check_calls(call: Callable[[], object], inputs: list, reads: list, as_output
     findings += found
     if poisoned and any(_all_nan(t) for t in tensors_of(second)):
         # judged as what the kernel returned: the zeros kernel still reads rel_err 1.0
-        return first_snap, findings + [Finding(CACHED, "its call returned a result it did not compute (computed "
-                                                       "ahead or cached, and returned again)")], first_s
+        return (
+            first_snap,
+            findings
+            + [
+                Finding(
+                    CACHED,
+                    "its call returned a result it did not compute (computed ahead or cached, and returned again)",
+                )
+            ],
+            first_s,
+        )
     if reads and not findings:
         findings += _follows_flip(call, reads, second_snap, as_output, synchronize, tolerance, expected)
     return second_snap, findings, first_s
@@ -266,6 +301,7 @@ def _unique(tensors: list) -> list:
 
 
 # -- around each timing ---------------------------------------------------------------------------------
+
 
 class Watched:
     """`fn` as the timer calls it, keeping what its latest call returned: in graph mode the last captured
@@ -291,9 +327,16 @@ class RoundGuard:
     negated inputs after the timing vouches for that output, and an eager call names what differs only
     when it fails. Each raises IntegrityFailure; `seconds` is the time spent in these checks."""
 
-    def __init__(self, fn, as_output, synchronize, tolerance: float,
-                 judge: Optional[Callable[[object, int], Optional[str]]] = None, l2: Optional["L2Persistence"] = None,
-                 watched: Optional[Watched] = None):
+    def __init__(
+        self,
+        fn,
+        as_output,
+        synchronize,
+        tolerance: float,
+        judge: Optional[Callable[[object, int], Optional[str]]] = None,
+        l2: Optional["L2Persistence"] = None,
+        watched: Optional[Watched] = None,
+    ):
         # `watched`: an earlier round's, when this round replays the graph captured through it
         self.watched = watched if watched is not None else Watched(fn)
         # That graph followed negated inputs when its round timed it (_timed_follows_flip), and a graph
@@ -338,16 +381,31 @@ class RoundGuard:
         snap = self.as_output(self.watched.last).clone()  # in the timer's stream order
         self.synchronize()
         if not bitwise_equal(snap, self.as_output(self.watched.last)):
-            return [Finding(SIDE_STREAM, "its output was still being written after the timer's end: work on a "
-                                         "stream the timer does not wait for")]
+            return [
+                Finding(
+                    SIDE_STREAM,
+                    "its output was still being written after the timer's end: work on a "
+                    "stream the timer does not wait for",
+                )
+            ]
         if _all_nan(snap):
-            return [Finding(UNTIMED, "the timed work left its output as it was: the result came from work outside "
-                                     "what is timed (computed ahead, or on another stream while the graph was "
-                                     "captured)")]
+            return [
+                Finding(
+                    UNTIMED,
+                    "the timed work left its output as it was: the result came from work outside "
+                    "what is timed (computed ahead, or on another stream while the graph was "
+                    "captured)",
+                )
+            ]
         problem = self.judge(snap, set_index) if self.judge is not None else None
         if problem:
-            return [Finding(UNTIMED, f"what is timed does not compute the result: the output of one timed sample "
-                                     f"(input set {set_index}): {problem}")]
+            return [
+                Finding(
+                    UNTIMED,
+                    f"what is timed does not compute the result: the output of one timed sample "
+                    f"(input set {set_index}): {problem}",
+                )
+            ]
         self.timed = (set_index, snap)
         return [] if self.graph_vouched else self._timed_follows_flip(run, set_index, snap)
 
@@ -373,11 +431,18 @@ class RoundGuard:
         rel = _relative_error(snap, -before) if flipped_set == set_index else float("inf")
         if rel <= self.tolerance:
             return []
-        what = "left its output as it was" if _all_nan(snap) else f"returned rel_err {rel:.3g} against the negated result"
-        return [Finding(UNTIMED, f"what is timed does not follow its inputs: with operand A negated in the buffers "
-                                 f"its call reads (written in place, torch's version counter unmoved), one timed "
-                                 f"sample {what}: the timed work replays a result computed outside it (copies of a "
-                                 f"cached result, say), not the kernels an eager call runs")]
+        what = (
+            "left its output as it was" if _all_nan(snap) else f"returned rel_err {rel:.3g} against the negated result"
+        )
+        return [
+            Finding(
+                UNTIMED,
+                f"what is timed does not follow its inputs: with operand A negated in the buffers "
+                f"its call reads (written in place, torch's version counter unmoved), one timed "
+                f"sample {what}: the timed work replays a result computed outside it (copies of a "
+                f"cached result, say), not the kernels an eager call runs",
+            )
+        ]
 
     def _which_differs(self, call, set_index: int, timed) -> list[Finding]:
         """After a failed flip with an unjudged timed sample: `untimed` when an eager call on the same inputs
@@ -388,17 +453,29 @@ class RoundGuard:
         rel = _relative_error(timed, eager)
         if rel <= self.tolerance:
             return []
-        return [Finding(UNTIMED, f"what is timed does not compute the result: the output of one timed sample "
-                                 f"(input set {set_index}) is rel_err {rel:.3g} from an eager call's on the same inputs")]
+        return [
+            Finding(
+                UNTIMED,
+                f"what is timed does not compute the result: the output of one timed sample "
+                f"(input set {set_index}) is rel_err {rel:.3g} from an eager call's on the same inputs",
+            )
+        ]
 
     def capture_failed(self, exc: BaseException) -> None:
         """Raise IntegrityFailure when `exc` (from the timing) is a CUDA-graph capture that failed on a fork
         its call never joined; return otherwise."""
         text = str(exc)
         if "not joined" in text or "Unjoined" in text:
-            raise IntegrityFailure([Finding(SIDE_STREAM, "its call forks work onto another stream and never joins "
-                                                         "it back, so the timer does not wait for it (CUDA-graph "
-                                                         f"capture: {text.strip().splitlines()[0][:200]})")]) from None
+            raise IntegrityFailure(
+                [
+                    Finding(
+                        SIDE_STREAM,
+                        "its call forks work onto another stream and never joins "
+                        "it back, so the timer does not wait for it (CUDA-graph "
+                        f"capture: {text.strip().splitlines()[0][:200]})",
+                    )
+                ]
+            ) from None
 
     def after_timing(self) -> None:
         """Fresh values in the same buffers, after the timing: a call on A negated must negate the output
@@ -425,6 +502,7 @@ class RoundGuard:
 
 
 # -- L2 persistence, through the CUDA driver ------------------------------------------------------------
+
 
 class L2Persistence:
     """This process's L2 persistence settings through the CUDA driver (libcuda, the one every CUDA
@@ -475,16 +553,22 @@ class L2Persistence:
             self.lib.cuCtxSetLimit(self.LIMIT_PERSISTING_L2, ctypes.c_size_t(0))
         self.lib.cuCtxResetPersistingL2Cache()
         if self.window_bytes():
-            self.lib.cuStreamSetAttribute(ctypes.c_void_p(self._stream()), self.ACCESS_POLICY_WINDOW,
-                                          (ctypes.c_char * self._ATTR_BYTES)())
+            self.lib.cuStreamSetAttribute(
+                ctypes.c_void_p(self._stream()), self.ACCESS_POLICY_WINDOW, (ctypes.c_char * self._ATTR_BYTES)()
+            )
 
     def findings(self) -> list[Finding]:
         """What the kernel changed since the last reset (then reset again, so no later case inherits it)."""
         found = []
         limit = self.limit()
         if limit:
-            found.append(Finding(L2_PERSISTENCE, f"it set aside {limit} bytes of L2 for persisting accesses "
-                                                 "(inputs kept resident in L2 defeat cold-L2 timing)"))
+            found.append(
+                Finding(
+                    L2_PERSISTENCE,
+                    f"it set aside {limit} bytes of L2 for persisting accesses "
+                    "(inputs kept resident in L2 defeat cold-L2 timing)",
+                )
+            )
         window = self.window_bytes()
         if window:
             found.append(Finding(L2_PERSISTENCE, f"it set an L2 access-policy window of {window} bytes on its stream"))

@@ -16,6 +16,7 @@ really ran at, so a round's time can be split into its clock and its cycles (the
 Each member still gets its own median, CI and samples (its samples are its cycle readings, in order),
 so every figure that a case shows alone means what it meant before.
 """
+
 from __future__ import annotations
 
 import statistics
@@ -49,12 +50,18 @@ def cycle_order(members: int, cycle: int) -> list[int]:
 def _drifting(totals: list[float]) -> bool:
     """Whether the latest third of the cycles' GPU times still differs from the middle third by > SETTLE_TOL."""
     third = len(totals) // 3
-    latest, middle = statistics.median(totals[-third:]), statistics.median(totals[-2 * third:-third])
+    latest, middle = statistics.median(totals[-third:]), statistics.median(totals[-2 * third : -third])
     return abs(latest / middle - 1) > SETTLE_TOL
 
 
-def time_group(graphs: list[TimedGraph], opts: TimingOptions, floor_ms: float,
-               settled: Optional[Callable[[], None]] = None, clock=None, cycles: Optional[int] = None) -> GroupTiming:
+def time_group(
+    graphs: list[TimedGraph],
+    opts: TimingOptions,
+    floor_ms: float,
+    settled: Optional[Callable[[], None]] = None,
+    clock=None,
+    cycles: Optional[int] = None,
+) -> GroupTiming:
     """Settle the group (at least `floor_ms` of GPU time, then until no member drifts; at most
     SETTLE_MAX_FACTOR x settle_ms), tell `settled()`, then sample cycle by cycle until every member has
     enough samples by its own rule (timing._enough, the budget shared: `budget_s` per member). The
@@ -99,6 +106,7 @@ def time_group(graphs: list[TimedGraph], opts: TimingOptions, floor_ms: float,
     started = began[first] if tail_from is not None and first < len(began) else time.perf_counter()
     settle_s = started - t0
     budget = opts.model_copy(update={"budget_s": opts.budget_s * k})
+
     def more() -> bool:
         taken = len(began) - first
         if cycles is not None:
@@ -116,6 +124,10 @@ def time_group(graphs: list[TimedGraph], opts: TimingOptions, floor_ms: float,
         torch.cuda.synchronize()
         bounds = stamps[first:] + [end]
         cycle_mhz = [clock.mhz(a, b) for a, b in zip(bounds, bounds[1:])]
-    stats = [summarize(s[first:], method="cuda-graph", calls_per_sample=g.calls, l2=opts.l2)
-             .model_copy(update={"settle_ms": round(settle_ms, 1)}) for s, g in zip(series, graphs)]
+    stats = [
+        summarize(s[first:], method="cuda-graph", calls_per_sample=g.calls, l2=opts.l2).model_copy(
+            update={"settle_ms": round(settle_ms, 1)}
+        )
+        for s, g in zip(series, graphs)
+    ]
     return GroupTiming(stats, cycle_mhz, round(settle_ms, 1), settle_s, samples_s)

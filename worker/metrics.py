@@ -1,4 +1,5 @@
 """Work and traffic of one GEMM, and the device peaks they are compared against."""
+
 from __future__ import annotations
 
 from typing import Optional
@@ -28,16 +29,32 @@ def peaks_for(gpu_name: Optional[str]) -> Optional[dict[str, float]]:
     return None
 
 
-def gemm_metrics(m: int, n: int, k: int, family: str, median_us: float, gpu_name: Optional[str],
-                 out_bytes: int = 2, calibration: Optional[Calibration] = None) -> Metrics:
+def gemm_metrics(
+    m: int,
+    n: int,
+    k: int,
+    family: str,
+    median_us: float,
+    gpu_name: Optional[str],
+    out_bytes: int = 2,
+    calibration: Optional[Calibration] = None,
+) -> Metrics:
     """TFLOPS = 2MNK/t; bytes = A + B (+ FP4 scales) + output, each moved once."""
     flops = 2.0 * m * n * k
     nbytes = (m * k + n * k) * _OPERAND_BYTES[family] + m * n * out_bytes
     return work_metrics(flops, nbytes, family, median_us, gpu_name, calibration)
 
 
-def moe_metrics(counts: list[int], n: int, k: int, family: str, median_us: float, gpu_name: Optional[str],
-                out_bytes: int = 2, calibration: Optional[Calibration] = None) -> Metrics:
+def moe_metrics(
+    counts: list[int],
+    n: int,
+    k: int,
+    family: str,
+    median_us: float,
+    gpu_name: Optional[str],
+    out_bytes: int = 2,
+    calibration: Optional[Calibration] = None,
+) -> Metrics:
     """All expert GEMMs of a layer: flops 2·T·N·K over its T routed tokens; bytes = activations + the
     weights of every expert that receives a token (each read once) + output."""
     tokens, active = sum(counts), sum(1 for c in counts if c)
@@ -46,8 +63,9 @@ def moe_metrics(counts: list[int], n: int, k: int, family: str, median_us: float
     return work_metrics(flops, nbytes, family, median_us, gpu_name, calibration)
 
 
-def speed_of_light(flops: float, nbytes: float, family: str,
-                   calibration: Optional[Calibration]) -> tuple[Optional[float], Optional[str]]:
+def speed_of_light(
+    flops: float, nbytes: float, family: str, calibration: Optional[Calibration]
+) -> tuple[Optional[float], Optional[str]]:
     """(µs, "math" | "memory"): the time this work takes at the GPU's measured peaks, or (None, None)
     when the calibration lacks the family's math peak or the copy bandwidth (never the datasheet's)."""
     if calibration is None or family not in calibration.tflops or not calibration.tb_s:
@@ -57,8 +75,14 @@ def speed_of_light(flops: float, nbytes: float, family: str,
     return (math_us, "math") if math_us >= memory_us else (memory_us, "memory")
 
 
-def work_metrics(flops: float, nbytes: float, family: str, median_us: float, gpu_name: Optional[str],
-                 calibration: Optional[Calibration] = None) -> Metrics:
+def work_metrics(
+    flops: float,
+    nbytes: float,
+    family: str,
+    median_us: float,
+    gpu_name: Optional[str],
+    calibration: Optional[Calibration] = None,
+) -> Metrics:
     seconds = median_us * 1e-6
     tflops = flops / seconds / 1e12
     tb_s = nbytes / seconds / 1e12
@@ -69,9 +93,17 @@ def work_metrics(flops: float, nbytes: float, family: str, median_us: float, gpu
             pct_flops = 100.0 * tflops / peaks[family]
         pct_bw = 100.0 * tb_s / peaks["tb_s"]
     sol_us, bound = speed_of_light(flops, nbytes, family, calibration)
-    return Metrics(flops=flops, bytes=nbytes, tflops=tflops, tb_per_s=tb_s,
-                   pct_peak_flops=pct_flops, pct_peak_bw=pct_bw, sol_us=sol_us, sol_bound=bound,
-                   pct_sol=100.0 * sol_us / median_us if sol_us is not None and median_us > 0 else None)
+    return Metrics(
+        flops=flops,
+        bytes=nbytes,
+        tflops=tflops,
+        tb_per_s=tb_s,
+        pct_peak_flops=pct_flops,
+        pct_peak_bw=pct_bw,
+        sol_us=sol_us,
+        sol_bound=bound,
+        pct_sol=100.0 * sol_us / median_us if sol_us is not None and median_us > 0 else None,
+    )
 
 
 def at_median(metrics: Metrics, median_us: float) -> Metrics:
@@ -80,8 +112,12 @@ def at_median(metrics: Metrics, median_us: float) -> Metrics:
     tflops = metrics.flops / seconds / 1e12
     tb_s = metrics.bytes / seconds / 1e12
     scale = tflops / metrics.tflops if metrics.tflops else 0.0
-    return metrics.model_copy(update={
-        "tflops": tflops, "tb_per_s": tb_s,
-        "pct_peak_flops": None if metrics.pct_peak_flops is None else metrics.pct_peak_flops * scale,
-        "pct_peak_bw": None if metrics.pct_peak_bw is None else metrics.pct_peak_bw * scale,
-        "pct_sol": 100.0 * metrics.sol_us / median_us if metrics.sol_us is not None and median_us > 0 else None})
+    return metrics.model_copy(
+        update={
+            "tflops": tflops,
+            "tb_per_s": tb_s,
+            "pct_peak_flops": None if metrics.pct_peak_flops is None else metrics.pct_peak_flops * scale,
+            "pct_peak_bw": None if metrics.pct_peak_bw is None else metrics.pct_peak_bw * scale,
+            "pct_sol": 100.0 * metrics.sol_us / median_us if metrics.sol_us is not None and median_us > 0 else None,
+        }
+    )

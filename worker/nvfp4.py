@@ -8,6 +8,7 @@ Format (the recipe FlashInfer, sgl-kernel and cutlass use):
 - rounding to e2m1 is to nearest with ties to even codes, saturating at 6.
 Scales are kept linear here ([M, K/16]); `swizzle_scales` gives the 128x4 layout kernels read.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass

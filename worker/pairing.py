@@ -11,6 +11,7 @@ rounds' estimates differ (t with R - 1 degrees of freedom: what moves from one r
 the next), and from the pairs' own scatter within the rounds (the median's standard error, normal):
 the first alone is unreliable with 2 rounds, the second alone blind to a state the rounds do not share.
 """
+
 from __future__ import annotations
 
 import math
@@ -20,8 +21,23 @@ from typing import NamedTuple, Optional
 MAD_SCALE = 1.4826  # MAD of a normal distribution -> its standard deviation
 MEDIAN_SE_FACTOR = math.sqrt(math.pi / 2)  # standard error of a median / that of a mean, normal data
 # Two-sided 95% Student t quantiles by degrees of freedom (beyond the table, the normal's 1.96).
-T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228,
-       12: 2.179, 15: 2.131, 20: 2.086, 30: 2.042, 50: 2.009}
+T95 = {
+    1: 12.706,
+    2: 4.303,
+    3: 3.182,
+    4: 2.776,
+    5: 2.571,
+    6: 2.447,
+    7: 2.365,
+    8: 2.306,
+    9: 2.262,
+    10: 2.228,
+    12: 2.179,
+    15: 2.131,
+    20: 2.086,
+    30: 2.042,
+    50: 2.009,
+}
 
 
 def t95(df: float) -> float:

@@ -21,6 +21,7 @@ ceiling a further 10% for timing noise. The cheats of issue 41 read 534-934%.
 Hot-L2 timing (`timing.l2: hot`) keeps operands in L2, whose bandwidth is several times DRAM's: there
 only the math roof applies. A CPU has no roofs here: no check.
 """
+
 from __future__ import annotations
 
 from typing import Optional
@@ -54,8 +55,16 @@ def roofs(family: str, calibration, device_name: Optional[str]) -> tuple[Optiona
     return tflops, tb_s, " / ".join(words)
 
 
-def impossible(flops: float, nbytes: float, family: str, median_us: float, calibration,
-               device_name: Optional[str], l2: str = "cold", margin: float = MARGIN) -> Optional[Finding]:
+def impossible(
+    flops: float,
+    nbytes: float,
+    family: str,
+    median_us: float,
+    calibration,
+    device_name: Optional[str],
+    l2: str = "cold",
+    margin: float = MARGIN,
+) -> Optional[Finding]:
     """None when `median_us` is physically possible for `flops` and `nbytes` on this GPU; else the
     `impossible` Finding, whose text names the median, its share of speed of light, the speed of light,
     the roofs it came from (calibrated or datasheet) and the margin. No check (None) on a CPU (no
@@ -79,9 +88,12 @@ def impossible(flops: float, nbytes: float, family: str, median_us: float, calib
         return None
     pct = 100.0 * sol_us / median_us
     hot = "; hot L2: the math roof alone" if l2 == "hot" else ""
-    return Finding(IMPOSSIBLE, f"{_us(median_us)} µs is {pct:.0f}% of this GPU's speed of light ({_us(sol_us)} µs for "
-                               f"{flops / 1e9:.3g} GFLOP and {nbytes / 1e6:.3g} MB at the {source}{hot}; "
-                               f"margin {margin:.0%}): faster than the hardware can go, not a result")
+    return Finding(
+        IMPOSSIBLE,
+        f"{_us(median_us)} µs is {pct:.0f}% of this GPU's speed of light ({_us(sol_us)} µs for "
+        f"{flops / 1e9:.3g} GFLOP and {nbytes / 1e6:.3g} MB at the {source}{hot}; "
+        f"margin {margin:.0%}): faster than the hardware can go, not a result",
+    )
 
 
 def _us(x: float) -> str:

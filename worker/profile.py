@@ -16,6 +16,7 @@ and with --cache-control all for a cold-L2 case (none for a hot one), as the swe
 Failures are records: a host without ncu, one where counters may not be read (ERR_NVGPUCTRPERM), a case
 that does not run, each ends in one record with a status and a reason that says what to change.
 """
+
 from __future__ import annotations
 
 import glob
@@ -41,15 +42,25 @@ PROFILE_FORMAT = 1
 ProfileStatus = Literal["ok", "failed", "no-ncu", "no-permission"]
 NCU_ENV = "FLEETBENCH_NCU"  # a host's env may name its ncu (an SSH session's PATH seldom has it)
 # Where Nsight Compute installs itself, after PATH; newest version first within each pattern.
-NCU_PLACES = ("/usr/local/cuda/bin/ncu", "/usr/local/cuda-*/bin/ncu", "/opt/nvidia/nsight-compute/*/ncu",
-              "/usr/local/NVIDIA-Nsight-Compute*/ncu")
+NCU_PLACES = (
+    "/usr/local/cuda/bin/ncu",
+    "/usr/local/cuda-*/bin/ncu",
+    "/opt/nvidia/nsight-compute/*/ncu",
+    "/usr/local/NVIDIA-Nsight-Compute*/ncu",
+)
 # Beyond `--set basic` (launch statistics, occupancy, speed of light): the SM and DRAM clocks under their
 # raw names, and the DRAM bytes moved (a kernel that moves more bytes at the same bandwidth is slower).
-EXTRA_METRICS = ("sm__cycles_elapsed.avg.per_second", "dram__cycles_elapsed.avg.per_second",
-                 "dram__bytes_read.sum", "dram__bytes_write.sum")
-PERMISSION_FIX = ("ncu may not read this GPU's performance counters (ERR_NVGPUCTRPERM): profile as root, or "
-                  "let every user profile: `options nvidia NVreg_RestrictProfilingToAdminUsers=0` in a file of "
-                  "/etc/modprobe.d/, then reload the nvidia module (or reboot)")
+EXTRA_METRICS = (
+    "sm__cycles_elapsed.avg.per_second",
+    "dram__cycles_elapsed.avg.per_second",
+    "dram__bytes_read.sum",
+    "dram__bytes_write.sum",
+)
+PERMISSION_FIX = (
+    "ncu may not read this GPU's performance counters (ERR_NVGPUCTRPERM): profile as root, or "
+    "let every user profile: `options nvidia NVreg_RestrictProfilingToAdminUsers=0` in a file of "
+    "/etc/modprobe.d/, then reload the nvidia module (or reboot)"
+)
 LOG_TAIL_LINES = 40
 IMPORT_TIMEOUT_S = 300.0
 
@@ -144,16 +155,38 @@ def ncu_version(ncu: str) -> str:
     return match.group(1) if match else ""
 
 
-def ncu_argv(ncu: str, report_base: str, case: CaseSpec, options: ProfileOptions, target: list[str],
-             extra_metrics: tuple[str, ...] = EXTRA_METRICS) -> list[str]:
+def ncu_argv(
+    ncu: str,
+    report_base: str,
+    case: CaseSpec,
+    options: ProfileOptions,
+    target: list[str],
+    extra_metrics: tuple[str, ...] = EXTRA_METRICS,
+) -> list[str]:
     """The one ncu command line: the range the profiled process opens, the sweep's clock state, the
     case's L2 state, and the report written to `report_base`.ncu-rep."""
-    argv = [ncu, "--profile-from-start", "off", "--clock-control", "none",
-            "--cache-control", "all" if case.timing.l2 == "cold" else "none", "--set", "basic"]
+    argv = [
+        ncu,
+        "--profile-from-start",
+        "off",
+        "--clock-control",
+        "none",
+        "--cache-control",
+        "all" if case.timing.l2 == "cold" else "none",
+        "--set",
+        "basic",
+    ]
     if extra_metrics:
         argv += ["--metrics", ",".join(extra_metrics)]
-    argv += ["--launch-count", str(options.max_kernels), "--target-processes", "all",
-             "--export", report_base, "--force-overwrite"]
+    argv += [
+        "--launch-count",
+        str(options.max_kernels),
+        "--target-processes",
+        "all",
+        "--export",
+        report_base,
+        "--force-overwrite",
+    ]
     if options.kernel_regex:
         argv += ["--kernel-name", f"regex:{options.kernel_regex}"]
     return argv + target
@@ -175,11 +208,13 @@ def classify_ncu_output(text: str) -> tuple[ProfileStatus, str]:
     errors = [line.strip() for line in text.splitlines() if line.startswith("==ERROR==")]
     if any("Failed to initialize the profiler" in e or "LibraryNotLoaded" in e for e in errors):
         first = next(e for e in errors if "Failed to initialize" in e or "LibraryNotLoaded" in e)
-        return "failed", (f"ncu cannot start its profiler on this machine ({first[len('==ERROR=='):].strip()}): "
-                          "its hardware counters cannot be read here (a sandboxed container or VM?)")
+        return "failed", (
+            f"ncu cannot start its profiler on this machine ({first[len('==ERROR==') :].strip()}): "
+            "its hardware counters cannot be read here (a sandboxed container or VM?)"
+        )
     real = [e for e in errors if "The application returned an error code" not in e]
     if real:
-        return "failed", f"ncu: {real[0][len('==ERROR=='):].strip()}"[:400]
+        return "failed", f"ncu: {real[0][len('==ERROR==') :].strip()}"[:400]
     if "No kernels were profiled" in text:
         return "failed", "ncu profiled no kernel of the case"
     return "ok", ""
@@ -199,9 +234,15 @@ def profile(params_path: Path, out_dir: Path) -> int:
 
         def profile_case(case: CaseSpec) -> ProfileRecord:
             if ncu is None:
-                return _record(case, params.options, "no-ncu", "ncu (Nsight Compute) is not on this host "
-                               f"(looked in: {', '.join(looked)}): install Nsight Compute, or name it with "
-                               f"--ncu PATH or {NCU_ENV} in the host's env", time.time())
+                return _record(
+                    case,
+                    params.options,
+                    "no-ncu",
+                    "ncu (Nsight Compute) is not on this host "
+                    f"(looked in: {', '.join(looked)}): install Nsight Compute, or name it with "
+                    f"--ncu PATH or {NCU_ENV} in the host's env",
+                    time.time(),
+                )
             return profile_one(params_path, params, case, out_dir, ncu, version)
 
         return profile_case
@@ -209,12 +250,21 @@ def profile(params_path: Path, out_dir: Path) -> int:
     return run_each_case(params, "profile", start)
 
 
-def _record(case: CaseSpec, options: ProfileOptions, status: ProfileStatus, reason: str, started: float,
-            **fields) -> ProfileRecord:
+def _record(
+    case: CaseSpec, options: ProfileOptions, status: ProfileStatus, reason: str, started: float, **fields
+) -> ProfileRecord:
     from .protocol import now_iso
 
-    return ProfileRecord(case_id=case.case_id, case=case, status=status, reason=reason, options=options,
-                         started_at=now_iso(), duration_s=round(time.time() - started, 3), **fields)
+    return ProfileRecord(
+        case_id=case.case_id,
+        case=case,
+        status=status,
+        reason=reason,
+        options=options,
+        started_at=now_iso(),
+        duration_s=round(time.time() - started, 3),
+        **fields,
+    )
 
 
 def child_env() -> dict[str, str]:
@@ -246,16 +296,27 @@ def _stop_tree(proc: subprocess.Popen) -> None:
     proc.wait()
 
 
-def profile_one(params_path: Path, params: ProfileParams, case: CaseSpec, out_dir: Path, ncu: str,
-                version: str) -> ProfileRecord:
+def profile_one(
+    params_path: Path, params: ProfileParams, case: CaseSpec, out_dir: Path, ncu: str, version: str
+) -> ProfileRecord:
     """One case under ncu: its record (the CSV of its report when it worked; else why not)."""
     started = time.time()
     options = params.options
     base = out_dir / case.case_id
     report = Path(f"{base}.ncu-rep")
     said_path, log_path = out_dir / f"{case.case_id}.run.json", out_dir / f"{case.case_id}.ncu.log"
-    target = [sys.executable, "-m", "worker", "profile-case", "--params", str(Path(params_path).resolve()),
-              "--case", case.case_id, "--out", str(said_path.resolve())]
+    target = [
+        sys.executable,
+        "-m",
+        "worker",
+        "profile-case",
+        "--params",
+        str(Path(params_path).resolve()),
+        "--case",
+        case.case_id,
+        "--out",
+        str(said_path.resolve()),
+    ]
     # An ncu that does not know one of the extra metrics profiles nothing: once more with the basic set alone.
     for extra in (EXTRA_METRICS, ()):
         argv = ncu_argv(ncu, str(base.resolve()), case, options, target, extra)
@@ -270,8 +331,16 @@ def profile_one(params_path: Path, params: ProfileParams, case: CaseSpec, out_di
         print(f"ncu: {line}", file=sys.stderr, flush=True)
     said = _read_said(said_path)
     if timed_out:
-        return _record(case, options, "failed", f"ncu did not finish within {options.case_timeout_s:g} s "
-                       "(--timeout); stopped", started, log_tail=tail, run=said, **common)
+        return _record(
+            case,
+            options,
+            "failed",
+            f"ncu did not finish within {options.case_timeout_s:g} s (--timeout); stopped",
+            started,
+            log_tail=tail,
+            run=said,
+            **common,
+        )
     status, reason = classify_ncu_output(text)
     if status == "ok" and said is not None and said.status != "ok":
         status, reason = "failed", f"the case did not run under ncu: {said.reason}"
@@ -286,19 +355,39 @@ def profile_one(params_path: Path, params: ProfileParams, case: CaseSpec, out_di
     last = ""
     for units in IMPORT_UNITS:
         try:
-            done = subprocess.run(import_argv(ncu, str(report), units), capture_output=True, text=True,
-                                  timeout=IMPORT_TIMEOUT_S)
+            done = subprocess.run(
+                import_argv(ncu, str(report), units), capture_output=True, text=True, timeout=IMPORT_TIMEOUT_S
+            )
         except (OSError, subprocess.TimeoutExpired) as exc:
             last = str(exc)
             continue
         if done.returncode == 0 and done.stdout.strip():
             data = report.read_bytes()
-            return _record(case, options, "ok", "", started, log_tail=tail, run=said, report=str(report.resolve()),
-                           report_bytes=len(data), report_sha256=hashlib.sha256(data).hexdigest(), csv=done.stdout,
-                           **common)
+            return _record(
+                case,
+                options,
+                "ok",
+                "",
+                started,
+                log_tail=tail,
+                run=said,
+                report=str(report.resolve()),
+                report_bytes=len(data),
+                report_sha256=hashlib.sha256(data).hexdigest(),
+                csv=done.stdout,
+                **common,
+            )
         last = (done.stderr.strip().splitlines() or [f"exit status {done.returncode}"])[-1]
-    return _record(case, options, "failed", f"ncu could not read its report back: {last}"[:400], started,
-                   log_tail=tail, run=said, **common)
+    return _record(
+        case,
+        options,
+        "failed",
+        f"ncu could not read its report back: {last}"[:400],
+        started,
+        log_tail=tail,
+        run=said,
+        **common,
+    )
 
 
 def _capture(argv: list[str], log_path: Path, timeout_s: float) -> tuple[bool, int, str]:
@@ -358,9 +447,14 @@ def _run_case(case: CaseSpec, params: ProfileParams, said: ProfiledRun) -> None:
     runner = sweep_runner.CaseRunner(params.device)
     said.device, said.gpu_name = runner.device.device, runner.device.name or ""
     spec = sweep_runner._spec_of(case)
-    problem = spec if isinstance(spec, str) else (
-        support_problem(spec, case.m, case.n, case.k, runner.device.compute_capability)
-        or (None if case.kernel_sha256 else availability_problem(spec)))
+    problem = (
+        spec
+        if isinstance(spec, str)
+        else (
+            support_problem(spec, case.m, case.n, case.k, runner.device.compute_capability)
+            or (None if case.kernel_sha256 else availability_problem(spec))
+        )
+    )
     if problem:
         said.reason = problem
         return
@@ -399,7 +493,6 @@ def _run_case(case: CaseSpec, params: ProfileParams, said: ProfiledRun) -> None:
     stats = time_cuda(fn, n_sets, opts, settled=profiled_range)
     said.settle_ms = stats.settle_ms
     said.gpu_processes = gpu_processes()
-    del fn, sets
     said.status = "ok" if said.calls else "failed"
     if not said.calls:
         said.reason = "the timing never reached its samples: the profiled range was not opened"

@@ -18,6 +18,7 @@ controller all take markers, exit statuses and line decoding from here; the cont
 message text of Python, of the shell or of the launcher. The supervisor and the controller import
 nothing heavier than this: pydantic or torch just to print a line would cost every host a start-up.
 """
+
 from __future__ import annotations
 
 import codecs
@@ -83,8 +84,12 @@ def classify_exit(exit_code: int, hello_seen: bool) -> str:
         if exit_code == EXIT_SHELL_NOT_EXECUTABLE:
             return LAUNCH_NOT_EXECUTABLE
         return LAUNCH_OTHER
-    return {EXIT_NEEDS_SYNC: LAUNCH_NEEDS_SYNC, EXIT_GPU_BUSY: LAUNCH_GPU_BUSY, EXIT_INCOMPLETE: LAUNCH_INCOMPLETE,
-            EXIT_CANNOT_START: LAUNCH_CANNOT_START}.get(exit_code, LAUNCH_OTHER)
+    return {
+        EXIT_NEEDS_SYNC: LAUNCH_NEEDS_SYNC,
+        EXIT_GPU_BUSY: LAUNCH_GPU_BUSY,
+        EXIT_INCOMPLETE: LAUNCH_INCOMPLETE,
+        EXIT_CANNOT_START: LAUNCH_CANNOT_START,
+    }.get(exit_code, LAUNCH_OTHER)
 
 
 # -- decoding what arrives --------------------------------------------------------------------------
@@ -125,15 +130,15 @@ def decode_stdout(line: str) -> tuple[str, object]:
         return LINE_LOG, line
     rest = line[at:]
     if rest.startswith(RECORD_PREFIX):
-        return LINE_RECORD, rest[len(RECORD_PREFIX):]
+        return LINE_RECORD, rest[len(RECORD_PREFIX) :]
     if rest.startswith(PROGRESS_PREFIX):
         try:
-            event = json.loads(rest[len(PROGRESS_PREFIX):])
+            event = json.loads(rest[len(PROGRESS_PREFIX) :])
         except ValueError:
             return LINE_LOG, line
         return (LINE_PROGRESS, event) if isinstance(event, dict) else (LINE_LOG, line)
     if rest.startswith(HELLO_PREFIX):
-        return LINE_HELLO, rest[len(HELLO_PREFIX):].strip()
+        return LINE_HELLO, rest[len(HELLO_PREFIX) :].strip()
     return LINE_LOG, line
 
 
@@ -240,16 +245,28 @@ def done_case_ids(path: Path) -> set[str]:
         except ValueError:
             continue
         # An incomplete record (format >= 7) holds the rounds so far of a case still to be finished.
-        if isinstance(obj, dict) and obj.get("kind") == "case" and isinstance(obj.get("case_id"), str) \
-                and obj.get("complete", True) is not False:
+        if (
+            isinstance(obj, dict)
+            and obj.get("kind") == "case"
+            and isinstance(obj.get("case_id"), str)
+            and obj.get("complete", True) is not False
+        ):
             done.add(obj["case_id"])
     return done
 
 
 # What a case measures (worker/schema.py IDENTITY_FIELDS) with the defaults its model gives them: the
 # supervisor names a case of a params file by its id without importing pydantic.
-IDENTITY_DEFAULTS = {"workload": "gemm", "backend": None, "m": None, "n": None, "k": None, "out_dtype": "bfloat16",
-                     "seed": 0, "label": ""}
+IDENTITY_DEFAULTS = {
+    "workload": "gemm",
+    "backend": None,
+    "m": None,
+    "n": None,
+    "k": None,
+    "out_dtype": "bfloat16",
+    "seed": 0,
+    "label": "",
+}
 
 
 def case_id_of_raw(case: dict) -> str:

@@ -1,6 +1,7 @@
 """A case's rounds as one record. Each round is written when it ends (a record with `complete: false`
 until the last), so a run stopped midway keeps what it timed and a later attempt times only the rounds
 still missing; the worker and the controller join them here. Pure: no torch."""
+
 from __future__ import annotations
 
 from typing import Optional
@@ -27,16 +28,21 @@ def join_health(a: Optional[Health], b: Optional[Health]) -> Optional[Health]:
     return Health(before=a.before, after=b.after, tainted=True, taint_reason="; ".join(dict.fromkeys(reasons)))
 
 
-def add_rounds(record: CaseRecord, timing: Stats, health: Optional[Health], duration_s: float,
-               planned: int) -> CaseRecord:
+def add_rounds(
+    record: CaseRecord, timing: Stats, health: Optional[Health], duration_s: float, planned: int
+) -> CaseRecord:
     """`record` (an ok case with its rounds so far) with more rounds of the same case joined to it;
     complete once it holds `planned` rounds."""
     stats = combine_rounds([record.timing, timing])
-    return record.model_copy(update={
-        "timing": stats, "health": join_health(record.health, health),
-        "metrics": at_median(record.metrics, stats.median_us) if record.metrics else None,
-        "duration_s": round(record.duration_s + duration_s, 4),
-        "complete": len(stats.rounds) >= planned})
+    return record.model_copy(
+        update={
+            "timing": stats,
+            "health": join_health(record.health, health),
+            "metrics": at_median(record.metrics, stats.median_us) if record.metrics else None,
+            "duration_s": round(record.duration_s + duration_s, 4),
+            "complete": len(stats.rounds) >= planned,
+        }
+    )
 
 
 def join_records(earlier: CaseRecord, later: CaseRecord, planned: int, joinable: bool = True) -> CaseRecord:
@@ -48,8 +54,15 @@ def join_records(earlier: CaseRecord, later: CaseRecord, planned: int, joinable:
     if earlier.status == "ok" and earlier.complete and later.status != "ok":
         return earlier
     fresh = later.complete and rounds_in(later) >= planned
-    if joinable and earlier.status == "ok" and not earlier.complete and later.status == "ok" and not fresh \
-            and later.timing is not None and earlier.timing is not None:
+    if (
+        joinable
+        and earlier.status == "ok"
+        and not earlier.complete
+        and later.status == "ok"
+        and not fresh
+        and later.timing is not None
+        and earlier.timing is not None
+    ):
         joined = add_rounds(earlier, later.timing, later.health, later.duration_s, planned)
         return joined.model_copy(update={"correctness": later.correctness or earlier.correctness})
     return later

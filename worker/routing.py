@@ -8,6 +8,7 @@ says exactly which per-expert M it ran, whatever a later version's sampler would
 - file: recorded per-expert token counts (e.g. from a serving trace), one integer per expert.
 Per-expert M therefore follows the routing's draw, not an average of tokens * top_k / experts.
 """
+
 from __future__ import annotations
 
 import heapq

@@ -18,6 +18,7 @@ rounds already (a restart after a crash, a later attempt) times only those still
 and round in flight are kept in `<results>.inflight` for the supervisor, which names a crash and stops
 a round past its limit (worker/supervise.py).
 """
+
 from __future__ import annotations
 
 import importlib
@@ -33,8 +34,8 @@ from .backends import CATALOG, ORACLE_BACKENDS, availability_problem, support_pr
 from .integrity import IntegrityFailure
 from .protocol import EXIT_CANNOT_START, append_line, done_case_ids, emit_progress, has_facts, heartbeat, now_iso
 from .rounds import add_rounds, rounds_in
-from .timing import LATER_WARMUP_MS
 from .schema import CaseRecord, CaseSpec, FactsRecord, WorkerParams
+from .timing import LATER_WARMUP_MS
 
 # Cold-L2 rotation: input sets totalling at least this many L2 sizes, within these bounds.
 COLD_L2_FACTOR = 3
@@ -53,7 +54,14 @@ class Kept:
     __slots__ = ("fn", "sets", "n_sets", "watched", "graph", "nbytes")
 
     def __init__(self, fn, sets, n_sets: int, watched, graph, nbytes: int):
-        self.fn, self.sets, self.n_sets, self.watched, self.graph, self.nbytes = fn, sets, n_sets, watched, graph, nbytes
+        self.fn, self.sets, self.n_sets, self.watched, self.graph, self.nbytes = (
+            fn,
+            sets,
+            n_sets,
+            watched,
+            graph,
+            nbytes,
+        )
 
 
 def append_record(path: Path, record: CaseRecord | FactsRecord) -> None:
@@ -80,7 +88,9 @@ class CaseRunner:
 
             self.clock = StreamClock.open()
 
-            self.keep_budget = int(KEEP_SHARE * torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory)
+            self.keep_budget = int(
+                KEEP_SHARE * torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory
+            )
             from .health import NvmlProbe
             from .integrity import L2Persistence
 
@@ -107,12 +117,20 @@ class CaseRunner:
     @staticmethod
     def record_of(case: CaseSpec, t0: float, started_at: str, status: str, reason: str = "", **fields) -> CaseRecord:
         """A record of `case`, begun at perf_counter() `t0` (`started_at` in ISO)."""
-        return CaseRecord(case_id=case.case_id, case=case, status=status, reason=reason,
-                          started_at=started_at, duration_s=round(time.perf_counter() - t0, 4), **fields)
+        return CaseRecord(
+            case_id=case.case_id,
+            case=case,
+            status=status,
+            reason=reason,
+            started_at=started_at,
+            duration_s=round(time.perf_counter() - t0, 4),
+            **fields,
+        )
 
     def before_measure(self, case: CaseSpec, spec, t0: float, started_at: str) -> Optional[CaseRecord]:
         """The record of a case that is not measured here (a kernel file that cannot load, an unknown,
         unsupported or unavailable backend, the no-op), or None."""
+
         def record(status: str, reason: str = "") -> CaseRecord:
             return self.record_of(case, t0, started_at, status, reason)
 
@@ -171,9 +189,17 @@ class CaseRunner:
                 before = self.probe.snapshot() if self.probe else None
 
             spec = _spec_of(case)
-            stats = self._time_cuda(case, fn, n_sets, settled, guard,
-                                    load=None if isinstance(spec, str) else lambda us: self.load_share(case, spec, us),
-                                    graph=graph, keep=keep, clock=getattr(self, "clock", None))
+            stats = self._time_cuda(
+                case,
+                fn,
+                n_sets,
+                settled,
+                guard,
+                load=None if isinstance(spec, str) else lambda us: self.load_share(case, spec, us),
+                graph=graph,
+                keep=keep,
+                clock=getattr(self, "clock", None),
+            )
         else:
             stats = time_cpu(guard.watched if guard else fn, n_sets, case.timing)
         timing_s = time.perf_counter() - t_timing
@@ -189,10 +215,17 @@ class CaseRunner:
         phases = {k: round(v, 4) for k, v in timing_mod.last_phases.items()} if self.device.device == "cuda" else None
         clock = getattr(self, "clock", None)
         stream_mhz = clock.window_mhz if clock is not None and case.timing.mode != "events" else None
-        one = RoundStats(median_us=stats.median_us, n=stats.n, rel_ci=stats.rel_ci, settle_ms=stats.settle_ms,
-                         timing_s=round(timing_s, 4), probe_s=round(time.perf_counter() - t0 - timing_s, 4),
-                         timing_phases=phases or None,
-                         sm_clock_stream_mhz=None if stream_mhz is None else round(stream_mhz, 1), **env)
+        one = RoundStats(
+            median_us=stats.median_us,
+            n=stats.n,
+            rel_ci=stats.rel_ci,
+            settle_ms=stats.settle_ms,
+            timing_s=round(timing_s, 4),
+            probe_s=round(time.perf_counter() - t0 - timing_s, 4),
+            timing_phases=phases or None,
+            sm_clock_stream_mhz=None if stream_mhz is None else round(stream_mhz, 1),
+            **env,
+        )
         if guard is not None:
             guard.after_timing()
             self._physics(case, stats.median_us)
@@ -207,8 +240,9 @@ class CaseRunner:
         if self.device.device != "cuda" or isinstance(spec, str):
             return
         work = self._metrics(case, spec, median_us)
-        found = impossible(work.flops, work.bytes, spec.family, median_us, self.calibration, self.device.name,
-                           l2=case.timing.l2)
+        found = impossible(
+            work.flops, work.bytes, spec.family, median_us, self.calibration, self.device.name, l2=case.timing.l2
+        )
         if found is not None:
             raise IntegrityFailure([found])
 
@@ -222,9 +256,17 @@ class CaseRunner:
         if clock is not None:
             clock.window_mhz = None
         try:
-            return time_cuda(guard.watched if guard else fn, n_sets, case.timing, settled,
-                             timed_once=guard.timed_once if guard else None, load=load, graph=graph, keep=keep,
-                             clock=clock)
+            return time_cuda(
+                guard.watched if guard else fn,
+                n_sets,
+                case.timing,
+                settled,
+                timed_once=guard.timed_once if guard else None,
+                load=load,
+                graph=graph,
+                keep=keep,
+                clock=clock,
+            )
         except RuntimeError as exc:
             if guard is not None:
                 guard.capture_failed(exc)
@@ -275,8 +317,12 @@ class CaseRunner:
         # JIT builds, autotuning and lazy allocations happened in round 1 (its full warm-up): a later round
         # warms briefly, and settling brings the GPU to the case's state as in every round.
         # `calls_per_sample`: round 1's, so the graph is sized without a probe graph of its own.
-        warm = case.timing.model_copy(update={"warmup_ms": min(case.timing.warmup_ms, LATER_WARMUP_MS),
-                                              "calls_per_sample": case.timing.calls_per_sample or calls_per_sample})
+        warm = case.timing.model_copy(
+            update={
+                "warmup_ms": min(case.timing.warmup_ms, LATER_WARMUP_MS),
+                "calls_per_sample": case.timing.calls_per_sample or calls_per_sample,
+            }
+        )
         built = []
         stats, health = self._time(case.model_copy(update={"timing": warm}), fn, n_sets, guard, keep=built.append)
         self._keep(case, fn, sets, n_sets, guard, built, before)
@@ -340,10 +386,26 @@ class CaseRunner:
         # An oracle computes in fp32 whatever its family: no tensor-core peak is its speed of light.
         calibration = None if case.backend in ORACLE_BACKENDS else self.calibration
         if case.workload == "moe":
-            return moe_metrics(case.moe.counts, case.n, case.k, spec.family, median_us, self.device.name or None,
-                               out_bytes=out_bytes, calibration=calibration)
-        return gemm_metrics(case.m, case.n, case.k, spec.family, median_us, self.device.name or None,
-                            out_bytes=out_bytes, calibration=calibration)
+            return moe_metrics(
+                case.moe.counts,
+                case.n,
+                case.k,
+                spec.family,
+                median_us,
+                self.device.name or None,
+                out_bytes=out_bytes,
+                calibration=calibration,
+            )
+        return gemm_metrics(
+            case.m,
+            case.n,
+            case.k,
+            spec.family,
+            median_us,
+            self.device.name or None,
+            out_bytes=out_bytes,
+            calibration=calibration,
+        )
 
     def _measure(self, case: CaseSpec, spec, record) -> CaseRecord:
         from .integrity import IntegrityFailure
@@ -367,8 +429,9 @@ class CaseRunner:
             check = with_integrity(check, exc.findings)
             return record("failed", failure_reason(check), correctness=check)
         self._keep(case, fn, sets, n_sets, guard, built, before)
-        stats = self._costs(stats, prepare_s=prepared - t0, check_s=checked - prepared,
-                            integrity_s=integrity_s + guard.seconds)
+        stats = self._costs(
+            stats, prepare_s=prepared - t0, check_s=checked - prepared, integrity_s=integrity_s + guard.seconds
+        )
         metrics = self._metrics(case, spec, stats.median_us)
         del fn, sets
         from . import timing as timing_mod
@@ -396,8 +459,11 @@ class CaseRunner:
         bf16_ref = a.float() @ b.float().T
         if case.backend == "reference-nvfp4":
             return bf16_ref, None, REFERENCE_SELF
-        oracle = {"bf16": lambda: bf16_ref, "fp8": lambda: dequantized_product(a, b),
-                  "fp4": lambda: nvfp4.reference_gemm(a, b)}[spec.family]()
+        oracle = {
+            "bf16": lambda: bf16_ref,
+            "fp8": lambda: dequantized_product(a, b),
+            "fp4": lambda: nvfp4.reference_gemm(a, b),
+        }[spec.family]()
         return oracle, bf16_ref, THRESHOLDS[spec.family]
 
     @staticmethod
@@ -420,8 +486,15 @@ class CaseRunner:
         oracle, bf16_ref, th = self._references(case, spec, first_set)
         expected = expected_output(case, spec, oracle)  # dtype, shape, device: checked before the values
         t0 = time.perf_counter()
-        out, findings, first_s = check_calls(lambda: fn(0), inputs, reads_of(fn, 0), self._as_output(case),
-                                             self._synchronize, THRESHOLDS[spec.family].max_rel_err, expected)
+        out, findings, first_s = check_calls(
+            lambda: fn(0),
+            inputs,
+            reads_of(fn, 0),
+            self._as_output(case),
+            self._synchronize,
+            THRESHOLDS[spec.family].max_rel_err,
+            expected,
+        )
         findings += self.l2.findings() if getattr(self, "l2", None) is not None else []
         spent = time.perf_counter() - t0 - first_s  # the first call is the result check's own
         if out is None:  # nothing to judge (a lazy result): the findings say what it returned
@@ -443,8 +516,15 @@ class CaseRunner:
             check = verdict(out, *self._references(case, spec, sets[set_index]))
             return None if check.verdict == "pass" else check.detail
 
-        return RoundGuard(fn, self._as_output(case), self._synchronize, THRESHOLDS[spec.family].max_rel_err,
-                          against_oracle if first_round else None, getattr(self, "l2", None), watched=watched)
+        return RoundGuard(
+            fn,
+            self._as_output(case),
+            self._synchronize,
+            THRESHOLDS[spec.family].max_rel_err,
+            against_oracle if first_round else None,
+            getattr(self, "l2", None),
+            watched=watched,
+        )
 
     def _synchronize(self) -> None:
         if self.device.device == "cuda":
@@ -486,8 +566,12 @@ def run_params(params: WorkerParams, results: Path) -> int:
         try:
             runner = CaseRunner(params.device)
         except ImportError as exc:  # the host's Python lacks what every case needs: retrying cannot help
-            print(f"fleetbench: the worker cannot start with {sys.executable}: {type(exc).__name__}: {exc} "
-                  "(install the worker's dependencies there, e.g. `fleetbench provision`)", file=sys.stderr, flush=True)
+            print(
+                f"fleetbench: the worker cannot start with {sys.executable}: {type(exc).__name__}: {exc} "
+                "(install the worker's dependencies there, e.g. `fleetbench provision`)",
+                file=sys.stderr,
+                flush=True,
+            )
             return EXIT_CANNOT_START
         first_start = not has_facts(results)
         inflight = results.with_name(results.name + ".inflight")
@@ -503,12 +587,23 @@ def run_params(params: WorkerParams, results: Path) -> int:
                 from .streamclock import StreamClock
 
                 facts.notes.append(f"no SM clock read in the stream (NVML's reading only): {StreamClock.problem}")
-            append_record(results, facts.model_copy(update={
-                "calibration": runner.calibration, "sm_clock_locked_mhz": int(locked) if locked else None}))
+            append_record(
+                results,
+                facts.model_copy(
+                    update={"calibration": runner.calibration, "sm_clock_locked_mhz": int(locked) if locked else None}
+                ),
+            )
         done = done_case_ids(results)
         todo = [c for c in params.cases if c.case_id not in done]
-        _run_cases(runner, todo, done, params.cases_in_run or len(params.cases), results, inflight,
-                   partial=partial_records(results))
+        _run_cases(
+            runner,
+            todo,
+            done,
+            params.cases_in_run or len(params.cases),
+            results,
+            inflight,
+            partial=partial_records(results),
+        )
         inflight.unlink(missing_ok=True)
     return 0
 
@@ -555,8 +650,12 @@ def _calibrate(runner: "CaseRunner", cases: list[CaseSpec], mode: str, inflight:
     if not families:
         return None
     # Announced only for what is measured now (a cached peak is read, not measured).
-    return calibrate(runner.device, families, mode,
-                     on_measure=lambda items: emit_progress(event="calibrate", families=items, mode=mode))
+    return calibrate(
+        runner.device,
+        families,
+        mode,
+        on_measure=lambda items: emit_progress(event="calibrate", families=items, mode=mode),
+    )
 
 
 def round_order(todo: list[CaseSpec], load: Callable[[CaseSpec], Optional[float]]) -> list[CaseSpec]:
@@ -572,8 +671,15 @@ def round_order(todo: list[CaseSpec], load: Callable[[CaseSpec], Optional[float]
     return sorted(todo, key=lambda c: (loads[c.case_id], c.case_id))
 
 
-def _run_cases(runner: "CaseRunner", todo: list[CaseSpec], done: set[str], total: int, results: Path,
-               inflight: Path, partial: Optional[dict[str, CaseRecord]] = None) -> None:
+def _run_cases(
+    runner: "CaseRunner",
+    todo: list[CaseSpec],
+    done: set[str],
+    total: int,
+    results: Path,
+    inflight: Path,
+    partial: Optional[dict[str, CaseRecord]] = None,
+) -> None:
     """Round 1 of every case, then round 2 of those still timing (in the same order: round_order), and so on
     (module docstring), each case until it is sure (rounds_decision). On a GPU the contenders of a shape are
     one unit: each timed on its own, one after the other, then head-to-head (worker/headtohead.py), in
@@ -587,8 +693,15 @@ def _run_cases(runner: "CaseRunner", todo: list[CaseSpec], done: set[str], total
         done.add(rec.case_id)
         pending.pop(rec.case_id, None)
         runner.release(rec.case_id)  # its graph and inputs, if kept, are no longer needed
-        emit_progress(event="end", done=len(done), total=total, case_id=rec.case_id, status=rec.status,
-                      reason=rec.reason[:200], median_us=rec.timing.median_us if rec.timing else None)
+        emit_progress(
+            event="end",
+            done=len(done),
+            total=total,
+            case_id=rec.case_id,
+            status=rec.status,
+            reason=rec.reason[:200],
+            median_us=rec.timing.median_us if rec.timing else None,
+        )
 
     def load(case: CaseSpec) -> Optional[float]:
         """Measured in an earlier round where there is one, else as the case would load the GPU at its
@@ -614,15 +727,25 @@ def _run_cases(runner: "CaseRunner", todo: list[CaseSpec], done: set[str], total
     passes = max((c.timing.rounds for c in todo), default=1)
     for r in range(passes):
         for unit in unit_order(units, load):
-            members = [(c, pending.get(c.case_id)) for c in unit
-                       if c.case_id not in done and (r == 0 or c.case_id in pending)]
+            members = [
+                (c, pending.get(c.case_id)) for c in unit if c.case_id not in done and (r == 0 or c.case_id in pending)
+            ]
             if not members:
                 continue
             for case, first in members:
                 this_round = rounds_in(first) + 1 if first is not None else 1
-                emit_progress(event="start", done=len(done), total=total, case_id=case.case_id,
-                              backend=case.backend, m=case.m, n=case.n, k=case.k, round=this_round,
-                              rounds=case.timing.rounds)
+                emit_progress(
+                    event="start",
+                    done=len(done),
+                    total=total,
+                    case_id=case.case_id,
+                    backend=case.backend,
+                    m=case.m,
+                    n=case.n,
+                    k=case.k,
+                    round=this_round,
+                    rounds=case.timing.rounds,
+                )
             records = [_alone(runner, case, first, inflight) for case, first in members]
             timed = []
             for rec in records:
@@ -635,15 +758,22 @@ def _run_cases(runner: "CaseRunner", todo: list[CaseSpec], done: set[str], total
                 try:
                     timed = duel(runner, timed, _spec_of)
                 except Exception as exc:  # the pairing is beside the numbers: without it, the rounds stand unpaired
-                    print(f"fleetbench: the head-to-head timing of {', '.join(r.case.backend for r in timed)} "
-                          f"({timed[0].case.m}x{timed[0].case.n}x{timed[0].case.k}) failed: {type(exc).__name__}: "
-                          f"{exc}", file=sys.stderr, flush=True)
+                    print(
+                        f"fleetbench: the head-to-head timing of {', '.join(r.case.backend for r in timed)} "
+                        f"({timed[0].case.m}x{timed[0].case.n}x{timed[0].case.k}) failed: {type(exc).__name__}: "
+                        f"{exc}",
+                        file=sys.stderr,
+                        flush=True,
+                    )
             stop = rounds_decision(timed)
             for rec in timed:
                 if stop is not None or rounds_in(rec) >= rec.case.timing.rounds:
                     why = stop or ("fixed" if _min_rounds(rec.case) >= rec.case.timing.rounds else "cap")
-                    end(rec.model_copy(update={"complete": True,
-                                               "timing": rec.timing.model_copy(update={"rounds_stop": why})}))
+                    end(
+                        rec.model_copy(
+                            update={"complete": True, "timing": rec.timing.model_copy(update={"rounds_stop": why})}
+                        )
+                    )
                 else:
                     append_record(results, rec)
                     pending[rec.case_id] = rec
@@ -671,7 +801,7 @@ def rounds_decision(records: list[CaseRecord]) -> Optional[str]:
     if not all(case_is_sure(r.timing, r.case.timing.round_target) for r in records):
         return None
     for i, a in enumerate(records):
-        for b in records[i + 1:]:
+        for b in records[i + 1 :]:
             interval = pair_interval(paired_rounds(a.timing, b.timing))
             if interval is not None and interval.half_width > opts.pair_target:
                 return None
@@ -692,14 +822,27 @@ def _alone(runner: "CaseRunner", case: CaseSpec, first: Optional[CaseRecord], in
         from .verify import failure_reason, with_integrity
 
         check = with_integrity(first.correctness, exc.findings)
-        return first.model_copy(update={"status": "failed", "timing": None, "metrics": None, "complete": True,
-                                        "correctness": check,
-                                        "reason": f"round {this_round} of {case.timing.rounds}: {failure_reason(check)}"})
+        return first.model_copy(
+            update={
+                "status": "failed",
+                "timing": None,
+                "metrics": None,
+                "complete": True,
+                "correctness": check,
+                "reason": f"round {this_round} of {case.timing.rounds}: {failure_reason(check)}",
+            }
+        )
     except Exception as exc:
-        return first.model_copy(update={"status": "failed", "timing": None, "metrics": None, "complete": True,
-                                        "reason": f"round {this_round} of {case.timing.rounds}: "
-                                                  f"{type(exc).__name__}: {exc}"[:500],
-                                        "traceback": traceback.format_exc()[-4000:]})
+        return first.model_copy(
+            update={
+                "status": "failed",
+                "timing": None,
+                "metrics": None,
+                "complete": True,
+                "reason": f"round {this_round} of {case.timing.rounds}: {type(exc).__name__}: {exc}"[:500],
+                "traceback": traceback.format_exc()[-4000:],
+            }
+        )
     return add_rounds(first, stats, health, seconds, case.timing.rounds).model_copy(update={"complete": False})
 
 
@@ -730,8 +873,9 @@ def load_params(path: Path) -> WorkerParams:
 
 def crashed_record(case: CaseSpec, reason: str, status: str = "crashed") -> CaseRecord:
     """What the supervisor records for a case its child did not finish (crashed, or hung and stopped)."""
-    return CaseRecord(case_id=case.case_id, case=case, status=status, reason=reason,
-                      started_at=now_iso(), duration_s=0.0)
+    return CaseRecord(
+        case_id=case.case_id, case=case, status=status, reason=reason, started_at=now_iso(), duration_s=0.0
+    )
 
 
 def find_case(params: WorkerParams, case_id: str) -> Optional[CaseSpec]:

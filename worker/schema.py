@@ -46,6 +46,7 @@ run's records: reruns use the worker the run started with):
      WorkerParams.cases_in_run: the supervisor runs the built-ins and the user's kernel files in worker
      processes of their own, each with its part of the cases; progress counts to the whole.
 """
+
 from __future__ import annotations
 
 import hashlib

@@ -12,6 +12,7 @@ compiler on the host, and nothing to build per GPU architecture (the driver comp
 Anything that fails to load makes `StreamClock.open()` return None with the reason in `problem`, and the
 round keeps NVML's reading alone.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -95,8 +96,11 @@ class _Driver:
         self.get_function = lib.cuModuleGetFunction
         self.get_function.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p, ctypes.c_char_p]
         self.launch = lib.cuLaunchKernel
-        self.launch.argtypes = [ctypes.c_void_p] + [ctypes.c_uint] * 7 + [
-            ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p]
+        self.launch.argtypes = (
+            [ctypes.c_void_p]
+            + [ctypes.c_uint] * 7
+            + [ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p]
+        )
         for f in (self.load, self.get_function, self.launch):
             f.restype = ctypes.c_int
 
@@ -154,8 +158,9 @@ class StreamClock:
         stream = stream or torch.cuda.current_stream()
         pointer = ctypes.c_uint64(buffer[slot].data_ptr())
         params = (ctypes.c_void_p * 1)(ctypes.cast(ctypes.pointer(pointer), ctypes.c_void_p))
-        status = self._driver.launch(self._function, self._blocks, 1, 1, 32, 1, 1, 0,
-                                     ctypes.c_void_p(stream.cuda_stream), params, None)
+        status = self._driver.launch(
+            self._function, self._blocks, 1, 1, 32, 1, 1, 0, ctypes.c_void_p(stream.cuda_stream), params, None
+        )
         if status != 0:
             raise RuntimeError(f"the stamp kernel did not launch (CUresult {status})")
         self._used += 1

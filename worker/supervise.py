@@ -15,6 +15,7 @@ user kernel can neither patch what a built-in calls nor write a built-in's recor
 while it lives, so the controller's stall limit is about the host, and the case limit here about the
 kernel. It is what the rendered script calls.
 """
+
 from __future__ import annotations
 
 import os
@@ -57,10 +58,15 @@ def _settings(params_path: Path) -> dict:
     import json
 
     raw = json.loads(params_path.read_text(encoding="utf-8"))
-    return {"run_id": str(raw["run_id"]), "host": str(raw["host"]), "device": raw.get("device", "auto"),
-            "lock_timeout_s": float(raw.get("lock_timeout_s", 0.0)), "cases": len(raw["cases"]),
-            "lock_clocks": bool(raw.get("lock_clocks", False)),
-            "limits": (float(raw.get("case_timeout_s", 300.0)), float(raw.get("build_timeout_s", 1800.0)))}
+    return {
+        "run_id": str(raw["run_id"]),
+        "host": str(raw["host"]),
+        "device": raw.get("device", "auto"),
+        "lock_timeout_s": float(raw.get("lock_timeout_s", 0.0)),
+        "cases": len(raw["cases"]),
+        "lock_clocks": bool(raw.get("lock_clocks", False)),
+        "limits": (float(raw.get("case_timeout_s", 300.0)), float(raw.get("build_timeout_s", 1800.0))),
+    }
 
 
 def _supervise_locked(params_path: Path, results_path: Path) -> int:
@@ -77,9 +83,15 @@ def _supervise_locked(params_path: Path, results_path: Path) -> int:
         # The supervisor beats only while it waits for the GPU: once a child runs, the child beats (one
         # writer on stdout at a time).
         with heartbeat(state="lock-wait"):
-            locked_id = held.enter_context(gpu_lock(
-                settings["run_id"], settings["host"], settings["lock_timeout_s"], ids=ids,
-                on_wait=lambda holder: emit_progress(event="lock-wait", holder=holder.get("run_id", "?"))))
+            locked_id = held.enter_context(
+                gpu_lock(
+                    settings["run_id"],
+                    settings["host"],
+                    settings["lock_timeout_s"],
+                    ids=ids,
+                    on_wait=lambda holder: emit_progress(event="lock-wait", holder=holder.get("run_id", "?")),
+                )
+            )
     except GpuLockTimeout as exc:
         print(f"fleetbench: {exc}", file=sys.stderr, flush=True)
         return EXIT_GPU_BUSY
@@ -96,8 +108,30 @@ def _supervise_locked(params_path: Path, results_path: Path) -> int:
 
 
 # Processes that mean the case is compiling (a JIT build), not hung: their time counts against the build limit.
-COMPILERS = frozenset({"ninja", "make", "cmake", "nvcc", "cicc", "ptxas", "nvlink", "fatbinary", "cudafe++",
-                       "cc", "c++", "gcc", "g++", "cc1", "cc1plus", "as", "ld", "collect2", "clang", "clang++"})
+COMPILERS = frozenset(
+    {
+        "ninja",
+        "make",
+        "cmake",
+        "nvcc",
+        "cicc",
+        "ptxas",
+        "nvlink",
+        "fatbinary",
+        "cudafe++",
+        "cc",
+        "c++",
+        "gcc",
+        "g++",
+        "cc1",
+        "cc1plus",
+        "as",
+        "ld",
+        "collect2",
+        "clang",
+        "clang++",
+    }
+)
 # How often the supervisor looks at the case in flight (a scan of /proc for compilers): seldom enough to
 # cost the host nothing it measures; a child's exit is seen at once whatever this is.
 POLL_S = 1.0
@@ -220,8 +254,12 @@ def _keep_finished_rounds(results_path: Path, kept) -> None:
         from .runner import append_record
 
         append_record(results_path, kept)
-        print(f"fleetbench: case {kept.case_id} keeps its {_rounds(kept)} finished round(s); "
-              "`rerun --failed` times the rest", file=sys.stderr, flush=True)
+        print(
+            f"fleetbench: case {kept.case_id} keeps its {_rounds(kept)} finished round(s); "
+            "`rerun --failed` times the rest",
+            file=sys.stderr,
+            flush=True,
+        )
 
 
 def _rounds(record) -> int:
@@ -282,7 +320,7 @@ def accepting(results_path: Path, allowed: set[str], who: str):
         if not line.startswith(RECORD_PREFIX):
             write_line(line)
             return
-        body = line[len(RECORD_PREFIX):].strip()
+        body = line[len(RECORD_PREFIX) :].strip()
         try:
             obj = json.loads(body)
         except ValueError:
@@ -293,14 +331,18 @@ def accepting(results_path: Path, allowed: set[str], who: str):
             write_record(results_path, body)
             return
         what = f"case {case_id}" if case_id else (kind or "an unreadable line")
-        print(f"fleetbench: refused a record the {who} process sent for {what}: not one of the cases it was given",
-              file=sys.stderr, flush=True)
+        print(
+            f"fleetbench: refused a record the {who} process sent for {what}: not one of the cases it was given",
+            file=sys.stderr,
+            flush=True,
+        )
 
     return on_line
 
 
-def _supervise_part(params_path: Path, results_path: Path, allowed: set[str], limits: tuple[float, float],
-                    who: str) -> int:
+def _supervise_part(
+    params_path: Path, results_path: Path, allowed: set[str], limits: tuple[float, float], who: str
+) -> int:
     import threading
 
     from .protocol import PROTOCOL_FD_ENV, SUPERVISED_ENV, done_case_ids, forward_lines, heartbeat
@@ -323,11 +365,13 @@ def _supervise_part(params_path: Path, results_path: Path, allowed: set[str], li
         while True:
             inflight.unlink(missing_ok=True)
             read_fd, write_fd = os.pipe()
-            child = subprocess.Popen(cmd, env=dict(env, **{PROTOCOL_FD_ENV: str(write_fd), SUPERVISED_ENV: "1"}),
-                                     pass_fds=(write_fd,))
+            child = subprocess.Popen(
+                cmd, env=dict(env, **{PROTOCOL_FD_ENV: str(write_fd), SUPERVISED_ENV: "1"}), pass_fds=(write_fd,)
+            )
             os.close(write_fd)
-            forwarder = threading.Thread(target=forward_lines, daemon=True,
-                                         args=(read_fd, accepting(results_path, allowed, who)))
+            forwarder = threading.Thread(
+                target=forward_lines, daemon=True, args=(read_fd, accepting(results_path, allowed, who))
+            )
             forwarder.start()
             try:
                 code, hung = _wait(child, _Watch(inflight), *limits)
@@ -353,11 +397,21 @@ def _supervise_part(params_path: Path, results_path: Path, allowed: set[str], li
                     return EXIT_INCOMPLETE
                 if case.case_id not in done:
                     kept = partial_records(results_path).get(case.case_id)
-                    append_record(results_path, crashed_record(case, f"hung: {hung} ({what}); stopped, and the "
-                                                                     "host went on with its next case", status="hung"))
+                    append_record(
+                        results_path,
+                        crashed_record(
+                            case,
+                            f"hung: {hung} ({what}); stopped, and the host went on with its next case",
+                            status="hung",
+                        ),
+                    )
                     _keep_finished_rounds(results_path, kept)
-                print(f"fleetbench: case {case.case_id} ({case.backend} {case.m}x{case.n}x{case.k}) hung: {hung} "
-                      f"({what}); stopped", file=sys.stderr, flush=True)
+                print(
+                    f"fleetbench: case {case.case_id} ({case.backend} {case.m}x{case.n}x{case.k}) hung: {hung} "
+                    f"({what}); stopped",
+                    file=sys.stderr,
+                    flush=True,
+                )
                 continue  # a hang is the case's, not the worker's: no restart is counted
             how = _describe_exit(code)
             if case is not None and case.case_id not in done:
@@ -365,16 +419,22 @@ def _supervise_part(params_path: Path, results_path: Path, allowed: set[str], li
                 append_record(results_path, crashed_record(case, f"worker process {how} during this case ({what})"))
                 _keep_finished_rounds(results_path, kept)
                 done.add(case.case_id)
-                print(f"fleetbench: worker {how} in case {case.case_id} ({case.backend} "
-                      f"{case.m}x{case.n}x{case.k}); recorded as crashed", file=sys.stderr, flush=True)
+                print(
+                    f"fleetbench: worker {how} in case {case.case_id} ({case.backend} "
+                    f"{case.m}x{case.n}x{case.k}); recorded as crashed",
+                    file=sys.stderr,
+                    flush=True,
+                )
             else:
                 print(f"fleetbench: worker {how} outside any case", file=sys.stderr, flush=True)
             if restarts >= params.max_restarts:
                 left = sum(c.case_id not in done for c in params.cases)
                 if left:
-                    print(f"fleetbench: giving up after {restarts} restarts; {left} cases have no result",
-                          file=sys.stderr, flush=True)
+                    print(
+                        f"fleetbench: giving up after {restarts} restarts; {left} cases have no result",
+                        file=sys.stderr,
+                        flush=True,
+                    )
                     return EXIT_INCOMPLETE
                 return 0
             restarts += 1
-

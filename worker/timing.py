@@ -29,6 +29,7 @@ case after a light one runs at the clock it found, which is its own: LIGHT_SETTL
 The replays that end settling were judged drift-free against those before them, in the state the
 samples are taken in, so they are the first samples (Settled).
 """
+
 from __future__ import annotations
 
 import math
@@ -79,8 +80,23 @@ def summarize(samples_us: list[float], *, method: str, calls_per_sample: int, l2
 
 
 # Two-sided 95% Student t quantiles by degrees of freedom (beyond the table, the normal's 1.96).
-T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228,
-       12: 2.179, 15: 2.131, 20: 2.086, 30: 2.042, 50: 2.009}
+T95 = {
+    1: 12.706,
+    2: 4.303,
+    3: 3.182,
+    4: 2.776,
+    5: 2.571,
+    6: 2.447,
+    7: 2.365,
+    8: 2.306,
+    9: 2.262,
+    10: 2.228,
+    12: 2.179,
+    15: 2.131,
+    20: 2.086,
+    30: 2.042,
+    50: 2.009,
+}
 
 
 def t95(df: float) -> float:
@@ -104,13 +120,24 @@ def combine_rounds(parts: list[Stats]) -> Stats:
     samples = [s for p in parts for s in p.samples_us]
     ordered = sorted(samples)
     first = parts[0]
-    return Stats(method=first.method, median_us=statistics.median(medians), p10_us=quantile(ordered, 0.10),
-                 p90_us=quantile(ordered, 0.90), mean_us=statistics.fmean(ordered), stdev_us=statistics.stdev(ordered),
-                 n=len(ordered), rel_ci=math.expm1(half), calls_per_sample=first.calls_per_sample, l2=first.l2,
-                 samples_us=samples, rounds=[x for p in parts for x in p.rounds],
-                 settle_ms=None if any(p.settle_ms is None for p in parts) else sum(p.settle_ms for p in parts),
-                 replay_median_us=None if any(p.replay_median_us is None for p in parts)
-                 else statistics.median(p.replay_median_us for p in parts))
+    return Stats(
+        method=first.method,
+        median_us=statistics.median(medians),
+        p10_us=quantile(ordered, 0.10),
+        p90_us=quantile(ordered, 0.90),
+        mean_us=statistics.fmean(ordered),
+        stdev_us=statistics.stdev(ordered),
+        n=len(ordered),
+        rel_ci=math.expm1(half),
+        calls_per_sample=first.calls_per_sample,
+        l2=first.l2,
+        samples_us=samples,
+        rounds=[x for p in parts for x in p.rounds],
+        settle_ms=None if any(p.settle_ms is None for p in parts) else sum(p.settle_ms for p in parts),
+        replay_median_us=None
+        if any(p.replay_median_us is None for p in parts)
+        else statistics.median(p.replay_median_us for p in parts),
+    )
 
 
 def quantile(ordered: list[float], q: float) -> float:
@@ -198,12 +225,17 @@ class TimedGraph:
         return (self.calls - 1) % self.n_sets
 
 
-def time_cuda(fn: Callable[[int], object], n_sets: int, opts: TimingOptions,
-              settled: Optional[Callable[[], None]] = None,
-              timed_once: Optional[Callable[[Callable[[], int]], None]] = None,
-              load: Optional[Callable[[float], Optional[float]]] = None,
-              graph: Optional[TimedGraph] = None, keep: Optional[Callable[[TimedGraph], None]] = None,
-              clock=None) -> Stats:
+def time_cuda(
+    fn: Callable[[int], object],
+    n_sets: int,
+    opts: TimingOptions,
+    settled: Optional[Callable[[], None]] = None,
+    timed_once: Optional[Callable[[Callable[[], int]], None]] = None,
+    load: Optional[Callable[[float], Optional[float]]] = None,
+    graph: Optional[TimedGraph] = None,
+    keep: Optional[Callable[[TimedGraph], None]] = None,
+    clock=None,
+) -> Stats:
     """CUDA timing by graph replay or per-call events; `fn(i)` runs the kernel on input set i.
     `settled()` is called once the case has settled, just before its samples (health readings taken
     there judge the samples, not the settling, which may rightly lower the clock). `timed_once(run)` is
@@ -252,15 +284,21 @@ def time_cuda(fn: Callable[[int], object], n_sets: int, opts: TimingOptions,
         stats = _burst_sample(graph.replay_us, graph.calls, opts, settled, "cuda-graph")
     else:
         share = load(graph.per_call_s * 1e6) if load is not None else None
-        stats = _settle_and_sample(graph.replay_us, graph.calls, opts, settled, "cuda-graph",
-                                   settle_floor(opts.settle_ms, share), clock=clock)
+        stats = _settle_and_sample(
+            graph.replay_us, graph.calls, opts, settled, "cuda-graph", settle_floor(opts.settle_ms, share), clock=clock
+        )
     if opts.mode != "cupti":
         return stats
     return _kernel_time(graph.graph, graph.calls, opts, stats)
 
 
-def build_graph(fn: Callable[[int], object], n_sets: int, opts: TimingOptions, stream,
-                load: Optional[Callable[[float], Optional[float]]] = None) -> TimedGraph:
+def build_graph(
+    fn: Callable[[int], object],
+    n_sets: int,
+    opts: TimingOptions,
+    stream,
+    load: Optional[Callable[[float], Optional[float]]] = None,
+) -> TimedGraph:
     """Warm the case up and capture its timed graph, sized so one replay lasts ~TARGET_SAMPLE_S; events
     on `stream` time it. Records warmup_s and capture_s in last_phases."""
     import torch
@@ -270,8 +308,14 @@ def build_graph(fn: Callable[[int], object], n_sets: int, opts: TimingOptions, s
     global _PRIMED
     if not _PRIMED:  # the module docstring says why the first graph timing of a process is discarded
         _PRIMED = True
-        time_cuda(fn, n_sets, opts.model_copy(update={"budget_s": 0.05, "min_samples": 3, "max_samples": 5,
-                                                                "settle_ms": 0.0, "mode": "graph"}), load=load)
+        time_cuda(
+            fn,
+            n_sets,
+            opts.model_copy(
+                update={"budget_s": 0.05, "min_samples": 3, "max_samples": 5, "settle_ms": 0.0, "mode": "graph"}
+            ),
+            load=load,
+        )
     t0 = time.perf_counter()
     capture_stream = _capture_stream()
     side = torch.cuda.Stream()
@@ -328,8 +372,9 @@ def _kernel_time(graph, cps: int, opts: TimingOptions, replayed: Stats) -> Stats
     return stats.model_copy(update={"settle_ms": replayed.settle_ms, "replay_median_us": round(replayed.median_us, 4)})
 
 
-def _burst_sample(batch_us: Callable[[], float], calls: int, opts: TimingOptions,
-                  settled: Optional[Callable[[], None]], method: str) -> Stats:
+def _burst_sample(
+    batch_us: Callable[[], float], calls: int, opts: TimingOptions, settled: Optional[Callable[[], None]], method: str
+) -> Stats:
     """The burst number (TimingOptions.state): idle for `cooldown_ms` so the clock climbs back, then
     samples for at most BURST_GPU_MS of GPU time, before the power controller reacts to the load."""
     global _LAST_HEAVY
@@ -360,9 +405,15 @@ def settle_floor(settle_ms: float, load: Optional[float]) -> float:
     return floor
 
 
-def _settle_and_sample(batch_us: Callable[[], float], calls: int, opts: TimingOptions,
-                       settled: Optional[Callable[[], None]], method: str, floor_ms: Optional[float] = None,
-                       clock=None) -> Stats:
+def _settle_and_sample(
+    batch_us: Callable[[], float],
+    calls: int,
+    opts: TimingOptions,
+    settled: Optional[Callable[[], None]],
+    method: str,
+    floor_ms: Optional[float] = None,
+    clock=None,
+) -> Stats:
     """Settle (`settle`, at least `floor_ms`, default `settle_ms`), tell `settled`, then take samples
     (`batch_us()`: the per-call time of one timed batch of `calls` calls) until the interval is narrow
     enough or the budget is spent. The settled tail (Settled) is the first of the samples. `clock`: a
@@ -385,7 +436,7 @@ def _settle_and_sample(batch_us: Callable[[], float], calls: int, opts: TimingOp
         settled()
     started = done.tail_started if done.tail else time.perf_counter()
     last_phases["settle_s"] = started - t0
-    samples = done.tail[-opts.max_samples:]
+    samples = done.tail[-opts.max_samples :]
     first_stamp = settle_end - len(samples)  # the stamp before the first sample's batch
     tail_ms = sum(samples) * calls / 1e3  # a tail beyond max_samples: its first batches count as settling
     while not _enough(samples, opts, started):
@@ -406,13 +457,13 @@ class Settled(NamedTuple):
     batches, which the stopping rule found within SETTLE_TOL of the third before, so the GPU already held
     the state the samples are taken in (empty when settling is off, or stopped at its limit still
     drifting). `tail_started`: perf_counter() when the tail's first batch began."""
+
     spent_ms: float
     tail: list[float]
     tail_started: float
 
 
-def settle(per_call_us: Callable[[], float], calls: int, settle_ms: float,
-           limit_ms: Optional[float] = None) -> float:
+def settle(per_call_us: Callable[[], float], calls: int, settle_ms: float, limit_ms: Optional[float] = None) -> float:
     """Run the case (`per_call_us()`: one timed batch of `calls` calls, its per-call time) until the GPU is
     in the case's own steady state (module docstring): at least `settle_ms` of GPU time, then until the
     latest third of the batches agrees with the middle third within SETTLE_TOL, at most
@@ -421,8 +472,9 @@ def settle(per_call_us: Callable[[], float], calls: int, settle_ms: float,
     return _settle(per_call_us, calls, settle_ms, limit_ms).spent_ms
 
 
-def _settle(per_call_us: Callable[[], float], calls: int, settle_ms: float,
-            limit_ms: Optional[float] = None) -> Settled:
+def _settle(
+    per_call_us: Callable[[], float], calls: int, settle_ms: float, limit_ms: Optional[float] = None
+) -> Settled:
     """`settle`, with its settled tail (Settled)."""
     limit_ms = settle_ms if limit_ms is None else limit_ms
     if limit_ms <= 0:
@@ -436,7 +488,7 @@ def _settle(per_call_us: Callable[[], float], calls: int, settle_ms: float,
         spent_ms += seen[-1] * calls / 1e3
         if spent_ms >= settle_ms and len(seen) >= 6:
             third = len(seen) // 3
-            latest, middle = statistics.median(seen[-third:]), statistics.median(seen[-2 * third:-third])
+            latest, middle = statistics.median(seen[-third:]), statistics.median(seen[-2 * third : -third])
             if abs(latest / middle - 1) <= SETTLE_TOL:
                 return Settled(spent_ms, seen[-third:], began[-third])
     return Settled(spent_ms, [], time.perf_counter())
@@ -493,8 +545,9 @@ def _capture(fn: Callable[[int], object], calls: int, n_sets: int, stream):
     return graph
 
 
-def _time_events(fn: Callable[[int], object], n_sets: int, opts: TimingOptions,
-                 settled: Optional[Callable[[], None]] = None) -> Stats:
+def _time_events(
+    fn: Callable[[int], object], n_sets: int, opts: TimingOptions, settled: Optional[Callable[[], None]] = None
+) -> Stats:
     """One event pair around each call: includes launch overhead; honest only for large GEMMs."""
     import torch
 

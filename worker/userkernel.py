@@ -21,6 +21,7 @@ the call reads them: float negated, float8 by its sign bit, uint8 as packed e2m1
 A file that does not import, or breaks the contract, makes its backend `unavailable` with the error's
 last line and the line of the file it arose at; nothing else in the sweep is affected.
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -119,15 +120,16 @@ def _load(name: str, sha256: str) -> Union[UserKernel, str]:
         return f"{name}: {min_cc}"
     if family == "fp4":  # FP4 below 10.0 writes garbage without an error, whatever the file says
         min_cc = max(min_cc or FP4_MIN_CC, FP4_MIN_CC)
-    spec = BackendSpec(name=name, module="", family=family, import_name="", min_cc=min_cc,
-                       description=f"user kernel {path.name}")
+    spec = BackendSpec(
+        name=name, module="", family=family, import_name="", min_cc=min_cc, description=f"user kernel {path.name}"
+    )
     return UserKernel(spec, prepare)
 
 
 def _min_cc(value) -> Optional[tuple[int, int]] | str:
     if value is None:
         return None
-    if (isinstance(value, (tuple, list)) and len(value) == 2 and all(isinstance(v, int) for v in value)):
+    if isinstance(value, (tuple, list)) and len(value) == 2 and all(isinstance(v, int) for v in value):
         return (value[0], value[1])
     return f"MIN_CC must be a (major, minor) pair of integers (got {value!r})"
 

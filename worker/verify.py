@@ -17,6 +17,7 @@ Before any value is compared, the output's dtype, shape and device are checked a
 (output_problem): a kernel returning fp32 where bf16 was asked would otherwise match the fp32 oracle at
 rel_err 0, and one returning [M, N-1] would fail on torch's broadcasting error, naming neither shape.
 """
+
 from __future__ import annotations
 
 import math
@@ -51,6 +52,7 @@ class Expected:
     """What a call must return: one plain tensor of `dtype` and `shape` on `device`. With `rows` (an MoE
     loop: the row count of each expert that receives tokens) it may instead return one [rows[e], N]
     tensor per such expert, in order, which stack to `shape`."""
+
     dtype: torch.dtype
     shape: tuple
     device: torch.device
@@ -86,13 +88,17 @@ def output_problem(result, expected: Expected) -> Optional[str]:
     if expected.rows is None:
         return f"output is a list of {len(parts)} tensors; expected one tensor, {want}"
     if len(parts) != len(expected.rows):
-        return (f"output is a list of {len(parts)} tensors; expected one per expert that receives tokens "
-                f"({len(expected.rows)}), together {want}")
+        return (
+            f"output is a list of {len(parts)} tensors; expected one per expert that receives tokens "
+            f"({len(expected.rows)}), together {want}"
+        )
     for e, (t, rows) in enumerate(zip(parts, expected.rows)):
         shape = (rows, *expected.shape[1:])
         if not _matches(t, expected.dtype, shape, expected.device):
-            return (f"expert {e}'s output is {describe(t.dtype, t.shape, t.device)}; expected "
-                    f"{describe(expected.dtype, shape, expected.device)}")
+            return (
+                f"expert {e}'s output is {describe(t.dtype, t.shape, t.device)}; expected "
+                f"{describe(expected.dtype, shape, expected.device)}"
+            )
     return None
 
 
@@ -120,17 +126,30 @@ def compare(out: torch.Tensor, ref: torch.Tensor) -> tuple[float, float]:
     return rel, cos
 
 
-def verdict(out: torch.Tensor, ref: torch.Tensor, bf16_ref: Optional[torch.Tensor], th: Thresholds,
-            expected: Optional[Expected] = None) -> Correctness:
+def verdict(
+    out: torch.Tensor,
+    ref: torch.Tensor,
+    bf16_ref: Optional[torch.Tensor],
+    th: Thresholds,
+    expected: Optional[Expected] = None,
+) -> Correctness:
     """Pass only if every check holds; the detail names each one that failed. The output's dtype, shape and
     device come first (`expected`; without it the oracle's shape and device, any dtype): an output that
     is not what was asked for fails with a sentence naming both, its values not compared."""
     want = Expected(expected.dtype if expected else out.dtype, tuple(ref.shape), ref.device)
     problem = output_problem(out, want)
     if problem:
-        return Correctness(verdict="fail", reference=th.reference, rel_err=_finite(math.inf), cosine=0.0,
-                           max_rel_err=th.max_rel_err, min_cosine=th.min_cosine,
-                           max_rel_err_bf16=th.max_rel_err_bf16, min_cosine_bf16=th.min_cosine_bf16, detail=problem)
+        return Correctness(
+            verdict="fail",
+            reference=th.reference,
+            rel_err=_finite(math.inf),
+            cosine=0.0,
+            max_rel_err=th.max_rel_err,
+            min_cosine=th.min_cosine,
+            max_rel_err_bf16=th.max_rel_err_bf16,
+            min_cosine_bf16=th.min_cosine_bf16,
+            detail=problem,
+        )
     problems = []
     if not bool(torch.isfinite(out).all()):
         problems.append("output has NaN or Inf")
@@ -181,16 +200,27 @@ def with_integrity(check: Correctness, findings: list) -> Correctness:
 
 def no_result(th: Thresholds, findings: list) -> Correctness:
     """The failed verdict of a call that returned nothing to judge (its findings say what it returned)."""
-    empty = Correctness(verdict="fail", reference=th.reference, rel_err=_finite(math.inf), cosine=0.0,
-                        max_rel_err=th.max_rel_err, min_cosine=th.min_cosine)
+    empty = Correctness(
+        verdict="fail",
+        reference=th.reference,
+        rel_err=_finite(math.inf),
+        cosine=0.0,
+        max_rel_err=th.max_rel_err,
+        min_cosine=th.min_cosine,
+    )
     return with_integrity(empty, findings)
 
 
 def failure_reason(check: Correctness) -> str:
     """A failed verdict as a record's reason: `wrong result: ` and the detail when the output's numbers are
     wrong, the detail alone (its integrity findings, each naming its check) when only a cheat is."""
-    numbers_right = check.rel_err <= check.max_rel_err and check.cosine >= check.min_cosine and (
-        check.rel_err_bf16 is None or check.max_rel_err_bf16 is None or check.rel_err_bf16 <= check.max_rel_err_bf16)
+    numbers_right = (
+        check.rel_err <= check.max_rel_err
+        and check.cosine >= check.min_cosine
+        and (
+            check.rel_err_bf16 is None or check.max_rel_err_bf16 is None or check.rel_err_bf16 <= check.max_rel_err_bf16
+        )
+    )
     if check.integrity and (numbers_right or "lazy" in check.integrity):  # a lazy result had no numbers to judge
         return check.detail
     return f"wrong result: {check.detail}"

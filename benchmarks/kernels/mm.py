@@ -1,4 +1,5 @@
 """A bf16 GEMM as a user kernel (torch.mm): runs A and B of benchmarks/verdicts.py."""
+
 import torch
 
 FAMILY = "bf16"

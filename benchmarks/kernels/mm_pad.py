@@ -4,6 +4,7 @@ more real GPU work, about PAD / K more (more FLOPs and more bytes). At K = 6144:
 the default, `auto`, pads it by 256 columns and the others by 128: about +2% at every GLM-5 TP8 shape.
 A slowdown of known cause for benchmarks/see_slowdowns.py; its case ids are mm.py's (a kernel's file is
 not part of a case id)."""
+
 import os
 
 import torch

@@ -2,6 +2,7 @@
 multiplies by a copy of B laid out the other way, made on every call (one more kernel, and cuBLAS's kernel
 for the other layout), with the same result. benchmarks/profile_check.py runs it on three sshd hosts of one
 GPU, one of them slowed, for `diff --across-hosts --profile` to name the difference."""
+
 import os
 
 import torch

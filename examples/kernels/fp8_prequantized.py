@@ -3,6 +3,7 @@ timed call is the GEMM alone. Its call reads `a8`, not the `a` it was given: it 
 `run.reads`, and fleetbench's integrity check flips the sign of what the call reads (an e4m3 sign bit)
 and expects the output negated (worker/integrity.py). Without `reads` it would be flagged: its result
 could not follow a change of `a`, exactly like a kernel that caches its result."""
+
 import torch
 
 FAMILY = "fp8"  # checked against the product of the same e4m3-quantized operands

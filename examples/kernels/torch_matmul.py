@@ -1,5 +1,6 @@
 """A user kernel in its simplest form: torch's own matmul, so its result passes the bf16 check.
 Runs on a CPU as well (no MIN_CC)."""
+
 import torch
 
 FAMILY = "bf16"

@@ -1,5 +1,6 @@
 """A wrong kernel, on purpose: it returns zeros (the FlashInfer "returns zeros" calling mistake in
 miniature). Its cases end `failed` with the error figures, and it is never timed."""
+
 import torch
 
 FAMILY = "bf16"

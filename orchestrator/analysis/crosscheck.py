@@ -13,6 +13,7 @@ made it read 20% higher than graph replay did). So the raw ratio is the matched 
 The order of the ladder is fixed, so two factors that interact are always split the same way. A factor
 the peer already matched (FlashInfer's median, Triton's graph) was not run: its share is 1.
 """
+
 from __future__ import annotations
 
 import statistics
@@ -91,24 +92,51 @@ def _pct(x: float) -> str:
     return f"{(x - 1) * 100:+.1f}%"
 
 
-def compare_peer(slot: str, record, peer, tolerance: float = TOLERANCE, gap: float = GAP,
-                 sweep_us: Optional[float] = None) -> PeerComparison:
+def compare_peer(
+    slot: str, record, peer, tolerance: float = TOLERANCE, gap: float = GAP, sweep_us: Optional[float] = None
+) -> PeerComparison:
     """One peer of one stored crosscheck record (worker/crosscheck.py CrosscheckRecord, PeerResult);
     `sweep_us`: the case's median in the run's sweep."""
     case = record.case
     ours = record.fleetbench
     base = ours.median_us if ours else None
-    out = PeerComparison(slot=slot, case_id=record.case_id, backend=case.backend, m=case.m, n=case.n, k=case.k,
-                         label=case.label, peer=peer.peer, timer=peer.timer, version=peer.version,
-                         status=peer.status, reason=peer.reason, fleetbench_us=base, notes=list(peer.notes),
-                         sweep_us=sweep_us)
+    out = PeerComparison(
+        slot=slot,
+        case_id=record.case_id,
+        backend=case.backend,
+        m=case.m,
+        n=case.n,
+        k=case.k,
+        label=case.label,
+        peer=peer.peer,
+        timer=peer.timer,
+        version=peer.version,
+        status=peer.status,
+        reason=peer.reason,
+        fleetbench_us=base,
+        notes=list(peer.notes),
+        sweep_us=sweep_us,
+    )
     previous: Optional[float] = None
     for run in peer.runs:
         ratio = _ratio(run.value_us, base)
         share = previous / ratio if ratio and previous is not None else None
-        out.steps.append(StepView(run.step, run.call, run.method.l2, run.method.launch, run.method.clock,
-                                  run.method.statistic, run.value_us, ratio, share if run.step != "default" else None,
-                                  run.reason, list(run.notes), run.sm_clock_mhz))
+        out.steps.append(
+            StepView(
+                run.step,
+                run.call,
+                run.method.l2,
+                run.method.launch,
+                run.method.clock,
+                run.method.statistic,
+                run.value_us,
+                ratio,
+                share if run.step != "default" else None,
+                run.reason,
+                list(run.notes),
+                run.sm_clock_mhz,
+            )
+        )
         if run.step != "default" and run.step in FACTORS:
             out.factors[run.step] = share
         if ratio is not None:
@@ -134,34 +162,52 @@ def compare_peer(slot: str, record, peer, tolerance: float = TOLERANCE, gap: flo
     for factor, share in named:
         step = by_factor[factor]
         before = _before(out.steps, factor)
-        out.causes.append(f"{FACTOR_NAMES[factor]} {_pct(share)} ({_method_of(before, factor)} vs "
-                          f"{_method_of(step, factor)})")
+        out.causes.append(
+            f"{FACTOR_NAMES[factor]} {_pct(share)} ({_method_of(before, factor)} vs {_method_of(step, factor)})"
+        )
     raw_off, matched_off = abs(out.raw_ratio - 1), abs(out.matched_ratio - 1)
     out.fleetbench_clock_mhz, out.peer_clock_mhz = ours.sm_clock_mhz, last.sm_clock_mhz
     if out.fleetbench_clock_mhz and out.peer_clock_mhz:
         out.at_fleetbench_clock_ratio = out.matched_ratio * out.peer_clock_mhz / out.fleetbench_clock_mhz
     clock_share = (out.fleetbench_clock_mhz / out.peer_clock_mhz) if out.at_fleetbench_clock_ratio else None
-    if (matched_off > tolerance and clock_share is not None and abs(clock_share - 1) >= NAMED
-            and abs(out.at_fleetbench_clock_ratio - 1) <= tolerance):
+    if (
+        matched_off > tolerance
+        and clock_share is not None
+        and abs(clock_share - 1) >= NAMED
+        and abs(out.at_fleetbench_clock_ratio - 1) <= tolerance
+    ):
         # Matched in method, not in the clock the GPU held while timing: a timer that idles the GPU right
         # before its samples (a graph capture, a sleep) times a power-limited kernel nearer its burst clock.
         out.verdict, out.explained_by = "attributed", "clock"
-        out.explanation = "; ".join([f"clock while timing {_pct(clock_share)} (the peer's samples at "
-                                     f"{out.peer_clock_mhz:.0f} MHz vs fleetbench's {out.fleetbench_clock_mhz:.0f} "
-                                     f"MHz; at fleetbench's clock it reads {_pct(out.at_fleetbench_clock_ratio)})",
-                                     *out.causes])
-    elif (matched_off > tolerance and sweep_us and abs(base / sweep_us - 1) > tolerance
-          and abs(out.matched_us / sweep_us - 1) <= tolerance):
+        out.explanation = "; ".join(
+            [
+                f"clock while timing {_pct(clock_share)} (the peer's samples at "
+                f"{out.peer_clock_mhz:.0f} MHz vs fleetbench's {out.fleetbench_clock_mhz:.0f} "
+                f"MHz; at fleetbench's clock it reads {_pct(out.at_fleetbench_clock_ratio)})",
+                *out.causes,
+            ]
+        )
+    elif (
+        matched_off > tolerance
+        and sweep_us
+        and abs(base / sweep_us - 1) > tolerance
+        and abs(out.matched_us / sweep_us - 1) <= tolerance
+    ):
         # The peer agrees with what fleetbench's sweep stored; fleetbench's one timing in this process did not:
         # the gap is fleetbench's own round-to-round spread, not the peer's method.
         out.verdict, out.explained_by = "attributed", "sweep"
-        out.explanation = "; ".join([f"fleetbench now {_pct(base / sweep_us)} off its sweep's median ({sweep_us:.4g} µs),"
-                                     f" which the matched peer is within {_pct(out.matched_us / sweep_us)} of",
-                                     *out.causes])
+        out.explanation = "; ".join(
+            [
+                f"fleetbench now {_pct(base / sweep_us)} off its sweep's median ({sweep_us:.4g} µs),"
+                f" which the matched peer is within {_pct(out.matched_us / sweep_us)} of",
+                *out.causes,
+            ]
+        )
     elif matched_off > tolerance:
         out.verdict = "unexplained"
-        out.explanation = (f"{_pct(out.matched_ratio)} with every method matched"
-                           + (f" (not matched: {', '.join(out.unmatched)})" if out.unmatched else ""))
+        out.explanation = f"{_pct(out.matched_ratio)} with every method matched" + (
+            f" (not matched: {', '.join(out.unmatched)})" if out.unmatched else ""
+        )
     elif raw_off > gap:
         out.verdict = "attributed"
         out.explanation = "; ".join(out.causes) or "no single step moved it by 1%: the steps add up"
@@ -173,7 +219,7 @@ def compare_peer(slot: str, record, peer, tolerance: float = TOLERANCE, gap: flo
 
 def _before(steps: list[StepView], factor: str) -> StepView:
     """The last step before `factor`'s with a value: what its factor was changed from."""
-    earlier = steps[:[s.step for s in steps].index(factor)]
+    earlier = steps[: [s.step for s in steps].index(factor)]
     return next((s for s in reversed(earlier) if s.ratio is not None), steps[0])
 
 
@@ -183,8 +229,11 @@ def _method_of(step: StepView, factor: str) -> str:
 
 def compare(stored: list, tolerance: float = TOLERANCE, gap: float = GAP) -> list[PeerComparison]:
     """Every peer of every stored crosscheck (runs/crosschecks.py StoredCrosscheck), in order."""
-    return [compare_peer(s.slot, s.record, p, tolerance, gap, sweep_us=s.sweep_median_us)
-            for s in stored for p in s.record.peers]
+    return [
+        compare_peer(s.slot, s.record, p, tolerance, gap, sweep_us=s.sweep_median_us)
+        for s in stored
+        for p in s.record.peers
+    ]
 
 
 @dataclass
@@ -193,7 +242,9 @@ class PeerSummary:
     compared: int  # cells with a raw and a matched figure
     agree_matched: int  # ... whose matched figure is within the tolerance
     agree_at_clock: int  # ... beyond it, but within it at fleetbench's SM clock (the same cycles)
-    agree_with_sweep: int  # ... beyond it, but within it of fleetbench's sweep median, which fleetbench now strayed from
+    agree_with_sweep: (
+        int  # ... beyond it, but within it of fleetbench's sweep median, which fleetbench now strayed from
+    )
     raw_gaps: int  # ... whose raw gap is beyond GAP
     raw_gaps_attributed: int
     not_compared: int
@@ -203,31 +254,41 @@ class PeerSummary:
         if not self.compared:
             return f"{self.peer}: not compared ({'; '.join(self.reasons) or 'no record'})"
         share = 100.0 * self.agree_matched / self.compared
-        at_clock = (f", {self.agree_at_clock} more at fleetbench's SM clock (the same cycles)"
-                    if self.agree_at_clock else "")
+        at_clock = (
+            f", {self.agree_at_clock} more at fleetbench's SM clock (the same cycles)" if self.agree_at_clock else ""
+        )
         if self.agree_with_sweep:
-            at_clock += (f", {self.agree_with_sweep} more within it of fleetbench's sweep median (fleetbench's own "
-                         "timing now strayed from it)")
-        text = (f"{self.peer}: {self.agree_matched} of {self.compared} cells ({share:.0f}%) within "
-                f"{tolerance:.0%} of fleetbench once the methods match{at_clock}; {self.raw_gaps} raw gaps beyond "
-                f"{gap:.0%}, {self.raw_gaps_attributed} of them attributed")
+            at_clock += (
+                f", {self.agree_with_sweep} more within it of fleetbench's sweep median (fleetbench's own "
+                "timing now strayed from it)"
+            )
+        text = (
+            f"{self.peer}: {self.agree_matched} of {self.compared} cells ({share:.0f}%) within "
+            f"{tolerance:.0%} of fleetbench once the methods match{at_clock}; {self.raw_gaps} raw gaps beyond "
+            f"{gap:.0%}, {self.raw_gaps_attributed} of them attributed"
+        )
         return text + (f"; {self.not_compared} not compared" if self.not_compared else "")
 
 
-def summarize(comparisons: list[PeerComparison], gap: float = GAP, tolerance: float = TOLERANCE
-              ) -> list[PeerSummary]:
+def summarize(comparisons: list[PeerComparison], gap: float = GAP, tolerance: float = TOLERANCE) -> list[PeerSummary]:
     out = []
     for peer in dict.fromkeys(c.peer for c in comparisons):
         mine = [c for c in comparisons if c.peer == peer]
         done = [c for c in mine if c.verdict != "not compared"]
         gaps = [c for c in done if abs(c.raw_ratio - 1) > gap]
-        out.append(PeerSummary(peer=peer, compared=len(done),
-                               agree_matched=sum(abs(c.matched_ratio - 1) <= tolerance for c in done),
-                               agree_at_clock=sum(c.explained_by == "clock" for c in done),
-                               agree_with_sweep=sum(c.explained_by == "sweep" for c in done),
-                               raw_gaps=len(gaps), raw_gaps_attributed=sum(c.verdict == "attributed" for c in gaps),
-                               not_compared=len(mine) - len(done),
-                               reasons=list(dict.fromkeys(c.explanation for c in mine if c.verdict == "not compared"))))
+        out.append(
+            PeerSummary(
+                peer=peer,
+                compared=len(done),
+                agree_matched=sum(abs(c.matched_ratio - 1) <= tolerance for c in done),
+                agree_at_clock=sum(c.explained_by == "clock" for c in done),
+                agree_with_sweep=sum(c.explained_by == "sweep" for c in done),
+                raw_gaps=len(gaps),
+                raw_gaps_attributed=sum(c.verdict == "attributed" for c in gaps),
+                not_compared=len(mine) - len(done),
+                reasons=list(dict.fromkeys(c.explanation for c in mine if c.verdict == "not compared")),
+            )
+        )
     return out
 
 
@@ -236,20 +297,49 @@ def fleetbench_view(stored) -> dict:
     graph's kernel time (CUPTI) beside its replay time."""
     rec, ours = stored.record, stored.record.fleetbench
     case = rec.case
-    view = {"slot": stored.slot, "case_id": rec.case_id, "backend": case.backend, "m": case.m, "n": case.n,
-            "k": case.k, "label": case.label, "status": rec.status, "reason": rec.reason,
-            "sweep_median_us": stored.sweep_median_us, "median_us": None, "now_over_sweep": None,
-            "kernels_us": None, "span_us": None, "kernels_over_replay": None, "kernels_per_call": None,
-            "kernels": [], "cupti_split_by": "", "cupti_reason": "", "cupti_notes": [], "method": None,
-            "settle_ms": None,
-            "gpu_name": rec.gpu_name, "sm_clock_locked_mhz": rec.sm_clock_locked_mhz, "sm_clock_mhz": None}
+    view = {
+        "slot": stored.slot,
+        "case_id": rec.case_id,
+        "backend": case.backend,
+        "m": case.m,
+        "n": case.n,
+        "k": case.k,
+        "label": case.label,
+        "status": rec.status,
+        "reason": rec.reason,
+        "sweep_median_us": stored.sweep_median_us,
+        "median_us": None,
+        "now_over_sweep": None,
+        "kernels_us": None,
+        "span_us": None,
+        "kernels_over_replay": None,
+        "kernels_per_call": None,
+        "kernels": [],
+        "cupti_split_by": "",
+        "cupti_reason": "",
+        "cupti_notes": [],
+        "method": None,
+        "settle_ms": None,
+        "gpu_name": rec.gpu_name,
+        "sm_clock_locked_mhz": rec.sm_clock_locked_mhz,
+        "sm_clock_mhz": None,
+    }
     if ours is None:
         return view
-    view.update(median_us=ours.median_us, now_over_sweep=_ratio(ours.median_us, stored.sweep_median_us),
-                kernels_us=ours.kernels_us, span_us=ours.span_us,
-                kernels_over_replay=_ratio(ours.kernels_us, ours.median_us),
-                kernels_per_call=len(ours.kernels) if ours.kernels_us is not None else None, kernels=ours.kernels,
-                cupti_split_by=ours.cupti_split_by, cupti_reason=ours.cupti_reason, cupti_notes=ours.cupti_notes,
-                method=ours.method.model_dump(mode="json"), settle_ms=ours.settle_ms, sm_clock_mhz=ours.sm_clock_mhz,
-                spread=statistics.pstdev(ours.samples_us) / ours.median_us if len(ours.samples_us) > 1 else None)
+    view.update(
+        median_us=ours.median_us,
+        now_over_sweep=_ratio(ours.median_us, stored.sweep_median_us),
+        kernels_us=ours.kernels_us,
+        span_us=ours.span_us,
+        kernels_over_replay=_ratio(ours.kernels_us, ours.median_us),
+        kernels_per_call=len(ours.kernels) if ours.kernels_us is not None else None,
+        kernels=ours.kernels,
+        cupti_split_by=ours.cupti_split_by,
+        cupti_reason=ours.cupti_reason,
+        cupti_notes=ours.cupti_notes,
+        method=ours.method.model_dump(mode="json"),
+        settle_ms=ours.settle_ms,
+        sm_clock_mhz=ours.sm_clock_mhz,
+        spread=statistics.pstdev(ours.samples_us) / ours.median_us if len(ours.samples_us) > 1 else None,
+    )
     return view

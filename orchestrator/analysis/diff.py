@@ -23,6 +23,7 @@ Cases match by case id: what is measured (worker/schema.py IDENTITY_FIELDS), nev
 Timing options that differ between the sides are listed as settings, beside the host facts that
 differ, before any number. Two sides that share no case compared nothing: that is an input error.
 """
+
 from __future__ import annotations
 
 import math
@@ -36,12 +37,25 @@ from worker.pairing import work_per_round
 from worker.schema import CaseRecord
 
 from ..errors import InputError
-from .merge import SlotData, load_slots
 from ..runs.store import RunStore, resolve_run
 from ..views.tables import NOISY_REL_CI, plus_minus
+from .merge import SlotData, load_slots
 
-FACT_FIELDS = ("gpu_name", "compute_capability", "driver", "cuda", "torch", "flashinfer", "sgl_kernel", "triton",
-               "python", "worker_version", "device", "sm_count", "gpu_memory_gb")
+FACT_FIELDS = (
+    "gpu_name",
+    "compute_capability",
+    "driver",
+    "cuda",
+    "torch",
+    "flashinfer",
+    "sgl_kernel",
+    "triton",
+    "python",
+    "worker_version",
+    "device",
+    "sm_count",
+    "gpu_memory_gb",
+)
 MAD_SCALE = 1.4826  # MAD of a normal distribution -> its standard deviation
 OUTLIER_Z = 3.5
 
@@ -133,14 +147,14 @@ class Comparison:
         found = {v: sum(c.verdict == v for c in self.cases) for v in order}
         return {v: n for v, n in found.items() if n}
 
-
     def by_backend(self) -> list[dict]:
         """Per backend: the cases timed on both sides, the geometric mean of their B/A ratios, and how
         many were confirmed slower or faster (the line a release note would quote)."""
         out: dict[str, dict] = {}
         for c in self.cases:
-            row = out.setdefault(c.backend, {"backend": c.backend, "compared": 0, "log_sum": 0.0, "slower": 0,
-                                             "faster": 0, "not_ok": 0})
+            row = out.setdefault(
+                c.backend, {"backend": c.backend, "compared": 0, "log_sum": 0.0, "slower": 0, "faster": 0, "not_ok": 0}
+            )
             if c.ratio is not None:
                 row["compared"] += 1
                 row["log_sum"] += math.log(c.ratio)
@@ -215,11 +229,11 @@ def log_ratio_interval(a_median: float, b_median: float, sa: Spread, sb: Spread)
     """Welch's t on the two log medians; swapping the sides mirrors it exactly (every term is symmetric
     in the sides and the point only changes sign)."""
     point = math.log(b_median) - math.log(a_median)
-    va, vb = sa.log_se ** 2, sb.log_se ** 2
+    va, vb = sa.log_se**2, sb.log_se**2
     se = math.sqrt(va + vb)
     if se == 0:
         return LogInterval(point, point, point, 1.0 if point == 0 else 0.0)
-    parts = (va ** 2 / sa.df if sa.df < math.inf else 0.0) + (vb ** 2 / sb.df if sb.df < math.inf else 0.0)
+    parts = (va**2 / sa.df if sa.df < math.inf else 0.0) + (vb**2 / sb.df if sb.df < math.inf else 0.0)
     df = (va + vb) ** 2 / parts if parts > 0 else math.inf
     half = float(stats.t.ppf(0.975, df)) * se
     p = float(2 * stats.t.sf(abs(point) / se, df))
@@ -330,15 +344,23 @@ def clock_split(ta, tb, time_interval: LogInterval) -> Optional[ClockSplit]:
 def _split_fields(split: Optional[ClockSplit]) -> dict:
     if split is None:
         return {}
-    return dict(clock_a_mhz=round(split.clock_a_mhz, 1), clock_b_mhz=round(split.clock_b_mhz, 1),
-                clock_ratio=split.clock_ratio, work_ratio=_exp(split.work.point), work_low=_exp(split.work.low),
-                work_high=_exp(split.work.high), clock_bound=split.clock_bound)
+    return dict(
+        clock_a_mhz=round(split.clock_a_mhz, 1),
+        clock_b_mhz=round(split.clock_b_mhz, 1),
+        clock_ratio=split.clock_ratio,
+        work_ratio=_exp(split.work.point),
+        work_low=_exp(split.work.low),
+        work_high=_exp(split.work.high),
+        clock_bound=split.clock_bound,
+    )
 
 
 def split_words(ratio: float, split: ClockSplit, judged_on: str) -> str:
     """A row's clock split, e.g. "B/A 1.048 = clock 1.042 (1530 vs 1595 MHz) × work 1.005 [0.998–1.012]"."""
-    words = (f"B/A {ratio:.3f} = clock {split.clock_ratio:.3f} ({split.clock_b_mhz:.0f} vs {split.clock_a_mhz:.0f} MHz) "
-             f"× work {_exp(split.work.point):.3f} [{_exp(split.work.low):.3f}–{_exp(split.work.high):.3f}]")
+    words = (
+        f"B/A {ratio:.3f} = clock {split.clock_ratio:.3f} ({split.clock_b_mhz:.0f} vs {split.clock_a_mhz:.0f} MHz) "
+        f"× work {_exp(split.work.point):.3f} [{_exp(split.work.low):.3f}–{_exp(split.work.high):.3f}]"
+    )
     if judged_on == "work":
         return words + "; judged on the work: the time moved with the clock, time × clock held still"
     return words + ("; clock-bound (time × clock holds still)" if split.clock_bound else "")
@@ -350,38 +372,106 @@ def _status_text(rec: CaseRecord) -> str:
     return f"{rec.status} (integrity: {'+'.join(names)})" if names else rec.status
 
 
-def compare_records(key: str, ra: Optional[CaseRecord], rb: Optional[CaseRecord], threshold: float,
-                    same_run: bool = False) -> CaseDiff:
+def compare_records(
+    key: str, ra: Optional[CaseRecord], rb: Optional[CaseRecord], threshold: float, same_run: bool = False
+) -> CaseDiff:
     """One case's row. same_run: the sides are known to be one run (its rows need no note of their own)."""
     case = (ra or rb).case
-    base = dict(key=key, label=case.label, backend=case.backend, m=case.m, n=case.n, k=case.k,
-                host=key.split("/", 1)[0] if "/" in key else "")
+    base = dict(
+        key=key,
+        label=case.label,
+        backend=case.backend,
+        m=case.m,
+        n=case.n,
+        k=case.k,
+        host=key.split("/", 1)[0] if "/" in key else "",
+    )
     a_us = ra.timing.median_us if ra and ra.timing else None
     b_us = rb.timing.median_us if rb and rb.timing else None
     if ra is None or rb is None:
-        return CaseDiff(**base, a_us=a_us, b_us=b_us, ratio=None, ci_low=None, ci_high=None, p_value=None,
-                        verdict="ONLY-B" if ra is None else "ONLY-A", note="only in " + ("B" if ra is None else "A"))
+        return CaseDiff(
+            **base,
+            a_us=a_us,
+            b_us=b_us,
+            ratio=None,
+            ci_low=None,
+            ci_high=None,
+            p_value=None,
+            verdict="ONLY-B" if ra is None else "ONLY-A",
+            note="only in " + ("B" if ra is None else "A"),
+        )
     if {ra.status, rb.status} <= {"unsupported", "unavailable"}:
-        return CaseDiff(**base, a_us=None, b_us=None, ratio=None, ci_low=None, ci_high=None, p_value=None,
-                        verdict="NOT-RUN", note=f"A {ra.status}, B {rb.status}")
+        return CaseDiff(
+            **base,
+            a_us=None,
+            b_us=None,
+            ratio=None,
+            ci_low=None,
+            ci_high=None,
+            p_value=None,
+            verdict="NOT-RUN",
+            note=f"A {ra.status}, B {rb.status}",
+        )
     if ra.status != "ok" or rb.status != "ok" or not ra.timing or not rb.timing:
-        return CaseDiff(**base, a_us=a_us, b_us=b_us, ratio=None, ci_low=None, ci_high=None, p_value=None,
-                        verdict="NOT-OK", note=f"A {_status_text(ra)}, B {_status_text(rb)}")
+        return CaseDiff(
+            **base,
+            a_us=a_us,
+            b_us=b_us,
+            ratio=None,
+            ci_low=None,
+            ci_high=None,
+            p_value=None,
+            verdict="NOT-OK",
+            note=f"A {_status_text(ra)}, B {_status_text(rb)}",
+        )
     ta, tb = ra.timing, rb.timing
     if min([ta.median_us, tb.median_us, *ta.samples_us, *tb.samples_us]) <= 0:
-        return CaseDiff(**base, a_us=a_us, b_us=b_us, ratio=None, ci_low=None, ci_high=None, p_value=None,
-                        verdict="NOT-OK", note="a time of 0 µs or less on a side: not a measurement")
-    flags = dict(a_rel_ci=ta.rel_ci, b_rel_ci=tb.rel_ci, noisy=_sides((ta.rel_ci > NOISY_REL_CI, tb.rel_ci > NOISY_REL_CI)),
-                 tainted=_sides((bool(ra.health and ra.health.tainted), bool(rb.health and rb.health.tainted))))
+        return CaseDiff(
+            **base,
+            a_us=a_us,
+            b_us=b_us,
+            ratio=None,
+            ci_low=None,
+            ci_high=None,
+            p_value=None,
+            verdict="NOT-OK",
+            note="a time of 0 µs or less on a side: not a measurement",
+        )
+    flags = dict(
+        a_rel_ci=ta.rel_ci,
+        b_rel_ci=tb.rel_ci,
+        noisy=_sides((ta.rel_ci > NOISY_REL_CI, tb.rel_ci > NOISY_REL_CI)),
+        tainted=_sides((bool(ra.health and ra.health.tainted), bool(rb.health and rb.health.tainted))),
+    )
     ratio = b_us / a_us
     if ta == tb:  # one measurement on both sides: nothing moved, whatever its noise
-        return CaseDiff(**base, a_us=a_us, b_us=b_us, ratio=ratio, ci_low=ratio, ci_high=ratio, p_value=1.0,
-                        verdict="SAME", note="" if same_run else "the same measurement on both sides", **flags)
+        return CaseDiff(
+            **base,
+            a_us=a_us,
+            b_us=b_us,
+            ratio=ratio,
+            ci_low=ratio,
+            ci_high=ratio,
+            p_value=1.0,
+            verdict="SAME",
+            note="" if same_run else "the same measurement on both sides",
+            **flags,
+        )
     notes = []
     sa, sb = spread_of(ta), spread_of(tb)
     if sa is None or sb is None:
-        return CaseDiff(**base, a_us=a_us, b_us=b_us, ratio=ratio, ci_low=None, ci_high=None, p_value=None,
-                        verdict="AMBIGUOUS", note="a single sample: no interval", **flags)
+        return CaseDiff(
+            **base,
+            a_us=a_us,
+            b_us=b_us,
+            ratio=ratio,
+            ci_low=None,
+            ci_high=None,
+            p_value=None,
+            verdict="AMBIGUOUS",
+            note="a single sample: no interval",
+            **flags,
+        )
     interval = log_ratio_interval(a_us, b_us, sa, sb)
     verdict = classify_log(interval.low, interval.high, threshold)
     split = clock_split(ta, tb, interval)
@@ -419,9 +509,20 @@ def compare_records(key: str, ra: Optional[CaseRecord], rb: Optional[CaseRecord]
         notes.append("timing methods differ")
     if split is not None:
         notes.append(split_words(ratio, split, judged_on))
-    return CaseDiff(**base, a_us=a_us, b_us=b_us, ratio=ratio, ci_low=_exp(interval.low), ci_high=_exp(interval.high),
-                    p_value=interval.p, verdict=verdict, note="; ".join(notes), judged_on=judged_on,
-                    **_split_fields(split), **flags)
+    return CaseDiff(
+        **base,
+        a_us=a_us,
+        b_us=b_us,
+        ratio=ratio,
+        ci_low=_exp(interval.low),
+        ci_high=_exp(interval.high),
+        p_value=interval.p,
+        verdict=verdict,
+        note="; ".join(notes),
+        judged_on=judged_on,
+        **_split_fields(split),
+        **flags,
+    )
 
 
 def _exp(x: float) -> float:
@@ -433,8 +534,10 @@ def compare_sides(a: Side, b: Side, threshold: float) -> Comparison:
     """Cases matched by (slot, case) when both sides hold the same hosts, else by case alone."""
     same_slots = {s.slot for s in a.slots} == {s.slot for s in b.slots}
     if not same_slots and (len(a.slots) != 1 or len(b.slots) != 1):
-        raise InputError(f"cannot match {a.label} ({len(a.slots)} hosts) with {b.label} ({len(b.slots)} hosts): "
-                         "name one host on each side (RUN:host) or compare runs of the same hosts")
+        raise InputError(
+            f"cannot match {a.label} ({len(a.slots)} hosts) with {b.label} ({len(b.slots)} hosts): "
+            "name one host on each side (RUN:host) or compare runs of the same hosts"
+        )
 
     def index(side: Side) -> dict[str, CaseRecord]:
         out = {}
@@ -445,13 +548,21 @@ def compare_sides(a: Side, b: Side, threshold: float) -> Comparison:
 
     ia, ib = index(a), index(b)
     if not set(ia) & set(ib):
-        raise NothingCompared(f"{a.label} and {b.label} share no case ({len(ia)} and {len(ib)} cases with a "
-                              "result): nothing to compare")
+        raise NothingCompared(
+            f"{a.label} and {b.label} share no case ({len(ia)} and {len(ib)} cases with a result): nothing to compare"
+        )
     same_run = a.store.dir.resolve() == b.store.dir.resolve() and [s.slot for s in a.slots] == [s.slot for s in b.slots]
     keys = list(dict.fromkeys([*ia, *ib]))
     cases = [compare_records(k, ia.get(k), ib.get(k), threshold, same_run) for k in keys]
-    return Comparison(a=a.label, b=b.label, threshold=threshold, facts=fact_differences(a, b),
-                      settings=setting_differences(a, b), cases=cases, same_run=same_run)
+    return Comparison(
+        a=a.label,
+        b=b.label,
+        threshold=threshold,
+        facts=fact_differences(a, b),
+        settings=setting_differences(a, b),
+        cases=cases,
+        same_run=same_run,
+    )
 
 
 def _settings_of(side: Side) -> dict[str, str]:
@@ -530,8 +641,12 @@ def across_hosts(side: Side, threshold: float, z_limit: float = OUTLIER_Z) -> Fl
                 report.deviations.append(HostDeviation(slot, cid, c.backend, c.m, c.n, c.k, x, med, float(z)))
     for slot, (n_cases, flagged) in counts.items():
         score = flagged / n_cases if n_cases else 0.0
-        report.hosts[slot] = {"cases": n_cases, "flagged": flagged, "score": score,
-                              "outlier": flagged >= 1 and score >= 0.10}
+        report.hosts[slot] = {
+            "cases": n_cases,
+            "flagged": flagged,
+            "score": score,
+            "outlier": flagged >= 1 and score >= 0.10,
+        }
     report.deviations.sort(key=lambda d: -abs(d.robust_z))
     report.calibration = calibration_deviations(side, threshold)
     return report
@@ -558,6 +673,15 @@ def calibration_deviations(side: Side, threshold: float) -> list[dict]:
         med = float(np.median(list(per_slot.values())))
         for slot, value in sorted(per_slot.items()):
             ratio = value / med
-            out.append({"slot": slot, "gpu_name": model, "peak": name, "value": value, "fleet_median": med,
-                        "ratio": ratio, "flagged": ratio < 1 - threshold})
+            out.append(
+                {
+                    "slot": slot,
+                    "gpu_name": model,
+                    "peak": name,
+                    "value": value,
+                    "fleet_median": med,
+                    "ratio": ratio,
+                    "flagged": ratio < 1 - threshold,
+                }
+            )
     return out

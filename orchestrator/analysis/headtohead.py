@@ -18,6 +18,7 @@ summary (counts per winner, the range of the winners' effects, the M range of th
 The same paired intervals decide `show --pivot backend`'s BEST (pivot_best): a backend is BEST only when
 its interval against every other correct backend of the row says it is faster.
 """
+
 from __future__ import annotations
 
 import math
@@ -156,9 +157,13 @@ class Summary:
     ties_scattered: bool = False
 
     def as_dict(self) -> dict:
-        return {"shapes": self.shapes, "counts": self.counts,
-                "effects": {w: {"min": lo, "max": hi} for w, (lo, hi) in self.effects.items()},
-                "tie_ranges": [asdict(t) for t in self.tie_ranges], "ties_scattered": self.ties_scattered}
+        return {
+            "shapes": self.shapes,
+            "counts": self.counts,
+            "effects": {w: {"min": lo, "max": hi} for w, (lo, hi) in self.effects.items()},
+            "tie_ranges": [asdict(t) for t in self.tie_ranges],
+            "ties_scattered": self.ties_scattered,
+        }
 
 
 @dataclass
@@ -195,10 +200,18 @@ def contests_of(slot: SlotData, a: str, b: str, tie: float) -> list[Contest]:
             continue
         ca, cb = cases[a], cases[b]
         ra, rb = (slot.records.get(c.case_id, (None, None))[1] for c in (ca, cb))
-        contest = Contest(slot=slot.slot, label=ca.label, m=ca.m, n=ca.n, k=ca.k, a_status=_status(ra),
-                          b_status=_status(rb), winner="not-ok",
-                          a_us=ra.timing.median_us if _usable(ra) else None,
-                          b_us=rb.timing.median_us if _usable(rb) else None)
+        contest = Contest(
+            slot=slot.slot,
+            label=ca.label,
+            m=ca.m,
+            n=ca.n,
+            k=ca.k,
+            a_status=_status(ra),
+            b_status=_status(rb),
+            winner="not-ok",
+            a_us=ra.timing.median_us if _usable(ra) else None,
+            b_us=rb.timing.median_us if _usable(rb) else None,
+        )
         if _usable(ra) and _usable(rb):
             if not timed_together(ra, rb):
                 contest.winner = "unpaired"
@@ -224,10 +237,17 @@ def fleet_interval(intervals: list[Interval]) -> Optional[Interval]:
     logs = [math.log(i.ratio) for i in intervals]
     point = statistics.fmean(logs)
     between = t95(len(logs) - 1) * statistics.stdev(logs) / math.sqrt(len(logs))
-    within = Z95 * math.sqrt(sum(((math.log(i.high) - math.log(i.low)) / (2 * Z95)) ** 2 for i in intervals)) / len(logs)
+    within = (
+        Z95 * math.sqrt(sum(((math.log(i.high) - math.log(i.low)) / (2 * Z95)) ** 2 for i in intervals)) / len(logs)
+    )
     half = max(between, within)
-    return Interval(math.exp(point), math.exp(point - half), math.exp(point + half),
-                    sum(i.rounds for i in intervals), sum(i.pairs for i in intervals))
+    return Interval(
+        math.exp(point),
+        math.exp(point - half),
+        math.exp(point + half),
+        sum(i.rounds for i in intervals),
+        sum(i.pairs for i in intervals),
+    )
 
 
 def roll_up(contests: list[Contest], tie: float) -> list[FleetContest]:
@@ -246,9 +266,17 @@ def roll_up(contests: list[Contest], tie: float) -> list[FleetContest]:
             winner = "unpaired" if all(c.winner == "unpaired" for c in ok) else "unsure"
         else:
             winner = judge(iv.low, iv.high, tie)
-        fc = FleetContest(label=label, m=m, n=n, k=k, winner=winner, slots=len(with_ratio), compared=len(ok),
-                          a_us=statistics.median(c.a_us for c in ok) if ok else None,
-                          b_us=statistics.median(c.b_us for c in ok) if ok else None)
+        fc = FleetContest(
+            label=label,
+            m=m,
+            n=n,
+            k=k,
+            winner=winner,
+            slots=len(with_ratio),
+            compared=len(ok),
+            a_us=statistics.median(c.a_us for c in ok) if ok else None,
+            b_us=statistics.median(c.b_us for c in ok) if ok else None,
+        )
         if iv is not None:
             fc.ratio, fc.low, fc.high, fc.half_width = iv.ratio, iv.low, iv.high, iv.half_width
             fc.pairs, fc.rounds = iv.pairs, iv.rounds
@@ -274,11 +302,14 @@ def tie_ranges(shapes: list[FleetContest]) -> tuple[list[TieRange], bool]:
         if not tied:
             continue
         first, last = ms.index(tied[0]), ms.index(tied[-1])
-        if ms[first:last + 1] != tied:  # another verdict between two ties
+        if ms[first : last + 1] != tied:  # another verdict between two ties
             scattered = True
             continue
-        ranges.append(TieRange(label=label, n=n, k=k, m_low=tied[0], m_high=tied[-1], lowest=first == 0,
-                               highest=last == len(ms) - 1))
+        ranges.append(
+            TieRange(
+                label=label, n=n, k=k, m_low=tied[0], m_high=tied[-1], lowest=first == 0, highest=last == len(ms) - 1
+            )
+        )
     return ranges, scattered
 
 
@@ -290,8 +321,13 @@ def summarize(shapes: list[FleetContest]) -> Summary:
         if wins:
             effects[w] = (min(wins), max(wins))
     ranges, scattered = tie_ranges(shapes)
-    return Summary(shapes=len(shapes), counts={w: n for w, n in counts.items() if n}, effects=effects,
-                   tie_ranges=ranges, ties_scattered=scattered)
+    return Summary(
+        shapes=len(shapes),
+        counts={w: n for w, n in counts.items() if n},
+        effects=effects,
+        tie_ranges=ranges,
+        ties_scattered=scattered,
+    )
 
 
 def select_slots(slots: list[SlotData], host: Optional[str]) -> list[SlotData]:
@@ -301,7 +337,9 @@ def select_slots(slots: list[SlotData], host: Optional[str]) -> list[SlotData]:
         return slots
     chosen = [s for s in slots if host in (s.slot, s.host)]
     if not chosen:
-        raise InputError(f"--host {host!r} is not a host of this run (slots: {', '.join(s.slot for s in slots) or 'none'})")
+        raise InputError(
+            f"--host {host!r} is not a host of this run (slots: {', '.join(s.slot for s in slots) or 'none'})"
+        )
     return chosen
 
 
@@ -318,8 +356,16 @@ def head_to_head(run_id: str, slots: list[SlotData], a: str, b: str, tie: float 
     if not contests:
         raise InputError(f"{a} and {b} share no shape in run {run_id}: nothing to compare")
     fleet = roll_up(contests, tie)
-    return HeadToHead(run_id=run_id, a=a, b=b, tie=tie, slots=[s.slot for s in slots], contests=contests,
-                      fleet=fleet, summary=summarize(fleet))
+    return HeadToHead(
+        run_id=run_id,
+        a=a,
+        b=b,
+        tie=tie,
+        slots=[s.slot for s in slots],
+        contests=contests,
+        fleet=fleet,
+        summary=summarize(fleet),
+    )
 
 
 # -- the pivot's BEST -------------------------------------------------------------------------------------
@@ -358,7 +404,7 @@ def pair_index(slots: list[SlotData]) -> PairIndex:
                 by_shape.setdefault(shape_of(case), []).append((case, rec))
         for members in by_shape.values():
             for i, (cx, rx) in enumerate(members):
-                for cy, ry in members[i + 1:]:
+                for cy, ry in members[i + 1 :]:
                     iv = paired(rx, ry)
                     if iv is not None:
                         index.add(slot.slot, (cx.label, cx.m, cx.n, cx.k), cx.backend, cy.backend, iv)
@@ -372,8 +418,9 @@ def _apart(fast, slow) -> bool:
     return fast.median_us * (1 + fast.rel_ci) < slow.median_us * (1 - slow.rel_ci)
 
 
-def pivot_best(cells: dict, per_slot: list[dict], paired_of: Callable[[str, str], Optional[Interval]]
-               ) -> tuple[Optional[str], Optional[str]]:
+def pivot_best(
+    cells: dict, per_slot: list[dict], paired_of: Callable[[str, str], Optional[Interval]]
+) -> tuple[Optional[str], Optional[str]]:
     """(the backend a pivot row marks BEST, on what basis: "paired", "intervals" or "paired+intervals"),
     or (None, None).
 

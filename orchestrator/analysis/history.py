@@ -5,6 +5,7 @@ the median over the hosts that ran it), oldest run first. Steps come from orches
 step at a series' latest run is *new*, and a new step that makes the case slower by more than the
 threshold is what `fleetbench history --steps` exits 1 for (a nightly gate).
 """
+
 from __future__ import annotations
 
 import datetime as _dt
@@ -36,8 +37,15 @@ class Selection:
 
     def sql(self) -> tuple[str, tuple]:
         clauses, params = ["r.status = 'ok'", "r.median_us IS NOT NULL"], []
-        for column, value in (("r.backend", self.backend), ("r.m", self.m), ("r.n", self.n), ("r.k", self.k),
-                              ("r.slot", self.host), ("runs.sweep", self.sweep), ("r.case_id", self.case_id)):
+        for column, value in (
+            ("r.backend", self.backend),
+            ("r.m", self.m),
+            ("r.n", self.n),
+            ("r.k", self.k),
+            ("r.slot", self.host),
+            ("runs.sweep", self.sweep),
+            ("r.case_id", self.case_id),
+        ):
             if isinstance(value, int) and value > LARGEST_INTEGER:
                 clauses.append("0")  # SQLite cannot hold it: no stored size is that large
             elif value is not None:
@@ -127,9 +135,13 @@ class History:
         return [s for s in self.steps if s.new_slower]
 
     def as_dict(self, points: Optional[list[dict]] = None) -> dict:
-        return {"threshold": self.threshold, "index": self.index,
-                "points": points if points is not None else [p.as_dict() for p in self.points],
-                "steps": [asdict(s) for s in self.steps], "notes": self.notes}
+        return {
+            "threshold": self.threshold,
+            "index": self.index,
+            "points": points if points is not None else [p.as_dict() for p in self.points],
+            "steps": [asdict(s) for s in self.steps],
+            "notes": self.notes,
+        }
 
 
 def history(index: RunIndex, sel: Selection, threshold: float, with_steps: bool) -> History:
@@ -148,8 +160,9 @@ def history(index: RunIndex, sel: Selection, threshold: float, with_steps: bool)
         first = rows[0][0]
         key = f"{case_id}@fleet"
         median = statistics.median(r["median_us"] for r, _ in rows)
-        by_series.setdefault(key, []).append(_point(key, first, f"fleet ({len(rows)} hosts)", median, None,
-                                                    sum(n for _, n in rows)))
+        by_series.setdefault(key, []).append(
+            _point(key, first, f"fleet ({len(rows)} hosts)", median, None, sum(n for _, n in rows))
+        )
     points, found, lengths = [], [], []
     for key, series in by_series.items():
         if with_steps:
@@ -160,10 +173,19 @@ def history(index: RunIndex, sel: Selection, threshold: float, with_steps: bool)
             if steps:
                 last = steps[-1]
                 p0 = series[0]
-                found.append(SeriesSteps(
-                    series=key, backend=p0.backend, label=p0.label, m=p0.m, n=p0.n, k=p0.k, host=p0.host,
-                    steps=[{**s.as_dict(), "run_id": series[s.index].run_id} for s in steps],
-                    new_slower=last.index == len(series) - 1 and last.ratio > 1 + threshold))
+                found.append(
+                    SeriesSteps(
+                        series=key,
+                        backend=p0.backend,
+                        label=p0.label,
+                        m=p0.m,
+                        n=p0.n,
+                        k=p0.k,
+                        host=p0.host,
+                        steps=[{**s.as_dict(), "run_id": series[s.index].run_id} for s in steps],
+                        new_slower=last.index == len(series) - 1 and last.ratio > 1 + threshold,
+                    )
+                )
         points.extend(series)
     notes = index_notes(index)
     if with_steps:
@@ -174,7 +196,11 @@ def history(index: RunIndex, sel: Selection, threshold: float, with_steps: bool)
 def index_notes(index: RunIndex) -> list[str]:
     """One line per stored run the history leaves out (or holds only in part), with the reason; and
     whether the index had to be rebuilt."""
-    notes = [f"the history index was rebuilt from the run folders: {index.rebuilt_because}"] if index.rebuilt_because else []
+    notes = (
+        [f"the history index was rebuilt from the run folders: {index.rebuilt_because}"]
+        if index.rebuilt_because
+        else []
+    )
     notes += links_notes(index.runs_dir)
     for run in index.runs():
         if run["state"] == "unreadable":
@@ -193,13 +219,30 @@ def steps_notes(series_lengths: list[int], series_with_steps: int) -> list[str]:
         notes.append(f"no step found in {len(series_lengths)} series")
     if short:
         runs = f"{min(short)}" if min(short) == max(short) else f"{min(short)} to {max(short)}"
-        notes.append(f"{len(short)} series {'has' if len(short) == 1 else 'have'} too few runs to judge "
-                     f"({runs}; a step needs at least {MIN_POINTS})")
+        notes.append(
+            f"{len(short)} series {'has' if len(short) == 1 else 'have'} too few runs to judge "
+            f"({runs}; a step needs at least {MIN_POINTS})"
+        )
     return notes
 
 
 def _point(key: str, row, host: str, median: float, rel_ci, rounds: int) -> Point:
-    return Point(series=key, run_id=row["run_id"], created_at=row["created_at"] or "", host=host,
-                 backend=row["backend"], label=row["label"] or "", m=row["m"], n=row["n"], k=row["k"],
-                 median_us=median, rel_ci=rel_ci, rounds=rounds, pct_sol=row["pct_sol"], torch=row["torch"],
-                 flashinfer=row["flashinfer"], gpu_name=row["gpu_name"], case_id=row["case_id"])
+    return Point(
+        series=key,
+        run_id=row["run_id"],
+        created_at=row["created_at"] or "",
+        host=host,
+        backend=row["backend"],
+        label=row["label"] or "",
+        m=row["m"],
+        n=row["n"],
+        k=row["k"],
+        median_us=median,
+        rel_ci=rel_ci,
+        rounds=rounds,
+        pct_sol=row["pct_sol"],
+        torch=row["torch"],
+        flashinfer=row["flashinfer"],
+        gpu_name=row["gpu_name"],
+        case_id=row["case_id"],
+    )

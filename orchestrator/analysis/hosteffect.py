@@ -33,6 +33,7 @@ NVML's clock lower, a warmer GPU, throttle reasons seen, power readings apart fr
 timed tainted, the SM clock locked differently, other processes on the GPU, host facts that differ from the
 fleet's majority, and the GPU's calibration below the fleet median of its model (diff.calibration_deviations).
 """
+
 from __future__ import annotations
 
 import math
@@ -42,6 +43,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Optional
 
 import numpy as np
+
 from worker.pairing import t95, work_per_round
 from worker.schema import CaseRecord
 
@@ -106,8 +108,14 @@ class HostEffects:
         return [h for h in self.hosts if h.named]
 
     def as_dict(self) -> dict:
-        return {"threshold": self.threshold, "min_hosts": self.min_hosts, "fleet_hosts": self.fleet_hosts,
-                "cases": self.cases, "nothing": self.nothing, "hosts": [h.as_dict() for h in self.hosts]}
+        return {
+            "threshold": self.threshold,
+            "min_hosts": self.min_hosts,
+            "fleet_hosts": self.fleet_hosts,
+            "cases": self.cases,
+            "nothing": self.nothing,
+            "hosts": [h.as_dict() for h in self.hosts],
+        }
 
 
 def _median(values) -> Optional[float]:
@@ -180,17 +188,29 @@ def host_effects(side: Side, threshold: float) -> HostEffects:
     if len(fleet) < 2:
         out.nothing = "hosts"
         return out
-    times = polish({c: {h: math.log(r.timing.median_us) for h, r in row.items()} for c, row in used.items()},
-                   min_hosts)
-    works = polish({c: {h: math.log(w) for h, r in row.items() if (w := _record_work(r))} for c, row in used.items()},
-                   min_hosts)
-    rows = {h: HostEffect(slot=h, cases=len(times.get(h, [])), effect=estimate(times.get(h, [])), verdict=None,
-                         work=estimate(works.get(h, []))) for h in fleet}
+    times = polish({c: {h: math.log(r.timing.median_us) for h, r in row.items()} for c, row in used.items()}, min_hosts)
+    works = polish(
+        {c: {h: math.log(w) for h, r in row.items() if (w := _record_work(r))} for c, row in used.items()}, min_hosts
+    )
+    rows = {
+        h: HostEffect(
+            slot=h,
+            cases=len(times.get(h, [])),
+            effect=estimate(times.get(h, [])),
+            verdict=None,
+            work=estimate(works.get(h, [])),
+        )
+        for h in fleet
+    }
     for h in rows.values():
         if h.effect is not None:
             h.verdict = host_verdict(h.effect, threshold)
-        if h.effect is not None and h.work is not None and not h.named and \
-                _width(h.work) <= CLOCK_BOUND_SHARE * _width(h.effect):
+        if (
+            h.effect is not None
+            and h.work is not None
+            and not h.named
+            and _width(h.work) <= CLOCK_BOUND_SHARE * _width(h.effect)
+        ):
             on_work = host_verdict(h.work, threshold)
             if on_work in ("SLOWER", "FASTER"):
                 h.verdict, h.judged_on = on_work, "work"
@@ -246,8 +266,9 @@ def _majority(values: list):
 
 
 def _find_causes(rows: dict[str, HostEffect], used, side: Side, threshold: float) -> None:
-    env = {h: _environment(_rounds_of(used, h), [r for row in used.values() if h in row for r in [row[h]]])
-           for h in rows}
+    env = {
+        h: _environment(_rounds_of(used, h), [r for row in used.values() if h in row for r in [row[h]]]) for h in rows
+    }
     fleet_env = {k: _median(e[k] for e in env.values()) for k in ("nvml_mhz", "temperature_c", "power_w")}
     facts = {s.slot: s.facts for s in side.slots if s.slot in rows and s.facts is not None}
     majority = {f: _majority([getattr(x, f) for x in facts.values()]) for f in (*FACT_CAUSES, "sm_clock_locked_mhz")}
@@ -257,33 +278,52 @@ def _find_causes(rows: dict[str, HostEffect], used, side: Side, threshold: float
             slow_gpus.setdefault(c["slot"], []).append(c)
     for h in rows.values():
         e = env[h.slot]
-        h.causes = [*_clock_causes(h, e, fleet_env), *_environment_causes(e, fleet_env),
-                    *_fact_causes(facts.get(h.slot), majority),
-                    *({"code": "calibration", "peak": c["peak"], "value": c["value"], "fleet_median": c["fleet_median"],
-                       "ratio": c["ratio"], "gpu_name": c["gpu_name"]} for c in slow_gpus.get(h.slot, []))]
+        h.causes = [
+            *_clock_causes(h, e, fleet_env),
+            *_environment_causes(e, fleet_env),
+            *_fact_causes(facts.get(h.slot), majority),
+            *(
+                {
+                    "code": "calibration",
+                    "peak": c["peak"],
+                    "value": c["value"],
+                    "fleet_median": c["fleet_median"],
+                    "ratio": c["ratio"],
+                    "gpu_name": c["gpu_name"],
+                }
+                for c in slow_gpus.get(h.slot, [])
+            ),
+        ]
 
 
 def _environment(rounds, records: list[CaseRecord]) -> dict:
     snapshots = [s for r in records if r.health for s in (r.health.before, r.health.after)]
-    return {"nvml_mhz": _median(r.sm_clock_mhz for r in rounds),
-            "temperature_c": _median(r.temperature_c for r in rounds),
-            "power_w": _median(s.power_w for s in snapshots),
-            "throttle": sorted({t for r in rounds for t in r.throttle_reasons}
-                               | {t for s in snapshots for t in s.throttle_reasons}),
-            "throttled_rounds": sum(bool(r.throttle_reasons) for r in rounds),
-            "tainted": sum(bool(r.health and r.health.tainted) for r in records),
-            "processes": max((r.gpu_processes or 0 for r in rounds), default=0),
-            "busy_rounds": sum(bool(r.gpu_processes) for r in rounds)}
+    return {
+        "nvml_mhz": _median(r.sm_clock_mhz for r in rounds),
+        "temperature_c": _median(r.temperature_c for r in rounds),
+        "power_w": _median(s.power_w for s in snapshots),
+        "throttle": sorted(
+            {t for r in rounds for t in r.throttle_reasons} | {t for s in snapshots for t in s.throttle_reasons}
+        ),
+        "throttled_rounds": sum(bool(r.throttle_reasons) for r in rounds),
+        "tainted": sum(bool(r.health and r.health.tainted) for r in records),
+        "processes": max((r.gpu_processes or 0 for r in rounds), default=0),
+        "busy_rounds": sum(bool(r.gpu_processes) for r in rounds),
+    }
 
 
 def _clock_causes(h: HostEffect, e: dict, fleet: dict) -> list[dict]:
     out = []
     if h.clock_factor and h.clock_factor > 1:
-        share = h.effect is not None and h.effect.ratio > 1 and \
-            math.log(h.clock_factor) >= CLOCK_SHARE_OF_EFFECT * math.log(h.effect.ratio)
+        share = (
+            h.effect is not None
+            and h.effect.ratio > 1
+            and math.log(h.clock_factor) >= CLOCK_SHARE_OF_EFFECT * math.log(h.effect.ratio)
+        )
         if h.clock_factor - 1 >= CLOCK_LOWER or (share and h.verdict == "SLOWER"):
-            out.append({"code": "clock-lower", "mhz": h.clock_mhz, "fleet_mhz": h.fleet_clock_mhz,
-                        "factor": h.clock_factor})
+            out.append(
+                {"code": "clock-lower", "mhz": h.clock_mhz, "fleet_mhz": h.fleet_clock_mhz, "factor": h.clock_factor}
+            )
     if e["nvml_mhz"] and fleet["nvml_mhz"] and e["nvml_mhz"] < fleet["nvml_mhz"] * (1 - CLOCK_LOWER):
         out.append({"code": "nvml-clock-lower", "mhz": e["nvml_mhz"], "fleet_mhz": fleet["nvml_mhz"]})
     return out
@@ -291,8 +331,11 @@ def _clock_causes(h: HostEffect, e: dict, fleet: dict) -> list[dict]:
 
 def _environment_causes(e: dict, fleet: dict) -> list[dict]:
     out = []
-    if e["temperature_c"] is not None and fleet["temperature_c"] is not None \
-            and e["temperature_c"] - fleet["temperature_c"] >= TEMPERATURE_HIGHER_C:
+    if (
+        e["temperature_c"] is not None
+        and fleet["temperature_c"] is not None
+        and e["temperature_c"] - fleet["temperature_c"] >= TEMPERATURE_HIGHER_C
+    ):
         out.append({"code": "temperature-higher", "c": e["temperature_c"], "fleet_c": fleet["temperature_c"]})
     if e["throttle"] and e["throttled_rounds"]:  # the power cap alone, in no round's samples, is no cause
         out.append({"code": "throttled", "reasons": e["throttle"], "rounds": e["throttled_rounds"]})

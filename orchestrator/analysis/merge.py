@@ -5,6 +5,7 @@ later failure never hides a complete result). A case with no record in any attem
 (status `missing`) whose reason is the host's outcome, and one whose rounds were cut short gets a row
 `incomplete` with what it has, so a table never silently drops what did not run.
 """
+
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
@@ -94,8 +95,11 @@ def facts_change(before: Optional[FactsRecord], after: Optional[FactsRecord]) ->
     """'' when both attempts ran on the same software and GPU, else what changed ("flashinfer 0.7.2 -> 0.7.3")."""
     if before is None or after is None:
         return ""
-    return ", ".join(f"{key} {getattr(before, key)} -> {getattr(after, key)}" for key in CHECKED_FACTS
-                     if getattr(before, key) != getattr(after, key))
+    return ", ".join(
+        f"{key} {getattr(before, key)} -> {getattr(after, key)}"
+        for key in CHECKED_FACTS
+        if getattr(before, key) != getattr(after, key)
+    )
 
 
 def load_slots(store: RunStore) -> list[SlotData]:
@@ -119,8 +123,10 @@ def load_slots(store: RunStore) -> list[SlotData]:
             results = store.attempt_dir(slot, attempt) / "results.jsonl"
             parsed = parse_results(results)
             if parsed.newer is not None:
-                raise InputError(f"run {store.run_id} ({results.relative_to(store.dir)}): "
-                                 + written_by_newer(parsed.newer, SCHEMA_VERSION))
+                raise InputError(
+                    f"run {store.run_id} ({results.relative_to(store.dir)}): "
+                    + written_by_newer(parsed.newer, SCHEMA_VERSION)
+                )
             facts = parsed.facts or facts
             facts_of[attempt] = parsed.facts
             first_facts = first_facts or parsed.facts
@@ -131,8 +137,10 @@ def load_slots(store: RunStore) -> list[SlotData]:
             latest: dict[str, CaseRecord] = {}  # within an attempt, a case's last line says where it stands
             for rec in parsed.cases:
                 if rec.case_id not in cases_by_id:
-                    problems.append(f"attempt {attempt}: a record of a case this run did not plan "
-                                    f"({rec.case.backend} {rec.case.m}x{rec.case.n}x{rec.case.k})")
+                    problems.append(
+                        f"attempt {attempt}: a record of a case this run did not plan "
+                        f"({rec.case.backend} {rec.case.m}x{rec.case.n}x{rec.case.k})"
+                    )
                     continue
                 latest[rec.case_id] = rec
             for cid, rec in latest.items():
@@ -144,11 +152,24 @@ def load_slots(store: RunStore) -> list[SlotData]:
                 same_software = not facts_change(facts_of.get(previous[0]), parsed.facts)
                 joined = join_records(previous[1], rec, cases_by_id[cid].timing.rounds, joinable=same_software)
                 if joined is not previous[1]:
-                    records[cid] = (attempt, joined.model_copy(update={"case": cases_by_id[cid]})
-                                    if joined is not rec else rec)
+                    records[cid] = (
+                        attempt,
+                        joined.model_copy(update={"case": cases_by_id[cid]}) if joined is not rec else rec,
+                    )
         outcome = store.outcome(slot, attempts[-1]) if attempts else None
-        slots.append(SlotData(slot=slot, host=job.host, gpu=job.gpu, planned=planned,
-                              records=records, facts=facts, outcome=outcome, problems=problems, changed=changed))
+        slots.append(
+            SlotData(
+                slot=slot,
+                host=job.host,
+                gpu=job.gpu,
+                planned=planned,
+                records=records,
+                facts=facts,
+                outcome=outcome,
+                problems=problems,
+                changed=changed,
+            )
+        )
     return slots
 
 
@@ -156,16 +177,20 @@ def _case_fields(case: CaseSpec) -> dict:
     """What a row says about its case beyond backend and shape (the MoE layer's routing)."""
     if case.moe is None:
         return {"workload": case.workload}
-    from worker.routing import describe
-
     from worker.backends import CATALOG
+    from worker.routing import describe
 
     moe = case.moe
     spec = CATALOG.get(case.backend)
-    return {"workload": case.workload, "experts": moe.experts, "top_k": moe.top_k,
-            "routing": describe(moe.routing, moe.skew, moe.source),
-            "active_experts": sum(1 for c in moe.counts if c), "max_expert_m": max(moe.counts),
-            "kernel": spec.kernel if spec is not None and spec.kernel else None}
+    return {
+        "workload": case.workload,
+        "experts": moe.experts,
+        "top_k": moe.top_k,
+        "routing": describe(moe.routing, moe.skew, moe.source),
+        "active_experts": sum(1 for c in moe.counts if c),
+        "max_expert_m": max(moe.counts),
+        "kernel": spec.kernel if spec is not None and spec.kernel else None,
+    }
 
 
 def merged_rows(store: RunStore, slots: Optional[list[SlotData]] = None) -> list[Row]:
@@ -179,10 +204,24 @@ def merged_rows(store: RunStore, slots: Optional[list[SlotData]] = None) -> list
                 why = "not run"
                 if data.outcome is not None and data.outcome.outcome != "ok":
                     why = f"host {data.outcome.outcome}: {data.outcome.error}".rstrip(": ")
-                rows.append(Row(run_id=store.run_id, host=data.host, gpu=data.gpu, slot=data.slot,
-                                gpu_name=gpu_name, label=case.label, backend=case.backend, m=case.m,
-                                n=case.n, k=case.k, status="missing", reason=why, case_id=case.case_id,
-                                **_case_fields(case)))
+                rows.append(
+                    Row(
+                        run_id=store.run_id,
+                        host=data.host,
+                        gpu=data.gpu,
+                        slot=data.slot,
+                        gpu_name=gpu_name,
+                        label=case.label,
+                        backend=case.backend,
+                        m=case.m,
+                        n=case.n,
+                        k=case.k,
+                        status="missing",
+                        reason=why,
+                        case_id=case.case_id,
+                        **_case_fields(case),
+                    )
+                )
                 continue
             attempt, rec = found
             t, mt, c = rec.timing, rec.metrics, rec.correctness
@@ -195,23 +234,45 @@ def merged_rows(store: RunStore, slots: Optional[list[SlotData]] = None) -> list
             if attempt in data.changed:  # a rerun on other software: this row's numbers are that attempt's alone
                 changed = f"attempt {attempt} on other software: {data.changed[attempt]}"
                 reason = "; ".join(filter(None, [reason, changed]))
-            rows.append(Row(
-                run_id=store.run_id, host=data.host, gpu=data.gpu, slot=data.slot, gpu_name=gpu_name,
-                label=case.label, backend=case.backend, m=case.m, n=case.n, k=case.k,
-                status=status, reason=reason,
-                median_us=t.median_us if t else None, rounds=rounds_in(rec) if t else None,
-                rounds_stop=t.rounds_stop if t else None, p10_us=t.p10_us if t else None,
-                p90_us=t.p90_us if t else None, rel_ci=t.rel_ci if t else None, n_samples=t.n if t else None,
-                method=t.method if t else None, l2=t.l2 if t else None,
-                tflops=mt.tflops if mt else None, tb_per_s=mt.tb_per_s if mt else None,
-                pct_peak=mt.pct_peak_flops if mt else None,
-                sol_us=mt.sol_us if mt else None, pct_sol=mt.pct_sol if mt else None,
-                sol_bound=mt.sol_bound if mt else None,
-                rel_err=c.rel_err if c else None, cosine=c.cosine if c else None,
-                verdict=c.verdict if c else None, integrity=integrity_text(c),
-                tainted=rec.health.tainted if rec.health else None,
-                attempt=attempt, case_id=case.case_id, **_case_fields(case),
-            ))
+            rows.append(
+                Row(
+                    run_id=store.run_id,
+                    host=data.host,
+                    gpu=data.gpu,
+                    slot=data.slot,
+                    gpu_name=gpu_name,
+                    label=case.label,
+                    backend=case.backend,
+                    m=case.m,
+                    n=case.n,
+                    k=case.k,
+                    status=status,
+                    reason=reason,
+                    median_us=t.median_us if t else None,
+                    rounds=rounds_in(rec) if t else None,
+                    rounds_stop=t.rounds_stop if t else None,
+                    p10_us=t.p10_us if t else None,
+                    p90_us=t.p90_us if t else None,
+                    rel_ci=t.rel_ci if t else None,
+                    n_samples=t.n if t else None,
+                    method=t.method if t else None,
+                    l2=t.l2 if t else None,
+                    tflops=mt.tflops if mt else None,
+                    tb_per_s=mt.tb_per_s if mt else None,
+                    pct_peak=mt.pct_peak_flops if mt else None,
+                    sol_us=mt.sol_us if mt else None,
+                    pct_sol=mt.pct_sol if mt else None,
+                    sol_bound=mt.sol_bound if mt else None,
+                    rel_err=c.rel_err if c else None,
+                    cosine=c.cosine if c else None,
+                    verdict=c.verdict if c else None,
+                    integrity=integrity_text(c),
+                    tainted=rec.health.tainted if rec.health else None,
+                    attempt=attempt,
+                    case_id=case.case_id,
+                    **_case_fields(case),
+                )
+            )
     return rows
 
 
@@ -263,14 +324,34 @@ def fleet_rows(rows: list[Row]) -> list[Row]:
             values = [getattr(r, field) for r in ok if getattr(r, field) is not None]
             return statistics.median(values) if values else None
 
-        out.append(Row(run_id=first.run_id, host="fleet", gpu=None, slot=f"fleet ({len(ok)}/{len(group)} hosts)",
-                       gpu_name=first.gpu_name, label=first.label, backend=first.backend, m=first.m, n=first.n,
-                       k=first.k, status=first.status, reason=first.reason, workload=first.workload,
-                       experts=first.experts, top_k=first.top_k, routing=first.routing, kernel=first.kernel,
-                       active_experts=first.active_experts, max_expert_m=first.max_expert_m,
-                       median_us=med("median_us"), tflops=med("tflops"), pct_sol=med("pct_sol"),
-                       verdict="fail" if any(r.verdict == "fail" for r in ok) else first.verdict,
-                       case_id=first.case_id))
+        out.append(
+            Row(
+                run_id=first.run_id,
+                host="fleet",
+                gpu=None,
+                slot=f"fleet ({len(ok)}/{len(group)} hosts)",
+                gpu_name=first.gpu_name,
+                label=first.label,
+                backend=first.backend,
+                m=first.m,
+                n=first.n,
+                k=first.k,
+                status=first.status,
+                reason=first.reason,
+                workload=first.workload,
+                experts=first.experts,
+                top_k=first.top_k,
+                routing=first.routing,
+                kernel=first.kernel,
+                active_experts=first.active_experts,
+                max_expert_m=first.max_expert_m,
+                median_us=med("median_us"),
+                tflops=med("tflops"),
+                pct_sol=med("pct_sol"),
+                verdict="fail" if any(r.verdict == "fail" for r in ok) else first.verdict,
+                case_id=first.case_id,
+            )
+        )
     return out
 
 

@@ -9,6 +9,7 @@ are not in it (no backend times them alone), so a fused block at 1.0x is already
 Rows pair by host slot, tokens and the routing as rows describe it (experts, top-k, routing, active
 experts, the largest expert's M): the same sweep seed draws the same counts.
 """
+
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
@@ -42,10 +43,12 @@ class BlockComparison:
         return dict(asdict(self), composed_us=self.composed_us, speedup=self.speedup)
 
     def text(self) -> str:
-        return (f"{self.slot} {self.label}: {self.fused_backend} block {self.fused_us:.4g} µs against "
-                f"{self.composed_backend} w13 ({2 * self.intermediate}x{self.hidden}) {self.w13_us:.4g} µs + "
-                f"w2 ({self.hidden}x{self.intermediate}) {self.w2_us:.4g} µs = {self.composed_us:.4g} µs "
-                f"(x{self.speedup:.2f}; SwiGLU and requantization not in the composition)")
+        return (
+            f"{self.slot} {self.label}: {self.fused_backend} block {self.fused_us:.4g} µs against "
+            f"{self.composed_backend} w13 ({2 * self.intermediate}x{self.hidden}) {self.w13_us:.4g} µs + "
+            f"w2 ({self.hidden}x{self.intermediate}) {self.w2_us:.4g} µs = {self.composed_us:.4g} µs "
+            f"(x{self.speedup:.2f}; SwiGLU and requantization not in the composition)"
+        )
 
 
 def _routing(r: Row) -> tuple:
@@ -73,7 +76,18 @@ def block_comparisons(rows: list[Row]) -> list[BlockComparison]:
             w2 = projections.get((_routing(block), hidden, inter, backend))
             if w13 is None or w2 is None or family(w13) != family(block):
                 continue
-            out.append(BlockComparison(slot=block.slot, label=block.label, m=block.m, intermediate=inter,
-                                       hidden=hidden, fused_backend=block.backend, fused_us=block.median_us,
-                                       composed_backend=backend, w13_us=w13.median_us, w2_us=w2.median_us))
+            out.append(
+                BlockComparison(
+                    slot=block.slot,
+                    label=block.label,
+                    m=block.m,
+                    intermediate=inter,
+                    hidden=hidden,
+                    fused_backend=block.backend,
+                    fused_us=block.median_us,
+                    composed_backend=backend,
+                    w13_us=w13.median_us,
+                    w2_us=w2.median_us,
+                )
+            )
     return out

@@ -9,6 +9,7 @@ metric, with its unit); units are converted from whatever ncu printed (`nsecond`
 `cycle/nsecond`, `Ghz`, `Kbyte/block` ...), and a unit this reader does not know leaves the value out
 rather than guessing its scale.
 """
+
 from __future__ import annotations
 
 import csv
@@ -24,12 +25,23 @@ METRICS: dict[str, tuple[tuple[str, ...], str]] = {
     "time_us": (("gpu__time_duration.sum",), "time"),
     "sm_pct": (("sm__throughput.avg.pct_of_peak_sustained_elapsed",), "pct"),
     "memory_pct": (("gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed",), "pct"),
-    "dram_pct": (("dram__throughput.avg.pct_of_peak_sustained_elapsed",
-                  "gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed"), "pct"),
+    "dram_pct": (
+        (
+            "dram__throughput.avg.pct_of_peak_sustained_elapsed",
+            "gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed",
+        ),
+        "pct",
+    ),
     "occupancy_pct": (("sm__warps_active.avg.pct_of_peak_sustained_active",), "pct"),
     "theoretical_occupancy_pct": (("sm__maximum_warps_per_active_cycle_pct",), "pct"),
-    "sm_mhz": (("sm__cycles_elapsed.avg.per_second", "gpc__cycles_elapsed.avg.per_second",
-                "smsp__cycles_elapsed.avg.per_second"), "frequency"),
+    "sm_mhz": (
+        (
+            "sm__cycles_elapsed.avg.per_second",
+            "gpc__cycles_elapsed.avg.per_second",
+            "smsp__cycles_elapsed.avg.per_second",
+        ),
+        "frequency",
+    ),
     "dram_mhz": (("dram__cycles_elapsed.avg.per_second",), "frequency"),
     "registers": (("launch__registers_per_thread",), "count"),
     "smem_static_bytes": (("launch__shared_mem_per_block_static",), "bytes"),
@@ -39,11 +51,28 @@ METRICS: dict[str, tuple[tuple[str, ...], str]] = {
     "waves": (("launch__waves_per_multiprocessor",), "count"),
 }
 # To the units this module reports in: µs, MHz, bytes, %.
-_TIME = {"nsecond": 1e-3, "ns": 1e-3, "usecond": 1.0, "us": 1.0, "µs": 1.0, "msecond": 1e3, "ms": 1e3,
-         "second": 1e6, "s": 1e6}
-_FREQUENCY = {"hz": 1e-6, "khz": 1e-3, "mhz": 1.0, "ghz": 1e3, "cycle/second": 1e-6, "cycle/msecond": 1e-3,
-              "cycle/usecond": 1.0, "cycle/nsecond": 1e3}
-_BYTES = {"byte": 1.0, "kbyte": 1e3, "mbyte": 1e6, "gbyte": 1e9, "tbyte": 1e12, "kib": 1024.0, "mib": 1024.0 ** 2}
+_TIME = {
+    "nsecond": 1e-3,
+    "ns": 1e-3,
+    "usecond": 1.0,
+    "us": 1.0,
+    "µs": 1.0,
+    "msecond": 1e3,
+    "ms": 1e3,
+    "second": 1e6,
+    "s": 1e6,
+}
+_FREQUENCY = {
+    "hz": 1e-6,
+    "khz": 1e-3,
+    "mhz": 1.0,
+    "ghz": 1e3,
+    "cycle/second": 1e-6,
+    "cycle/msecond": 1e-3,
+    "cycle/usecond": 1.0,
+    "cycle/nsecond": 1e3,
+}
+_BYTES = {"byte": 1.0, "kbyte": 1e3, "mbyte": 1e6, "gbyte": 1e9, "tbyte": 1e12, "kib": 1024.0, "mib": 1024.0**2}
 IDENTITY = ("Kernel Name", "Block Size", "Grid Size")
 
 
@@ -85,7 +114,7 @@ def _rows(text: str) -> list[list[str]]:
     lines = text.splitlines()
     start = next((i for i, line in enumerate(lines) if '"Kernel Name"' in line), None)
     if start is None:
-        raise ProfileFormatError("no CSV header with a \"Kernel Name\" column")
+        raise ProfileFormatError('no CSV header with a "Kernel Name" column')
     return list(csv.reader(io.StringIO("\n".join(lines[start:]))))
 
 
@@ -100,10 +129,13 @@ def parse_ncu_csv(text: str) -> list[dict]:
         for row in rows[1:]:
             if len(row) < len(header):
                 continue
-            launch = launches.setdefault(row[col["ID"]], {"id": row[col["ID"]], **{k: row[col[k]] for k in IDENTITY},
-                                                          "metrics": {}})
-            launch["metrics"][row[col["Metric Name"]]] = (row[col["Metric Value"]], row[col.get("Metric Unit", -1)]
-                                                          if "Metric Unit" in col else "")
+            launch = launches.setdefault(
+                row[col["ID"]], {"id": row[col["ID"]], **{k: row[col[k]] for k in IDENTITY}, "metrics": {}}
+            )
+            launch["metrics"][row[col["Metric Name"]]] = (
+                row[col["Metric Value"]],
+                row[col.get("Metric Unit", -1)] if "Metric Unit" in col else "",
+            )
         raw = list(launches.values())
     else:  # the raw page: a column per metric, a row of units first
         body = rows[1:]
@@ -114,12 +146,21 @@ def parse_ncu_csv(text: str) -> list[dict]:
         for row in body:
             if len(row) < len(header) or not row[col["ID"]].strip():
                 continue
-            raw.append({"id": row[col["ID"]], **{k: row[col[k]] for k in IDENTITY if k in col},
-                        "metrics": {name: (row[i], units[i] if i < len(units) else "") for name, i in col.items()}})
+            raw.append(
+                {
+                    "id": row[col["ID"]],
+                    **{k: row[col[k]] for k in IDENTITY if k in col},
+                    "metrics": {name: (row[i], units[i] if i < len(units) else "") for name, i in col.items()},
+                }
+            )
     out = []
     for launch in raw:
-        entry = {"id": launch["id"], "name": launch.get("Kernel Name", ""), "block": launch.get("Block Size", ""),
-                 "grid": launch.get("Grid Size", "")}
+        entry = {
+            "id": launch["id"],
+            "name": launch.get("Kernel Name", ""),
+            "block": launch.get("Block Size", ""),
+            "grid": launch.get("Grid Size", ""),
+        }
         for name, (candidates, dimension) in METRICS.items():
             entry[name] = None
             for metric in candidates:
@@ -149,8 +190,8 @@ def short_name(name: str, width: int = 72) -> str:
     if inner:
         text = inner.group(1)
     if len(text) > width and "<" in text:  # a template too long to read: its name (the full one is in JSON)
-        text = text[:text.index("<")] + "<…>"
-    return text if len(text) <= width else text[: width // 2 - 1] + "…" + text[-(width // 2):]
+        text = text[: text.index("<")] + "<…>"
+    return text if len(text) <= width else text[: width // 2 - 1] + "…" + text[-(width // 2) :]
 
 
 # -- a profile's summary --------------------------------------------------------------------------------
@@ -220,30 +261,53 @@ def summarize(launches: list[dict], calls: int, max_kernels: int = 0, kernel_reg
         notes.append(f"only kernels whose name matches {kernel_regex!r} (--kernel)")
     kernels = []
     for name, group in groups.items():
+
         def med(key: str) -> Optional[float]:
             return _median([g[key] for g in group])
 
-        smem = [(g["smem_static_bytes"] or 0) + (g["smem_dynamic_bytes"] or 0) for g in group
-                if g["smem_static_bytes"] is not None or g["smem_dynamic_bytes"] is not None]
-        moved = [g["dram_read_bytes"] + g["dram_write_bytes"] for g in group
-                 if g["dram_read_bytes"] is not None and g["dram_write_bytes"] is not None]
+        smem = [
+            (g["smem_static_bytes"] or 0) + (g["smem_dynamic_bytes"] or 0)
+            for g in group
+            if g["smem_static_bytes"] is not None or g["smem_dynamic_bytes"] is not None
+        ]
+        moved = [
+            g["dram_read_bytes"] + g["dram_write_bytes"]
+            for g in group
+            if g["dram_read_bytes"] is not None and g["dram_write_bytes"] is not None
+        ]
         time_us = med("time_us")
         dram_bytes = _median(moved)
-        kernels.append(KernelSummary(
-            name=name, short=short_name(name), launches=len(group), per_call=len(group) / calls if complete else None,
-            time_us=time_us, sm_pct=med("sm_pct"), memory_pct=med("memory_pct"), dram_pct=med("dram_pct"),
-            occupancy_pct=med("occupancy_pct"), theoretical_occupancy_pct=med("theoretical_occupancy_pct"),
-            sm_mhz=med("sm_mhz"), dram_mhz=med("dram_mhz"), registers=group[0]["registers"],
-            smem_bytes=smem[0] if smem else None, dram_bytes=dram_bytes,
-            dram_gb_s=dram_bytes / time_us / 1e3 if dram_bytes is not None and time_us else None,
-            waves=group[0]["waves"], grid=group[0]["grid"], block=group[0]["block"]))
+        kernels.append(
+            KernelSummary(
+                name=name,
+                short=short_name(name),
+                launches=len(group),
+                per_call=len(group) / calls if complete else None,
+                time_us=time_us,
+                sm_pct=med("sm_pct"),
+                memory_pct=med("memory_pct"),
+                dram_pct=med("dram_pct"),
+                occupancy_pct=med("occupancy_pct"),
+                theoretical_occupancy_pct=med("theoretical_occupancy_pct"),
+                sm_mhz=med("sm_mhz"),
+                dram_mhz=med("dram_mhz"),
+                registers=group[0]["registers"],
+                smem_bytes=smem[0] if smem else None,
+                dram_bytes=dram_bytes,
+                dram_gb_s=dram_bytes / time_us / 1e3 if dram_bytes is not None and time_us else None,
+                waves=group[0]["waves"],
+                grid=group[0]["grid"],
+                block=group[0]["block"],
+            )
+        )
     per_call = cycles = None
     if complete and all(k.time_us is not None for k in kernels):
         per_call = sum(k.time_us * k.per_call for k in kernels)
         if all(k.sm_mhz for k in kernels):
             cycles = sum(k.time_us * k.sm_mhz * k.per_call for k in kernels)  # µs x MHz
-    return ProfileSummary(kernels=kernels, calls=calls, launches=len(launches), per_call_us=per_call, notes=notes,
-                          per_call_cycles=cycles)
+    return ProfileSummary(
+        kernels=kernels, calls=calls, launches=len(launches), per_call_us=per_call, notes=notes, per_call_cycles=cycles
+    )
 
 
 def at_clock_us(summary: Optional[dict], sm_mhz: Optional[float]) -> Optional[float]:
@@ -295,8 +359,9 @@ def _kernel_rows(a: ProfileSummary, b: ProfileSummary) -> list[dict]:
     rows = []
     for name in dict.fromkeys([*ka, *kb]):
         x, y = ka.get(name), kb.get(name)
-        rows.append({"name": name, "short": short_name(name), "a": asdict(x) if x else None,
-                     "b": asdict(y) if y else None})
+        rows.append(
+            {"name": name, "short": short_name(name), "a": asdict(x) if x else None, "b": asdict(y) if y else None}
+        )
     return rows
 
 
@@ -313,8 +378,13 @@ def explain(a: ProfileSummary, b: ProfileSummary, a_run=None, b_run=None) -> Cou
     procs_b = (b_run.gpu_processes or 0) if b_run is not None else 0
     if procs_b > procs_a:
         details.append(f"{procs_b} other processes on B's GPU while it was profiled (A: {procs_a})")
-    if a_run is not None and b_run is not None and a_run.sm_clock_mhz and b_run.sm_clock_mhz \
-            and abs(b_run.sm_clock_mhz / a_run.sm_clock_mhz - 1) >= CLOCK_STEP:
+    if (
+        a_run is not None
+        and b_run is not None
+        and a_run.sm_clock_mhz
+        and b_run.sm_clock_mhz
+        and abs(b_run.sm_clock_mhz / a_run.sm_clock_mhz - 1) >= CLOCK_STEP
+    ):
         details.append(f"NVML SM clock as the range opened: B {b_run.sm_clock_mhz} MHz, A {a_run.sm_clock_mhz} MHz")
     if b_run is not None and b_run.throttle_reasons:
         details.append("B's GPU throttled as the range opened (" + ", ".join(b_run.throttle_reasons) + ")")
@@ -329,7 +399,8 @@ def explain(a: ProfileSummary, b: ProfileSummary, a_run=None, b_run=None) -> Cou
     moved = [n for n in ca if ca[n] != cb[n]]
     if moved:
         diff.cause = "B launches the same kernels a different number of times per call: " + ", ".join(
-            f"{short_name(n)} {cb[n]:g} vs {ca[n]:g}" for n in moved)
+            f"{short_name(n)} {cb[n]:g} vs {ca[n]:g}" for n in moved
+        )
         return diff
     # The same kernels: the one whose time moved most (per call) carries the effect.
     ka, kb = {k.name: k for k in a.kernels}, {k.name: k for k in b.kernels}
@@ -339,40 +410,62 @@ def explain(a: ProfileSummary, b: ProfileSummary, a_run=None, b_run=None) -> Cou
         diff.cause = "the same kernels; ncu gave no time for " + short_name(name)
         return diff
     kernel_ratio = y.time_us / x.time_us
-    what = (f"{short_name(name, 48)} {y.time_us:.4g} µs on B vs {x.time_us:.4g} µs on A "
-            f"({_pct_change(y.time_us, x.time_us)})")
+    what = (
+        f"{short_name(name, 48)} {y.time_us:.4g} µs on B vs {x.time_us:.4g} µs on A "
+        f"({_pct_change(y.time_us, x.time_us)})"
+    )
     _note_counters(x, y, details)
     if x.launch_settings() != y.launch_settings():
-        diff.cause = (f"the same kernel with another launch configuration (grid {y.grid} vs {x.grid}, block {y.block} "
-                      f"vs {x.block}, {y.registers:g} vs {x.registers:g} registers): {what}"
-                      if y.registers is not None and x.registers is not None else
-                      f"the same kernel with another launch configuration: {what}")
+        diff.cause = (
+            f"the same kernel with another launch configuration (grid {y.grid} vs {x.grid}, block {y.block} "
+            f"vs {x.block}, {y.registers:g} vs {x.registers:g} registers): {what}"
+            if y.registers is not None and x.registers is not None
+            else f"the same kernel with another launch configuration: {what}"
+        )
     elif abs(math.log(kernel_ratio)) < math.log1p(SAME_UNDER_NCU):
-        diff.cause = (f"under ncu the kernels take the same time on both (B/A {ratio:.3f} per call): the slowdown lies "
-                      "outside the kernels' own execution (gaps between launches, the host's CPU, or another "
-                      "process on the GPU when the sweep ran)")
-    elif x.sm_mhz and y.sm_mhz and y.sm_mhz < x.sm_mhz * (1 - CLOCK_STEP) \
-            and math.log(x.sm_mhz / y.sm_mhz) >= 0.5 * math.log(kernel_ratio):
-        diff.cause = (f"the same kernel, slower at a lower SM clock: {y.sm_mhz:.0f} MHz on B vs {x.sm_mhz:.0f} MHz "
-                      f"on A ({_pct_change(y.sm_mhz, x.sm_mhz)}); {what}")
+        diff.cause = (
+            f"under ncu the kernels take the same time on both (B/A {ratio:.3f} per call): the slowdown lies "
+            "outside the kernels' own execution (gaps between launches, the host's CPU, or another "
+            "process on the GPU when the sweep ran)"
+        )
+    elif (
+        x.sm_mhz
+        and y.sm_mhz
+        and y.sm_mhz < x.sm_mhz * (1 - CLOCK_STEP)
+        and math.log(x.sm_mhz / y.sm_mhz) >= 0.5 * math.log(kernel_ratio)
+    ):
+        diff.cause = (
+            f"the same kernel, slower at a lower SM clock: {y.sm_mhz:.0f} MHz on B vs {x.sm_mhz:.0f} MHz "
+            f"on A ({_pct_change(y.sm_mhz, x.sm_mhz)}); {what}"
+        )
     elif max(x.dram_pct or 0, x.memory_pct or 0) >= MEMORY_BOUND_PCT and (
-            (x.dram_mhz and y.dram_mhz and y.dram_mhz < x.dram_mhz * (1 - CLOCK_STEP))
-            or (x.dram_gb_s and y.dram_gb_s and y.dram_gb_s < x.dram_gb_s * (1 - CLOCK_STEP))):
-        bandwidth = (f"{y.dram_gb_s:.0f} GB/s vs {x.dram_gb_s:.0f} GB/s" if x.dram_gb_s and y.dram_gb_s else
-                     f"DRAM clock {y.dram_mhz:.0f} MHz vs {x.dram_mhz:.0f} MHz")
-        diff.cause = (f"memory-bound (DRAM {x.dram_pct or 0:.0f}% busy on A) at lower bandwidth on B: {bandwidth}; "
-                      f"{what}")
+        (x.dram_mhz and y.dram_mhz and y.dram_mhz < x.dram_mhz * (1 - CLOCK_STEP))
+        or (x.dram_gb_s and y.dram_gb_s and y.dram_gb_s < x.dram_gb_s * (1 - CLOCK_STEP))
+    ):
+        bandwidth = (
+            f"{y.dram_gb_s:.0f} GB/s vs {x.dram_gb_s:.0f} GB/s"
+            if x.dram_gb_s and y.dram_gb_s
+            else f"DRAM clock {y.dram_mhz:.0f} MHz vs {x.dram_mhz:.0f} MHz"
+        )
+        diff.cause = (
+            f"memory-bound (DRAM {x.dram_pct or 0:.0f}% busy on A) at lower bandwidth on B: {bandwidth}; {what}"
+        )
     elif x.dram_bytes and y.dram_bytes and y.dram_bytes > x.dram_bytes * 1.10:
-        diff.cause = (f"the same kernel moves {_pct_change(y.dram_bytes, x.dram_bytes)} more DRAM bytes on B "
-                      f"(its caches serve less: another process, or another L2 state); {what}")
+        diff.cause = (
+            f"the same kernel moves {_pct_change(y.dram_bytes, x.dram_bytes)} more DRAM bytes on B "
+            f"(its caches serve less: another process, or another L2 state); {what}"
+        )
     elif x.occupancy_pct and y.occupancy_pct and y.occupancy_pct < x.occupancy_pct * 0.9:
-        diff.cause = (f"the same kernel at lower achieved occupancy on B: {y.occupancy_pct:.0f}% vs "
-                      f"{x.occupancy_pct:.0f}% (another process on the SMs?); {what}")
+        diff.cause = (
+            f"the same kernel at lower achieved occupancy on B: {y.occupancy_pct:.0f}% vs "
+            f"{x.occupancy_pct:.0f}% (another process on the SMs?); {what}"
+        )
     elif procs_b > procs_a:
         diff.cause = f"another process on B's GPU ({procs_b}); {what}"
     else:
-        diff.cause = ("the same kernel at the same clocks and occupancy is slower on B; the counters name no "
-                      f"cause: {what}")
+        diff.cause = (
+            f"the same kernel at the same clocks and occupancy is slower on B; the counters name no cause: {what}"
+        )
     return diff
 
 
@@ -380,8 +473,10 @@ def _kernel_set_cause(a: ProfileSummary, b: ProfileSummary, only_a: list[str], o
     ka, kb = {k.name: k for k in a.kernels}, {k.name: k for k in b.kernels}
 
     def listed(names: list[str], kernels: dict) -> str:
-        return ", ".join(f"{short_name(n, 48)} ({(kernels[n].time_us or 0) * (kernels[n].per_call or 0):.4g} µs "
-                         "per call)" for n in names)
+        return ", ".join(
+            f"{short_name(n, 48)} ({(kernels[n].time_us or 0) * (kernels[n].per_call or 0):.4g} µs per call)"
+            for n in names
+        )
 
     if only_a and only_b:
         return f"a different kernel: B runs {listed(only_b, kb)} where A runs {listed(only_a, ka)}"
@@ -392,12 +487,14 @@ def _kernel_set_cause(a: ProfileSummary, b: ProfileSummary, only_a: list[str], o
 
 def _note_counters(x: KernelSummary, y: KernelSummary, details: list[str]) -> None:
     """Every counter of the kernel that carries the effect that moved beyond a few percent."""
-    for label, a_value, b_value, unit in (("SM clock", x.sm_mhz, y.sm_mhz, " MHz"),
-                                          ("DRAM clock", x.dram_mhz, y.dram_mhz, " MHz"),
-                                          ("SM throughput", x.sm_pct, y.sm_pct, "%"),
-                                          ("DRAM throughput", x.dram_pct, y.dram_pct, "%"),
-                                          ("achieved occupancy", x.occupancy_pct, y.occupancy_pct, "%"),
-                                          ("DRAM bytes", x.dram_bytes, y.dram_bytes, ""),
-                                          ("DRAM bandwidth", x.dram_gb_s, y.dram_gb_s, " GB/s")):
+    for label, a_value, b_value, unit in (
+        ("SM clock", x.sm_mhz, y.sm_mhz, " MHz"),
+        ("DRAM clock", x.dram_mhz, y.dram_mhz, " MHz"),
+        ("SM throughput", x.sm_pct, y.sm_pct, "%"),
+        ("DRAM throughput", x.dram_pct, y.dram_pct, "%"),
+        ("achieved occupancy", x.occupancy_pct, y.occupancy_pct, "%"),
+        ("DRAM bytes", x.dram_bytes, y.dram_bytes, ""),
+        ("DRAM bandwidth", x.dram_gb_s, y.dram_gb_s, " GB/s"),
+    ):
         if a_value and b_value and abs(b_value / a_value - 1) >= CLOCK_STEP:
             details.append(f"{label}: B {b_value:.4g}{unit}, A {a_value:.4g}{unit} ({_pct_change(b_value, a_value)})")

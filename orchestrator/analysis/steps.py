@@ -7,6 +7,7 @@ the series' own noise (z > Z_STEP) and beyond the threshold the user cares about
 searched again. The noise is estimated from differences between consecutive runs (their median
 absolute value), which a few steps barely move. Pure Python: series are short.
 """
+
 from __future__ import annotations
 
 import math
@@ -74,8 +75,17 @@ def detect_steps(values: list[float], threshold: float, z_limit: float = Z_STEP)
         z = abs(right - left) / se
         if z <= z_limit or abs(math.exp(right - left) - 1) <= threshold:
             return
-        found.append(Step(index=k, before=math.exp(left), after=math.exp(right), ratio=math.exp(right - left),
-                          low=math.exp(right - left - 1.96 * se), high=math.exp(right - left + 1.96 * se), z=z))
+        found.append(
+            Step(
+                index=k,
+                before=math.exp(left),
+                after=math.exp(right),
+                ratio=math.exp(right - left),
+                low=math.exp(right - left - 1.96 * se),
+                high=math.exp(right - left + 1.96 * se),
+                z=z,
+            )
+        )
         search(lo, k)
         search(k, hi)
 

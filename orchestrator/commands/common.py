@@ -1,6 +1,7 @@
 """What the commands share: where they write (Streams), the options several declare, the inventory and
 runs-folder defaults, and how a run's outcome is printed (its table, one line per problem, the command
 that completes it)."""
+
 from __future__ import annotations
 
 import argparse
@@ -64,6 +65,8 @@ def positive_int(text: str) -> int:
 
 
 INVENTORY_ENV = "FLEETBENCH_INVENTORY"
+
+
 def opt_inventory(p, help_text=f"hosts file (default: ${INVENTORY_ENV}, else ./{DEFAULT_INVENTORY})"):
     p.add_argument("-i", "--inventory", help=help_text)
 
@@ -76,8 +79,10 @@ def inventory_path(given: Optional[str]) -> Path:
         return Path(os.environ[INVENTORY_ENV])
     if Path(DEFAULT_INVENTORY).is_file():
         return Path(DEFAULT_INVENTORY)
-    raise InputError(f"no inventory: give -i FILE, set {INVENTORY_ENV}, or create ./{DEFAULT_INVENTORY} "
-                     "(`fleetbench init` writes one with the local host)")
+    raise InputError(
+        f"no inventory: give -i FILE, set {INVENTORY_ENV}, or create ./{DEFAULT_INVENTORY} "
+        "(`fleetbench init` writes one with the local host)"
+    )
 
 
 def opt_runs_dir(p):
@@ -93,19 +98,33 @@ def opt_format(p, formats=FORMATS):
 
 
 def opt_accept_new(p):
-    p.add_argument("--accept-new", action="store_true",
-                   help="record unknown host keys in known_hosts (never replaces a changed key)")
+    p.add_argument(
+        "--accept-new",
+        action="store_true",
+        help="record unknown host keys in known_hosts (never replaces a changed key)",
+    )
 
 
 def opt_parallel(p):
-    p.add_argument("-f", "--forks", "--parallel", dest="parallel", type=positive_int, default=64, metavar="N",
-                   help="hosts contacted at once (default: 64)")
+    p.add_argument(
+        "-f",
+        "--forks",
+        "--parallel",
+        dest="parallel",
+        type=positive_int,
+        default=64,
+        metavar="N",
+        help="hosts contacted at once (default: 64)",
+    )
 
 
 def opt_per_gpu(p):
-    p.add_argument("--per-gpu", choices=["all", "shard"], default="all",
-                   help="hosts with several gpus: run every case on every GPU (all, the default) or split them "
-                        "(shard)")
+    p.add_argument(
+        "--per-gpu",
+        choices=["all", "shard"],
+        default="all",
+        help="hosts with several gpus: run every case on every GPU (all, the default) or split them (shard)",
+    )
 
 
 DEFAULT_THRESHOLD = "1.5%"
@@ -114,9 +133,12 @@ DEFAULT_THRESHOLD = "1.5%"
 def opt_threshold(p):
     # 1.5%: the smallest threshold at which diffs of separate A/A sweeps on the H200 flagged nothing
     # (benchmarks/RESULTS.md, issue 40, "Seeing 2%"); at 1% one cell of 36 was flagged.
-    p.add_argument("--threshold", default=DEFAULT_THRESHOLD,
-                   help="smallest change that counts, e.g. 1.5%% or 0.015 (default %(default)s: the smallest at which "
-                        "separate identical sweeps were never flagged, docs/COMPARING.md)")
+    p.add_argument(
+        "--threshold",
+        default=DEFAULT_THRESHOLD,
+        help="smallest change that counts, e.g. 1.5%% or 0.015 (default %(default)s: the smallest at which "
+        "separate identical sweeps were never flagged, docs/COMPARING.md)",
+    )
 
 
 def rerun_hint(store) -> str:
@@ -146,9 +168,11 @@ def clocks_not_locked(store, slot) -> str:
     for attempt in sorted(store.attempts(slot.slot), reverse=True):
         log = store.attempt_dir(slot.slot, attempt) / "log.txt"
         try:
-            said = [line.split("fleetbench: clocks: ", 1)[1].strip()
-                    for line in log.read_text(encoding="utf-8", errors="replace").splitlines()
-                    if "fleetbench: clocks: " in line]
+            said = [
+                line.split("fleetbench: clocks: ", 1)[1].strip()
+                for line in log.read_text(encoding="utf-8", errors="replace").splitlines()
+                if "fleetbench: clocks: " in line
+            ]
         except OSError:
             continue
         refused = [s for s in said if "not locked" in s or "nothing to lock" in s]
@@ -168,9 +192,11 @@ def print_interrupted(store, fmt: str, io: Streams) -> int:
     io.write(write(rows_document(rows, title=f"run {store.run_id} (interrupted)"), fmt, io.width()))
     kept = sum(r.status not in BAD_CASE_STATUSES for r in rows)
     partial = sum(r.status == "incomplete" for r in rows)
-    io.problem(f"interrupted: remote work was stopped; {kept} of {len(rows)} cases are done"
-               + (f", {partial} more kept their finished rounds" if partial else "")
-               + f"; run {store.run_id} stored in {store.dir}")
+    io.problem(
+        f"interrupted: remote work was stopped; {kept} of {len(rows)} cases are done"
+        + (f", {partial} more kept their finished rounds" if partial else "")
+        + f"; run {store.run_id} stored in {store.dir}"
+    )
     io.problem(f"finish it with: {rerun_hint(store)}")
     return EXIT_INTERRUPTED
 
@@ -195,8 +221,10 @@ def print_run(store, outcomes, fmt: str, io: Streams) -> int:
             io.problem(f"{o.slot}: bad result line: {problem}")
     for slot in slots:
         for attempt, change in slot.changed.items():
-            io.problem(f"note: {slot.slot}: attempt {attempt} ran on other software than attempt 1 ({change}); "
-                       "its results are kept apart, never joined with earlier rounds")
+            io.problem(
+                f"note: {slot.slot}: attempt {attempt} ran on other software than attempt 1 ({change}); "
+                "its results are kept apart, never joined with earlier rounds"
+            )
     for slot in slots:  # what reading the stored run found beyond its outcomes (e.g. a record it never planned)
         latest = f"attempt {slot.outcome.attempt}: " if slot.outcome else None
         for problem in slot.problems:
@@ -213,8 +241,10 @@ def print_run(store, outcomes, fmt: str, io: Streams) -> int:
     bad = collections.Counter(r.status for r in rows if r.status in BAD_CASE_STATUSES)
     if bad:
         failed = True
-        io.problem(f"{sum(bad.values())} of {len(rows)} cases are not done: "
-                   + ", ".join(f"{n} {status}" for status, n in sorted(bad.items())))
+        io.problem(
+            f"{sum(bad.values())} of {len(rows)} cases are not done: "
+            + ", ".join(f"{n} {status}" for status, n in sorted(bad.items()))
+        )
     io.problem(f"run {store.run_id} stored in {store.dir}")
     if bad:  # what `rerun --failed` finishes: every case that is not done, on any host
         io.problem(f"complete it with: {rerun_hint(store)}")
@@ -250,8 +280,10 @@ def run_inventory(store) -> str:
     """The inventory file a run was started with; InputError when it is gone."""
     stored = store.manifest().inventory_path
     if not stored or not Path(stored).is_file():
-        raise InputError(f"run {store.run_id} was started with inventory {stored or '(not recorded)'}, which is not "
-                         "there any more: name one with -i (it must hold the run's hosts)")
+        raise InputError(
+            f"run {store.run_id} was started with inventory {stored or '(not recorded)'}, which is not "
+            "there any more: name one with -i (it must hold the run's hosts)"
+        )
     return stored
 
 

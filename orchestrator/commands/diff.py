@@ -1,4 +1,5 @@
 """`fleetbench diff`: compare two runs or hosts with statistics, or hosts against the fleet."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -7,27 +8,31 @@ from ..errors import EXIT_FAILED, EXIT_OK, InputError
 from .common import Streams, opt_format, opt_runs_dir, opt_threshold, parse_threshold
 
 HELP = "compare two runs or hosts with statistics, or hosts against the fleet"
-EPILOG = ("A and B: RUN, RUN:host or RUN:host:gpu. Cases match by what they measure, whatever the timing "
-          "settings (those that differ are listed). Exit 1 when B is confirmed SLOWER than A in any case "
-          "(for CI gates); UNSTABLE rows (too noisy, tainted, a busy CPU) exit 0, and a run against itself is SAME; "
-          "exit 2 when the two sides share no case. --across-hosts estimates each host's effect over all its "
-          "cases and names a host whose interval lies beyond the threshold (on stderr too); it exits 0 "
-          "whatever it names, as it does for outliers.")
+EPILOG = (
+    "A and B: RUN, RUN:host or RUN:host:gpu. Cases match by what they measure, whatever the timing "
+    "settings (those that differ are listed). Exit 1 when B is confirmed SLOWER than A in any case "
+    "(for CI gates); UNSTABLE rows (too noisy, tainted, a busy CPU) exit 0, and a run against itself is SAME; "
+    "exit 2 when the two sides share no case. --across-hosts estimates each host's effect over all its "
+    "cases and names a host whose interval lies beyond the threshold (on stderr too); it exits 0 "
+    "whatever it names, as it does for outliers."
+)
 
 
 def declare(p):
     p.add_argument("a", help="baseline: RUN[:host[:gpu]]")
     p.add_argument("b", nargs="?", help="candidate: RUN[:host[:gpu]] (omit with --across-hosts)")
     p.add_argument("--across-hosts", action="store_true", help="every host of run A against the fleet median")
-    p.add_argument("--only-changed", action="store_true",
-                   help="list only cases that are not SAME (and were run on at least one side)")
+    p.add_argument(
+        "--only-changed",
+        action="store_true",
+        help="list only cases that are not SAME (and were run on at least one side)",
+    )
     opt_threshold(p)
     opt_format(p)
     opt_runs_dir(p)
     from .profile import declare_for_diff
 
     declare_for_diff(p)
-
 
 
 def with_host_effects(document, effects):
@@ -68,8 +73,10 @@ def run(args, io: Streams) -> int:
                 io.problem(f"{s}: outlier in {h['flagged']} of {h['cases']} cases")
         for c in report.calibration:
             if c["flagged"]:
-                io.problem(f"{c['slot']}: slow GPU: calibration {c['peak']} {c['value']:.2f}, "
-                           f"{1 - c['ratio']:.0%} below the fleet median {c['fleet_median']:.2f} ({c['gpu_name']})")
+                io.problem(
+                    f"{c['slot']}: slow GPU: calibration {c['peak']} {c['value']:.2f}, "
+                    f"{1 - c['ratio']:.0%} below the fleet median {c['fleet_median']:.2f} ({c['gpu_name']})"
+                )
         if args.profile:
             from .profile import profile_flagged
 
@@ -78,13 +85,17 @@ def run(args, io: Streams) -> int:
     if not args.b:
         raise InputError("diff needs two sides (A B), or one run with --across-hosts")
     if args.profile:
-        raise InputError("--profile profiles the outliers of --across-hosts: give one RUN and --across-hosts "
-                         "(for two hosts: fleetbench profile RUN:host1 RUN:host2 --case ID)")
+        raise InputError(
+            "--profile profiles the outliers of --across-hosts: give one RUN and --across-hosts "
+            "(for two hosts: fleetbench profile RUN:host1 RUN:host2 --case ID)"
+        )
     cmp = compare_sides(side_a, resolve_side(Path(args.runs_dir), args.b), threshold)
     io.write(write(comparison_document(cmp, only_changed=args.only_changed), args.format, io.width()))
     for c in cmp.regressions:
-        io.problem(f"regression: {c.backend} {c.m}x{c.n}x{c.k} ({c.label}) B/A {ratio_text(c.ratio)} "
-                   f"(95% CI {interval_text(c.ci_low, c.ci_high)})")
+        io.problem(
+            f"regression: {c.backend} {c.m}x{c.n}x{c.k} ({c.label}) B/A {ratio_text(c.ratio)} "
+            f"(95% CI {interval_text(c.ci_low, c.ci_high)})"
+        )
     if args.format != "table":  # the table carries it as its title; other formats get it on stderr
         io.problem(comparison_summary(cmp))
     return EXIT_FAILED if cmp.regressions else EXIT_OK

@@ -1,12 +1,12 @@
 """`fleetbench hosts`: list the inventory; with --check, contact every host and say if it is ready."""
+
 from __future__ import annotations
 
 from ..errors import EXIT_FAILED, EXIT_OK
-from .common import (Streams, opt_inventory, inventory_path, opt_hosts, opt_format, opt_accept_new,
-                     opt_parallel)
+from .common import Streams, inventory_path, opt_accept_new, opt_format, opt_hosts, opt_inventory, opt_parallel
 
 HELP = "list the inventory; with --check, contact every host and say if it is ready"
-EPILOG = ("exit 1 when --check finds a host that is not ready (or version skew with --strict)")
+EPILOG = "exit 1 when --check finds a host that is not ready (or version skew with --strict)"
 
 
 def declare(p):

@@ -1,34 +1,57 @@
 """`fleetbench profile`: cases of a stored run profiled under Nsight Compute on their own hosts; and the
 profiling step of `diff --across-hosts --profile` (each flagged case on its outlier host and on the host
 closest to the fleet median, with the counter diff that names the likely cause)."""
+
 from __future__ import annotations
 
 import math
 
 from ..errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, InputError
-from .common import (Streams, opt_accept_new, opt_format, opt_inventory, opt_parallel, opt_runs_dir, positive_int,
-                     seconds)
+from .common import (
+    Streams,
+    opt_accept_new,
+    opt_format,
+    opt_inventory,
+    opt_parallel,
+    opt_runs_dir,
+    positive_int,
+    seconds,
+)
 from .storedcases import declare_selection, one_run, plan_on_hosts, report_problems, run_on_hosts, select_cases
 
 HELP = "profile cases of a stored run under Nsight Compute (ncu) on their own hosts"
-EPILOG = ("TARGET: RUN:host or RUN:host:gpu (several: profiled in parallel, one host at a time per GPU). Each case "
-          "runs with the run's own worker and timing settings, warmed up and settled as the sweep did, then "
-          "`--calls` calls are profiled (ncu --clock-control none: the clock state the sweep measured). Profiles are "
-          "stored in the run's folder (profiles/). Exit 1 when a case could not be profiled (no ncu, counters not "
-          "permitted, ...: one line each says what to change), 2 on bad input, 130 interrupted.")
+EPILOG = (
+    "TARGET: RUN:host or RUN:host:gpu (several: profiled in parallel, one host at a time per GPU). Each case "
+    "runs with the run's own worker and timing settings, warmed up and settled as the sweep did, then "
+    "`--calls` calls are profiled (ncu --clock-control none: the clock state the sweep measured). Profiles are "
+    "stored in the run's folder (profiles/). Exit 1 when a case could not be profiled (no ncu, counters not "
+    "permitted, ...: one line each says what to change), 2 on bad input, 130 interrupted."
+)
 DEFAULT_FLEET_LIMIT = 3
 
 
 def declare_profiling(p) -> None:
     """The options of how a case is profiled (shared by `profile` and `diff --profile`)."""
     p.add_argument("--calls", type=positive_int, default=3, help="calls of the case profiled (default: 3)")
-    p.add_argument("--kernel", metavar="REGEX", default="",
-                   help="only kernels whose function name matches (ncu --kernel-name regex:REGEX; default: every kernel)")
-    p.add_argument("--max-kernels", type=positive_int, default=64,
-                   help="stop after this many kernel launches (ncu --launch-count; default: 64)")
-    p.add_argument("--ncu", metavar="PATH", default="",
-                   help="ncu on the hosts (default: $FLEETBENCH_NCU of the host's env, PATH, then where Nsight "
-                        "Compute installs itself)")
+    p.add_argument(
+        "--kernel",
+        metavar="REGEX",
+        default="",
+        help="only kernels whose function name matches (ncu --kernel-name regex:REGEX; default: every kernel)",
+    )
+    p.add_argument(
+        "--max-kernels",
+        type=positive_int,
+        default=64,
+        help="stop after this many kernel launches (ncu --launch-count; default: 64)",
+    )
+    p.add_argument(
+        "--ncu",
+        metavar="PATH",
+        default="",
+        help="ncu on the hosts (default: $FLEETBENCH_NCU of the host's env, PATH, then where Nsight "
+        "Compute installs itself)",
+    )
     p.add_argument("--timeout", type=seconds, default=900.0, help="seconds one case may take under ncu (default: 900)")
     p.add_argument("--lock-timeout", type=seconds, help="seconds to wait for a busy GPU (default: the run's)")
 
@@ -46,11 +69,19 @@ def declare(p):
 def declare_for_diff(p) -> None:
     """`diff`'s profiling options: --profile and how it profiles."""
     group = p.add_argument_group("profiling the outliers (--across-hosts --profile)")
-    group.add_argument("--profile", action="store_true",
-                       help="profile each flagged case of an outlier host, and the same case on the host closest to "
-                            "the fleet median, under ncu; print the counter diff and the likely cause")
-    group.add_argument("--profile-limit", type=positive_int, default=DEFAULT_FLEET_LIMIT, metavar="N",
-                       help=f"the N flagged cases furthest from the fleet (default: {DEFAULT_FLEET_LIMIT})")
+    group.add_argument(
+        "--profile",
+        action="store_true",
+        help="profile each flagged case of an outlier host, and the same case on the host closest to "
+        "the fleet median, under ncu; print the counter diff and the likely cause",
+    )
+    group.add_argument(
+        "--profile-limit",
+        type=positive_int,
+        default=DEFAULT_FLEET_LIMIT,
+        metavar="N",
+        help=f"the N flagged cases furthest from the fleet (default: {DEFAULT_FLEET_LIMIT})",
+    )
     declare_profiling(group)
     opt_inventory(group, "hosts file (default: the one the run was started with)")
     opt_parallel(group)
@@ -60,8 +91,13 @@ def declare_for_diff(p) -> None:
 def options_of(args):
     from worker.profile import ProfileOptions
 
-    return ProfileOptions(calls=args.calls, kernel_regex=args.kernel, max_kernels=args.max_kernels, ncu=args.ncu,
-                          case_timeout_s=args.timeout)
+    return ProfileOptions(
+        calls=args.calls,
+        kernel_regex=args.kernel,
+        max_kernels=args.max_kernels,
+        ncu=args.ncu,
+        case_timeout_s=args.timeout,
+    )
 
 
 def run(args, io: Streams) -> int:
@@ -70,8 +106,10 @@ def run(args, io: Streams) -> int:
 
     store, slots = one_run(args, "profile", "RUN:host, RUN:host:gpu")
     if any(":" not in t for t in args.targets):
-        raise InputError("profile: name the host of each TARGET (RUN:host or RUN:host:gpu): profiling costs ncu time "
-                         "per host and case")
+        raise InputError(
+            "profile: name the host of each TARGET (RUN:host or RUN:host:gpu): profiling costs ncu time "
+            "per host and case"
+        )
     wanted = select_cases(slots, args, verb="profile", done="profiled", cost="each case costs a run under ncu")
     from ..execution.profile import PROFILE
 
@@ -115,7 +153,7 @@ def profile_flagged(args, side, report, fleet_doc, io: Streams) -> int:
 
     outliers = {slot for slot, h in report.hosts.items() if h["outlier"]}
     # What is to be explained is a slowdown: an outlier's cases slower than the fleet, furthest first.
-    flagged = [d for d in report.deviations if d.slot in outliers and d.robust_z > 0][:args.profile_limit]
+    flagged = [d for d in report.deviations if d.slot in outliers and d.robust_z > 0][: args.profile_limit]
     if not flagged:
         if args.format in ("json", "csv"):
             fleet_doc.data["profiles"] = []
@@ -132,20 +170,34 @@ def profile_flagged(args, side, report, fleet_doc, io: Streams) -> int:
     try:
         results = run_on_hosts(plan, PROFILE, options_of(args), args, io)
     except KeyboardInterrupt:
-        io.problem("interrupted: ncu was stopped on the hosts; what came back is stored in "
-                   f"{side.store.dir / 'profiles'}")
+        io.problem(
+            f"interrupted: ncu was stopped on the hosts; what came back is stored in {side.store.dir / 'profiles'}"
+        )
         return EXIT_INTERRUPTED
     by_key = {(p.slot, p.case_id): p for r in results for p in r.stored}
     comparisons = []
     for d, ref in pairs:
         a, b = by_key.get((ref, d.case_key)), by_key.get((d.slot, d.case_key))
         case = (b or a).record.case if (a or b) else side.store.planned_cases()[d.case_key]
-        entry = {"case_id": d.case_key, "case": case_text(case), "label": case.label, "b_slot": d.slot, "a_slot": ref,
-                 "sweep_b_us": d.median_us, "fleet_median_us": d.fleet_median_us,
-                 "sweep_a_us": a.sweep_median_us if a else None, "robust_z": d.robust_z,
-                 "sweep_ratio": d.median_us / a.sweep_median_us if a and a.sweep_median_us else None,
-                 "a_profile": str(a.path) if a else None, "b_profile": str(b.path) if b else None,
-                 "a_us": None, "b_us": None, "ratio": None, "details": [], "kernels": []}
+        entry = {
+            "case_id": d.case_key,
+            "case": case_text(case),
+            "label": case.label,
+            "b_slot": d.slot,
+            "a_slot": ref,
+            "sweep_b_us": d.median_us,
+            "fleet_median_us": d.fleet_median_us,
+            "sweep_a_us": a.sweep_median_us if a else None,
+            "robust_z": d.robust_z,
+            "sweep_ratio": d.median_us / a.sweep_median_us if a and a.sweep_median_us else None,
+            "a_profile": str(a.path) if a else None,
+            "b_profile": str(b.path) if b else None,
+            "a_us": None,
+            "b_us": None,
+            "ratio": None,
+            "details": [],
+            "kernels": [],
+        }
         why = _not_comparable(a, b, ref)
         if not why:
             try:

@@ -1,21 +1,26 @@
 """`fleetbench prune`: remove old runs here and on their hosts (never one in progress)."""
+
 from __future__ import annotations
 
 from pathlib import Path
 
 from ..errors import EXIT_FAILED, EXIT_OK
-from .common import (Streams, opt_accept_new, opt_inventory, opt_parallel, opt_runs_dir, positive_int,
-                     run_inventory)
+from .common import Streams, opt_accept_new, opt_inventory, opt_parallel, opt_runs_dir, positive_int, run_inventory
 
 HELP = "remove old runs here and on their hosts (never one in progress)"
-EPILOG = ("A run's folders on its hosts go first; the local folder goes only when they are gone (or with "
-          "--local-only). Exit 1 when a run had to be kept (unreachable host, run in progress).")
+EPILOG = (
+    "A run's folders on its hosts go first; the local folder goes only when they are gone (or with "
+    "--local-only). Exit 1 when a run had to be kept (unreachable host, run in progress)."
+)
 
 
 def declare(p):
-    p.add_argument("--keep", type=positive_int,
-                   help="keep the newest N runs, prune the older ones (dry runs of `render` are counted apart: "
-                        "the newest N of them stay too)")
+    p.add_argument(
+        "--keep",
+        type=positive_int,
+        help="keep the newest N runs, prune the older ones (dry runs of `render` are counted apart: "
+        "the newest N of them stay too)",
+    )
     p.add_argument("--older-than", metavar="DATE", help="prune runs created before DATE (2026-11-30[T12:00])")
     opt_runs_dir(p)
     opt_inventory(p, "hosts file (default: each run's own)")
@@ -41,9 +46,16 @@ def run(args, io: Streams) -> int:
 
     for note in links_notes(existing_runs_dir(Path(args.runs_dir))):
         io.problem(f"note: {note}")
-    results = prune_runs(Path(args.runs_dir), inventory_of, keep=args.keep, older_than=older_than,
-                         dry_run=args.dry_run, local_only=args.local_only, accept_new=args.accept_new,
-                         parallel=args.parallel)
+    results = prune_runs(
+        Path(args.runs_dir),
+        inventory_of,
+        keep=args.keep,
+        older_than=older_than,
+        dry_run=args.dry_run,
+        local_only=args.local_only,
+        accept_new=args.accept_new,
+        parallel=args.parallel,
+    )
     verb = "would prune" if args.dry_run else "pruned"
     for r in results:
         hosts = f" (and on {', '.join(r.hosts_cleaned)})" if r.hosts_cleaned else ""

@@ -1,4 +1,5 @@
 """`fleetbench render`: dry run: render the scripts and print them with the remote commands."""
+
 from __future__ import annotations
 
 from pathlib import Path

@@ -1,4 +1,5 @@
 """`fleetbench report`: write one self-contained HTML report with plots."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -14,8 +15,11 @@ def declare(p):
     p.add_argument("--against", help="a second run (or RUN:host) to compare with")
     p.add_argument("-o", "--output", default="report.html", help="the HTML file to write (default: report.html)")
     p.add_argument("--baseline", help="the backend speedups are drawn against (default: torch-bf16 when present)")
-    p.add_argument("--history", action="store_true",
-                   help="add trend plots: this run's cases over every stored run (the history index), steps marked")
+    p.add_argument(
+        "--history",
+        action="store_true",
+        help="add trend plots: this run's cases over every stored run (the history index), steps marked",
+    )
     opt_threshold(p)
     opt_runs_dir(p)
 
@@ -28,7 +32,14 @@ def run(args, io: Streams) -> int:
 
         for note in links_notes(Path(args.runs_dir)):
             io.problem(f"note: {note}")
-    path = write_report(Path(args.runs_dir), args.run, args.against, Path(args.output), parse_threshold(args.threshold),
-                        with_history=args.history, baseline=args.baseline)
+    path = write_report(
+        Path(args.runs_dir),
+        args.run,
+        args.against,
+        Path(args.output),
+        parse_threshold(args.threshold),
+        with_history=args.history,
+        baseline=args.baseline,
+    )
     io.problem(f"wrote {path}")
     return EXIT_OK

@@ -1,10 +1,11 @@
 """`fleetbench runs`: list stored runs."""
+
 from __future__ import annotations
 
 from pathlib import Path
 
 from ..errors import EXIT_OK, FleetbenchError
-from .common import Streams, opt_runs_dir, opt_format
+from .common import Streams, opt_format, opt_runs_dir
 
 HELP = "list stored runs"
 
@@ -16,9 +17,8 @@ def declare(p):
 
 def run(args, io: Streams) -> int:
     from ..analysis.merge import merged_rows
+    from ..runs.store import RunStore, existing_runs_dir, links_notes, list_run_dirs, run_dirs_without_manifest
     from ..views.output import write
-    from ..runs.store import (RunStore, existing_runs_dir, links_notes, list_run_dirs,
-                              run_dirs_without_manifest)
     from ..views.tables import runs_document
 
     def counted(values) -> dict[str, int]:
@@ -39,17 +39,26 @@ def run(args, io: Streams) -> int:
             # A run is its cases: a host can end ok while every case it ran failed.
             cases = {} if manifest.dry_run else counted(r.status for r in merged_rows(store))
         except FleetbenchError as exc:
-            entries.append({"run_id": run_dir.name, "sweep": "?", "hosts": 0, "cases": 0,
-                            "summary": f"unreadable: {exc}"})
+            entries.append(
+                {"run_id": run_dir.name, "sweep": "?", "hosts": 0, "cases": 0, "summary": f"unreadable: {exc}"}
+            )
             continue
         hosts = counted(o.outcome for o in store.latest_outcomes().values())
         if manifest.dry_run:
             summary = "rendered only (dry run)"
         else:
             summary = f"cases: {said(cases)}; hosts: {said(hosts)}" if hosts else "not started"
-        entries.append({"run_id": store.run_id, "sweep": manifest.sweep_name, "hosts": len(manifest.hosts),
-                        "cases": sum(len(j.case_ids) for j in manifest.jobs), "summary": summary,
-                        "case_statuses": cases, "host_outcomes": hosts})
+        entries.append(
+            {
+                "run_id": store.run_id,
+                "sweep": manifest.sweep_name,
+                "hosts": len(manifest.hosts),
+                "cases": sum(len(j.case_ids) for j in manifest.jobs),
+                "summary": summary,
+                "case_statuses": cases,
+                "host_outcomes": hosts,
+            }
+        )
     io.write(write(runs_document(entries), args.format, io.width()))
     for note in links_notes(runs_dir):
         io.problem(f"note: {note}")

@@ -1,10 +1,11 @@
 """`fleetbench show`: print a stored run's merged results."""
+
 from __future__ import annotations
 
 from pathlib import Path
 
 from ..errors import EXIT_FAILED, EXIT_OK, InputError
-from .common import Streams, opt_runs_dir, opt_format, print_run
+from .common import Streams, opt_format, opt_runs_dir, print_run
 
 HELP = "print a stored run's merged results"
 
@@ -15,8 +16,11 @@ def declare(p):
     opt_format(p)
     p.add_argument("--pivot", choices=["backend"], help="one row per shape, backends side by side")
     p.add_argument("--baseline", help="with --pivot: show each backend's speedup over this one")
-    p.add_argument("--per-host", action="store_true",
-                   help="with --pivot: one row per host and shape (default: the fleet's median per shape)")
+    p.add_argument(
+        "--per-host",
+        action="store_true",
+        help="with --pivot: one row per host and shape (default: the fleet's median per shape)",
+    )
 
 
 def run(args, io: Streams) -> int:
@@ -35,8 +39,13 @@ def run(args, io: Streams) -> int:
 
     # BEST only where the head-to-head interval says so (analysis/headtohead.py)
     slots = load_slots(store)
-    io.write(write(pivot_document(merged_rows(store, slots), args.baseline, per_host=args.per_host,
-                                  pairs=pair_index(slots)), args.format, io.width()))
+    io.write(
+        write(
+            pivot_document(merged_rows(store, slots), args.baseline, per_host=args.per_host, pairs=pair_index(slots)),
+            args.format,
+            io.width(),
+        )
+    )
     bad = [o for o in outcomes if o.outcome != "ok"]
     for o in bad:
         io.problem(f"{o.slot}: {o.outcome}: {o.error}")

@@ -1,6 +1,7 @@
 """What `profile` and `crosscheck` share on the command line: naming cases of a stored run, running a
 worker command over them on their own hosts (execution/storedcases.py), and a line per problem. The
 execution stack is imported only when something runs."""
+
 from __future__ import annotations
 
 import fnmatch
@@ -13,8 +14,9 @@ from .common import Streams, positive_int, run_inventory
 def declare_selection(p, targets_help: str) -> None:
     """TARGET and the options that name cases of the run."""
     p.add_argument("targets", nargs="+", metavar="TARGET", help=targets_help)
-    p.add_argument("--case", action="append", default=[], metavar="ID",
-                   help="a case id or a unique prefix (repeatable)")
+    p.add_argument(
+        "--case", action="append", default=[], metavar="ID", help="a case id or a unique prefix (repeatable)"
+    )
     p.add_argument("--backend", action="append", default=[], metavar="NAME", help="backend name or glob (repeatable)")
     p.add_argument("--m", type=positive_int, help="cases of this M (an MoE layer's: its tokens)")
     p.add_argument("--n", type=positive_int, help="cases of this N")
@@ -35,29 +37,41 @@ def one_run(args, command: str, forms: str):
 
 def _selected(rec, args) -> bool:
     case = rec.case
-    return ((not args.case or any(case.case_id.startswith(c) for c in args.case))
-            and (not args.backend or any(fnmatch.fnmatchcase(case.backend, b) for b in args.backend))
-            and all(v is None or getattr(case, f) == v for f, v in (("m", args.m), ("n", args.n), ("k", args.k)))
-            and (args.label is None or args.label in case.label))
+    return (
+        (not args.case or any(case.case_id.startswith(c) for c in args.case))
+        and (not args.backend or any(fnmatch.fnmatchcase(case.backend, b) for b in args.backend))
+        and all(v is None or getattr(case, f) == v for f, v in (("m", args.m), ("n", args.n), ("k", args.k)))
+        and (args.label is None or args.label in case.label)
+    )
 
 
 def select_cases(slots, args, *, verb: str, done: str, cost: str, or_all: bool = False) -> dict[str, list[str]]:
     """slot -> the ids of its ok cases that the selection names (with `or_all`, `--all` names each one).
     InputError, in the command's words (to `verb` a case; it is `done`; what each case `cost`s), when the
     options name no case or the run has none that is ok."""
-    named = (or_all and args.all) or args.case or args.backend or args.label is not None or any(
-        v is not None for v in (args.m, args.n, args.k))
+    named = (
+        (or_all and args.all)
+        or args.case
+        or args.backend
+        or args.label is not None
+        or any(v is not None for v in (args.m, args.n, args.k))
+    )
     if not named:
-        raise InputError(f"say which cases to {verb}: --case ID, --backend NAME, --m / --n / --k, --label TEXT"
-                         + (", or --all" if or_all else "") + f" ({cost})")
+        raise InputError(
+            f"say which cases to {verb}: --case ID, --backend NAME, --m / --n / --k, --label TEXT"
+            + (", or --all" if or_all else "")
+            + f" ({cost})"
+        )
     wanted = {}
     for s in slots:
         ids = [cid for cid, (_, rec) in s.records.items() if rec.status == "ok" and rec.timing and _selected(rec, args)]
         if ids:
             wanted[s.slot] = ids
     if not wanted:
-        raise InputError(f"no case that is ok on {', '.join(s.slot for s in slots)} matches the selection "
-                         f"(only cases the run measured can be {done})")
+        raise InputError(
+            f"no case that is ok on {', '.join(s.slot for s in slots)} matches the selection "
+            f"(only cases the run measured can be {done})"
+        )
     return wanted
 
 
@@ -75,8 +89,15 @@ def run_on_hosts(plan, command, options, args, io: Streams):
     """Run the plan; what each host does now is a line on stderr. One SlotResult per slot."""
     from ..execution.storedcases import run_cases
 
-    return run_cases(plan, command, options, parallel=args.parallel, accept_new=args.accept_new,
-                     say=lambda slot, text: io.problem(f"{slot}: {text}"), lock_timeout_s=args.lock_timeout)
+    return run_cases(
+        plan,
+        command,
+        options,
+        parallel=args.parallel,
+        accept_new=args.accept_new,
+        say=lambda slot, text: io.problem(f"{slot}: {text}"),
+        lock_timeout_s=args.lock_timeout,
+    )
 
 
 def report_problems(results, io: Streams) -> bool:

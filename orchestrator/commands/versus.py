@@ -1,5 +1,6 @@
 """`fleetbench versus`: two backends of one run head-to-head, shape by shape, from the samples they were
 timed in together."""
+
 from __future__ import annotations
 
 import textwrap
@@ -9,24 +10,34 @@ from ..errors import EXIT_FAILED, EXIT_OK, InputError
 from .common import Streams, opt_format, opt_runs_dir
 
 HELP = "two backends of one run head-to-head: per shape B/A from the samples timed together, and the winner"
-EPILOG = textwrap.fill("Per shape and host: A µs, B µs (each case's own median), B/A (> 1: B slower) with its 95% interval "
-          "from the pairs of samples the two were timed in together (interleaved, ABBA), pairs×rounds, and the "
-          "winner: `B faster` / `A faster` when the whole interval is beyond the tie margin, `tie` when it lies "
-          "within it, `unsure` otherwise, `not paired` when the two were timed apart (no ratio is given then). "
-          "Over several hosts, a fleet table per shape; the last line sums it up. docs/COMPARING.md says how. "
-          "Exit codes: 0 compared, 1 a case of A or B on these hosts is not done (failed, crashed, missing, "
-          "incomplete), 2 bad input (an unknown run, backend or host; two backends that share no shape).", width=100)
+EPILOG = textwrap.fill(
+    "Per shape and host: A µs, B µs (each case's own median), B/A (> 1: B slower) with its 95% interval "
+    "from the pairs of samples the two were timed in together (interleaved, ABBA), pairs×rounds, and the "
+    "winner: `B faster` / `A faster` when the whole interval is beyond the tie margin, `tie` when it lies "
+    "within it, `unsure` otherwise, `not paired` when the two were timed apart (no ratio is given then). "
+    "Over several hosts, a fleet table per shape; the last line sums it up. docs/COMPARING.md says how. "
+    "Exit codes: 0 compared, 1 a case of A or B on these hosts is not done (failed, crashed, missing, "
+    "incomplete), 2 bad input (an unknown run, backend or host; two backends that share no shape).",
+    width=100,
+)
 
 
 def declare(p):
     p.add_argument("run", help="run id (or a unique prefix), run folder or `latest`; RUN:host keeps one host")
     p.add_argument("a", metavar="A", help="the baseline backend (B/A > 1: B is slower than this one)")
     p.add_argument("b", metavar="B", help="the backend set against A")
-    p.add_argument("--host", metavar="SLOT",
-                   help="only this host slot (a host name takes all its GPUs; default: every host of the run)")
-    p.add_argument("--tie", default="0.01", metavar="FRACTION",
-                   help="tie margin: a B/A whose whole 95%% interval lies within 1/(1+FRACTION)..1+FRACTION is a "
-                        "tie, one wholly beyond it a win; also as a percentage, 1%% (default: 0.01)")
+    p.add_argument(
+        "--host",
+        metavar="SLOT",
+        help="only this host slot (a host name takes all its GPUs; default: every host of the run)",
+    )
+    p.add_argument(
+        "--tie",
+        default="0.01",
+        metavar="FRACTION",
+        help="tie margin: a B/A whose whole 95%% interval lies within 1/(1+FRACTION)..1+FRACTION is a "
+        "tie, one wholly beyond it a win; also as a percentage, 1%% (default: 0.01)",
+    )
     opt_format(p)
     opt_runs_dir(p)
 

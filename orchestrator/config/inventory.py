@@ -14,6 +14,7 @@ A host with `environments` becomes one host per environment, named `<host>@<envi
 machine, another interpreter (venv), its own pins over requirements/host-constraints.txt (what
 `provision` installs there) and its own `env` additions. Selecting the host's name selects all of them.
 """
+
 from __future__ import annotations
 
 import fnmatch
@@ -42,7 +43,9 @@ class SlurmSettings(BaseModel):
     time: Optional[PrintableText] = None  # srun --time, e.g. "00:30:00"
     # More srun/sbatch options, as an argv list, e.g. ["--qos=bench"] (YAML's list made the tuple a
     # frozen model keeps, also under strict validation).
-    options: Annotated[tuple[PrintableText, ...], BeforeValidator(lambda v: tuple(v) if isinstance(v, list) else v)] = ()
+    options: Annotated[
+        tuple[PrintableText, ...], BeforeValidator(lambda v: tuple(v) if isinstance(v, list) else v)
+    ] = ()
 
     @field_validator("options")
     @classmethod
@@ -96,7 +99,9 @@ class EnvironmentEntry(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     python: PrintableText
-    pins: list[PrintableText] = Field(default_factory=list)  # requirement pins "name==version" over the host constraints
+    pins: list[PrintableText] = Field(
+        default_factory=list
+    )  # requirement pins "name==version" over the host constraints
     env: Optional[dict[str, str]] = None
 
     _env_names = field_validator("env")(HostFields._env_names.__func__)
@@ -249,9 +254,17 @@ def load_inventory(path: Path) -> Inventory:
             hosts.append(host)
             continue
         for env_name, env in entry.environments.items():
-            hosts.append(host.model_copy(update={
-                "name": f"{entry.name}@{env_name}", "environment": env_name, "pins": tuple(env.pins),
-                "python": env.python, "env": {**host.env, **(env.env or {})}}))
+            hosts.append(
+                host.model_copy(
+                    update={
+                        "name": f"{entry.name}@{env_name}",
+                        "environment": env_name,
+                        "pins": tuple(env.pins),
+                        "python": env.python,
+                        "env": {**host.env, **(env.env or {})},
+                    }
+                )
+            )
     return Inventory(path=str(path), hosts=tuple(hosts))
 
 
@@ -268,16 +281,19 @@ def _resolve(path: Path, entry: HostEntry, defaults: HostFields) -> Host:
         if entry.launcher not in (None, "slurm"):
             raise InputError(f"{where}: field 'transport': 'slurm' is a launcher (launcher: slurm), not a transport")
         transport, launcher = ("ssh" if entry.hostname else "local"), "slurm"
-    transport = transport or ("local" if entry.hostname is None and (entry.name == "local" or launcher == "slurm")
-                              else "ssh")
+    transport = transport or (
+        "local" if entry.hostname is None and (entry.name == "local" or launcher == "slurm") else "ssh"
+    )
     if transport == "ssh" and not entry.hostname:
         raise InputError(f"{where}: field 'hostname': required for transport ssh")
     slurm = _pick(entry, defaults, "slurm")
     if launcher == "slurm":
         slurm = slurm or SlurmSettings()
         if _pick(entry, defaults, "gpus") is not None:
-            raise InputError(f"{where}: field 'gpus': a Slurm host's jobs get their GPUs from Slurm "
-                             "(slurm: {gpus: N}); one job per host entry")
+            raise InputError(
+                f"{where}: field 'gpus': a Slurm host's jobs get their GPUs from Slurm "
+                "(slurm: {gpus: N}); one job per host entry"
+            )
     elif entry.slurm is not None:
         raise InputError(f"{where}: field 'slurm': only for launcher slurm")
     else:
@@ -365,12 +381,16 @@ def select_hosts(inventory: Inventory, selector: Optional[str]) -> list[Host]:
 
 def _matching(inventory: Inventory, term: str) -> list[Host]:
     if term.startswith("label:"):
-        label = term[len("label:"):]
+        label = term[len("label:") :]
         matches = [h for h in inventory.hosts if label in h.labels]
     else:
-        matches = [h for h in inventory.hosts
-                   if fnmatch.fnmatchcase(h.name, term) or fnmatch.fnmatchcase(h.machine, term) or term in h.labels]
+        matches = [
+            h
+            for h in inventory.hosts
+            if fnmatch.fnmatchcase(h.name, term) or fnmatch.fnmatchcase(h.machine, term) or term in h.labels
+        ]
     if not matches:
-        raise InputError(f"--hosts: '{term}' matches no host in {inventory.path} "
-                         f"(hosts: {', '.join(inventory.names())})")
+        raise InputError(
+            f"--hosts: '{term}' matches no host in {inventory.path} (hosts: {', '.join(inventory.names())})"
+        )
     return matches

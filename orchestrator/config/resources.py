@@ -1,5 +1,6 @@
 """Where fleetbench's own data files are: package data when installed (`orchestrator.templates`,
 `orchestrator.sweeps`, mapped in pyproject.toml), the checkout's top-level folders otherwise."""
+
 from __future__ import annotations
 
 import importlib.resources

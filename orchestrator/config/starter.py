@@ -4,13 +4,14 @@ The shipped inventory (the `local` host and a commented fleet) and the shipped s
 (`orchestrator.templates/hosts.yaml`, `orchestrator.sweeps/*.yaml`), so a pip-installed fleetbench works
 outside its checkout. Existing files are never overwritten.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..runs.atomicfile import write_atomic
 from ..errors import InputError
+from ..runs.atomicfile import write_atomic
 from .resources import sweeps_dir, templates_dir
 
 

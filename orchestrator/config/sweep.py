@@ -17,6 +17,7 @@ A shape entry runs every backend of the sweep that runs its kind (GEMM or MoE la
 `backends:` it runs only those it names, each one of the sweep's (so one run can hold a fused MoE block
 and its two projections, each timed by other backends).
 """
+
 from __future__ import annotations
 
 import fnmatch
@@ -26,20 +27,28 @@ import math
 from pathlib import Path
 from typing import Annotated, Literal, Optional, Union
 
-from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, PrivateAttr, ValidationError, field_validator,
-                      model_validator)
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from worker.backends import CATALOG, MOE_CATALOG
 from worker.routing import describe as describe_routing
 from worker.routing import draw_counts, read_counts_file
 from worker.schema import CaseSpec, MoeSpec, TimingOptions
 
-from . import defaults
 from ..errors import InputError
+from . import defaults
 from .yamlfile import PrintableText, describe_validation, read_yaml_mapping, refuse_non_finite
 
 # GEMM libraries take their sizes as 32-bit integers (cuBLAS's m, n, k): a larger size is a typo.
-MAX_SIZE = 2 ** 31 - 1
+MAX_SIZE = 2**31 - 1
 # An MoE layer draws a routing over all its experts and runs a GEMM for each.
 MAX_EXPERTS = 65536
 
@@ -116,9 +125,9 @@ MOE_PRESETS: dict[str, tuple[int, int, list[tuple[str, int, int]]]] = {
 class MoeLayer(BaseModel):
     """All expert GEMMs of one MoE layer per case; the routing decides each expert's M (worker/routing.py).
 
-        moe_layer: {preset: glm5-tp8, tokens: [16, 256], routing: zipf, skew: 1.2}
-        moe_layer: {experts: 8, top_k: 2, tokens: 64, routing: uniform}          # with n and k
-        moe_layer: {experts: 256, top_k: 8, routing: file, counts_file: counts.json}
+    moe_layer: {preset: glm5-tp8, tokens: [16, 256], routing: zipf, skew: 1.2}
+    moe_layer: {experts: 8, top_k: 2, tokens: 64, routing: uniform}          # with n and k
+    moe_layer: {experts: 256, top_k: 8, routing: file, counts_file: counts.json}
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -157,13 +166,28 @@ class MoeLayer(BaseModel):
         if self.routing == "file":
             if self._counts is None:
                 raise ValueError("counts_file was not read (load the sweep with load_sweep)")
-            spec = MoeSpec(experts=self.experts, top_k=self.top_k, routing="file", source=Path(self.counts_file).name,
-                           counts=self._counts)
+            spec = MoeSpec(
+                experts=self.experts,
+                top_k=self.top_k,
+                routing="file",
+                source=Path(self.counts_file).name,
+                counts=self._counts,
+            )
             return [(math.ceil(sum(self._counts) / self.top_k), spec)]
         skew = self.skew if self.routing == "zipf" else None
-        return [(t, MoeSpec(experts=self.experts, top_k=self.top_k, routing=self.routing, skew=skew,
-                            counts=draw_counts(self.experts, self.top_k, t, self.routing, self.skew, seed)))
-                for t in _as_list(self.tokens)]
+        return [
+            (
+                t,
+                MoeSpec(
+                    experts=self.experts,
+                    top_k=self.top_k,
+                    routing=self.routing,
+                    skew=skew,
+                    counts=draw_counts(self.experts, self.top_k, t, self.routing, self.skew, seed),
+                ),
+            )
+            for t in _as_list(self.tokens)
+        ]
 
 
 class ShapeEntry(BaseModel):
@@ -185,8 +209,10 @@ class ShapeEntry(BaseModel):
     def _names_listed_once(cls, names: Optional[list[str]]) -> Optional[list[str]]:
         if names is not None:
             if not names:
-                raise ValueError("an empty list runs nothing: name the backends this shape runs, or leave "
-                                 "'backends' out to run all the sweep's")
+                raise ValueError(
+                    "an empty list runs nothing: name the backends this shape runs, or leave "
+                    "'backends' out to run all the sweep's"
+                )
             twice = next((n for i, n in enumerate(names) if n in names[:i]), None)
             if twice is not None:
                 raise ValueError(f"backend {twice!r} is named twice")
@@ -309,10 +335,13 @@ class Sweep(BaseModel):
         for name in entry.backends:
             known = name in names or name in CATALOG  # a kernel file runs GEMM shapes, as built-ins outside MOE_CATALOG
             if known and (name in MOE_CATALOG) != (entry.workload == "moe"):
-                runs, entry_is = ("MoE layers", "a GEMM shape") if name in MOE_CATALOG else \
-                    ("GEMM shapes", "an MoE layer")
-                raise ValueError(f"backend {name!r} runs {runs} and this shape is {entry_is} "
-                                 f"(the sweep's backends for it: {', '.join(fits) or 'none'})")
+                runs, entry_is = (
+                    ("MoE layers", "a GEMM shape") if name in MOE_CATALOG else ("GEMM shapes", "an MoE layer")
+                )
+                raise ValueError(
+                    f"backend {name!r} runs {runs} and this shape is {entry_is} "
+                    f"(the sweep's backends for it: {', '.join(fits) or 'none'})"
+                )
             if name not in names:
                 if any(c in name for c in "*?["):
                     why = f"{name!r}: name each backend (globs belong in the sweep's 'backends')"
@@ -342,13 +371,38 @@ class Sweep(BaseModel):
         for entry in self.shapes:
             backends = self.entry_backends(entry)
             if entry.workload == "moe":
-                planned = [CaseSpec(workload="moe", backend=backend, m=tokens, n=n, k=k, label=label, moe=spec,
-                                    out_dtype=self.out_dtype, seed=self.seed, timing=self.timing)
-                           for label, tokens, n, k, spec in entry.moe_layers(self.seed) for backend in backends]
+                planned = [
+                    CaseSpec(
+                        workload="moe",
+                        backend=backend,
+                        m=tokens,
+                        n=n,
+                        k=k,
+                        label=label,
+                        moe=spec,
+                        out_dtype=self.out_dtype,
+                        seed=self.seed,
+                        timing=self.timing,
+                    )
+                    for label, tokens, n, k, spec in entry.moe_layers(self.seed)
+                    for backend in backends
+                ]
             else:
-                planned = [CaseSpec(backend=backend, m=m, n=n, k=k, label=label, out_dtype=self.out_dtype,
-                                    seed=self.seed, timing=self.timing, kernel_sha256=kernels.get(backend))
-                           for label, m, n, k in entry.shapes() for backend in backends]
+                planned = [
+                    CaseSpec(
+                        backend=backend,
+                        m=m,
+                        n=n,
+                        k=k,
+                        label=label,
+                        out_dtype=self.out_dtype,
+                        seed=self.seed,
+                        timing=self.timing,
+                        kernel_sha256=kernels.get(backend),
+                    )
+                    for label, m, n, k in entry.shapes()
+                    for backend in backends
+                ]
             for case in planned:
                 if case.case_id not in seen:
                     seen.add(case.case_id)
@@ -381,8 +435,9 @@ def load_sweep(path: Path) -> Sweep:
         if (is_glob and not fnmatch.filter(CATALOG, pattern)) or (not is_glob and pattern not in CATALOG):
             unknown.append(pattern)
     if unknown:
-        raise InputError(f"{path}: field 'backends': unknown backend {', '.join(map(repr, unknown))} "
-                         f"(known: {', '.join(CATALOG)})")
+        raise InputError(
+            f"{path}: field 'backends': unknown backend {', '.join(map(repr, unknown))} (known: {', '.join(CATALOG)})"
+        )
     names = [b.name for b in user]
     for b in user:
         if b.name in CATALOG:
@@ -401,8 +456,10 @@ def load_sweep(path: Path) -> Sweep:
             raise InputError(f"{path}: field 'shapes.{i}.backends': {exc}") from None
         used.update(runs)
         if entry.workload == "moe" and not runs:
-            raise InputError(f"{path}: shapes[{i}] is an MoE layer but no backend runs MoE layers "
-                             f"(add some of: {', '.join(MOE_CATALOG)})")
+            raise InputError(
+                f"{path}: shapes[{i}] is an MoE layer but no backend runs MoE layers "
+                f"(add some of: {', '.join(MOE_CATALOG)})"
+            )
         if entry.workload == "gemm" and not runs:
             raise InputError(f"{path}: shapes[{i}] is a GEMM shape but every backend is an MoE backend")
         layer = entry.moe_layer
@@ -411,8 +468,9 @@ def load_sweep(path: Path) -> Sweep:
             try:
                 layer._counts = read_counts_file(counts, layer.experts)
             except OSError as exc:
-                raise InputError(f"{path}: shapes[{i}].moe_layer.counts_file: cannot read {counts}: "
-                                 f"{exc.strerror or exc}") from None
+                raise InputError(
+                    f"{path}: shapes[{i}].moe_layer.counts_file: cannot read {counts}: {exc.strerror or exc}"
+                ) from None
             except ValueError as exc:
                 raise InputError(f"{path}: shapes[{i}].moe_layer.counts_file: {exc}") from None
     # A backend named in the sweep that shapes of its kind all leave out of their own lists runs nothing:
@@ -424,6 +482,8 @@ def load_sweep(path: Path) -> Sweep:
         if any(c in name for c in "*?[") or name in used:
             continue
         if ("moe" if name in MOE_CATALOG else "gemm") in kinds:
-            raise InputError(f"{path}: field 'backends': {name!r} runs on no shape: every shape of its kind "
-                             f"names its own 'backends' without it")
+            raise InputError(
+                f"{path}: field 'backends': {name!r} runs on no shape: every shape of its kind "
+                f"names its own 'backends' without it"
+            )
     return sweep

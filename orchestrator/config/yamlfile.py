@@ -1,5 +1,6 @@
 """Reading YAML files and turning validation errors into one line per problem, naming file and field;
 the rule for text that tables show."""
+
 from __future__ import annotations
 
 import json
@@ -33,8 +34,11 @@ class _UniqueKeyLoader(_SAFE_LOADER):
                 first = seen.setdefault((key.tag, key.value), key)
                 if first is not key:
                     raise yaml.constructor.ConstructorError(
-                        None, None, f"key {key.value!r} given twice (first at line {first.start_mark.line + 1})",
-                        key.start_mark)
+                        None,
+                        None,
+                        f"key {key.value!r} given twice (first at line {first.start_mark.line + 1})",
+                        key.start_mark,
+                    )
         return super().construct_mapping(node, deep=deep)
 
 

@@ -7,6 +7,7 @@ A line that cannot be written (a full disk) never raises in the thread that read
 such error is kept (`write_error`), `on_write_error` is told once (the attempt stops its job), and
 later lines are read and dropped, so the command's output never backs up. The files end with whole
 lines: what was written before stays as it was."""
+
 from __future__ import annotations
 
 import collections
@@ -23,9 +24,15 @@ STDERR_TAIL = 30
 
 
 class StreamDemux:
-    def __init__(self, log: BinaryIO, results: BinaryIO, watch: LaunchWatch,
-                 on_progress: Callable[[dict], None], on_launcher: Callable[[str], None],
-                 on_write_error: Callable[[OSError], None] = lambda exc: None):
+    def __init__(
+        self,
+        log: BinaryIO,
+        results: BinaryIO,
+        watch: LaunchWatch,
+        on_progress: Callable[[dict], None],
+        on_launcher: Callable[[str], None],
+        on_write_error: Callable[[OSError], None] = lambda exc: None,
+    ):
         """`log` and `results`: files opened unbuffered in binary ("wb", buffering=0), or text streams."""
         self.log = log
         self.results = results

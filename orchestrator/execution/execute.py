@@ -16,6 +16,7 @@ A full disk under the run folder stops the attempt, not the controller: the job 
 written stays (whole lines), and its outcome says so (failed: "disk full (ENOSPC) writing PATH ...");
 when even the outcome finds no room, an empty marker beside it says why (store.RunStore.outcome).
 """
+
 from __future__ import annotations
 
 import collections
@@ -29,19 +30,30 @@ from typing import Callable, Optional
 from worker import protocol
 from worker.schema import CaseSpec
 
-from ..planning.bundle import WorkerBundle
-from .demux import StreamDemux
-from .fanout import fan_out
 from ..config.inventory import Host
 from ..launchers import job_name, launcher_for
-from .outcome import AttemptEnd, HostOutcome, explain_stderr, judge
+from ..planning.bundle import WorkerBundle
 from ..planning.plan import Job, Plan
 from ..runs.atomicfile import as_disk_full
 from ..runs.records import parse_results
-from .remote import (CLEANUP_LIMIT_S, RemoteLayout, RenderedScript, bounded, job_argv, job_params, lacks_files,
-                     run_first, stop_job, sync_script, write_params)
 from ..runs.store import RunStore, now_iso
 from ..transport import CommandResult, Transport, TransportError, make_transport
+from .demux import StreamDemux
+from .fanout import fan_out
+from .outcome import AttemptEnd, HostOutcome, explain_stderr, judge
+from .remote import (
+    CLEANUP_LIMIT_S,
+    RemoteLayout,
+    RenderedScript,
+    bounded,
+    job_argv,
+    job_params,
+    lacks_files,
+    run_first,
+    stop_job,
+    sync_script,
+    write_params,
+)
 
 
 @dataclass(frozen=True)
@@ -98,10 +110,19 @@ class Execution:
             t.join(timeout=CLEANUP_LIMIT_S)
 
 
-def run_tasks(plan: Plan, store: RunStore, scripts: dict[str, RenderedScript], bundle: WorkerBundle,
-              tasks: list[JobTask], *, parallel: int = 64, accept_new: bool = False,
-              on_event: Optional[EventSink] = None, execution: Optional[Execution] = None,
-              transport_factory: Callable[..., Transport] = make_transport) -> list[HostOutcome]:
+def run_tasks(
+    plan: Plan,
+    store: RunStore,
+    scripts: dict[str, RenderedScript],
+    bundle: WorkerBundle,
+    tasks: list[JobTask],
+    *,
+    parallel: int = 64,
+    accept_new: bool = False,
+    on_event: Optional[EventSink] = None,
+    execution: Optional[Execution] = None,
+    transport_factory: Callable[..., Transport] = make_transport,
+) -> list[HostOutcome]:
     """Run every task; returns one outcome per task, in task order. Never raises for a host's failure."""
     execution = execution or Execution()
     emit = on_event or (lambda e: None)
@@ -115,14 +136,31 @@ def run_tasks(plan: Plan, store: RunStore, scripts: dict[str, RenderedScript], b
     results: dict[tuple[str, int], HostOutcome] = {}
 
     def host_pipeline(name: str) -> None:
-        pipeline = _HostPipeline(plan, store, scripts[name], bundle_path, bundle.params_format, hosts[name],
-                                 by_host[name], accept_new, emit, execution, transport_factory)
+        pipeline = _HostPipeline(
+            plan,
+            store,
+            scripts[name],
+            bundle_path,
+            bundle.params_format,
+            hosts[name],
+            by_host[name],
+            accept_new,
+            emit,
+            execution,
+            transport_factory,
+        )
         for outcome in pipeline.run():
             results[(outcome.slot, outcome.attempt)] = outcome
 
     # Ctrl-C: flag every host, stop every remote process group that runs, then raise (fanout.fan_out).
-    done = fan_out(list(by_host), host_pipeline, parallel=parallel, name_of=str, cancel=execution.cancel,
-                   on_interrupt=execution.stop_all)
+    done = fan_out(
+        list(by_host),
+        host_pipeline,
+        parallel=parallel,
+        name_of=str,
+        cancel=execution.cancel,
+        on_interrupt=execution.stop_all,
+    )
     for host_result in done:  # a pipeline that raised (a bug) still gives each of its jobs an outcome
         for task in by_host[host_result.name]:
             if (task.job.slot, task.attempt) not in results:
@@ -132,8 +170,9 @@ def run_tasks(plan: Plan, store: RunStore, scripts: dict[str, RenderedScript], b
 
 
 class _HostPipeline:
-    def __init__(self, plan, store, script, bundle_path, params_format, host, tasks, accept_new, emit, execution,
-                 factory):
+    def __init__(
+        self, plan, store, script, bundle_path, params_format, host, tasks, accept_new, emit, execution, factory
+    ):
         self.plan: Plan = plan
         self.params_format: int = params_format
         self.store: RunStore = store
@@ -160,8 +199,12 @@ class _HostPipeline:
             for task in self.tasks:
                 self.store.attempt_dir(task.job.slot, task.attempt).mkdir(parents=True, exist_ok=True)
         except OSError as exc:  # nothing started: each attempt says why
-            return [self._finish(t, "failed", str(as_disk_full(exc, self.store.attempt_dir(t.job.slot, t.attempt))),
-                                 started_at) for t in self.tasks]
+            return [
+                self._finish(
+                    t, "failed", str(as_disk_full(exc, self.store.attempt_dir(t.job.slot, t.attempt))), started_at
+                )
+                for t in self.tasks
+            ]
         transport = self.factory(self.host, accept_new=self.accept_new)
         try:
             try:
@@ -203,21 +246,29 @@ class _HostPipeline:
 
         def on_write_error(exc: OSError) -> None:  # the disk refused a line: stop the job (in the background:
             # this runs in the thread that reads its output, which must go on reading)
-            threading.Thread(target=stop_job, args=(transport, self.host, self.layout, slot, attempt),
-                             daemon=True).start()
+            threading.Thread(
+                target=stop_job, args=(transport, self.host, self.layout, slot, attempt), daemon=True
+            ).start()
 
         # Unbuffered, line by line: a line is on disk as soon as it came, and a full disk is met at once.
         with open(local / "log.txt", "wb", buffering=0) as log, open(results_local, "wb", buffering=0) as results:
-            demux = StreamDemux(log, results, watch, lambda event: self._progress(task, event, progress),
-                                on_launcher, on_write_error)
+            demux = StreamDemux(
+                log, results, watch, lambda event: self._progress(task, event, progress), on_launcher, on_write_error
+            )
 
             def launch() -> Optional[CommandResult]:
                 remaining = self.started + job.timeout_s - time.monotonic()
                 if remaining <= 0 or self.execution.cancel.is_set():
                     return CommandResult(exit_code=-1, timed_out=remaining <= 0)
                 self.bytes_uploaded += len(params)
-                return transport.run(argv, env=job.env, timeout=remaining, on_line=demux.on_line, stdin=params,
-                                     stall_timeout=self.launcher.stall_limit(watch, job.stall_timeout_s))
+                return transport.run(
+                    argv,
+                    env=job.env,
+                    timeout=remaining,
+                    on_line=demux.on_line,
+                    stdin=params,
+                    stall_timeout=self.launcher.stall_limit(watch, job.stall_timeout_s),
+                )
 
             def resync() -> None:
                 demux.note("the host lacks this script or worker version: uploading, then starting again")
@@ -267,32 +318,68 @@ class _HostPipeline:
         final = {r.case_id: r for r in parsed.cases if r.case_id in wanted}  # a case's last line says where it is
         done_ids = {cid for cid, r in final.items() if r.complete}
         statuses = collections.Counter(r.status if r.complete else "incomplete" for r in final.values())
-        end = AttemptEnd(total=len(task.cases), done=len(done_ids), cancelled=self.execution.cancel.is_set(),
-                         started=result is not None, timed_out=bool(result and result.timed_out),
-                         stalled=bool(result and result.stalled), stall_timeout_s=job.stall_timeout_s,
-                         exit_code=result.exit_code if result else -1, hello_seen=demux.hello,
-                         fetched=fetched, stderr_tail=explain_stderr(demux.stderr_tail), python=self.host.python,
-                         timeout_s=job.timeout_s)
+        end = AttemptEnd(
+            total=len(task.cases),
+            done=len(done_ids),
+            cancelled=self.execution.cancel.is_set(),
+            started=result is not None,
+            timed_out=bool(result and result.timed_out),
+            stalled=bool(result and result.stalled),
+            stall_timeout_s=job.stall_timeout_s,
+            exit_code=result.exit_code if result else -1,
+            hello_seen=demux.hello,
+            fetched=fetched,
+            stderr_tail=explain_stderr(demux.stderr_tail),
+            python=self.host.python,
+            timeout_s=job.timeout_s,
+        )
         outcome, error = judge(end)
-        outcome, error = self.launcher.verdict(transport, job_name(self.layout.run_id, slot, attempt), outcome,
-                                               error, end.total - end.done, end.total, end.cancelled)
+        outcome, error = self.launcher.verdict(
+            transport,
+            job_name(self.layout.run_id, slot, attempt),
+            outcome,
+            error,
+            end.total - end.done,
+            end.total,
+            end.cancelled,
+        )
         if demux.write_error is not None:
             outcome = "failed"
-            error = (f"{as_disk_full(demux.write_error, demux.write_error.filename or local)}; the job was stopped "
-                     f"with {end.done} of {end.total} cases stored")
-        return self._finish(task, outcome, error, started_at, done=len(done_ids), statuses=dict(statuses),
-                            problems=parsed.problems, queue_s=watch.queue_s())
+            error = (
+                f"{as_disk_full(demux.write_error, demux.write_error.filename or local)}; the job was stopped "
+                f"with {end.done} of {end.total} cases stored"
+            )
+        return self._finish(
+            task,
+            outcome,
+            error,
+            started_at,
+            done=len(done_ids),
+            statuses=dict(statuses),
+            problems=parsed.problems,
+            queue_s=watch.queue_s(),
+        )
 
     def _progress(self, task: JobTask, event: dict, progress: dict) -> None:
         if event.get("event") == "lock-wait":
             progress["current"] = f"held by run {event.get('holder')}"
-            self.emit(JobEvent(task.job.slot, "waiting for the host's lock", done=progress["done"], total=len(task.cases),
-                               current=progress["current"]))
+            self.emit(
+                JobEvent(
+                    task.job.slot,
+                    "waiting for the host's lock",
+                    done=progress["done"],
+                    total=len(task.cases),
+                    current=progress["current"],
+                )
+            )
             return
         if event.get("event") == "heartbeat":  # alive (the transport saw the bytes): the view may say so
             state = "waiting for the host's lock" if event.get("state") == "lock-wait" else "running"
-            self.emit(JobEvent(task.job.slot, state, done=progress["done"], total=len(task.cases),
-                               current=progress["current"]))
+            self.emit(
+                JobEvent(
+                    task.job.slot, state, done=progress["done"], total=len(task.cases), current=progress["current"]
+                )
+            )
             return
         progress["done"] = int(event.get("done", progress["done"]))
         if event.get("event") == "start":
@@ -309,20 +396,47 @@ class _HostPipeline:
 
     @staticmethod
     def failed_outcome(store: RunStore, task: JobTask, error: str) -> HostOutcome:
-        result = HostOutcome(slot=task.job.slot, host=task.job.host.name, gpu=task.job.gpu, attempt=task.attempt,
-                             outcome="failed", error=error, cases_total=len(task.cases), started_at=now_iso())
+        result = HostOutcome(
+            slot=task.job.slot,
+            host=task.job.host.name,
+            gpu=task.job.gpu,
+            attempt=task.attempt,
+            outcome="failed",
+            error=error,
+            cases_total=len(task.cases),
+            started_at=now_iso(),
+        )
         store.keep_outcome(result)
         return result
 
-    def _finish(self, task: JobTask, outcome: str, error: str, started_at: str, *, done: int = 0,
-                statuses: Optional[dict] = None, problems: Optional[list] = None,
-                queue_s: Optional[float] = None) -> HostOutcome:
+    def _finish(
+        self,
+        task: JobTask,
+        outcome: str,
+        error: str,
+        started_at: str,
+        *,
+        done: int = 0,
+        statuses: Optional[dict] = None,
+        problems: Optional[list] = None,
+        queue_s: Optional[float] = None,
+    ) -> HostOutcome:
         duration = round(time.monotonic() - self.started, 3)
         result = HostOutcome(
-            slot=task.job.slot, host=task.job.host.name, gpu=task.job.gpu, attempt=task.attempt,
-            outcome=outcome, error=error, cases_total=len(task.cases), cases_done=done,
-            statuses=statuses or {}, problems=problems or [], started_at=started_at,
-            duration_s=duration, bytes_uploaded=self.bytes_uploaded, queue_s=queue_s,
+            slot=task.job.slot,
+            host=task.job.host.name,
+            gpu=task.job.gpu,
+            attempt=task.attempt,
+            outcome=outcome,
+            error=error,
+            cases_total=len(task.cases),
+            cases_done=done,
+            statuses=statuses or {},
+            problems=problems or [],
+            started_at=started_at,
+            duration_s=duration,
+            bytes_uploaded=self.bytes_uploaded,
+            queue_s=queue_s,
         )
         self.store.keep_outcome(result)
         message = error
@@ -332,9 +446,15 @@ class _HostPipeline:
         return result
 
 
-def recover_attempts(plan: Plan, store: RunStore, scripts: dict[str, RenderedScript], *, accept_new: bool = False,
-                     parallel: int = 64, transport_factory: Callable[..., Transport] = make_transport
-                     ) -> dict[str, int]:
+def recover_attempts(
+    plan: Plan,
+    store: RunStore,
+    scripts: dict[str, RenderedScript],
+    *,
+    accept_new: bool = False,
+    parallel: int = 64,
+    transport_factory: Callable[..., Transport] = make_transport,
+) -> dict[str, int]:
     """Before a rerun: stop what earlier unfinished attempts still run on their hosts, and fetch the
     result lines they wrote that never reached the controller (a host that died mid-fetch, a
     controller killed mid-run). Returns recovered line counts per slot; unreachable hosts are skipped."""
@@ -363,7 +483,7 @@ def recover_attempts(plan: Plan, store: RunStore, scripts: dict[str, RenderedScr
                     new = fetched.read_bytes()
                     if len(new) > len(old) and new.startswith(old):
                         fetched.replace(local)
-                        recovered[job.slot] = recovered.get(job.slot, 0) + new[len(old):].count(b"\n")
+                        recovered[job.slot] = recovered.get(job.slot, 0) + new[len(old) :].count(b"\n")
                     else:
                         fetched.unlink()
         finally:

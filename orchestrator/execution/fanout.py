@@ -8,6 +8,7 @@ thread waits in short slices so the interrupt reaches it at once; it sets `cance
 started never start; work that polls it stops), runs `on_interrupt` (which stops what runs on the
 hosts), waits a bounded time for the workers to come back, and raises KeyboardInterrupt again.
 """
+
 from __future__ import annotations
 
 import threading
@@ -70,14 +71,22 @@ class HostResult(Generic[Value]):
         if self.error is None:
             return ""
         text = str(self.error)
-        return text if isinstance(self.error, Exception) and text and type(self.error).__module__.startswith(
-            "orchestrator") else f"{type(self.error).__name__}: {text}".rstrip(": ")
+        return (
+            text
+            if isinstance(self.error, Exception) and text and type(self.error).__module__.startswith("orchestrator")
+            else f"{type(self.error).__name__}: {text}".rstrip(": ")
+        )
 
 
-def fan_out(items: Sequence[Item], work: Callable[[Item], Value], *, parallel: int,
-            name_of: Callable[[Item], str] = lambda item: getattr(item, "name"),
-            cancel: Optional[threading.Event] = None,
-            on_interrupt: Callable[[], None] = lambda: None) -> list[HostResult[Value]]:
+def fan_out(
+    items: Sequence[Item],
+    work: Callable[[Item], Value],
+    *,
+    parallel: int,
+    name_of: Callable[[Item], str] = lambda item: getattr(item, "name"),
+    cancel: Optional[threading.Event] = None,
+    on_interrupt: Callable[[], None] = lambda: None,
+) -> list[HostResult[Value]]:
     """`work(item)` for every item, at most `parallel` at once; one HostResult per item, in order.
     Raises KeyboardInterrupt (after stopping, see the module docstring) and nothing else."""
     cancel = cancel or threading.Event()

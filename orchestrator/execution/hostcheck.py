@@ -4,6 +4,7 @@ Each host runs `check` through a rendered launcher (uploaded, with the current w
 host lacks them), which prints its facts and readiness as JSON. Differences in library versions,
 driver or GPU between ready hosts are version skew: a host-vs-host diff is meaningless across them.
 """
+
 from __future__ import annotations
 
 import collections
@@ -17,13 +18,13 @@ from typing import Optional
 from worker import protocol
 from worker.backends import unknown_flashinfer_backends
 
-from ..planning.bundle import build_worker_bundle
 from ..config.inventory import Host
 from ..launchers import job_name, launcher_for
-from .fanout import Running, fan_out
-from .remote import check_argv, lacks_files, layout_for, run_first, stop_remote, sync_script
+from ..planning.bundle import build_worker_bundle
 from ..planning.render import render_script, template_environment, write_script
 from ..transport import TransportError, login_relative, make_transport
+from .fanout import Running, fan_out
+from .remote import check_argv, lacks_files, layout_for, run_first, stop_remote, sync_script
 
 CHECK_RUN_ID = "hostcheck"
 SKEW_FIELDS = ("gpu_name", "compute_capability", "driver", "cuda", "torch", "flashinfer", "sgl_kernel", "python")
@@ -40,12 +41,19 @@ class HostStatus:
     notes: list[str] = field(default_factory=list)  # worth knowing, not a reason to call the host unready
 
 
-def check_host(host: Host, bundle_path: Path, bundle_sha: str, script_dir: Path, accept_new: bool,
-               running: Optional[Running] = None) -> HostStatus:
+def check_host(
+    host: Host,
+    bundle_path: Path,
+    bundle_sha: str,
+    script_dir: Path,
+    accept_new: bool,
+    running: Optional[Running] = None,
+) -> HostStatus:
     running = running or Running()
     layout = layout_for(host, CHECK_RUN_ID, bundle_sha)
-    script = write_script(script_dir / f"{host.name}.py", render_script(template_environment(), layout, bundle_sha),
-                          host.name, layout)
+    script = write_script(
+        script_dir / f"{host.name}.py", render_script(template_environment(), layout, bundle_sha), host.name, layout
+    )
     transport = make_transport(host, accept_new=accept_new)
     lines: list[tuple[str, str]] = []
     launcher = launcher_for(host)
@@ -71,17 +79,24 @@ def check_host(host: Host, bundle_path: Path, bundle_sha: str, script_dir: Path,
         usable, note = launcher.before_check(transport)
         if not usable:
             return HostStatus(host.name, False, "failed", note)
-        running.add(host.name, lambda: launcher.stop(transport, name,
-                                                      lambda: stop_remote(transport, layout.pidfile(slot, 1))))
+        running.add(
+            host.name, lambda: launcher.stop(transport, name, lambda: stop_remote(transport, layout.pidfile(slot, 1)))
+        )
         # As a sweep does: run first, upload only what the launcher says is missing, then run again.
         result = run_first(
-            lambda: transport.run(argv, env=host.env, timeout=min(host.timeout or CHECK_TIMEOUT_S, CHECK_TIMEOUT_S),
-                                  on_line=lambda s, l: lines.append((s, l))),
+            lambda: transport.run(
+                argv,
+                env=host.env,
+                timeout=min(host.timeout or CHECK_TIMEOUT_S, CHECK_TIMEOUT_S),
+                on_line=lambda s, l: lines.append((s, l)),
+            ),
             lambda r: lacks_files(r, hello_seen()),
-            sync)
+            sync,
+        )
         if host.clocks == "lock" and result.exit_code == 0 and not result.timed_out:
-            clocks = _lock_readiness(transport, host, launcher.argv(clocks_argv(host), name),
-                                     login_relative(layout.worker_dir))
+            clocks = _lock_readiness(
+                transport, host, launcher.argv(clocks_argv(host), name), login_relative(layout.worker_dir)
+            )
     except TransportError as exc:
         return HostStatus(host.name, False, exc.outcome, str(exc))
     except Exception as exc:
@@ -101,7 +116,9 @@ def check_host(host: Host, bundle_path: Path, bundle_sha: str, script_dir: Path,
     if launch == protocol.LAUNCH_NOT_EXECUTABLE:
         return HostStatus(host.name, False, "failed", f"remote interpreter not executable: {host.python}")
     if result.exit_code != 0 or not stdout:
-        return HostStatus(host.name, False, "failed", (stderr[-1] if stderr else f"exit status {result.exit_code}")[:300])
+        return HostStatus(
+            host.name, False, "failed", (stderr[-1] if stderr else f"exit status {result.exit_code}")[:300]
+        )
     facts = json.loads(stdout[-1])
     facts["worker_sha256"] = bundle_sha  # the host now holds exactly this worker (content-addressed)
     problems = list(facts.get("problems", []))
@@ -114,8 +131,10 @@ def check_host(host: Host, bundle_path: Path, bundle_sha: str, script_dir: Path,
         if can:
             notes.append(f"clocks: lock: {why}")
         else:
-            problems.append(f"clocks: lock cannot apply here: {why} (sweeps run with the clock unlocked; "
-                            "set clocks: leave, or run the worker as root)")
+            problems.append(
+                f"clocks: lock cannot apply here: {why} (sweeps run with the clock unlocked; "
+                "set clocks: leave, or run the worker as root)"
+            )
     return HostStatus(host.name, not problems, "ok", "; ".join(problems), facts, notes)
 
 
@@ -127,8 +146,9 @@ def clocks_argv(host: Host) -> list[str]:
 def _lock_readiness(transport, host: Host, argv: list[str], worker_dir: str) -> tuple[bool, str]:
     """(can lock, why) from the worker the check just left on the host (its folder on PYTHONPATH)."""
     lines: list[str] = []
-    result = transport.run(argv, env={**host.env, "PYTHONPATH": worker_dir}, timeout=CHECK_TIMEOUT_S,
-                           on_line=lambda s, l: lines.append(l))
+    result = transport.run(
+        argv, env={**host.env, "PYTHONPATH": worker_dir}, timeout=CHECK_TIMEOUT_S, on_line=lambda s, l: lines.append(l)
+    )
     answer = next((l for l in reversed(lines) if l.startswith("{")), "")
     try:
         said = json.loads(answer)
@@ -142,8 +162,10 @@ def readiness_notes(facts: dict) -> list[str]:
     unknown = unknown_flashinfer_backends(facts.get("flashinfer_mm_fp4_backends"))
     if not unknown:
         return []
-    return [f"FlashInfer {facts.get('flashinfer')} offers mm_fp4 backends fleetbench does not know: "
-            f"{', '.join(unknown)} (available but unknown: no sweep can name them yet)"]
+    return [
+        f"FlashInfer {facts.get('flashinfer')} offers mm_fp4 backends fleetbench does not know: "
+        f"{', '.join(unknown)} (available but unknown: no sweep can name them yet)"
+    ]
 
 
 def check_hosts(hosts: list[Host], *, accept_new: bool = False, parallel: int = 64) -> list[HostStatus]:
@@ -152,8 +174,12 @@ def check_hosts(hosts: list[Host], *, accept_new: bool = False, parallel: int = 
     running = Running()
     with tempfile.TemporaryDirectory(prefix="fleetbench-check-") as tmp:
         bundle_path = bundle.write(Path(tmp) / "worker.tar.gz")
-        results = fan_out(hosts, lambda h: check_host(h, bundle_path, bundle.sha256, Path(tmp), accept_new, running),
-                          parallel=parallel, on_interrupt=running.stop_all)
+        results = fan_out(
+            hosts,
+            lambda h: check_host(h, bundle_path, bundle.sha256, Path(tmp), accept_new, running),
+            parallel=parallel,
+            on_interrupt=running.stop_all,
+        )
     return [r.value if r.ok else HostStatus(r.name, False, "failed", r.describe_error()) for r in results]
 
 

@@ -4,6 +4,7 @@ Plain functions returning data; the CLI decides what to print and which exit cod
 is planned from the run's manifest alone (its stored cases, jobs, worker and scripts), never from
 today's reading of its sweep file.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -17,20 +18,20 @@ from typing import Optional
 from worker.schema import CaseSpec
 
 from .. import __version__
-from ..planning.bundle import WorkerBundle, build_worker_bundle
+from ..config.inventory import Host, Inventory, select_hosts
+from ..config.sweep import Sweep, UserBackend
 from ..errors import InputError, RunInterrupted
-from .execute import EventSink, Execution, JobTask, recover_attempts, run_tasks
+from ..planning.bundle import WorkerBundle, build_worker_bundle
+from ..planning.plan import Job, Plan, WorkerSettings, with_limits
+from ..planning.render import render_plan, render_script, template_environment
 from ..runs.atomicfile import DiskFull
 from ..runs.formats import MANIFEST_VERSION
-from ..config.inventory import Host, Inventory, select_hosts
 from ..runs.manifest import Manifest
-from .outcome import HostOutcome
-from ..planning.plan import Job, Plan, WorkerSettings, with_limits
-from .remote import RenderedScript, job_argv, layout_for
-from ..planning.render import render_plan, render_script, template_environment
 from ..runs.store import RunStore, now_iso
-from ..config.sweep import Sweep, UserBackend
 from ..transport import make_transport
+from .execute import EventSink, Execution, JobTask, recover_attempts, run_tasks
+from .outcome import HostOutcome
+from .remote import RenderedScript, job_argv, layout_for
 
 
 class NothingToRerun(InputError):
@@ -44,8 +45,15 @@ class RunResult:
     outcomes: list[HostOutcome]
 
 
-def _manifest(plan: Plan, sweep: Sweep, scripts: dict[str, RenderedScript], bundle: WorkerBundle,
-              inventory: Inventory, sweep_path: Optional[str], dry_run: bool) -> dict:
+def _manifest(
+    plan: Plan,
+    sweep: Sweep,
+    scripts: dict[str, RenderedScript],
+    bundle: WorkerBundle,
+    inventory: Inventory,
+    sweep_path: Optional[str],
+    dry_run: bool,
+) -> dict:
     return {
         "run_id": plan.run_id,
         "created_at": now_iso(),
@@ -59,23 +67,46 @@ def _manifest(plan: Plan, sweep: Sweep, scripts: dict[str, RenderedScript], bund
         "hosts": [h.public_view() for h in plan.hosts],
         "per_gpu": plan.per_gpu,
         "stall_timeout": plan.stall_timeout,
-        "worker": {"max_restarts": plan.worker.max_restarts, "device": plan.worker.device,
-                   "lock_timeout_s": plan.worker.lock_timeout_s, "calibration": plan.worker.calibration,
-                   "case_timeout_s": plan.worker.case_timeout_s, "build_timeout_s": plan.worker.build_timeout_s},
+        "worker": {
+            "max_restarts": plan.worker.max_restarts,
+            "device": plan.worker.device,
+            "lock_timeout_s": plan.worker.lock_timeout_s,
+            "calibration": plan.worker.calibration,
+            "case_timeout_s": plan.worker.case_timeout_s,
+            "build_timeout_s": plan.worker.build_timeout_s,
+        },
         "worker_sha256": bundle.sha256,
         "scripts": {name: {"path": f"scripts/{s.path.name}", "sha256": s.sha256} for name, s in scripts.items()},
         "cases": {cid: case.model_dump(mode="json") for cid, case in plan.cases().items()},
         # User kernels: their files are inside worker.tar.gz (worker/user/k<sha[:16]>.py).
-        "user_kernels": {b.name: {"sha256": sweep.user_kernels()[b.name][0], "file": b.file}
-                         for b in sweep.backends if isinstance(b, UserBackend)},
-        "jobs": [{"slot": j.slot, "host": j.host.name, "gpu": j.gpu, "case_ids": [c.case_id for c in j.cases],
-                  "timeout_s": j.timeout_s, "stall_timeout_s": j.stall_timeout_s} for j in plan.jobs],
+        "user_kernels": {
+            b.name: {"sha256": sweep.user_kernels()[b.name][0], "file": b.file}
+            for b in sweep.backends
+            if isinstance(b, UserBackend)
+        },
+        "jobs": [
+            {
+                "slot": j.slot,
+                "host": j.host.name,
+                "gpu": j.gpu,
+                "case_ids": [c.case_id for c in j.cases],
+                "timeout_s": j.timeout_s,
+                "stall_timeout_s": j.stall_timeout_s,
+            }
+            for j in plan.jobs
+        ],
     }
 
 
-def prepare_run(plan: Plan, sweep: Sweep, inventory: Inventory, runs_dir: Path, *,
-                sweep_path: Optional[str] = None, dry_run: bool = False
-                ) -> tuple[RunStore, dict[str, RenderedScript], WorkerBundle]:
+def prepare_run(
+    plan: Plan,
+    sweep: Sweep,
+    inventory: Inventory,
+    runs_dir: Path,
+    *,
+    sweep_path: Optional[str] = None,
+    dry_run: bool = False,
+) -> tuple[RunStore, dict[str, RenderedScript], WorkerBundle]:
     """Create the run folder for `plan`, render every script (compile-checked), write the manifest."""
     if not plan.jobs:
         raise InputError("the plan is empty: no host has any case to run")
@@ -91,16 +122,34 @@ def prepare_run(plan: Plan, sweep: Sweep, inventory: Inventory, runs_dir: Path, 
     return store, scripts, bundle
 
 
-def start_run(plan: Plan, sweep: Sweep, inventory: Inventory, runs_dir: Path, *,
-              sweep_path: Optional[str] = None, parallel: int = 64, accept_new: bool = False,
-              on_event: Optional[EventSink] = None, execution: Optional[Execution] = None) -> RunResult:
+def start_run(
+    plan: Plan,
+    sweep: Sweep,
+    inventory: Inventory,
+    runs_dir: Path,
+    *,
+    sweep_path: Optional[str] = None,
+    parallel: int = 64,
+    accept_new: bool = False,
+    on_event: Optional[EventSink] = None,
+    execution: Optional[Execution] = None,
+) -> RunResult:
     """Store `plan` as a new run and execute it on its hosts."""
     store, scripts, bundle = prepare_run(plan, sweep, inventory, runs_dir, sweep_path=sweep_path)
     tasks = [JobTask(job=j, attempt=1, cases=j.cases) for j in plan.jobs]
     with store.hold():  # `prune` leaves a run alone while this holds it
         try:
-            outcomes = run_tasks(plan, store, scripts, bundle, tasks, parallel=parallel, accept_new=accept_new,
-                                 on_event=on_event, execution=execution)
+            outcomes = run_tasks(
+                plan,
+                store,
+                scripts,
+                bundle,
+                tasks,
+                parallel=parallel,
+                accept_new=accept_new,
+                on_event=on_event,
+                execution=execution,
+            )
         except KeyboardInterrupt:  # the hosts were stopped; what finished is stored: say where
             raise RunInterrupted(store) from None
     return RunResult(store=store, plan=plan, outcomes=outcomes)
@@ -120,8 +169,11 @@ def describe_commands(plan: Plan, scripts: dict[str, RenderedScript]) -> list[st
         lines.append(f"# host {host.name} ({host.transport} {host.address}); script sha256 {s.sha256}")
         lines.append(f"put {s.path} -> {s.remote}  (only if the host lacks it; worker {s.layout.worker_archive} too)")
         for job in plan.jobs_of(host):
-            lines.append("run " + t.describe(job_argv(job, s, 1), mask_env(job.env))
-                         + f"  < params.json on stdin ({len(job.cases)} cases)")
+            lines.append(
+                "run "
+                + t.describe(job_argv(job, s, 1), mask_env(job.env))
+                + f"  < params.json on stdin ({len(job.cases)} cases)"
+            )
             lines.append(f"results stream back; {s.layout.results(job.slot, 1)} is fetched only if the stream is cut")
     return lines
 
@@ -133,8 +185,9 @@ def stored_bundle(store: RunStore, manifest: Manifest) -> WorkerBundle:
         data = path.read_bytes()
     except OSError as exc:
         raise InputError(f"{path}: the run's worker archive cannot be read: {exc.strerror or exc}") from None
-    bundle = WorkerBundle(data=data, sha256=hashlib.sha256(data).hexdigest(), files=0,
-                          params_format=manifest.written_as)
+    bundle = WorkerBundle(
+        data=data, sha256=hashlib.sha256(data).hexdigest(), files=0, params_format=manifest.written_as
+    )
     if bundle.sha256 != manifest.worker_sha256:
         raise InputError(f"{path}: worker archive does not match the manifest's sha256")
     return bundle
@@ -152,13 +205,17 @@ def stored_script(store: RunStore, manifest: Manifest, host: Host, bundle: Worke
         # differs anyway, so there only the stored layout is checked.
         current = hashlib.sha256(render_script(template_environment(), layout, bundle.sha256).encode()).hexdigest()
         if current != stored.sha256:
-            raise InputError(f"host '{host.name}': its workdir changed since run {store.run_id}; "
-                             "the stored script no longer fits it (start a new run)")
+            raise InputError(
+                f"host '{host.name}': its workdir changed since run {store.run_id}; "
+                "the stored script no longer fits it (start a new run)"
+            )
     else:
         stored_host = manifest.stored_host(host.name) or {}
         if stored_host.get("workdir") not in (None, host.workdir):
-            raise InputError(f"host '{host.name}': its workdir changed since run {store.run_id} "
-                             f"({stored_host.get('workdir')} -> {host.workdir}); start a new run")
+            raise InputError(
+                f"host '{host.name}': its workdir changed since run {store.run_id} "
+                f"({stored_host.get('workdir')} -> {host.workdir}); start a new run"
+            )
     return RenderedScript(host=host.name, path=path, sha256=stored.sha256, layout=layout)
 
 
@@ -167,12 +224,20 @@ def check_same_host(store: RunStore, manifest: Manifest, host: Host, inventory_p
     stored = manifest.stored_host(host.name)
     difference = host.differs_from(stored) if stored else None
     if difference:
-        raise InputError(f"host '{host.name}' in {inventory_path} is not the host run {store.run_id} ran on: "
-                         f"{difference} (start a new run)")
+        raise InputError(
+            f"host '{host.name}' in {inventory_path} is not the host run {store.run_id} ran on: "
+            f"{difference} (start a new run)"
+        )
 
 
-def run_host(store: RunStore, manifest: Manifest, inventory: Inventory, name: str, bundle: WorkerBundle,
-             scripts: dict[str, RenderedScript]) -> tuple[Host, bool]:
+def run_host(
+    store: RunStore,
+    manifest: Manifest,
+    inventory: Inventory,
+    name: str,
+    bundle: WorkerBundle,
+    scripts: dict[str, RenderedScript],
+) -> tuple[Host, bool]:
     """The run's host `name` as the inventory names it, checked to be the machine the run ran on, its
     stored script added to `scripts` the first time: (the host, whether this call added it). InputError
     when the inventory lacks the host or it is another machine now."""
@@ -204,9 +269,15 @@ def cases_to_finish(planned: list[CaseSpec], records: dict) -> list[CaseSpec]:
     return todo
 
 
-def plan_rerun(store: RunStore, inventory: Inventory, *, failed: bool, hosts_selector: Optional[str],
-               resume: bool, lock_timeout_s: Optional[float] = None
-               ) -> tuple[Plan, dict[str, RenderedScript], WorkerBundle, list[JobTask]]:
+def plan_rerun(
+    store: RunStore,
+    inventory: Inventory,
+    *,
+    failed: bool,
+    hosts_selector: Optional[str],
+    resume: bool,
+    lock_timeout_s: Optional[float] = None,
+) -> tuple[Plan, dict[str, RenderedScript], WorkerBundle, list[JobTask]]:
     """Which slots to run again, with which cases, reusing the run's own scripts and worker:
     with `failed` (or `resume`), every case that is not done, on any host (cases_to_finish); with only
     `hosts_selector`, every case of those hosts, measured afresh.
@@ -220,8 +291,9 @@ def plan_rerun(store: RunStore, inventory: Inventory, *, failed: bool, hosts_sel
     selected_hosts = None
     if hosts_selector:
         run_hosts = [h for h in inventory.hosts if h.name in {j.host for j in manifest.jobs}]
-        selected_hosts = {h.name for h in select_hosts(Inventory(path=inventory.path, hosts=tuple(run_hosts)),
-                                                       hosts_selector)}
+        selected_hosts = {
+            h.name for h in select_hosts(Inventory(path=inventory.path, hosts=tuple(run_hosts)), hosts_selector)
+        }
     slot_data = {d.slot: d for d in load_slots(store)}
     chosen = []
     for job in manifest.jobs:
@@ -235,8 +307,9 @@ def plan_rerun(store: RunStore, inventory: Inventory, *, failed: bool, hosts_sel
             chosen.append((job, cases))
     if not chosen:
         where = " on the selected hosts" if selected_hosts is not None else ""
-        raise NothingToRerun(f"run {store.run_id}: nothing to rerun: every case{where} is done "
-                             "(ok, unsupported or unavailable)")
+        raise NothingToRerun(
+            f"run {store.run_id}: nothing to rerun: every case{where} is done (ok, unsupported or unavailable)"
+        )
 
     bundle = stored_bundle(store, manifest)
     lock_timeout = manifest.worker.lock_timeout_s if lock_timeout_s is None else lock_timeout_s
@@ -246,43 +319,94 @@ def plan_rerun(store: RunStore, inventory: Inventory, *, failed: bool, hosts_sel
         if first:
             hosts.append(host)
         # Limits for what runs now: the host's own settings, else derived from these cases.
-        job = with_limits(Job(host=host, gpu=job_info.gpu, cases=tuple(cases)), lock_timeout,
-                          manifest.stall_timeout)
+        job = with_limits(Job(host=host, gpu=job_info.gpu, cases=tuple(cases)), lock_timeout, manifest.stall_timeout)
         jobs.append(job)
         tasks.append(JobTask(job=job, attempt=store.next_attempt(job.slot), cases=tuple(cases)))
     stored = manifest.worker
-    worker = WorkerSettings(max_restarts=stored.max_restarts, device=stored.device, calibration=stored.calibration,
-                            case_timeout_s=stored.case_timeout_s, build_timeout_s=stored.build_timeout_s,
-                            lock_timeout_s=lock_timeout)
-    plan = Plan(run_id=store.run_id, sweep_name=manifest.sweep_name, hosts=tuple(hosts), jobs=tuple(jobs),
-                worker=worker, per_gpu=manifest.per_gpu, stall_timeout=manifest.stall_timeout)
+    worker = WorkerSettings(
+        max_restarts=stored.max_restarts,
+        device=stored.device,
+        calibration=stored.calibration,
+        case_timeout_s=stored.case_timeout_s,
+        build_timeout_s=stored.build_timeout_s,
+        lock_timeout_s=lock_timeout,
+    )
+    plan = Plan(
+        run_id=store.run_id,
+        sweep_name=manifest.sweep_name,
+        hosts=tuple(hosts),
+        jobs=tuple(jobs),
+        worker=worker,
+        per_gpu=manifest.per_gpu,
+        stall_timeout=manifest.stall_timeout,
+    )
     return plan, scripts, bundle, tasks
 
 
-def rerun(store: RunStore, inventory: Inventory, *, failed: bool, hosts_selector: Optional[str], resume: bool,
-          parallel: int = 64, accept_new: bool = False, on_event: Optional[EventSink] = None,
-          execution: Optional[Execution] = None, lock_timeout_s: Optional[float] = None) -> RunResult:
+def rerun(
+    store: RunStore,
+    inventory: Inventory,
+    *,
+    failed: bool,
+    hosts_selector: Optional[str],
+    resume: bool,
+    parallel: int = 64,
+    accept_new: bool = False,
+    on_event: Optional[EventSink] = None,
+    execution: Optional[Execution] = None,
+    lock_timeout_s: Optional[float] = None,
+) -> RunResult:
     with store.hold():  # `prune` leaves a run alone while this holds it
-        return _rerun(store, inventory, failed=failed, hosts_selector=hosts_selector, resume=resume,
-                      parallel=parallel, accept_new=accept_new, on_event=on_event, execution=execution,
-                      lock_timeout_s=lock_timeout_s)
+        return _rerun(
+            store,
+            inventory,
+            failed=failed,
+            hosts_selector=hosts_selector,
+            resume=resume,
+            parallel=parallel,
+            accept_new=accept_new,
+            on_event=on_event,
+            execution=execution,
+            lock_timeout_s=lock_timeout_s,
+        )
 
 
-def _rerun(store: RunStore, inventory: Inventory, *, failed: bool, hosts_selector: Optional[str], resume: bool,
-           parallel: int, accept_new: bool, on_event: Optional[EventSink], execution: Optional[Execution],
-           lock_timeout_s: Optional[float]) -> RunResult:
-    plan, scripts, _, _ = plan_rerun(store, inventory, failed=failed, hosts_selector=hosts_selector,
-                                     resume=resume, lock_timeout_s=lock_timeout_s)
+def _rerun(
+    store: RunStore,
+    inventory: Inventory,
+    *,
+    failed: bool,
+    hosts_selector: Optional[str],
+    resume: bool,
+    parallel: int,
+    accept_new: bool,
+    on_event: Optional[EventSink],
+    execution: Optional[Execution],
+    lock_timeout_s: Optional[float],
+) -> RunResult:
+    plan, scripts, _, _ = plan_rerun(
+        store, inventory, failed=failed, hosts_selector=hosts_selector, resume=resume, lock_timeout_s=lock_timeout_s
+    )
     recover_attempts(plan, store, scripts, accept_new=accept_new, parallel=parallel)
     # Recovered lines change what is missing, so the cases to run are decided after recovery.
     try:
-        plan, scripts, bundle, tasks = plan_rerun(store, inventory, failed=failed, hosts_selector=hosts_selector,
-                                                  resume=resume, lock_timeout_s=lock_timeout_s)
+        plan, scripts, bundle, tasks = plan_rerun(
+            store, inventory, failed=failed, hosts_selector=hosts_selector, resume=resume, lock_timeout_s=lock_timeout_s
+        )
     except NothingToRerun:
         return RunResult(store=store, plan=plan, outcomes=[])
     try:
-        outcomes = run_tasks(plan, store, scripts, bundle, tasks, parallel=parallel, accept_new=accept_new,
-                             on_event=on_event, execution=execution)
+        outcomes = run_tasks(
+            plan,
+            store,
+            scripts,
+            bundle,
+            tasks,
+            parallel=parallel,
+            accept_new=accept_new,
+            on_event=on_event,
+            execution=execution,
+        )
     except KeyboardInterrupt:
         raise RunInterrupted(store) from None
     return RunResult(store=store, plan=plan, outcomes=outcomes)

@@ -3,6 +3,7 @@
 `judge` is a pure function of what the controller observed (the command's exit, the records it holds,
 whether it was stopped): the execute step gathers the facts, this module decides what they mean.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -13,8 +14,16 @@ from pydantic import BaseModel
 from worker import protocol
 
 Outcome = Literal["ok", "partial", "failed", "timeout", "stalled", "unreachable", "auth-failed", "interrupted"]
-OUTCOMES: tuple[str, ...] = ("ok", "partial", "failed", "timeout", "stalled", "unreachable", "auth-failed",
-                             "interrupted")
+OUTCOMES: tuple[str, ...] = (
+    "ok",
+    "partial",
+    "failed",
+    "timeout",
+    "stalled",
+    "unreachable",
+    "auth-failed",
+    "interrupted",
+)
 
 
 class HostOutcome(BaseModel):
@@ -64,8 +73,10 @@ def judge(end: AttemptEnd) -> tuple[str, str]:
     if not end.started:
         return ("partial" if end.done else "failed"), tail or "the run could not be started"
     if end.stalled:
-        return "stalled", (f"no sign of life for {end.stall_timeout_s:g} s, not even a heartbeat (host frozen, or "
-                           f"the network cut?); {missing}")
+        return "stalled", (
+            f"no sign of life for {end.stall_timeout_s:g} s, not even a heartbeat (host frozen, or "
+            f"the network cut?); {missing}"
+        )
     if end.timed_out:
         return "timeout", f"did not finish within the host's {end.timeout_s:g} s limit; {missing}"
     if end.done == end.total:

@@ -5,6 +5,7 @@ its remote folder; after the run the controller fetches each report and stores r
 report in the run's folder (runs/profiles.py). Ctrl-C stops the launcher's process group on the host:
 the worker, ncu and the profiled process.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -23,8 +24,9 @@ from .storedcases import CaseJob, CasePlan, WorkerCommand
 FETCH_LIMIT_S = 120.0
 
 
-def store_profile(plan: CasePlan, job: CaseJob, number: int, record: ProfileRecord,
-                  transport: Transport) -> StoredProfile:
+def store_profile(
+    plan: CasePlan, job: CaseJob, number: int, record: ProfileRecord, transport: Transport
+) -> StoredProfile:
     """Fetch the record's report (when there is one), parse its CSV, store all three with the run's median
     and SM clock of that case on that slot."""
     local = FOLDERS.job_dir(plan.store, job.slot, number)
@@ -53,7 +55,14 @@ def _sm_clock(timing: Stats) -> Optional[float]:
     return float(statistics.median(clocks)) if clocks else None
 
 
-PROFILE = WorkerCommand(results=FOLDERS, activity="profiling", doing="profiling {case} under ncu",
-                        params_type=ProfileParams, case_limit_s=lambda options: options.case_timeout_s,
-                        store=store_profile, files_on_host=True, limit_option="--timeout",
-                        gpu_holders="another sweep or profile")
+PROFILE = WorkerCommand(
+    results=FOLDERS,
+    activity="profiling",
+    doing="profiling {case} under ncu",
+    params_type=ProfileParams,
+    case_limit_s=lambda options: options.case_timeout_s,
+    store=store_profile,
+    files_on_host=True,
+    limit_option="--timeout",
+    gpu_holders="another sweep or profile",
+)

@@ -11,6 +11,7 @@ host that runs the controller's own Python, gets `cpu`: torch's CPU build, never
 resolution is checked for it before anything is installed). On the controller's own Python, packages it
 already imports are kept as they are: the controller runs on them.
 """
+
 from __future__ import annotations
 
 import json
@@ -23,11 +24,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from ..errors import InputError
-from .fanout import Running, fan_out
 from ..config.inventory import Host
 from ..config.resources import data_dir
+from ..errors import InputError
 from ..transport import TransportError, make_transport
+from .fanout import Running, fan_out
 
 # Package data when installed (a wheel has no requirements/ folder beside the package), the checkout's otherwise.
 CONSTRAINTS = data_dir("orchestrator.requirements", "requirements") / "host-constraints.txt"
@@ -43,8 +44,14 @@ CPU_TORCH_INDEX = "https://download.pytorch.org/whl/cpu"
 # Present when the NVIDIA driver is loaded (Linux): a host without any of them runs no CUDA.
 GPU_DRIVER_PATHS = ("/proc/driver/nvidia/gpus", "/dev/nvidiactl")
 # The module each package is imported as (what the controller's own Python is asked for).
-IMPORT_NAMES = {"pydantic": "pydantic", "numpy": "numpy", "torch": "torch", "flashinfer-python": "flashinfer",
-                "sgl-kernel": "sgl_kernel", "nvidia-ml-py": "pynvml"}
+IMPORT_NAMES = {
+    "pydantic": "pydantic",
+    "numpy": "numpy",
+    "torch": "torch",
+    "flashinfer-python": "flashinfer",
+    "sgl-kernel": "sgl_kernel",
+    "nvidia-ml-py": "pynvml",
+}
 PIP_TIMEOUT_S = 1800.0
 
 
@@ -59,8 +66,11 @@ class ProvisionResult:
 def runs_controller_python(host: Host) -> bool:
     """Whether the host runs the worker with the controller's own interpreter (the `local` host as
     `fleetbench init` writes it): provisioning it installs into the controller's venv."""
-    return (host.transport == "local" and host.launcher == "direct"
-            and os.path.abspath(os.path.expanduser(host.python)) == os.path.abspath(sys.executable))
+    return (
+        host.transport == "local"
+        and host.launcher == "direct"
+        and os.path.abspath(os.path.expanduser(host.python)) == os.path.abspath(sys.executable)
+    )
 
 
 def default_profile(host: Host, gpu_driver: bool) -> tuple[str, str]:
@@ -107,6 +117,7 @@ def pinned_versions(constraints: Path = CONSTRAINTS) -> dict[str, str]:
 def constraints_for(host: Host, constraints: Path = CONSTRAINTS) -> str:
     """The constraints file's text for this host: its environment's pins replace the lines of the same
     packages (names compared as pip does) and are added when the file has none."""
+
     def key(name: str) -> str:
         return name.strip().lower().replace("_", "-").replace(".", "-")
 
@@ -125,31 +136,48 @@ def constraints_for(host: Host, constraints: Path = CONSTRAINTS) -> str:
 def resolution_problems(report: dict, profile: str, constraints: Path = CONSTRAINTS) -> tuple[list[str], list[str]]:
     """(what pip would install as name==version, problems): a package of the profile that did not
     resolve to its pin is a problem."""
-    chosen = {i["metadata"]["name"].lower().replace("_", "-"): i["metadata"]["version"] for i in report.get("install", [])}
+    chosen = {
+        i["metadata"]["name"].lower().replace("_", "-"): i["metadata"]["version"] for i in report.get("install", [])
+    }
     pins = pinned_versions(constraints)
     # A build's local label (2.9.1+cpu) is the pinned version built another way, as pip's == reads it.
-    problems = [f"{name} resolved to {chosen.get(name, 'nothing')}, pinned {pins[name]}"
-                for name in PROFILES[profile] if name in pins and chosen.get(name, "").split("+")[0] != pins[name]]
+    problems = [
+        f"{name} resolved to {chosen.get(name, 'nothing')}, pinned {pins[name]}"
+        for name in PROFILES[profile]
+        if name in pins and chosen.get(name, "").split("+")[0] != pins[name]
+    ]
     if profile in ("minimal", "cpu") and cuda_stack(chosen):
-        problems.append(f"profile {profile} would install the CUDA stack ({', '.join(cuda_stack(chosen)[:4])}"
-                        f"{', ...' if len(cuda_stack(chosen)) > 4 else ''}): nothing was installed; a wheelhouse "
-                        f"needs torch's CPU build ({CPU_TORCH_INDEX})")
+        problems.append(
+            f"profile {profile} would install the CUDA stack ({', '.join(cuda_stack(chosen)[:4])}"
+            f"{', ...' if len(cuda_stack(chosen)) > 4 else ''}): nothing was installed; a wheelhouse "
+            f"needs torch's CPU build ({CPU_TORCH_INDEX})"
+        )
     return sorted(f"{n}=={v}" for n, v in chosen.items()), problems
 
 
 def missing_modules(run, python: str, packages: list[str], lines: list[str]) -> list[str]:
     """The packages `python` cannot import (each tried in one child process)."""
-    probe = ("import importlib, sys\nfor name, module in zip(sys.argv[1::2], sys.argv[2::2]):\n"
-             "    try:\n        importlib.import_module(module)\n    except Exception:\n        print(name)\n")
+    probe = (
+        "import importlib, sys\nfor name, module in zip(sys.argv[1::2], sys.argv[2::2]):\n"
+        "    try:\n        importlib.import_module(module)\n    except Exception:\n        print(name)\n"
+    )
     pairs = [w for p in packages for w in (p, IMPORT_NAMES.get(p, p.replace("-", "_")))]
     if run([python, "-c", probe, *pairs], 300) != 0:
         return list(packages)
     return [line.strip() for line in lines if line.strip() in packages]
 
 
-def provision_host(host: Host, *, profile: str, wheelhouse: Optional[Path], base_python: str,
-                   accept_new: bool, constraints: Path = CONSTRAINTS, dry_run: bool = False,
-                   running: Optional[Running] = None) -> ProvisionResult:
+def provision_host(
+    host: Host,
+    *,
+    profile: str,
+    wheelhouse: Optional[Path],
+    base_python: str,
+    accept_new: bool,
+    constraints: Path = CONSTRAINTS,
+    dry_run: bool = False,
+    running: Optional[Running] = None,
+) -> ProvisionResult:
     """Provision one host with `profile` (AUTO: chosen for it, default_profile). Every failure is the
     result's problem, never an exception."""
     result = ProvisionResult(host.name, False)
@@ -204,8 +232,16 @@ def provision_host(host: Host, *, profile: str, wheelhouse: Optional[Path], base
             merged.write_text(constraints_for(host, constraints), encoding="utf-8")
             constraints = merged  # also what the dry run's resolution is judged against
         transport.put(constraints, remote_constraints)
-        pip = [python, "-m", "pip", "install", "--disable-pip-version-check", "-q",
-               "-c", transport.path(remote_constraints)]
+        pip = [
+            python,
+            "-m",
+            "pip",
+            "install",
+            "--disable-pip-version-check",
+            "-q",
+            "-c",
+            transport.path(remote_constraints),
+        ]
         report_path = f"{remote_dir}/resolution.json"
         resolve = ["--dry-run", "--ignore-installed", "--report", transport.path(report_path)]
         if wheelhouse is not None:
@@ -213,7 +249,11 @@ def provision_host(host: Host, *, profile: str, wheelhouse: Optional[Path], base
             transport.makedirs(remote_wh)
             sent = 0
             for wheel in sorted(wheelhouse.iterdir()):
-                if wheel.is_file() and not wheel.name.startswith(".") and not transport.exists(f"{remote_wh}/{wheel.name}"):
+                if (
+                    wheel.is_file()
+                    and not wheel.name.startswith(".")
+                    and not transport.exists(f"{remote_wh}/{wheel.name}")
+                ):
                     sent += transport.put(wheel, f"{remote_wh}/{wheel.name}")
             result.actions.append(f"uploaded {sent / 2**20:.1f} MiB of wheels")
             pip += ["--no-index", "--find-links", transport.path(remote_wh)]
@@ -225,12 +265,15 @@ def provision_host(host: Host, *, profile: str, wheelhouse: Optional[Path], base
             if run([*pip, *resolve, *packages], PIP_TIMEOUT_S) != 0:
                 result.problem = "pip could not resolve the pinned set: " + (lines[-1] if lines else "no output")[:300]
                 return result
-            chosen, problems = resolution_problems(json.loads(transport.read_text(report_path) or "{}"), profile,
-                                                   constraints)
+            chosen, problems = resolution_problems(
+                json.loads(transport.read_text(report_path) or "{}"), profile, constraints
+            )
             result.problem = "; ".join(problems)
             if dry_run or problems:
-                result.actions.append(f"profile {profile} resolves (nothing installed): {len(chosen)} packages, "
-                                      + ", ".join(c for c in chosen if c.split("==")[0] in PROFILES[profile]))
+                result.actions.append(
+                    f"profile {profile} resolves (nothing installed): {len(chosen)} packages, "
+                    + ", ".join(c for c in chosen if c.split("==")[0] in PROFILES[profile])
+                )
                 result.ok = not problems
                 return result
         if run([*pip, *packages], PIP_TIMEOUT_S) != 0:
@@ -251,15 +294,33 @@ def provision_host(host: Host, *, profile: str, wheelhouse: Optional[Path], base
     return result
 
 
-def provision_hosts(hosts: list[Host], *, profile: str = AUTO, wheelhouse: Optional[Path] = None,
-                    base_python: str = "python3", accept_new: bool = False, parallel: int = 64,
-                    dry_run: bool = False) -> list[ProvisionResult]:
+def provision_hosts(
+    hosts: list[Host],
+    *,
+    profile: str = AUTO,
+    wheelhouse: Optional[Path] = None,
+    base_python: str = "python3",
+    accept_new: bool = False,
+    parallel: int = 64,
+    dry_run: bool = False,
+) -> list[ProvisionResult]:
     if profile != AUTO and profile not in PROFILES:
         raise InputError(f"--profile {profile!r}: one of {AUTO}, {', '.join(PROFILES)}")
     if wheelhouse is not None and not wheelhouse.is_dir():
         raise InputError(f"--wheelhouse {wheelhouse}: not a folder")
     running = Running()
-    results = fan_out(hosts, lambda h: provision_host(h, profile=profile, wheelhouse=wheelhouse, base_python=base_python,
-                                                      accept_new=accept_new, dry_run=dry_run, running=running),
-                      parallel=parallel, on_interrupt=running.stop_all)
+    results = fan_out(
+        hosts,
+        lambda h: provision_host(
+            h,
+            profile=profile,
+            wheelhouse=wheelhouse,
+            base_python=base_python,
+            accept_new=accept_new,
+            dry_run=dry_run,
+            running=running,
+        ),
+        parallel=parallel,
+        on_interrupt=running.stop_all,
+    )
     return [r.value if r.ok else ProvisionResult(r.name, False, problem=r.describe_error()) for r in results]

@@ -7,6 +7,7 @@ prune could no longer find. A run in progress holds its lock (store.RunStore.hol
 A symbolic link in the runs folder is never a run: nothing is removed through one (the caller lists them:
 store.links_notes).
 """
+
 from __future__ import annotations
 
 import datetime as _dt
@@ -14,12 +15,12 @@ import shutil
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
-from ..errors import InputError
-from .fanout import Running, fan_out
 from ..config.inventory import Inventory
-from .remote import CLEANUP_LIMIT_S, bounded, layout_for
+from ..errors import InputError
 from ..runs.store import RunStore, existing_runs_dir, list_run_dirs
 from ..transport import TransportError, make_transport
+from .fanout import Running, fan_out
+from .remote import CLEANUP_LIMIT_S, bounded, layout_for
 
 
 @dataclass
@@ -36,8 +37,10 @@ def parse_date(text: str) -> _dt.datetime:
     try:
         when = _dt.datetime.fromisoformat(text)
     except ValueError:
-        raise InputError(f"--older-than {text!r}: not a date: give a date like 2026-11-30 or a date-time like "
-                         "2026-11-30T12:00 (UTC unless it names its offset)") from None
+        raise InputError(
+            f"--older-than {text!r}: not a date: give a date like 2026-11-30 or a date-time like "
+            "2026-11-30T12:00 (UTC unless it names its offset)"
+        ) from None
     return when if when.tzinfo else when.replace(tzinfo=_dt.timezone.utc)
 
 
@@ -72,9 +75,17 @@ def _created(store: RunStore) -> Optional[_dt.datetime]:
         return None
 
 
-def prune_runs(runs_dir, inventory_of: Callable[[RunStore], Inventory], *, keep: Optional[int],
-               older_than: Optional[_dt.datetime], dry_run: bool = False, local_only: bool = False,
-               accept_new: bool = False, parallel: int = 64) -> list[PruneResult]:
+def prune_runs(
+    runs_dir,
+    inventory_of: Callable[[RunStore], Inventory],
+    *,
+    keep: Optional[int],
+    older_than: Optional[_dt.datetime],
+    dry_run: bool = False,
+    local_only: bool = False,
+    accept_new: bool = False,
+    parallel: int = 64,
+) -> list[PruneResult]:
     """Prune the selected runs; `inventory_of(run)` gives the hosts to clean (raises InputError when
     it cannot: that run is then kept, with the reason), at most `parallel` at once."""
     stores = [RunStore(p) for p in list_run_dirs(existing_runs_dir(runs_dir))]
@@ -86,15 +97,30 @@ def prune_runs(runs_dir, inventory_of: Callable[[RunStore], Inventory], *, keep:
             result.problems.append("no longer a run folder here (replaced or removed meanwhile): left alone")
             continue
         try:
-            _prune_one(store, result, inventory_of, dry_run=dry_run, local_only=local_only, accept_new=accept_new,
-                       parallel=parallel)
+            _prune_one(
+                store,
+                result,
+                inventory_of,
+                dry_run=dry_run,
+                local_only=local_only,
+                accept_new=accept_new,
+                parallel=parallel,
+            )
         except FileNotFoundError:  # another command removed it while this one held it
             result.problems.append("removed meanwhile by another command")
     return results
 
 
-def _prune_one(store: RunStore, result: PruneResult, inventory_of: Callable[[RunStore], Inventory], *,
-               dry_run: bool, local_only: bool, accept_new: bool, parallel: int) -> None:
+def _prune_one(
+    store: RunStore,
+    result: PruneResult,
+    inventory_of: Callable[[RunStore], Inventory],
+    *,
+    dry_run: bool,
+    local_only: bool,
+    accept_new: bool,
+    parallel: int,
+) -> None:
     with store.hold(wait=False) as held:
         if not held:
             result.problems.append("in progress (a command holds it): kept")
@@ -111,8 +137,9 @@ def _prune_one(store: RunStore, result: PruneResult, inventory_of: Callable[[Run
             shutil.rmtree(store.dir)
 
 
-def _clean_hosts(store: RunStore, inventory: Inventory, result: PruneResult, dry_run: bool, accept_new: bool,
-                 parallel: int) -> None:
+def _clean_hosts(
+    store: RunStore, inventory: Inventory, result: PruneResult, dry_run: bool, accept_new: bool, parallel: int
+) -> None:
     manifest = store.manifest()
     by_name = {h.name: h for h in inventory.hosts}
     hosts = []
@@ -135,8 +162,10 @@ def _clean_hosts(store: RunStore, inventory: Inventory, result: PruneResult, dry
         try:
             transport.connect()
             quiet = lambda stream, line: None  # noqa: E731
-            done = bounded(lambda: transport.run(["rm", "-rf", "--", remote_run], env={}, timeout=60,
-                                                 on_line=quiet), 60 + CLEANUP_LIMIT_S)
+            done = bounded(
+                lambda: transport.run(["rm", "-rf", "--", remote_run], env={}, timeout=60, on_line=quiet),
+                60 + CLEANUP_LIMIT_S,
+            )
             if done is None or done.exit_code != 0:
                 return f"host '{host.name}': could not remove {remote_run}: kept"
             return None
@@ -148,7 +177,9 @@ def _clean_hosts(store: RunStore, inventory: Inventory, result: PruneResult, dry
 
     running = Running()
     for host_result in fan_out(hosts, clean, parallel=parallel, on_interrupt=running.stop_all):
-        problem = host_result.value if host_result.ok else f"host '{host_result.name}': {host_result.describe_error()}: kept"
+        problem = (
+            host_result.value if host_result.ok else f"host '{host_result.name}': {host_result.describe_error()}: kept"
+        )
         if problem:
             result.problems.append(problem)
         else:

@@ -5,6 +5,7 @@ and by `hosts --check` alike; the transport underneath is the only thing that ta
 Remote paths may start with `~/`; in argv they are made relative to the login directory, where an SSH
 exec (and the local connector) starts, so no shell ever expands `~`.
 """
+
 from __future__ import annotations
 
 import json
@@ -16,11 +17,11 @@ from typing import Callable, Optional
 from worker import protocol
 from worker.schema import WorkerParams
 
-from ..runs.atomicfile import write_atomic
-from ..runs.formats import MANIFEST_VERSION, params_for_worker
 from ..config.inventory import Host
 from ..launchers import job_name, launcher_for
 from ..planning.plan import Job, Plan
+from ..runs.atomicfile import write_atomic
+from ..runs.formats import MANIFEST_VERSION, params_for_worker
 from ..transport import CLEANUP_LIMIT_S, CommandResult, Transport, bounded, login_relative  # noqa: F401 (re-exported)
 
 STOP_GRACE_S = 3.0
@@ -88,10 +89,18 @@ def job_argv(job: Job, script: RenderedScript, attempt: int) -> list[str]:
     """The command a job runs on its host, as an argv list, as its launcher starts it (orchestrator/
     launchers: the command itself, or under a scheduler); its params arrive on stdin."""
     layout = script.layout
-    command = [job.host.python, login_relative(script.remote), "supervise",
-               "--pidfile", login_relative(layout.pidfile(job.slot, attempt)),
-               "--params", login_relative(layout.params(job.slot, attempt)), "--params-stdin",
-               "--results", login_relative(layout.results(job.slot, attempt))]
+    command = [
+        job.host.python,
+        login_relative(script.remote),
+        "supervise",
+        "--pidfile",
+        login_relative(layout.pidfile(job.slot, attempt)),
+        "--params",
+        login_relative(layout.params(job.slot, attempt)),
+        "--params-stdin",
+        "--results",
+        login_relative(layout.results(job.slot, attempt)),
+    ]
     return launcher_for(job.host).argv(command, job_name(layout.run_id, job.slot, attempt))
 
 
@@ -102,12 +111,19 @@ def check_argv(host: Host, script: RenderedScript, pidfile: str) -> list[str]:
 
 
 def job_params(plan: Plan, job: Job, cases=None) -> WorkerParams:
-    return WorkerParams(run_id=plan.run_id, host=job.host.name, gpu=job.gpu,
-                        cases=list(job.cases if cases is None else cases),
-                        max_restarts=plan.worker.max_restarts, device=plan.worker.device,
-                        lock_timeout_s=plan.worker.lock_timeout_s, calibration=plan.worker.calibration,
-                        case_timeout_s=plan.worker.case_timeout_s, build_timeout_s=plan.worker.build_timeout_s,
-                        lock_clocks=job.host.clocks == "lock")
+    return WorkerParams(
+        run_id=plan.run_id,
+        host=job.host.name,
+        gpu=job.gpu,
+        cases=list(job.cases if cases is None else cases),
+        max_restarts=plan.worker.max_restarts,
+        device=plan.worker.device,
+        lock_timeout_s=plan.worker.lock_timeout_s,
+        calibration=plan.worker.calibration,
+        case_timeout_s=plan.worker.case_timeout_s,
+        build_timeout_s=plan.worker.build_timeout_s,
+        lock_clocks=job.host.clocks == "lock",
+    )
 
 
 def write_params(path: Path, params: WorkerParams, worker_format: int = MANIFEST_VERSION) -> bytes:
@@ -136,12 +152,16 @@ def sync_script(transport: Transport, bundle_path: Path, script: RenderedScript)
 
 def lacks_files(result: Optional[CommandResult], hello_seen: bool) -> bool:
     """Did the command fail only because the host lacks the script or its worker version?"""
-    return (result is not None and not result.timed_out
-            and protocol.classify_exit(result.exit_code, hello_seen) == protocol.LAUNCH_NEEDS_SYNC)
+    return (
+        result is not None
+        and not result.timed_out
+        and protocol.classify_exit(result.exit_code, hello_seen) == protocol.LAUNCH_NEEDS_SYNC
+    )
 
 
-def run_first(launch: Callable[[], Optional[CommandResult]], lacks: Callable[[CommandResult], bool],
-              sync: Callable[[], None]) -> Optional[CommandResult]:
+def run_first(
+    launch: Callable[[], Optional[CommandResult]], lacks: Callable[[CommandResult], bool], sync: Callable[[], None]
+) -> Optional[CommandResult]:
     """Run optimistically; only when the host says it lacks the script or the worker (`lacks`, usually
     lacks_files), upload them (`sync`) and run once more. The steady state is one exec, no SFTP."""
     result = launch()
@@ -155,8 +175,9 @@ def run_first(launch: Callable[[], Optional[CommandResult]], lacks: Callable[[Co
 def stop_job(transport: Transport, host: Host, layout: RemoteLayout, slot: str, attempt: int) -> bool:
     """Stop a job wherever its launcher started it (its process group, or a scheduler's job). Returns
     whether something was found."""
-    return launcher_for(host).stop(transport, job_name(layout.run_id, slot, attempt),
-                                   lambda: stop_remote(transport, layout.pidfile(slot, attempt)))
+    return launcher_for(host).stop(
+        transport, job_name(layout.run_id, slot, attempt), lambda: stop_remote(transport, layout.pidfile(slot, attempt))
+    )
 
 
 def stop_remote(transport: Transport, pidfile: str) -> bool:
@@ -169,8 +190,9 @@ def stop_remote(transport: Transport, pidfile: str) -> bool:
     for signal_name in ("TERM", "KILL"):
         kill = ["kill", f"-{signal_name}", "--", group]
         bounded(lambda argv=kill: transport.run(argv, env={}, timeout=10, on_line=quiet), CLEANUP_LIMIT_S)
-        alive = bounded(lambda: transport.run(["kill", "-0", "--", group], env={}, timeout=10, on_line=quiet),
-                        CLEANUP_LIMIT_S)
+        alive = bounded(
+            lambda: transport.run(["kill", "-0", "--", group], env={}, timeout=10, on_line=quiet), CLEANUP_LIMIT_S
+        )
         if not isinstance(alive, CommandResult) or alive.exit_code != 0:
             return True
         time.sleep(STOP_GRACE_S)

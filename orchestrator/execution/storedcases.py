@@ -11,6 +11,7 @@ folder (runs/slotfolders.py): as it comes, or, where records name files the host
 while still connected, to fetch them. A host that fails is that slot's result; the others go on. Ctrl-C
 stops what runs on every host (the launcher's process group) and raises KeyboardInterrupt.
 """
+
 from __future__ import annotations
 
 import io
@@ -123,13 +124,19 @@ def plan_cases(store: RunStore, inventory: Inventory, wanted: dict[str, list[str
     manifest = store.manifest()
     bundle = stored_bundle(store, manifest)
     if not worker_has_command(bundle.data, name):
-        raise InputError(f"run {store.run_id} was made by fleetbench {manifest.fleetbench_version or '?'}, whose "
-                         f"worker cannot {name}: {name} a run made by this fleetbench (`fleetbench run` the sweep "
-                         "again)")
+        raise InputError(
+            f"run {store.run_id} was made by fleetbench {manifest.fleetbench_version or '?'}, whose "
+            f"worker cannot {name}: {name} a run made by this fleetbench (`fleetbench run` the sweep "
+            "again)"
+        )
     jobs_by_slot = {j.slot: j for j in manifest.jobs}
     planned = store.planned_cases()
-    sweep = {(s.slot, cid): rec.timing for s in load_slots(store) for cid, (_, rec) in s.records.items()
-             if rec.status == "ok" and rec.timing is not None}
+    sweep = {
+        (s.slot, cid): rec.timing
+        for s in load_slots(store)
+        for cid, (_, rec) in s.records.items()
+        if rec.status == "ok" and rec.timing is not None
+    }
     jobs, scripts = [], {}
     for slot, case_ids in wanted.items():
         stored = jobs_by_slot.get(slot)
@@ -137,17 +144,31 @@ def plan_cases(store: RunStore, inventory: Inventory, wanted: dict[str, list[str
             raise InputError(f"run {store.run_id} has no slot '{slot}'")
         host, _ = run_host(store, manifest, inventory, stored.host, bundle, scripts)
         jobs.append(CaseJob(host=host, gpu=stored.gpu, slot=slot, cases=tuple(planned[c] for c in case_ids)))
-    return CasePlan(store=store, jobs=jobs, scripts=scripts, bundle_path=store.dir / "worker.tar.gz",
-                    lock_timeout_s=manifest.worker.lock_timeout_s, stall_timeout_s=manifest.stall_timeout,
-                    device=manifest.worker.device, sweep=sweep)
+    return CasePlan(
+        store=store,
+        jobs=jobs,
+        scripts=scripts,
+        bundle_path=store.dir / "worker.tar.gz",
+        lock_timeout_s=manifest.worker.lock_timeout_s,
+        stall_timeout_s=manifest.stall_timeout,
+        device=manifest.worker.device,
+        sweep=sweep,
+    )
 
 
 Say = Callable[[str, str], None]  # (slot, what happens now): the command prints it
 
 
-def run_cases(plan: CasePlan, command: WorkerCommand, options: BaseModel, *, parallel: int = 64,
-              accept_new: bool = False, say: Optional[Say] = None,
-              lock_timeout_s: Optional[float] = None) -> list[SlotResult]:
+def run_cases(
+    plan: CasePlan,
+    command: WorkerCommand,
+    options: BaseModel,
+    *,
+    parallel: int = 64,
+    accept_new: bool = False,
+    say: Optional[Say] = None,
+    lock_timeout_s: Optional[float] = None,
+) -> list[SlotResult]:
     """Run `command` with `options` on every job; one SlotResult per job, in order. Never raises for a
     host's failure; Ctrl-C stops what runs on the hosts, then raises KeyboardInterrupt (what came back is
     stored)."""
@@ -155,9 +176,13 @@ def run_cases(plan: CasePlan, command: WorkerCommand, options: BaseModel, *, par
     say = say or (lambda slot, text: None)
     lock_timeout = plan.lock_timeout_s if lock_timeout_s is None else lock_timeout_s
     with plan.store.hold():  # `prune` leaves a run alone while its cases run again
-        done = fan_out(plan.jobs, lambda job: _run_slot(plan, command, job, options, lock_timeout, accept_new,
-                                                        running, say),
-                       parallel=parallel, name_of=lambda job: job.slot, on_interrupt=running.stop_all)
+        done = fan_out(
+            plan.jobs,
+            lambda job: _run_slot(plan, command, job, options, lock_timeout, accept_new, running, say),
+            parallel=parallel,
+            name_of=lambda job: job.slot,
+            on_interrupt=running.stop_all,
+        )
     return [_as_slot_result(r, job) for r, job in zip(done, plan.jobs)]
 
 
@@ -167,12 +192,18 @@ def _as_slot_result(result: HostResult, job: CaseJob) -> SlotResult:
     return SlotResult(job.slot, error=result.describe_error() or "failed", missing=list(job.cases))
 
 
-def worker_argv(command: WorkerCommand, job: CaseJob, script: RenderedScript, remote_dir: str,
-                name: str) -> list[str]:
+def worker_argv(command: WorkerCommand, job: CaseJob, script: RenderedScript, remote_dir: str, name: str) -> list[str]:
     """What a slot runs on its host, as its launcher starts it; params on stdin."""
-    argv = [job.host.python, login_relative(script.remote), command.name,
-            "--pidfile", login_relative(f"{remote_dir}/pid"),
-            "--params", login_relative(f"{remote_dir}/params.json"), "--params-stdin"]
+    argv = [
+        job.host.python,
+        login_relative(script.remote),
+        command.name,
+        "--pidfile",
+        login_relative(f"{remote_dir}/pid"),
+        "--params",
+        login_relative(f"{remote_dir}/params.json"),
+        "--params-stdin",
+    ]
     if command.files_on_host:
         argv += ["--out", login_relative(remote_dir)]
     return launcher_for(job.host).argv(argv, name)
@@ -182,14 +213,29 @@ def case_text(case: CaseSpec) -> str:
     return f"{case.backend} {case.m}x{case.n}x{case.k}"
 
 
-def _run_slot(plan: CasePlan, command: WorkerCommand, job: CaseJob, options: BaseModel, lock_timeout_s: float,
-              accept_new: bool, running: Running, say: Say) -> SlotResult:
+def _run_slot(
+    plan: CasePlan,
+    command: WorkerCommand,
+    job: CaseJob,
+    options: BaseModel,
+    lock_timeout_s: float,
+    accept_new: bool,
+    running: Running,
+    say: Say,
+) -> SlotResult:
     store, script = plan.store, plan.scripts[job.host.name]
     number, local = command.results.new_job_dir(store, job.slot)
     remote_dir = f"{script.layout.run_dir}/{command.name}s/{job.slot}.{command.name}-{number}"
-    params = command.params_type(run_id=store.run_id, host=job.host.name, gpu=job.gpu, device=plan.device,
-                                 lock_timeout_s=lock_timeout_s, lock_clocks=job.host.clocks == "lock",
-                                 cases=list(job.cases), options=options)
+    params = command.params_type(
+        run_id=store.run_id,
+        host=job.host.name,
+        gpu=job.gpu,
+        device=plan.device,
+        lock_timeout_s=lock_timeout_s,
+        lock_clocks=job.host.clocks == "lock",
+        cases=list(job.cases),
+        options=options,
+    )
     data = params.model_dump_json().encode("utf-8")
     write_atomic(local / "params.json", data)
     launcher = launcher_for(job.host)
@@ -204,6 +250,7 @@ def _run_slot(plan: CasePlan, command: WorkerCommand, job: CaseJob, options: Bas
     watch = launcher.watch(launched=time.monotonic())
     result = None
     with open(local / "log.txt", "w", encoding="utf-8", buffering=1) as log:
+
         def on_line(stream: str, line: str) -> None:
             log.write(f"{time.strftime('%H:%M:%S')} {stream}: {line}\n")
             if stream == "stderr":
@@ -239,15 +286,17 @@ def _run_slot(plan: CasePlan, command: WorkerCommand, job: CaseJob, options: Bas
         transport = make_transport(job.host, accept_new=accept_new)
         try:
             transport.connect()
-            running.add(job.slot, lambda: launcher.stop(transport, name,
-                                                        lambda: stop_remote(transport, f"{remote_dir}/pid")))
+            running.add(
+                job.slot, lambda: launcher.stop(transport, name, lambda: stop_remote(transport, f"{remote_dir}/pid"))
+            )
             timeout = START_ALLOWANCE_S + lock_timeout_s + command.case_limit_s(options) * len(job.cases)
             stall = launcher.stall_limit(watch, job.host.stall_timeout or plan.stall_timeout_s)
 
             def launch():
                 to_fetch.clear()  # a launch again after an upload starts afresh
-                return transport.run(argv, env=job.env, timeout=timeout, on_line=on_line, stdin=data,
-                                     stall_timeout=stall)
+                return transport.run(
+                    argv, env=job.env, timeout=timeout, on_line=on_line, stdin=data, stall_timeout=stall
+                )
 
             def sync() -> None:
                 say(job.slot, "the host lacks the run's script or worker: uploading them")
@@ -260,8 +309,12 @@ def _run_slot(plan: CasePlan, command: WorkerCommand, job: CaseJob, options: Bas
             for record in to_fetch:
                 kept[record.case_id] = command.store(plan, job, number, record, transport)
         except TransportError as exc:
-            return SlotResult(job.slot, stored=list(kept.values()), error=f"{exc.outcome}: {exc}",
-                              missing=[c for cid, c in cases.items() if cid not in kept])
+            return SlotResult(
+                job.slot,
+                stored=list(kept.values()),
+                error=f"{exc.outcome}: {exc}",
+                missing=[c for cid, c in cases.items() if cid not in kept],
+            )
         finally:
             running.remove(job.slot)
             transport.close()

@@ -7,6 +7,7 @@ its observation of the job before it runs (a queue), the stall limit while it wa
 is stopped, and the verdict on failures of its own making. Nothing outside this package names a
 scheduler.
 """
+
 from __future__ import annotations
 
 from .base import DirectLauncher, Launcher, LaunchWatch, job_name

@@ -1,4 +1,5 @@
 """The launcher seam, and the direct launcher: the job is the command, run where the connector runs it."""
+
 from __future__ import annotations
 
 from typing import Callable, Optional
@@ -52,8 +53,9 @@ class Launcher:
         """Stop the job wherever it runs. Returns whether something was found."""
         return stop_process_group()
 
-    def verdict(self, transport: Transport, job_name: str, outcome: str, error: str, missing: int, total: int,
-                cancelled: bool) -> tuple[str, str]:
+    def verdict(
+        self, transport: Transport, job_name: str, outcome: str, error: str, missing: int, total: int, cancelled: bool
+    ) -> tuple[str, str]:
         """The attempt's (outcome, error) with failures of the launcher's own making named."""
         return outcome, error
 

@@ -7,6 +7,7 @@ the nodes share. Each job has a name unique to its run, slot and attempt (`job_n
 controller finds it again to say how long it waited in the queue, why Slurm ended it, or to cancel it.
 Every Slurm command is built here, as an argv list; the transport quotes it.
 """
+
 from __future__ import annotations
 
 import re
@@ -64,9 +65,12 @@ def _quiet(stream: str, line: str) -> None:
 def query(transport: Transport, host: Host, name: str) -> list[JobInfo]:
     """The jobs of that name Slurm still knows (running, pending, or ended within its MinJobAge)."""
     lines: list[str] = []
-    result = transport.run(["squeue", "--noheader", "--states=all", f"--name={name}", "--format=%i|%T|%r"],
-                           env=host.env, timeout=QUERY_LIMIT_S,
-                           on_line=lambda stream, line: lines.append(line) if stream == "stdout" else None)
+    result = transport.run(
+        ["squeue", "--noheader", "--states=all", f"--name={name}", "--format=%i|%T|%r"],
+        env=host.env,
+        timeout=QUERY_LIMIT_S,
+        on_line=lambda stream, line: lines.append(line) if stream == "stdout" else None,
+    )
     if result.exit_code != 0:
         return []
     jobs = []
@@ -145,8 +149,12 @@ def partition_report(transport: Transport, host: Host) -> tuple[bool, str]:
     part = host.slurm.partition if host.slurm and host.slurm.partition else None
     lines: list[str] = []
     argv = ["sinfo", "--noheader", "--format=%P|%a|%D|%T|%G"] + ([f"--partition={part}"] if part else [])
-    result = transport.run(argv, env=host.env, timeout=QUERY_LIMIT_S,
-                           on_line=lambda stream, line: lines.append(line.strip()) if stream == "stdout" else None)
+    result = transport.run(
+        argv,
+        env=host.env,
+        timeout=QUERY_LIMIT_S,
+        on_line=lambda stream, line: lines.append(line.strip()) if stream == "stdout" else None,
+    )
     if result.exit_code != 0 or not lines:
         return False, f"sinfo found no partition {part or '(default)'} (exit {result.exit_code})"
     parts = [line.split("|") for line in lines if line.count("|") == 4]
@@ -184,8 +192,9 @@ class SlurmLauncher(Launcher):
         # The job runs on a node, not where the commands run: Slurm stops it.
         return bool(bounded(lambda: cancel(transport, self.host, job_name), CLEANUP_LIMIT_S * 2))
 
-    def verdict(self, transport: Transport, job_name: str, outcome: str, error: str, missing: int, total: int,
-                cancelled: bool) -> tuple[str, str]:
+    def verdict(
+        self, transport: Transport, job_name: str, outcome: str, error: str, missing: int, total: int, cancelled: bool
+    ) -> tuple[str, str]:
         """A job that Slurm itself ended (cancelled, time limit, node failure, preemption) fails with
         Slurm's state and reason, whatever the worker managed before."""
         if outcome == "ok" or cancelled:

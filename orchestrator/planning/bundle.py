@@ -3,6 +3,7 @@
 The archive is content-addressed (sha256 of its bytes, which depend only on the files' paths and
 contents), so a host that already unpacked this version needs no upload at all.
 """
+
 from __future__ import annotations
 
 import gzip
@@ -36,8 +37,11 @@ def build_worker_bundle(package_dir: Path | None = None, user_kernels: Iterable[
     """tar.gz of worker/**/*.py, plus each user kernel file as worker/user/k<sha256[:16]>.py (where
     worker.userkernel finds it), with fixed metadata (mtime 0, uid 0, mode 0644)."""
     root = Path(package_dir or Path(worker.__file__).parent)
-    entries = [(f"worker/{p.relative_to(root).as_posix()}", p.read_bytes())
-               for p in sorted(root.rglob("*.py")) if "__pycache__" not in p.parts and p.parent.name != "user"]
+    entries = [
+        (f"worker/{p.relative_to(root).as_posix()}", p.read_bytes())
+        for p in sorted(root.rglob("*.py"))
+        if "__pycache__" not in p.parts and p.parent.name != "user"
+    ]
     for data in sorted(set(user_kernels)):
         entries.append((f"worker/user/k{hashlib.sha256(data).hexdigest()[:16]}.py", data))
     files = sorted(entries)

@@ -1,4 +1,5 @@
 """Pure planning: hosts x sweep -> jobs (one worker process per host and GPU slot). No I/O here."""
+
 from __future__ import annotations
 
 import datetime as _dt
@@ -9,8 +10,8 @@ from typing import Literal, Optional
 
 from worker.schema import CaseSpec
 
-from ..config.inventory import Host
 from ..config import defaults
+from ..config.inventory import Host
 from ..config.sweep import Sweep
 
 PerGpu = Literal["all", "shard"]
@@ -87,8 +88,13 @@ def new_run_id(sweep_name: str, now: Optional[_dt.datetime] = None) -> str:
     return f"{now:%Y%m%d-%H%M%S}-{safe}-{secrets.token_hex(2)}"
 
 
-def build_plan(hosts: list[Host], sweep: Sweep, run_id: str, per_gpu: PerGpu = "all",
-               lock_timeout_s: float = defaults.LOCK_TIMEOUT_S) -> Plan:
+def build_plan(
+    hosts: list[Host],
+    sweep: Sweep,
+    run_id: str,
+    per_gpu: PerGpu = "all",
+    lock_timeout_s: float = defaults.LOCK_TIMEOUT_S,
+) -> Plan:
     """Every host gets every case; a host with `gpus` gets one job per GPU, with all the cases
     (`all`: compare GPUs) or a round-robin share (`shard`: finish sooner)."""
     cases = tuple(sweep.cases())
@@ -98,7 +104,7 @@ def build_plan(hosts: list[Host], sweep: Sweep, run_id: str, per_gpu: PerGpu = "
             jobs.append(Job(host=host, gpu=None, cases=cases))
             continue
         for i, gpu in enumerate(host.gpus):
-            share = cases if per_gpu == "all" else cases[i::len(host.gpus)]
+            share = cases if per_gpu == "all" else cases[i :: len(host.gpus)]
             if share:
                 jobs.append(Job(host=host, gpu=gpu, cases=share))
     # Environments of one machine (hosts name@env) take turns on its GPU through the GPU lock: each may
@@ -110,11 +116,23 @@ def build_plan(hosts: list[Host], sweep: Sweep, run_id: str, per_gpu: PerGpu = "
     if waits:
         lock_timeout_s += max(waits)
     jobs = [with_limits(j, lock_timeout_s, sweep.stall_timeout) for j in jobs]
-    worker = WorkerSettings(max_restarts=sweep.max_restarts, device=sweep.device, lock_timeout_s=lock_timeout_s,
-                            calibration=sweep.calibration, case_timeout_s=sweep.case_timeout,
-                            build_timeout_s=sweep.build_timeout)
-    return Plan(run_id=run_id, sweep_name=sweep.name, hosts=tuple(hosts), jobs=tuple(jobs), worker=worker,
-                per_gpu=per_gpu, stall_timeout=sweep.stall_timeout)
+    worker = WorkerSettings(
+        max_restarts=sweep.max_restarts,
+        device=sweep.device,
+        lock_timeout_s=lock_timeout_s,
+        calibration=sweep.calibration,
+        case_timeout_s=sweep.case_timeout,
+        build_timeout_s=sweep.build_timeout,
+    )
+    return Plan(
+        run_id=run_id,
+        sweep_name=sweep.name,
+        hosts=tuple(hosts),
+        jobs=tuple(jobs),
+        worker=worker,
+        per_gpu=per_gpu,
+        stall_timeout=sweep.stall_timeout,
+    )
 
 
 # The wall-clock limit of a host that sets none: generous, for it is the last resort. A frozen or dead
@@ -131,5 +149,8 @@ def wall_clock_limit(cases, lock_timeout_s: float = 0.0) -> float:
 
 def with_limits(job: Job, lock_timeout_s: float, stall_timeout_s: float) -> Job:
     """`job` with its limits resolved (see Job): a host's own settings first."""
-    return replace(job, timeout_s=job.host.timeout or wall_clock_limit(job.cases, lock_timeout_s),
-                   stall_timeout_s=job.host.stall_timeout or stall_timeout_s)
+    return replace(
+        job,
+        timeout_s=job.host.timeout or wall_clock_limit(job.cases, lock_timeout_s),
+        stall_timeout_s=job.host.stall_timeout or stall_timeout_s,
+    )

@@ -4,6 +4,7 @@ Templates only wire paths and the protocol's constants (StrictUndefined: a missi
 error, never an empty string); parameters travel as JSON data (remote.write_params). The script is compile()d here before anything is
 uploaded, and its sha256 is recorded: the bytes uploaded are the bytes stored.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -13,14 +14,15 @@ import jinja2
 
 from worker.protocol import EXIT_NEEDS_SYNC, HELLO_PREFIX, PROTOCOL_FD_ENV
 
-from ..runs.atomicfile import write_atomic
-from .bundle import WorkerBundle
-from ..errors import FleetbenchError
-from .plan import Plan
-from ..execution.remote import RemoteLayout, RenderedScript, layout_for
 from ..config.resources import templates_dir
+from ..errors import FleetbenchError
+from ..execution.remote import RemoteLayout, RenderedScript, layout_for
+from ..runs.atomicfile import write_atomic
+
 # The script runs with the login directory as cwd, so `~/x` is simply `x` in its paths and arguments.
 from ..transport import login_relative
+from .bundle import WorkerBundle
+from .plan import Plan
 
 SCRIPT_TEMPLATE = "bench_script.py.j2"
 
@@ -47,8 +49,11 @@ def render_script(env: jinja2.Environment, layout: RemoteLayout, bundle_sha: str
     """Source of one host's script; raises FleetbenchError naming the template line on failure."""
     try:
         source = env.get_template(SCRIPT_TEMPLATE).render(
-            worker_archive=login_relative(layout.worker_archive), worker_dir=login_relative(layout.worker_dir),
-            worker_sha256=bundle_sha, exit_needs_sync=EXIT_NEEDS_SYNC, hello_prefix=HELLO_PREFIX,
+            worker_archive=login_relative(layout.worker_archive),
+            worker_dir=login_relative(layout.worker_dir),
+            worker_sha256=bundle_sha,
+            exit_needs_sync=EXIT_NEEDS_SYNC,
+            hello_prefix=HELLO_PREFIX,
             protocol_fd_env=PROTOCOL_FD_ENV,
         )
     except jinja2.TemplateError as exc:

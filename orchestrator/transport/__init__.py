@@ -1,13 +1,31 @@
 """How the controller reaches a host: the seam (.base) and one module per connector (.local, .ssh),
 with host-key handling beside the SSH connector (.hostkeys). Only .ssh imports paramiko and fabric."""
+
 from __future__ import annotations
 
 from ..config.inventory import Host
-from .base import (CLEANUP_LIMIT_S, CommandResult, LineSink, Transport, TransportError, bounded, login_relative,
-                   shell_command)
+from .base import (
+    CLEANUP_LIMIT_S,
+    CommandResult,
+    LineSink,
+    Transport,
+    TransportError,
+    bounded,
+    login_relative,
+    shell_command,
+)
 
-__all__ = ["CLEANUP_LIMIT_S", "CommandResult", "LineSink", "Transport", "TransportError", "bounded", "login_relative",
-           "make_transport", "shell_command"]
+__all__ = [
+    "CLEANUP_LIMIT_S",
+    "CommandResult",
+    "LineSink",
+    "Transport",
+    "TransportError",
+    "bounded",
+    "login_relative",
+    "make_transport",
+    "shell_command",
+]
 
 
 def make_transport(host: Host, *, accept_new: bool = False) -> Transport:

@@ -4,12 +4,13 @@ Remote commands are argv lists everywhere; `shell_command` is the one function t
 shlex) for a remote shell. Remote paths that start with `~/` are made relative to the login directory,
 where both an SSH exec and SFTP start, so no shell ever has to expand `~`.
 """
+
 from __future__ import annotations
 
 import shlex
+import threading
 from dataclasses import dataclass
 from pathlib import Path
-import threading
 from typing import Callable, Mapping, Optional, Protocol, Sequence, Union
 
 from ..config.inventory import Host
@@ -67,11 +68,19 @@ class Transport(Protocol):
     def put(self, local: Path, remote: str, *, atomic: bool = False) -> int: ...
     def get(self, remote: str, local: Path) -> bool: ...
     def read_text(self, remote: str) -> Optional[str]: ...
-    def run(self, argv: Sequence[str], *, env: Mapping[str, str], timeout: Optional[float],
-            on_line: LineSink, stdin: Optional[bytes] = None,
-            stall_timeout: StallLimit = None) -> CommandResult:
+    def run(
+        self,
+        argv: Sequence[str],
+        *,
+        env: Mapping[str, str],
+        timeout: Optional[float],
+        on_line: LineSink,
+        stdin: Optional[bytes] = None,
+        stall_timeout: StallLimit = None,
+    ) -> CommandResult:
         """Run argv, streaming its lines to on_line. Ends early, the command stopped, when `timeout`
         runs out (timed_out) or when nothing at all arrives for `stall_timeout` seconds (stalled)."""
+
     def describe(self, argv: Sequence[str], env: Mapping[str, str]) -> str: ...
     def close(self) -> None: ...
 

@@ -3,6 +3,7 @@
 A known host key is always verified; an unknown one is refused unless the caller chose accept-new, which
 records it; a changed one is always refused (never silently auto-added).
 """
+
 from __future__ import annotations
 
 import os
@@ -10,6 +11,7 @@ import threading
 from typing import Optional
 
 from .base import TransportError
+
 
 def load_known_hosts(client, path: str, name: str) -> None:
     """Give the client what known_hosts says about `name` (its known_hosts spelling), and nothing else."""
@@ -71,8 +73,9 @@ class KnownHosts:
         from paramiko.util import constant_time_bytes_eq
 
         found = list(self.plain.get(name, ()))
-        found += [(lineno, key) for lineno, h, key in self.hashed
-                  if constant_time_bytes_eq(HostKeys.hash_host(name, h), h)]
+        found += [
+            (lineno, key) for lineno, h, key in self.hashed if constant_time_bytes_eq(HostKeys.hash_host(name, h), h)
+        ]
         keys: dict = {}
         for _, key in sorted(found, key=lambda t: t[0]):
             keys.setdefault(key.get_name(), key)
@@ -112,5 +115,3 @@ def host_key_name(target: str) -> str:
     """known_hosts spelling of a resolved `host:port`."""
     hostname, port = target.rsplit(":", 1)
     return hostname if port == "22" else f"[{hostname}]:{port}"
-
-

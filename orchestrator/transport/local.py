@@ -1,4 +1,5 @@
 """The local connector: the embedded `local` host runs on this machine through subprocess, no SSH."""
+
 from __future__ import annotations
 
 import os
@@ -13,6 +14,7 @@ from worker.protocol import LineDecoder
 
 from ..config.inventory import Host
 from .base import CommandResult, LineSink, TransportError, shell_command, stall_limit
+
 
 class LocalTransport:
     """Runs on this machine with subprocess: the embedded `local` host, no SSH involved."""
@@ -58,20 +60,31 @@ class LocalTransport:
         home = os.path.expanduser("~")
         try:
             # cwd is the home folder, as for an SSH exec, so login-relative paths mean the same here.
-            proc = subprocess.Popen(argv, env={**os.environ, **env}, cwd=home, stdout=subprocess.PIPE,
-                                    stderr=subprocess.PIPE, stdin=subprocess.DEVNULL if stdin is None else subprocess.PIPE,
-                                    start_new_session=True)
+            proc = subprocess.Popen(
+                argv,
+                env={**os.environ, **env},
+                cwd=home,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                stdin=subprocess.DEVNULL if stdin is None else subprocess.PIPE,
+                start_new_session=True,
+            )
         except FileNotFoundError:
             if not os.path.isdir(home):  # Popen names neither: say which one is missing
-                raise TransportError("failed", f"home folder not found: {home} (commands of the local host run "
-                                               "there; set HOME to a folder that exists)") from None
+                raise TransportError(
+                    "failed",
+                    f"home folder not found: {home} (commands of the local host run "
+                    "there; set HOME to a folder that exists)",
+                ) from None
             raise TransportError("failed", f"interpreter not found: {argv[0]}") from None
         except PermissionError:
             raise TransportError("failed", f"interpreter not executable: {argv[0]}") from None
         self._running.add(proc)
         last_heard = [time.monotonic()]
-        readers = [threading.Thread(target=_pump, args=(stream, name, on_line, last_heard), daemon=True)
-                   for stream, name in ((proc.stdout, "stdout"), (proc.stderr, "stderr"))]
+        readers = [
+            threading.Thread(target=_pump, args=(stream, name, on_line, last_heard), daemon=True)
+            for stream, name in ((proc.stdout, "stdout"), (proc.stderr, "stderr"))
+        ]
         for r in readers:
             r.start()
         if stdin is not None:
@@ -141,4 +154,3 @@ def _kill_group(proc: subprocess.Popen) -> None:
             os.killpg(proc.pid, 9)
     except ProcessLookupError:
         pass
-

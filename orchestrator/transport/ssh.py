@@ -3,6 +3,7 @@
 fabric builds the connection (ssh_config, ProxyJump); commands run on a paramiko channel with one
 select loop. Host keys are verified through .hostkeys.
 """
+
 from __future__ import annotations
 
 import errno
@@ -22,6 +23,7 @@ from .base import CommandResult, LineSink, StallLimit, TransportError, login_rel
 from .hostkeys import AcceptNewPolicy, host_key_name, load_known_hosts
 
 KEEPALIVE_S = 15
+
 
 class FabricTransport:
     """SSH through one fabric Connection per host, reused for every step (connect once, SFTP once).
@@ -46,8 +48,12 @@ class FabricTransport:
         known_hosts = h.known_hosts or os.path.expanduser("~/.ssh/known_hosts")
         ct = h.connect_timeout
         connect_kwargs = dict(
-            timeout=ct, banner_timeout=ct, auth_timeout=ct, channel_timeout=ct,
-            allow_agent=True, look_for_keys=h.identity_file is None,
+            timeout=ct,
+            banner_timeout=ct,
+            auth_timeout=ct,
+            channel_timeout=ct,
+            allow_agent=True,
+            look_for_keys=h.identity_file is None,
         )
         if h.identity_file:
             connect_kwargs["key_filename"] = h.identity_file
@@ -65,8 +71,9 @@ class FabricTransport:
                 # holds the run for paramiko's defaults (an hour, to open the channel to the host).
                 hop.connect_kwargs = {**connect_kwargs, **hop.connect_kwargs}
             # fabric installs a policy that accepts any unknown key; replace it before anything connects.
-            hop.client.set_missing_host_key_policy(AcceptNewPolicy(known_hosts) if self.accept_new
-                                                   else paramiko.RejectPolicy())
+            hop.client.set_missing_host_key_policy(
+                AcceptNewPolicy(known_hosts) if self.accept_new else paramiko.RejectPolicy()
+            )
             load_known_hosts(hop.client, known_hosts, host_key_name(f"{hop.host}:{hop.port}"))
         first = chain[0]
         try:
@@ -84,8 +91,7 @@ class FabricTransport:
             # generic "No existing session": classify the cause.
             cause = getattr(failed.client.get_transport(), "saved_exception", None) or exc
             self.close()
-            raise classify_connect_error(cause, h, _endpoint(failed, is_jump=failed is not conn),
-                                         known_hosts) from None
+            raise classify_connect_error(cause, h, _endpoint(failed, is_jump=failed is not conn), known_hosts) from None
         # Keepalives make a dead peer (host down, network cut) an error on the connection instead of a
         # silent one; a frozen peer is caught by the stall timeout of the command that waits on it.
         conn.client.get_transport().set_keepalive(KEEPALIVE_S)
@@ -98,9 +104,12 @@ class FabricTransport:
             try:
                 self._sftp = self._conn.sftp()
             except paramiko.SSHException as exc:  # the server closed the channel: no sftp subsystem
-                raise TransportError("failed", f"{self.host.address}: the SSH server refused an SFTP session ({exc}): "
-                                     "fleetbench uploads its files over SFTP; enable it in sshd_config "
-                                     "(Subsystem sftp internal-sftp)") from None
+                raise TransportError(
+                    "failed",
+                    f"{self.host.address}: the SSH server refused an SFTP session ({exc}): "
+                    "fleetbench uploads its files over SFTP; enable it in sshd_config "
+                    "(Subsystem sftp internal-sftp)",
+                ) from None
             # Without a timeout an SFTP request to a frozen host waits forever.
             self._sftp.get_channel().settimeout(max(30.0, 3 * self.host.connect_timeout))
         return self._sftp
@@ -157,8 +166,11 @@ class FabricTransport:
         except OSError as exc:
             if atomic:
                 _unless_missing(lambda: sftp.remove(tmp), None)
-            raise TransportError("failed", f"upload of {local.name} to {target} failed: {exc or type(exc).__name__}"
-                                 " (remote disk full or not writable?)") from None
+            raise TransportError(
+                "failed",
+                f"upload of {local.name} to {target} failed: {exc or type(exc).__name__}"
+                " (remote disk full or not writable?)",
+            ) from None
         return local.stat().st_size
 
     def get(self, remote: str, local: Path) -> bool:
@@ -198,7 +210,9 @@ class FabricTransport:
             chan.close()
 
     def describe(self, argv, env) -> str:
-        return f"ssh {self.host.address}: " + shell_command([self.path(a) if a.startswith("~") else a for a in argv], env)
+        return f"ssh {self.host.address}: " + shell_command(
+            [self.path(a) if a.startswith("~") else a for a in argv], env
+        )
 
     def close(self) -> None:
         # fabric closes a connection without its gateway: close the jump hosts' connections too.
@@ -291,8 +305,10 @@ def _nodelay_socket(host: str, port: int, timeout: float, where: str) -> socket.
             raise ConnectionRefusedError("closed before the SSH banner")
     except socket.timeout:
         sock.close()
-        raise TransportError("timeout", f"{where} accepted the connection but sent no SSH banner within "
-                             f"{timeout:g} s (host frozen or overloaded?)") from None
+        raise TransportError(
+            "timeout",
+            f"{where} accepted the connection but sent no SSH banner within {timeout:g} s (host frozen or overloaded?)",
+        ) from None
     return sock
 
 
@@ -354,8 +370,9 @@ def _endpoint(conn, *, is_jump: bool) -> Endpoint:
     from fabric import Connection
 
     via = _endpoint(conn.gateway, is_jump=True) if isinstance(conn.gateway, Connection) else None
-    return Endpoint(address=f"{conn.host}:{conn.port}", user=conn.user, spec=conn.original_host,
-                    is_jump=is_jump, via=via)
+    return Endpoint(
+        address=f"{conn.host}:{conn.port}", user=conn.user, spec=conn.original_host, is_jump=is_jump, via=via
+    )
 
 
 def keyscan_command(endpoint: Endpoint, host: Host, known_hosts: str) -> Optional[str]:
@@ -382,8 +399,10 @@ def classify_connect_error(exc: BaseException, host: Host, endpoint: Endpoint, k
     where = endpoint.label()
     if isinstance(exc, socket.gaierror):
         hostname = endpoint.address.rsplit(":", 1)[0]
-        return TransportError("unreachable", f"cannot resolve host name {hostname!r}"
-                              + (f" of jump host {endpoint.spec}" if endpoint.is_jump else ""))
+        return TransportError(
+            "unreachable",
+            f"cannot resolve host name {hostname!r}" + (f" of jump host {endpoint.spec}" if endpoint.is_jump else ""),
+        )
     # paramiko wraps a refused connection (to a jump host) in one error per address tried.
     causes = exc.errors.values() if isinstance(exc, paramiko.ssh_exception.NoValidConnectionsError) else [exc]
     if all(isinstance(cause, ConnectionRefusedError) for cause in causes):
@@ -391,8 +410,9 @@ def classify_connect_error(exc: BaseException, host: Host, endpoint: Endpoint, k
     if isinstance(exc, paramiko.ssh_exception.NoValidConnectionsError):
         return TransportError("unreachable", f"cannot connect to {where}: {exc}")
     if isinstance(exc, paramiko.ChannelException) and endpoint.via is not None:
-        return TransportError("unreachable", f"jump host {endpoint.via.address} could not connect to "
-                              f"{endpoint.address}: {exc.text}")
+        return TransportError(
+            "unreachable", f"jump host {endpoint.via.address} could not connect to {endpoint.address}: {exc.text}"
+        )
     if isinstance(exc, (socket.timeout, TimeoutError)):
         return TransportError("unreachable", f"no answer from {where} within {host.connect_timeout:g} s")
     if isinstance(exc, OSError) and not isinstance(exc, paramiko.SSHException):
@@ -400,8 +420,10 @@ def classify_connect_error(exc: BaseException, host: Host, endpoint: Endpoint, k
     whose_key = endpoint.label(key=True)
     if isinstance(exc, paramiko.BadHostKeyException):
         remove = shlex.join(["ssh-keygen", "-f", known_hosts, "-R", endpoint.key_name])
-        return TransportError("auth-failed", f"host key for {whose_key} CHANGED (possible man-in-the-middle); "
-                              f"if the host was reinstalled: {remove}")
+        return TransportError(
+            "auth-failed",
+            f"host key for {whose_key} CHANGED (possible man-in-the-middle); if the host was reinstalled: {remove}",
+        )
     if isinstance(exc, paramiko.AuthenticationException):
         who = f"{endpoint.user or os.environ.get('USER', '?')}@{endpoint.address}"
         if endpoint.is_jump:
@@ -410,16 +432,27 @@ def classify_connect_error(exc: BaseException, host: Host, endpoint: Endpoint, k
         return TransportError("auth-failed", f"authentication failed for {who}{key}")
     text = str(exc)
     if "No authentication methods available" in text:
-        return TransportError("auth-failed", f"no key to offer to {where}: set identity_file, or load a key "
-                              "into ssh-agent (SSH_AUTH_SOCK)")
+        return TransportError(
+            "auth-failed",
+            f"no key to offer to {where}: set identity_file, or load a key into ssh-agent (SSH_AUTH_SOCK)",
+        )
     if "not found in known_hosts" in text:
         scan = keyscan_command(endpoint, host, known_hosts)
-        return TransportError("auth-failed", f"unknown host key for {whose_key}: verify it, then run with "
-                              "--accept-new" + (f" or add it: {scan}" if scan else ""))
+        return TransportError(
+            "auth-failed",
+            f"unknown host key for {whose_key}: verify it, then run with "
+            "--accept-new" + (f" or add it: {scan}" if scan else ""),
+        )
     if "No existing session" in text:  # paramiko's handshake ran out of time before the reader thread did
-        return TransportError("timeout", f"{where} did not complete the SSH handshake within "
-                              f"{host.connect_timeout:g} s (host frozen or overloaded?)")
+        return TransportError(
+            "timeout",
+            f"{where} did not complete the SSH handshake within "
+            f"{host.connect_timeout:g} s (host frozen or overloaded?)",
+        )
     if "banner" in text.lower():
-        return TransportError("timeout", f"{where} accepted the connection but sent no SSH banner within "
-                              f"{host.connect_timeout:g} s (host frozen or overloaded?)")
+        return TransportError(
+            "timeout",
+            f"{where} accepted the connection but sent no SSH banner within "
+            f"{host.connect_timeout:g} s (host frozen or overloaded?)",
+        )
     return TransportError("unreachable", f"SSH to {where} failed: {type(exc).__name__}: {text}")

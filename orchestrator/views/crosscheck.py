@@ -1,15 +1,25 @@
 """What `crosscheck` shows, as an output.Document: fleetbench's figure of each case (now, beside the
 sweep's, and its kernel time under CUPTI), each peer's raw and matched gap with its causes, and, asked
 for, every step of each peer's ladder."""
+
 from __future__ import annotations
 
 from .output import Document, Section
 from .tables import US_DIGITS, ratio_text, significant
 
-OURS_HEADERS = ["host", "case", "sweep µs", "now µs", "now / sweep", "SM MHz", "CUPTI kernels µs",
-                "kernels / replay", "kernels", "note"]
-PEER_HEADERS = ["host", "case", "peer", "default µs", "default / fb", "matched µs", "matched / fb", "verdict",
-                "why"]
+OURS_HEADERS = [
+    "host",
+    "case",
+    "sweep µs",
+    "now µs",
+    "now / sweep",
+    "SM MHz",
+    "CUPTI kernels µs",
+    "kernels / replay",
+    "kernels",
+    "note",
+]
+PEER_HEADERS = ["host", "case", "peer", "default µs", "default / fb", "matched µs", "matched / fb", "verdict", "why"]
 STEP_HEADERS = ["host", "case", "peer", "step", "call", "L2", "launch", "clock", "statistic", "µs", "/ fb", "share"]
 _VERDICT_STYLE = {"agrees": "green", "attributed": "cyan", "unexplained": "bold red", "not compared": "yellow"}
 
@@ -26,46 +36,112 @@ def _share(x) -> str:
     return "" if x is None else f"{(x - 1) * 100:+.1f}%"
 
 
-def crosscheck_document(ours: list[dict], comparisons: list, summaries: list, tolerance: float, gap: float,
-                        steps: bool = False) -> Document:
+def crosscheck_document(
+    ours: list[dict], comparisons: list, summaries: list, tolerance: float, gap: float, steps: bool = False
+) -> Document:
     """`ours`: analysis.crosscheck.fleetbench_view of each stored record; `comparisons`: PeerComparison."""
     ours_rows = []
     for o in ours:
-        note = o["reason"] or o["cupti_reason"] or (f"{o['kernels_per_call']} activities per call, split by "
-                                                    f"{o['cupti_split_by']}" if o["kernels_per_call"] else "")
+        note = (
+            o["reason"]
+            or o["cupti_reason"]
+            or (
+                f"{o['kernels_per_call']} activities per call, split by {o['cupti_split_by']}"
+                if o["kernels_per_call"]
+                else ""
+            )
+        )
         note = "; ".join(text for text in [note, *o["cupti_notes"]] if text)
-        ours_rows.append([o["slot"], case_text(o), significant(o["sweep_median_us"], US_DIGITS),
-                          significant(o["median_us"], US_DIGITS), ratio_text(o["now_over_sweep"]),
-                          _mhz(o["sm_clock_mhz"]), significant(o["kernels_us"], US_DIGITS),
-                          ratio_text(o["kernels_over_replay"]),
-                          "" if o["kernels_per_call"] is None else str(o["kernels_per_call"]), note])
+        ours_rows.append(
+            [
+                o["slot"],
+                case_text(o),
+                significant(o["sweep_median_us"], US_DIGITS),
+                significant(o["median_us"], US_DIGITS),
+                ratio_text(o["now_over_sweep"]),
+                _mhz(o["sm_clock_mhz"]),
+                significant(o["kernels_us"], US_DIGITS),
+                ratio_text(o["kernels_over_replay"]),
+                "" if o["kernels_per_call"] is None else str(o["kernels_per_call"]),
+                note,
+            ]
+        )
     peer_rows, step_rows = [], []
     for c in comparisons:
         d = c.as_dict()
-        peer_rows.append([c.slot, case_text(d), c.peer, significant(c.raw_us, US_DIGITS), ratio_text(c.raw_ratio),
-                          significant(c.matched_us, US_DIGITS), ratio_text(c.matched_ratio), c.verdict, c.explanation])
+        peer_rows.append(
+            [
+                c.slot,
+                case_text(d),
+                c.peer,
+                significant(c.raw_us, US_DIGITS),
+                ratio_text(c.raw_ratio),
+                significant(c.matched_us, US_DIGITS),
+                ratio_text(c.matched_ratio),
+                c.verdict,
+                c.explanation,
+            ]
+        )
         for s in c.steps:
             clock = s.clock + (f" ({s.sm_clock_mhz:.0f} MHz)" if s.sm_clock_mhz else "")
-            step_rows.append([c.slot, case_text(d), c.peer, s.step, s.call, s.l2, s.launch, clock, s.statistic,
-                              significant(s.value_us, US_DIGITS), ratio_text(s.ratio), _share(s.share)])
-    sections = [Section(OURS_HEADERS, ours_rows, title="fleetbench on each case, timed again beside its peers",
-                        right=("sweep µs", "now µs", "now / sweep", "SM MHz", "CUPTI kernels µs", "kernels / replay",
-                               "kernels"),
-                        optional=("kernels", "kernels / replay", "SM MHz")),
-                Section(PEER_HEADERS, peer_rows, title="each peer in its default settings, then with fleetbench's "
-                        "methods (fb: fleetbench's median now)",
-                        right=("default µs", "default / fb", "matched µs", "matched / fb"), styles={7: _VERDICT_STYLE})]
+            step_rows.append(
+                [
+                    c.slot,
+                    case_text(d),
+                    c.peer,
+                    s.step,
+                    s.call,
+                    s.l2,
+                    s.launch,
+                    clock,
+                    s.statistic,
+                    significant(s.value_us, US_DIGITS),
+                    ratio_text(s.ratio),
+                    _share(s.share),
+                ]
+            )
+    sections = [
+        Section(
+            OURS_HEADERS,
+            ours_rows,
+            title="fleetbench on each case, timed again beside its peers",
+            right=("sweep µs", "now µs", "now / sweep", "SM MHz", "CUPTI kernels µs", "kernels / replay", "kernels"),
+            optional=("kernels", "kernels / replay", "SM MHz"),
+        ),
+        Section(
+            PEER_HEADERS,
+            peer_rows,
+            title="each peer in its default settings, then with fleetbench's methods (fb: fleetbench's median now)",
+            right=("default µs", "default / fb", "matched µs", "matched / fb"),
+            styles={7: _VERDICT_STYLE},
+        ),
+    ]
     if steps:
-        sections.append(Section(STEP_HEADERS, step_rows, title="every step: one setting changed to fleetbench's "
-                                "(share: the previous step's ratio over this one's, its setting's share of the gap)",
-                                right=("µs", "/ fb", "share"), optional=("call",)))
+        sections.append(
+            Section(
+                STEP_HEADERS,
+                step_rows,
+                title="every step: one setting changed to fleetbench's "
+                "(share: the previous step's ratio over this one's, its setting's share of the gap)",
+                right=("µs", "/ fb", "share"),
+                optional=("call",),
+            )
+        )
     notes = [s.line(tolerance, gap) for s in summaries]
     versions = {(c.peer, c.timer, c.version) for c in comparisons if c.version}
     notes += [f"{peer}: {timer} of {peer} {version}" for peer, timer, version in sorted(versions)]
     notes += list(dict.fromkeys(f"{c.peer}: {n}" for c in comparisons for n in c.notes))
-    data = {"fleetbench": ours, "comparisons": [c.as_dict() for c in comparisons],
-            "summary": [s.__dict__ for s in summaries], "tolerance": tolerance, "gap": gap}
-    records = [{k: v for k, v in c.as_dict().items() if k not in ("steps", "notes", "factors", "causes", "unmatched")}
-               | {f"share_{f}": c.factors.get(f) for f in ("statistic", "l2", "launch", "clock")}
-               | {"causes": "; ".join(c.causes)} for c in comparisons]
+    data = {
+        "fleetbench": ours,
+        "comparisons": [c.as_dict() for c in comparisons],
+        "summary": [s.__dict__ for s in summaries],
+        "tolerance": tolerance,
+        "gap": gap,
+    }
+    records = [
+        {k: v for k, v in c.as_dict().items() if k not in ("steps", "notes", "factors", "causes", "unmatched")}
+        | {f"share_{f}": c.factors.get(f) for f in ("statistic", "l2", "launch", "clock")}
+        | {"causes": "; ".join(c.causes)}
+        for c in comparisons
+    ]
     return Document(sections, data=data, records=records, notes=notes, kind="crosscheck")

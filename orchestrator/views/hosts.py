@@ -1,5 +1,6 @@
 """Each host's effect over its cases against the fleet (analysis/hosteffect.py), in words: a table for
 `diff RUN --across-hosts`, its JSON, and the line naming a host on stderr. Pure: data in, text out."""
+
 from __future__ import annotations
 
 from typing import Optional
@@ -73,9 +74,13 @@ def _count(n: int, noun: str) -> str:
 def nothing_text(effects) -> str:
     """The one line said when no host has an effect to estimate."""
     if effects.nothing == "hosts":
-        return f"host effect: nothing to estimate: {_count(effects.fleet_hosts, 'host')} with ok cases (a fleet needs 2)"
-    return (f"host effect: nothing to estimate: no host has 2 cases that {effects.min_hosts} hosts or more ran "
-            f"({_count(effects.cases, 'such case')})")
+        return (
+            f"host effect: nothing to estimate: {_count(effects.fleet_hosts, 'host')} with ok cases (a fleet needs 2)"
+        )
+    return (
+        f"host effect: nothing to estimate: no host has 2 cases that {effects.min_hosts} hosts or more ran "
+        f"({_count(effects.cases, 'such case')})"
+    )
 
 
 def host_effect_section(effects) -> Section:
@@ -83,14 +88,27 @@ def host_effect_section(effects) -> Section:
     rows = []
     for h in effects.hosts:
         named = (h.verdict + (" (work)" if h.judged_on == "work" else "")) if h.named else ""
-        rows.append([h.slot, str(h.cases), estimate_text(h.effect) or "too few cases", split_text(h), named,
-                     "; ".join(cause_text(c) for c in h.causes)])
+        rows.append(
+            [
+                h.slot,
+                str(h.cases),
+                estimate_text(h.effect) or "too few cases",
+                split_text(h),
+                named,
+                "; ".join(cause_text(c) for c in h.causes),
+            ]
+        )
     t = effects.threshold
-    return Section(["host", "cases", "effect [95% interval]", "clock × work", "named", "likely cause"], rows,
-                   title=f"each host over its cases against the fleet (named: an interval that leaves 1 and an "
-                         f"effect beyond ±{t:.1%}, of the time, or of the work where that held still; cases that "
-                         f"{effects.min_hosts} hosts or more ran)",
-                   right=("cases",), styles={4: NAMED_STYLE}, optional=("clock × work",))
+    return Section(
+        ["host", "cases", "effect [95% interval]", "clock × work", "named", "likely cause"],
+        rows,
+        title=f"each host over its cases against the fleet (named: an interval that leaves 1 and an "
+        f"effect beyond ±{t:.1%}, of the time, or of the work where that held still; cases that "
+        f"{effects.min_hosts} hosts or more ran)",
+        right=("cases",),
+        styles={4: NAMED_STYLE},
+        optional=("clock × work",),
+    )
 
 
 def named_line(h) -> str:
@@ -98,5 +116,8 @@ def named_line(h) -> str:
     way = "slower" if h.verdict == "SLOWER" else "faster"
     causes = "; ".join(cause_text(c) for c in h.causes)
     split = split_text(h)
-    return (f"{h.slot}: {way} than the fleet: {estimate_text(h.effect)} over {h.cases} cases"
-            + (f" ≈ {split}" if split else "") + (f" ({causes})" if causes else ""))
+    return (
+        f"{h.slot}: {way} than the fleet: {estimate_text(h.effect)} over {h.cases} cases"
+        + (f" ≈ {split}" if split else "")
+        + (f" ({causes})" if causes else "")
+    )

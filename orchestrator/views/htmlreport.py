@@ -7,6 +7,7 @@ is opened: values on hover, backends and hosts switched on and off (the fleet me
 over the hosts left on), a distinct colour and marker per backend. No library, no network: the file
 opens anywhere, offline.
 """
+
 from __future__ import annotations
 
 import json
@@ -20,11 +21,11 @@ from typing import Optional
 from worker.schema import FactsRecord
 
 from .. import __version__
-from ..runs.atomicfile import write_atomic
 from ..analysis.diff import across_hosts, compare_sides, resolve_side
-from ..errors import InputError
 from ..analysis.merge import Row, merged_rows
+from ..errors import InputError
 from ..planning.render import template_environment
+from ..runs.atomicfile import write_atomic
 from ..runs.profiles import latest_fleet
 from ..runs.store import now_iso
 
@@ -56,9 +57,16 @@ def chart_tflops(rows: list[Row]) -> list[dict]:
     for (n, k), fam in _families(rows).items():
         series = _per_host(fam, lambda r: r.tflops)
         if series:
-            charts.append({"kind": "fleet", "title": f"TFLOPS vs M, N={n} K={k}", "x_label": "M",
-                           "y_label": "TFLOPS (median over the hosts on; band: min..max)", "unit": "TFLOPS",
-                           "series": [{"name": b, "points": pts} for b, pts in series.items()]})
+            charts.append(
+                {
+                    "kind": "fleet",
+                    "title": f"TFLOPS vs M, N={n} K={k}",
+                    "x_label": "M",
+                    "y_label": "TFLOPS (median over the hosts on; band: min..max)",
+                    "unit": "TFLOPS",
+                    "series": [{"name": b, "points": pts} for b, pts in series.items()],
+                }
+            )
     return charts
 
 
@@ -70,9 +78,18 @@ def chart_speedups(rows: list[Row], baseline: str) -> list[dict]:
         base = _per_host([r for r in fam if r.backend == baseline], lambda r: r.median_us).get(baseline)
         others = _per_host([r for r in fam if r.backend != baseline], lambda r: r.median_us)
         if base and others:
-            charts.append({"kind": "speedup", "title": f"Speedup over {baseline}, N={n} K={k}", "x_label": "M",
-                           "y_label": f"speedup over {baseline} (> 1: faster)", "unit": "x", "baseline": baseline,
-                           "base": base, "series": [{"name": b, "points": pts} for b, pts in others.items()]})
+            charts.append(
+                {
+                    "kind": "speedup",
+                    "title": f"Speedup over {baseline}, N={n} K={k}",
+                    "x_label": "M",
+                    "y_label": f"speedup over {baseline} (> 1: faster)",
+                    "unit": "x",
+                    "baseline": baseline,
+                    "base": base,
+                    "series": [{"name": b, "points": pts} for b, pts in others.items()],
+                }
+            )
     return charts
 
 
@@ -85,8 +102,16 @@ def chart_sol(rows: list[Row]) -> list[dict]:
         title, label = "% of speed of light (all shapes)", "% of this GPU's measured speed of light"
     if not series:
         return []
-    return [{"kind": "fleet", "title": title, "x_label": "M", "y_label": label, "unit": "%",
-             "series": [{"name": b, "points": pts} for b, pts in series.items()]}]
+    return [
+        {
+            "kind": "fleet",
+            "title": title,
+            "x_label": "M",
+            "y_label": label,
+            "unit": "%",
+            "series": [{"name": b, "points": pts} for b, pts in series.items()],
+        }
+    ]
 
 
 def chart_roofline(rows: list[Row], slots) -> list[dict]:
@@ -105,15 +130,35 @@ def chart_roofline(rows: list[Row], slots) -> list[dict]:
         points: dict[str, dict[tuple, list[tuple[float, float]]]] = defaultdict(lambda: defaultdict(list))
         for r in ok:
             points[r.backend][(r.m, r.n, r.k)].append((r.tflops / r.tb_per_s, r.tflops))
-        series = [{"name": b, "points": [{"x": statistics.median(p[0] for p in pts),
-                                          "y": statistics.median(p[1] for p in pts), "what": f"{m}x{n}x{k}"}
-                                         for (m, n, k), pts in cases.items()]}
-                  for b, cases in points.items()]
-        roofs = [{"name": f"{fam} roof ({peak:.0f} TFLOPS)", "peak": peak, "tb_s": cal.tb_s}
-                 for fam, peak in sorted(cal.tflops.items())]
-        charts.append({"kind": "roofline", "title": f"Roofline, {model}: measured roofs ({cal.tb_s:.2f} TB/s copy)",
-                       "x_label": "arithmetic intensity (FLOP / byte moved)", "y_label": "achieved TFLOPS",
-                       "unit": "TFLOPS", "series": series, "roofs": roofs})
+        series = [
+            {
+                "name": b,
+                "points": [
+                    {
+                        "x": statistics.median(p[0] for p in pts),
+                        "y": statistics.median(p[1] for p in pts),
+                        "what": f"{m}x{n}x{k}",
+                    }
+                    for (m, n, k), pts in cases.items()
+                ],
+            }
+            for b, cases in points.items()
+        ]
+        roofs = [
+            {"name": f"{fam} roof ({peak:.0f} TFLOPS)", "peak": peak, "tb_s": cal.tb_s}
+            for fam, peak in sorted(cal.tflops.items())
+        ]
+        charts.append(
+            {
+                "kind": "roofline",
+                "title": f"Roofline, {model}: measured roofs ({cal.tb_s:.2f} TB/s copy)",
+                "x_label": "arithmetic intensity (FLOP / byte moved)",
+                "y_label": "achieved TFLOPS",
+                "unit": "TFLOPS",
+                "series": series,
+                "roofs": roofs,
+            }
+        )
     return charts
 
 
@@ -139,8 +184,14 @@ def chart_heatmap(rows: list[Row], causes: Optional[dict] = None) -> list[dict]:
             if cause:
                 cell["profile"] = cause
         cols.append({"case": f"{backend} {m}x{n}x{k}", "label": label, "median_us": round(med, 4), "cells": cells})
-    return [{"kind": "heatmap", "title": "Each host against the fleet median, per case (red: slower)",
-             "hosts": slots, "cases": cols}]
+    return [
+        {
+            "kind": "heatmap",
+            "title": "Each host against the fleet median, per case (red: slower)",
+            "hosts": slots,
+            "cases": cols,
+        }
+    ]
 
 
 def chart_comparison(cmp) -> list[dict]:
@@ -150,11 +201,26 @@ def chart_comparison(cmp) -> list[dict]:
     # The cases that moved most, either way (half as slow moved as much as twice as slow); the table
     # below lists all of them.
     cases = sorted(cases, key=lambda c: abs(math.log(c.ratio)), reverse=True)[:MAX_PLOTTED_CASES]
-    return [{"kind": "forest", "title": f"{cmp.b} vs {cmp.a}: the {len(cases)} cases that moved most",
-             "x_label": "B / A latency, 95% CI, log scale (right of 1: B slower)", "threshold": cmp.threshold,
-             "rows": [{"name": f"{c.host + ' ' if c.host else ''}{c.backend} {c.m}x{c.n}x{c.k}", "ratio": c.ratio,
-                       "lo": c.ci_low, "hi": c.ci_high, "verdict": c.verdict, "a_us": c.a_us, "b_us": c.b_us}
-                      for c in cases]}]
+    return [
+        {
+            "kind": "forest",
+            "title": f"{cmp.b} vs {cmp.a}: the {len(cases)} cases that moved most",
+            "x_label": "B / A latency, 95% CI, log scale (right of 1: B slower)",
+            "threshold": cmp.threshold,
+            "rows": [
+                {
+                    "name": f"{c.host + ' ' if c.host else ''}{c.backend} {c.m}x{c.n}x{c.k}",
+                    "ratio": c.ratio,
+                    "lo": c.ci_low,
+                    "hi": c.ci_high,
+                    "verdict": c.verdict,
+                    "a_us": c.a_us,
+                    "b_us": c.b_us,
+                }
+                for c in cases
+            ],
+        }
+    ]
 
 
 def chart_headtohead(run_id: str, slots, tie: Optional[float] = None) -> list[dict]:
@@ -169,7 +235,7 @@ def chart_headtohead(run_id: str, slots, tie: Optional[float] = None) -> list[di
     backends = backends_of(slots)
     pairs = []
     for i, a in enumerate(backends):
-        for b in backends[i + 1:]:
+        for b in backends[i + 1 :]:
             if frozenset((a, b)) not in timed:
                 continue
             h2h = head_to_head(run_id, slots, a, b, tie)
@@ -180,15 +246,34 @@ def chart_headtohead(run_id: str, slots, tie: Optional[float] = None) -> list[di
                 scopes = ([("", f)] if len(h2h.slots) > 1 else []) + [(c.slot, c) for c in of_shape]
                 for host, x in scopes:
                     name = f"{shape} {host or 'fleet'}" if len(h2h.slots) > 1 else shape
-                    rows.append({"name": name, "host": host, "ratio": x.ratio, "lo": x.low, "hi": x.high, "winner": x.winner,
-                                 "verdict": winner_text(x.winner, a, b), "a_us": x.a_us, "b_us": x.b_us,
-                                 "pairs": x.pairs, "rounds": x.rounds})
+                    rows.append(
+                        {
+                            "name": name,
+                            "host": host,
+                            "ratio": x.ratio,
+                            "lo": x.low,
+                            "hi": x.high,
+                            "winner": x.winner,
+                            "verdict": winner_text(x.winner, a, b),
+                            "a_us": x.a_us,
+                            "b_us": x.b_us,
+                            "pairs": x.pairs,
+                            "rounds": x.rounds,
+                        }
+                    )
             pairs.append({"a": a, "b": b, "line": fleet_line(h2h), "rows": rows})
     if not pairs:
         return []
-    return [{"kind": "headtohead", "title": "Head-to-head: B/A per shape from the samples timed together (pick a pair)",
-             "x_label": "B / A latency, 95% CI from the pairs, log scale (left of 1: B faster; grey: tie band)",
-             "tie": tie, "pairs": pairs, "selected": 0}]
+    return [
+        {
+            "kind": "headtohead",
+            "title": "Head-to-head: B/A per shape from the samples timed together (pick a pair)",
+            "x_label": "B / A latency, 95% CI from the pairs, log scale (left of 1: B faster; grey: tie band)",
+            "tie": tie,
+            "pairs": pairs,
+            "selected": 0,
+        }
+    ]
 
 
 def chart_history(runs_dir: Path, rows: list[Row], threshold: float) -> list[dict]:
@@ -204,8 +289,10 @@ def chart_history(runs_dir: Path, rows: list[Row], threshold: float) -> list[dic
         finally:
             index.close()
     except (sqlite3.Error, OSError, ValueError, ArithmeticError) as exc:  # whatever the index holds or lacks
-        raise InputError(f"--history: the history index of {runs_dir} cannot be read ({exc}); the report "
-                         "without --history needs no index") from None
+        raise InputError(
+            f"--history: the history index of {runs_dir} cannot be read ({exc}); the report "
+            "without --history needs no index"
+        ) from None
     wanted = {r.case_id for r in rows if r.status == "ok"}
     series: dict[str, list] = defaultdict(list)
     for p in hist.points:
@@ -227,14 +314,28 @@ def chart_history(runs_dir: Path, rows: list[Row], threshold: float) -> list[dic
     charts = []
     for _, hosts in chosen:
         first = next(iter(hosts.values()))[0]
-        charts.append({"kind": "trend", "title": f"History ({len(charts) + 1} of the {len(chosen)} cases of this run "
-                                                  f"that moved most over {len(runs)} stored runs): "
-                                                  f"{first.backend} {first.m}x{first.n}x{first.k}",
-                       "x_label": f"stored runs, oldest first ({len(runs)})", "y_label": "µs (median of rounds)", "unit": "µs",
-                       "runs": runs,
-                       "series": [{"name": host, "points": [{"x": runs.index(p.run_id), "y": p.median_us, "run": p.run_id,
-                                                             "step": p.step or ""} for p in pts]}
-                                  for host, pts in sorted(hosts.items())]})
+        charts.append(
+            {
+                "kind": "trend",
+                "title": f"History ({len(charts) + 1} of the {len(chosen)} cases of this run "
+                f"that moved most over {len(runs)} stored runs): "
+                f"{first.backend} {first.m}x{first.n}x{first.k}",
+                "x_label": f"stored runs, oldest first ({len(runs)})",
+                "y_label": "µs (median of rounds)",
+                "unit": "µs",
+                "runs": runs,
+                "series": [
+                    {
+                        "name": host,
+                        "points": [
+                            {"x": runs.index(p.run_id), "y": p.median_us, "run": p.run_id, "step": p.step or ""}
+                            for p in pts
+                        ],
+                    }
+                    for host, pts in sorted(hosts.items())
+                ],
+            }
+        )
     return charts
 
 
@@ -266,13 +367,22 @@ def _measured_side(runs_dir: Path, ref: str):
     """The side `ref` names; InputError for a dry run of `render`, where nothing was measured."""
     side = resolve_side(runs_dir, ref)
     if side.store.manifest().dry_run:
-        raise InputError(f"run {side.store.run_id} is a dry run of `fleetbench render`: nothing ran, so there is "
-                         "nothing to report (report a run made by `fleetbench run`)")
+        raise InputError(
+            f"run {side.store.run_id} is a dry run of `fleetbench render`: nothing ran, so there is "
+            "nothing to report (report a run made by `fleetbench run`)"
+        )
     return side
 
 
-def write_report(runs_dir: Path, run_ref: str, against: Optional[str], output: Path, threshold: float,
-                 with_history: bool = False, baseline: Optional[str] = None) -> Path:
+def write_report(
+    runs_dir: Path,
+    run_ref: str,
+    against: Optional[str],
+    output: Path,
+    threshold: float,
+    with_history: bool = False,
+    baseline: Optional[str] = None,
+) -> Path:
     """Write the report of `run_ref` to `output`; returns the path. Raises InputError for a run that cannot
     be reported (dry run, unknown baseline), an output that is a folder or not writable, or an unreadable
     history index."""
@@ -289,12 +399,20 @@ def write_report(runs_dir: Path, run_ref: str, against: Optional[str], output: P
     for r in rows:
         if r.method:
             counts[r.method] = counts.get(r.method, 0) + 1
-    methods = ", ".join(f"{METHOD_NAMES.get(m, m)} ({n} results)" for m, n in counts.items()) or "nothing (no timed result)"
+    methods = (
+        ", ".join(f"{METHOD_NAMES.get(m, m)} ({n} results)" for m, n in counts.items()) or "nothing (no timed result)"
+    )
     # The counter diffs of the run's latest `diff --across-hosts --profile`, shown beside their outliers.
     fleet_profiles = latest_fleet(store) if len(side.slots) >= 3 else []
     causes = {(c["b_slot"], c["case_id"]): c["cause"] for c in fleet_profiles}
-    charts = (chart_tflops(rows) + chart_speedups(rows, baseline) + chart_sol(rows) + chart_heatmap(rows, causes)
-              + chart_roofline(rows, side.slots) + chart_headtohead(store.run_id, side.slots))
+    charts = (
+        chart_tflops(rows)
+        + chart_speedups(rows, baseline)
+        + chart_sol(rows)
+        + chart_heatmap(rows, causes)
+        + chart_roofline(rows, side.slots)
+        + chart_headtohead(store.run_id, side.slots)
+    )
     if with_history:
         charts += chart_history(runs_dir, rows, threshold)
     comparison = None
@@ -303,16 +421,38 @@ def write_report(runs_dir: Path, run_ref: str, against: Optional[str], output: P
         charts += chart_comparison(comparison)
     # A host that never said what it is (unreachable, stopped before its facts) gets every fact blank.
     no_facts = dict.fromkeys(set(FactsRecord.model_fields) - {"kind", "schema_version"})
-    facts = [{"slot": s.slot, "facts": s.facts.model_dump(exclude={"kind", "schema_version"}) if s.facts else no_facts,
-              "outcome": s.outcome.outcome if s.outcome else "not run",
-              "error": s.outcome.error if s.outcome else ""} for s in side.slots]
+    facts = [
+        {
+            "slot": s.slot,
+            "facts": s.facts.model_dump(exclude={"kind", "schema_version"}) if s.facts else no_facts,
+            "outcome": s.outcome.outcome if s.outcome else "not run",
+            "error": s.outcome.error if s.outcome else "",
+        }
+        for s in side.slots
+    ]
     fleet = across_hosts(side, threshold) if len(side.slots) >= 3 else None
-    html = template_environment().get_template(REPORT_TEMPLATE).render(
-        run_id=store.run_id, sweep=store.manifest().sweep_name, generated=now_iso(), version=__version__,
-        rows=rows, methods_short=METHODS_SHORT, charts=charts, data=page_data(charts, rows), script=_script(),
-        facts=facts, comparison=comparison, fleet=fleet, fleet_profiles=fleet_profiles, baseline=baseline,
-        methods=methods,
-        threshold=threshold, sig=significant,
+    html = (
+        template_environment()
+        .get_template(REPORT_TEMPLATE)
+        .render(
+            run_id=store.run_id,
+            sweep=store.manifest().sweep_name,
+            generated=now_iso(),
+            version=__version__,
+            rows=rows,
+            methods_short=METHODS_SHORT,
+            charts=charts,
+            data=page_data(charts, rows),
+            script=_script(),
+            facts=facts,
+            comparison=comparison,
+            fleet=fleet,
+            fleet_profiles=fleet_profiles,
+            baseline=baseline,
+            methods=methods,
+            threshold=threshold,
+            sig=significant,
+        )
     )
     try:
         write_atomic(output, html.encode("utf-8"))

@@ -5,6 +5,7 @@ ETA from the rate so far); elsewhere (CI logs, pipes) it prints one line per sta
 and while a host runs, a line with its progress and the case in flight at most every PLAIN_EVERY_S
 seconds; it never imports rich there.
 """
+
 from __future__ import annotations
 
 import threading
@@ -16,13 +17,28 @@ from ..execution.outcome import OUTCOMES
 
 PLAIN_EVERY_S = 10.0
 BAR_WIDTH = 30
-_STYLE = {"ok": "green", "partial": "yellow", "failed": "red", "timeout": "red", "stalled": "red", "unreachable": "red",
-          "auth-failed": "red", "interrupted": "yellow"}
+_STYLE = {
+    "ok": "green",
+    "partial": "yellow",
+    "failed": "red",
+    "timeout": "red",
+    "stalled": "red",
+    "unreachable": "red",
+    "auth-failed": "red",
+    "interrupted": "yellow",
+}
 
 
 class LiveView:
-    def __init__(self, stream: IO[str], slots: list[str], title: str, *, terminal: Optional[bool] = None,
-                 clock: Callable[[], float] = time.monotonic):
+    def __init__(
+        self,
+        stream: IO[str],
+        slots: list[str],
+        title: str,
+        *,
+        terminal: Optional[bool] = None,
+        clock: Callable[[], float] = time.monotonic,
+    ):
         self.stream = stream
         self.clock = clock
         self._last_line_at: dict[str, float] = {}
@@ -59,10 +75,14 @@ class LiveView:
             if self._live is not None:
                 return
             changed = self._last_printed.get(event.slot) != event.state and (
-                event.state in OUTCOMES or event.state in ("running", "queued", "waiting for the host's lock"))
+                event.state in OUTCOMES or event.state in ("running", "queued", "waiting for the host's lock")
+            )
             # Off a terminal a long run must not look dead: its progress, at most every PLAIN_EVERY_S.
-            due = (event.state == "running" and event.current
-                   and now - self._last_line_at.get(event.slot, now) >= PLAIN_EVERY_S)
+            due = (
+                event.state == "running"
+                and event.current
+                and now - self._last_line_at.get(event.slot, now) >= PLAIN_EVERY_S
+            )
             if changed or due:
                 # Only printed states count: running -> syncing -> running prints "running" once.
                 self._last_printed[event.slot] = event.state
@@ -87,8 +107,9 @@ class LiveView:
         for slot, ev in events:
             style = _STYLE.get(ev.state)
             state = f"[{style}]{ev.state}[/]" if style else ev.state
-            table.add_row(escape(slot), state, f"{ev.done}/{ev.total}" if ev.total else "",
-                          escape(ev.message or ev.current))
+            table.add_row(
+                escape(slot), state, f"{ev.done}/{ev.total}" if ev.total else "", escape(ev.message or ev.current)
+            )
         return table
 
 
@@ -101,8 +122,10 @@ def overall_line(events: list[JobEvent], started: Optional[float], now: float) -
         return "waiting for the hosts to start"
     filled = round(BAR_WIDTH * done / total)
     finished = sum(ev.state in OUTCOMES for ev in events)
-    line = f"[{'#' * filled}{'-' * (BAR_WIDTH - filled)}] {done}/{total} cases ({100 * done / total:.0f}%), " \
-           f"{finished} of {len(events)} hosts finished"
+    line = (
+        f"[{'#' * filled}{'-' * (BAR_WIDTH - filled)}] {done}/{total} cases ({100 * done / total:.0f}%), "
+        f"{finished} of {len(events)} hosts finished"
+    )
     if done >= total or finished == len(events):
         return line
     if started is not None and done > 0 and now > started:

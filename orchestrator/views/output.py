@@ -1,5 +1,6 @@
 """The one writer of what commands print: a Document as a table, JSON, CSV or Markdown. Pure: data in,
 text out. rich is imported only when a table is drawn."""
+
 from __future__ import annotations
 
 import csv
@@ -47,8 +48,19 @@ class Document:
 COMPACT_JSON_ABOVE = 2000  # records
 # Cells that are names or single words: never wrapped. In any other column a word is never broken either;
 # only the spaces between words wrap.
-NAME_COLUMNS = {"host", "backend", "run", "slot", "fact", "setting", "peak", "status", "verdict", "check",
-                "started (UTC)"}
+NAME_COLUMNS = {
+    "host",
+    "backend",
+    "run",
+    "slot",
+    "fact",
+    "setting",
+    "peak",
+    "status",
+    "verdict",
+    "check",
+    "started (UTC)",
+}
 TEXT_ROOM = 20  # what a wrapping text column (a note, a reason) needs at least to stay readable
 
 
@@ -77,12 +89,26 @@ def printable(text: str) -> str:
 
 def _shown(doc: Document) -> Document:
     """The human forms of `doc`, every cell and note printable."""
-    sections = [Section(**{**s.__dict__, "rows": [[printable(c) for c in row] for row in s.rows],
-                           "title": printable(s.title), "caption": printable(s.caption),
-                           "styles": {i: {printable(k): v for k, v in m.items()} for i, m in s.styles.items()}})
-                for s in doc.sections]
-    return Document(sections=sections, data=doc.data, records=doc.records, notes=[printable(n) for n in doc.notes],
-                    kind=doc.kind, headline=printable(doc.headline))
+    sections = [
+        Section(
+            **{
+                **s.__dict__,
+                "rows": [[printable(c) for c in row] for row in s.rows],
+                "title": printable(s.title),
+                "caption": printable(s.caption),
+                "styles": {i: {printable(k): v for k, v in m.items()} for i, m in s.styles.items()},
+            }
+        )
+        for s in doc.sections
+    ]
+    return Document(
+        sections=sections,
+        data=doc.data,
+        records=doc.records,
+        notes=[printable(n) for n in doc.notes],
+        kind=doc.kind,
+        headline=printable(doc.headline),
+    )
 
 
 def envelope(doc: Document) -> dict:
@@ -145,20 +171,30 @@ def _table(doc: Document, width: int) -> str:
         layout = _layout(s, width)
         captions = [s.caption] if s.caption else []
         if layout.folded:
-            said = [f"{s.headers[i]}={s.rows[0][i]}" if s.headers[i] else s.rows[0][i]
-                    for i in layout.folded if s.rows[0][i]]
+            said = [
+                f"{s.headers[i]}={s.rows[0][i]}" if s.headers[i] else s.rows[0][i]
+                for i in layout.folded
+                if s.rows[0][i]
+            ]
             empty = [s.headers[i] for i in layout.folded if not s.rows[0][i] and s.headers[i]]
-            captions.append("; ".join(([f"every row: {', '.join(said)}"] if said else [])
-                                      + ([f"no row has: {', '.join(empty)}"] if empty else [])))
+            captions.append(
+                "; ".join(
+                    ([f"every row: {', '.join(said)}"] if said else [])
+                    + ([f"no row has: {', '.join(empty)}"] if empty else [])
+                )
+            )
         if layout.dropped:
-            captions.append(f"left out at {width} columns: {', '.join(s.headers[i] for i in layout.dropped)} "
-                            "(a wider terminal, or --format md|csv|json, has them)")
+            captions.append(
+                f"left out at {width} columns: {', '.join(s.headers[i] for i in layout.dropped)} "
+                "(a wider terminal, or --format md|csv|json, has them)"
+            )
         caption = "\n".join(captions)
         style = dict(box=box.SIMPLE_HEAD, show_edge=False, padding=(0, 0)) if layout.compact else {}
         # A title or caption as wide as the table at least as its longest word: never broken either.
         longest = max((len(w) for text in (s.title, caption) for w in text.split()), default=0)
-        table = Table(title=s.title or None, header_style="bold", caption=caption or None,
-                      min_width=min(width, longest), **style)
+        table = Table(
+            title=s.title or None, header_style="bold", caption=caption or None, min_width=min(width, longest), **style
+        )
         for i in layout.keep:
             h = s.headers[i]
             # As wide as its longest word at least, so only spaces wrap: a name or number, as wide as its
@@ -236,5 +272,10 @@ def _layout(s: Section, width: int) -> _Layout:
         widths[min(short, key=lambda i: widths[i])] += 1
         spare -= 1
     folded = [i for i in same if i not in keep]
-    return _Layout(keep=keep, widths=widths, folded=folded,
-                   dropped=[i for i in range(n) if i not in keep and i not in folded], compact=compact)
+    return _Layout(
+        keep=keep,
+        widths=widths,
+        folded=folded,
+        dropped=[i for i in range(n) if i not in keep and i not in folded],
+        compact=compact,
+    )

@@ -1,5 +1,6 @@
 """What each command shows, as output.Documents: a run's rows, the pivot, a comparison, the fleet view,
 the inventory and the stored runs. Pure: data in, documents out; output.write prints them."""
+
 from __future__ import annotations
 
 import math
@@ -10,8 +11,14 @@ from .output import Document, Section
 if TYPE_CHECKING:  # `history` draws documents without loading the run readers (pydantic)
     from ..analysis.merge import Row
 
-_STATUS_STYLE = {"ok": "green", "unsupported": "dim", "unavailable": "yellow", "failed": "bold red",
-                 "crashed": "bold red", "missing": "red"}
+_STATUS_STYLE = {
+    "ok": "green",
+    "unsupported": "dim",
+    "unavailable": "yellow",
+    "failed": "bold red",
+    "crashed": "bold red",
+    "missing": "red",
+}
 _VERDICT_STYLE = {"SLOWER": "bold red", "FASTER": "green", "AMBIGUOUS": "yellow", "UNSTABLE": "yellow"}
 
 
@@ -73,8 +80,22 @@ def _note(row: Row) -> str:
     return "; ".join(parts)
 
 
-ROW_HEADERS = ["host", "label", "backend", "M", "N", "K", "status", "median µs", "rounds", "TFLOPS", "% SoL",
-               "rel_err", "check", "note"]
+ROW_HEADERS = [
+    "host",
+    "label",
+    "backend",
+    "M",
+    "N",
+    "K",
+    "status",
+    "median µs",
+    "rounds",
+    "TFLOPS",
+    "% SoL",
+    "rel_err",
+    "check",
+    "note",
+]
 # Why a case got the rounds it got (worker/runner.py rounds_decision)
 ROUNDS_STOP = {"target": "sure", "cap": "cap", "fixed": "fixed"}
 
@@ -98,23 +119,52 @@ def _check(row: Row) -> str:
 
 
 def rows_document(rows: list[Row], title: str = "") -> Document:
-    cells = [[r.slot, r.label, r.backend, str(r.m), str(r.n), str(r.k), r.status, significant(r.median_us, US_DIGITS),
-              _rounds(r), significant(r.tflops, TFLOPS_DIGITS), _sol(r), _num(r.rel_err, ".2e"), _check(r), _note(r)]
-             for r in rows]
+    cells = [
+        [
+            r.slot,
+            r.label,
+            r.backend,
+            str(r.m),
+            str(r.n),
+            str(r.k),
+            r.status,
+            significant(r.median_us, US_DIGITS),
+            _rounds(r),
+            significant(r.tflops, TFLOPS_DIGITS),
+            _sol(r),
+            _num(r.rel_err, ".2e"),
+            _check(r),
+            _note(r),
+        ]
+        for r in rows
+    ]
     # The shape columns stay: a row without its shape is no result at all.
-    section = Section(ROW_HEADERS, cells, title=title,
-                      right=("M", "N", "K", "median µs", "TFLOPS", "% SoL", "rel_err"), styles={6: _STATUS_STYLE},
-                      optional=("rel_err", "check", "% SoL", "TFLOPS", "label", "rounds"), last_resort=("note", "host"),
-                      caption="% SoL: speed of light (this GPU's measured peaks) / median; "
-                              "m = math-bound, b = memory-bound; rounds: sure = its interval narrow enough, "
-                              "cap = the rounds cap came first" if any(r.pct_sol is not None for r in rows) else "")
+    section = Section(
+        ROW_HEADERS,
+        cells,
+        title=title,
+        right=("M", "N", "K", "median µs", "TFLOPS", "% SoL", "rel_err"),
+        styles={6: _STATUS_STYLE},
+        optional=("rel_err", "check", "% SoL", "TFLOPS", "label", "rounds"),
+        last_resort=("note", "host"),
+        caption="% SoL: speed of light (this GPU's measured peaks) / median; "
+        "m = math-bound, b = memory-bound; rounds: sure = its interval narrow enough, "
+        "cap = the rounds cap came first"
+        if any(r.pct_sol is not None for r in rows)
+        else "",
+    )
     data = [r.as_dict() for r in rows]
     return Document([section], data=data, records=data, kind="rows")
 
 
 # -- pivot: backends side by side ---------------------------------------------------------------------
-_SHORT = {"unsupported": "unsupp.", "unavailable": "n/a", "failed": "FAILED", "crashed": "CRASHED",
-          "missing": "missing"}
+_SHORT = {
+    "unsupported": "unsupp.",
+    "unavailable": "n/a",
+    "failed": "FAILED",
+    "crashed": "CRASHED",
+    "missing": "missing",
+}
 
 
 def _pivot_cell(row: Optional[Row], speedup: Optional[float], best: bool = False) -> str:
@@ -134,8 +184,7 @@ def _pivot_cell(row: Optional[Row], speedup: Optional[float], best: bool = False
     return text
 
 
-def pivot_document(rows: list[Row], baseline: Optional[str] = None, per_host: bool = False,
-                   pairs=None) -> Document:
+def pivot_document(rows: list[Row], baseline: Optional[str] = None, per_host: bool = False, pairs=None) -> Document:
     """Per shape, each backend's median latency and TFLOPS (and speedup over `baseline`) side by side; by
     default one line per shape for the whole fleet (the median over hosts), with per_host one per host.
     BEST marks the fastest correct backend only where the intervals say it is faster than every other
@@ -143,10 +192,10 @@ def pivot_document(rows: list[Row], baseline: Optional[str] = None, per_host: bo
     headtohead.PairIndex of the rows' slots), else each case's own interval on every host. A cell that
     did not run is marked `*` and explained under the table; a backend that ran nowhere is one note
     instead of a column."""
-    from ..errors import InputError
     from ..analysis.headtohead import PairIndex, pivot_best
     from ..analysis.merge import fleet_rows, pivot_by_backend
     from ..analysis.moe_blocks import block_comparisons
+    from ..errors import InputError
 
     all_backends = list(dict.fromkeys(r.backend for r in rows))
     if baseline is not None and baseline not in all_backends:
@@ -183,24 +232,45 @@ def pivot_document(rows: list[Row], baseline: Optional[str] = None, per_host: bo
     body = []
     for p in pivot:
         best, basis = best_of(p)
-        body.append([p.slot, p.label + (" [fused MoE block]" if p.block else ""), str(p.m), str(p.n), str(p.k),
-                     *[_pivot_cell(p.cells.get(b), p.speedup(b, baseline) if baseline else None, b == best)
-                       for b in backends]])
+        body.append(
+            [
+                p.slot,
+                p.label + (" [fused MoE block]" if p.block else ""),
+                str(p.m),
+                str(p.n),
+                str(p.k),
+                *[
+                    _pivot_cell(p.cells.get(b), p.speedup(b, baseline) if baseline else None, b == best)
+                    for b in backends
+                ],
+            ]
+        )
         records[len(body) - 1]["best"] = best
         records[len(body) - 1]["best_by"] = basis
-    notes = sorted({f"{r.backend}: {_SHORT.get(r.status, r.status)}* = {r.reason}" for r in rows
-                    if r.status != "ok" and r.reason})
+    notes = sorted(
+        {f"{r.backend}: {_SHORT.get(r.status, r.status)}* = {r.reason}" for r in rows if r.status != "ok" and r.reason}
+    )
     # A fused MoE block is compared with its two projections, never with one GEMM (analysis/moe_blocks.py).
     notes += [c.text() for c in block_comparisons(rows if per_host else fleet_rows(rows))]
-    notes += [f"{b}: {status} on every host and shape ({reason}); not shown" for b, status, reason in
-              sorted({(b, s, why) for b, s, why in nowhere})]
-    legend = ("cells: median latency, TFLOPS"
-              + (", % of speed of light" if any(r.pct_sol is not None for r in rows) else "")
-              + (f", speedup over {baseline} (×>1: faster)" if baseline else "")
-              + "; BEST = faster than every other correct backend of the row by the 95% intervals (paired where "
-                "timed together), none where too close to call; WRONG = failed the correctness check")
-    section = Section(["host", "label", "M", "N", "K", *backends], body, caption=legend, right=("M", "N", "K"),
-                      optional=("label",), last_resort=("host", *backends[:0:-1]))
+    notes += [
+        f"{b}: {status} on every host and shape ({reason}); not shown"
+        for b, status, reason in sorted({(b, s, why) for b, s, why in nowhere})
+    ]
+    legend = (
+        "cells: median latency, TFLOPS"
+        + (", % of speed of light" if any(r.pct_sol is not None for r in rows) else "")
+        + (f", speedup over {baseline} (×>1: faster)" if baseline else "")
+        + "; BEST = faster than every other correct backend of the row by the 95% intervals (paired where "
+        "timed together), none where too close to call; WRONG = failed the correctness check"
+    )
+    section = Section(
+        ["host", "label", "M", "N", "K", *backends],
+        body,
+        caption=legend,
+        right=("M", "N", "K"),
+        optional=("label",),
+        last_resort=("host", *backends[:0:-1]),
+    )
     return Document([section], data=records, records=records, notes=notes, kind="pivot")
 
 
@@ -209,8 +279,9 @@ def comparison_summary(cmp) -> str:
     """The closing count: every verdict, rows on one side only included, and the rows to read with care
     (noisy: a side's CI beyond ±5%; tainted: a side timed while the GPU throttled)."""
     names = {"ONLY-A": "only in A", "ONLY-B": "only in B", "NOT-RUN": "not run on either side"}
-    text = (f"A = {cmp.a}, B = {cmp.b}, threshold ±{cmp.threshold:.1%}: "
-            + ", ".join(f"{n} {names.get(v, v)}" for v, n in cmp.counts().items()))
+    text = f"A = {cmp.a}, B = {cmp.b}, threshold ±{cmp.threshold:.1%}: " + ", ".join(
+        f"{n} {names.get(v, v)}" for v, n in cmp.counts().items()
+    )
     if cmp.same_run:
         text += " (A and B are the same run: each case against itself)"
     noisy, tainted = sum(bool(c.noisy) for c in cmp.cases), sum(bool(c.tainted) for c in cmp.cases)
@@ -230,57 +301,161 @@ def comparison_document(cmp, only_changed: bool = False) -> Document:
     B/A is the ratio of."""
     summary = comparison_summary(cmp)
     shown = [c for c in cmp.cases if not (only_changed and c.verdict in UNCHANGED)]
-    case_rows = [[c.host, c.label, c.backend, str(c.m), str(c.n), str(c.k), significant(c.a_us, US_DIGITS),
-                  significant(c.b_us, US_DIGITS), ratio_text(c.ratio), interval_text(c.ci_low, c.ci_high),
-                  _num(c.p_value, ".2g"), c.verdict, c.note]
-                 for c in shown]
+    case_rows = [
+        [
+            c.host,
+            c.label,
+            c.backend,
+            str(c.m),
+            str(c.n),
+            str(c.k),
+            significant(c.a_us, US_DIGITS),
+            significant(c.b_us, US_DIGITS),
+            ratio_text(c.ratio),
+            interval_text(c.ci_low, c.ci_high),
+            _num(c.p_value, ".2g"),
+            c.verdict,
+            c.note,
+        ]
+        for c in shown
+    ]
     sections = []
     if cmp.facts:
-        sections.append(Section(["fact", "A", "B"], [[d.field, d.a, d.b] for d in cmp.facts],
-                                title="host facts that differ (numbers below may differ because of these)"))
+        sections.append(
+            Section(
+                ["fact", "A", "B"],
+                [[d.field, d.a, d.b] for d in cmp.facts],
+                title="host facts that differ (numbers below may differ because of these)",
+            )
+        )
     if cmp.settings:
-        sections.append(Section(["setting", "A", "B"], [[d.field, d.a, d.b] for d in cmp.settings],
-                                title="settings that differ (cases match across them)"))
+        sections.append(
+            Section(
+                ["setting", "A", "B"],
+                [[d.field, d.a, d.b] for d in cmp.settings],
+                title="settings that differ (cases match across them)",
+            )
+        )
     title = summary + (f" (showing the {len(shown)} that changed or did not compare)" if only_changed else "")
-    sections.append(Section(["host", "label", "backend", "M", "N", "K", "A µs", "B µs", "B/A", "95% CI", "p",
-                             "verdict", "note"], case_rows, title=title, styles={11: _VERDICT_STYLE},
-                            right=("M", "N", "K", "A µs", "B µs", "B/A", "p"),
-                            optional=("p", "label", "95% CI"), last_resort=("note", "A µs", "B µs", "host")))
+    sections.append(
+        Section(
+            ["host", "label", "backend", "M", "N", "K", "A µs", "B µs", "B/A", "95% CI", "p", "verdict", "note"],
+            case_rows,
+            title=title,
+            styles={11: _VERDICT_STYLE},
+            right=("M", "N", "K", "A µs", "B µs", "B/A", "p"),
+            optional=("p", "label", "95% CI"),
+            last_resort=("note", "A µs", "B µs", "host"),
+        )
+    )
     backends = cmp.by_backend()
-    sections.append(Section(["backend", "cases compared", "geomean B/A", "slower", "faster", "not ok"],
-                            [[b["backend"], str(b["compared"]), ratio_text(b["geomean_ratio"]), str(b["slower"]),
-                              str(b["faster"]), str(b["not_ok"])] for b in backends],
-                            title="per backend (geometric mean of B/A over the cases timed on both sides)",
-                            right=("cases compared", "geomean B/A", "slower", "faster", "not ok")))
-    data = {"a": cmp.a, "b": cmp.b, "threshold": cmp.threshold, "same_run": cmp.same_run, "summary": cmp.counts(),
-            "noisy": sum(bool(c.noisy) for c in shown), "tainted": sum(bool(c.tainted) for c in shown),
-            "facts": [vars(x) for x in cmp.facts], "settings": [vars(x) for x in cmp.settings],
-            "cases": [c.as_dict() for c in shown], "backends": backends}
+    sections.append(
+        Section(
+            ["backend", "cases compared", "geomean B/A", "slower", "faster", "not ok"],
+            [
+                [
+                    b["backend"],
+                    str(b["compared"]),
+                    ratio_text(b["geomean_ratio"]),
+                    str(b["slower"]),
+                    str(b["faster"]),
+                    str(b["not_ok"]),
+                ]
+                for b in backends
+            ],
+            title="per backend (geometric mean of B/A over the cases timed on both sides)",
+            right=("cases compared", "geomean B/A", "slower", "faster", "not ok"),
+        )
+    )
+    data = {
+        "a": cmp.a,
+        "b": cmp.b,
+        "threshold": cmp.threshold,
+        "same_run": cmp.same_run,
+        "summary": cmp.counts(),
+        "noisy": sum(bool(c.noisy) for c in shown),
+        "tainted": sum(bool(c.tainted) for c in shown),
+        "facts": [vars(x) for x in cmp.facts],
+        "settings": [vars(x) for x in cmp.settings],
+        "cases": [c.as_dict() for c in shown],
+        "backends": backends,
+    }
     return Document(sections, data=data, records=[c.as_dict() for c in shown], headline=summary, kind="diff")
 
 
 def fleet_document(report) -> Document:
-    host_rows = [[slot, str(h["cases"]), str(h["flagged"]), f"{h['score']:.0%}", "OUTLIER" if h["outlier"] else ""]
-                 for slot, h in report.hosts.items()]
-    dev_rows = [[d.slot, d.backend, str(d.m), str(d.n), str(d.k), significant(d.median_us, US_DIGITS),
-                 significant(d.fleet_median_us, US_DIGITS),
-                 f"{d.median_us / d.fleet_median_us:.3f}", f"{d.robust_z:+.1f}"] for d in report.deviations]
-    sections = [Section(["host", "cases", "flagged", "score", "verdict"], host_rows,
-                        title=f"hosts vs the fleet median (flag: |robust z| > 3.5 and off by > {report.threshold:.0%})")]
+    host_rows = [
+        [slot, str(h["cases"]), str(h["flagged"]), f"{h['score']:.0%}", "OUTLIER" if h["outlier"] else ""]
+        for slot, h in report.hosts.items()
+    ]
+    dev_rows = [
+        [
+            d.slot,
+            d.backend,
+            str(d.m),
+            str(d.n),
+            str(d.k),
+            significant(d.median_us, US_DIGITS),
+            significant(d.fleet_median_us, US_DIGITS),
+            f"{d.median_us / d.fleet_median_us:.3f}",
+            f"{d.robust_z:+.1f}",
+        ]
+        for d in report.deviations
+    ]
+    sections = [
+        Section(
+            ["host", "cases", "flagged", "score", "verdict"],
+            host_rows,
+            title=f"hosts vs the fleet median (flag: |robust z| > 3.5 and off by > {report.threshold:.0%})",
+        )
+    ]
     if dev_rows:
-        sections.append(Section(["host", "backend", "M", "N", "K", "µs", "fleet µs", "ratio", "robust z"], dev_rows,
-                                title="cases that make them so",
-                                right=("M", "N", "K", "µs", "fleet µs", "ratio", "robust z")))
+        sections.append(
+            Section(
+                ["host", "backend", "M", "N", "K", "µs", "fleet µs", "ratio", "robust z"],
+                dev_rows,
+                title="cases that make them so",
+                right=("M", "N", "K", "µs", "fleet µs", "ratio", "robust z"),
+            )
+        )
     if report.calibration:
-        sections.append(Section(
-            ["host", "GPU", "peak", "measured", "fleet median", "ratio", "verdict"],
-            [[c["slot"], c["gpu_name"], c["peak"], f"{c['value']:.2f}", f"{c['fleet_median']:.2f}", f"{c['ratio']:.3f}",
-              "SLOW GPU" if c["flagged"] else ""] for c in report.calibration],
-            title="calibration (each GPU's own measured peaks): a host slow here is the machine, not the kernel"))
-    records = [{"slot": d.slot, "backend": d.backend, "m": d.m, "n": d.n, "k": d.k, "median_us": d.median_us,
-                "fleet_median_us": d.fleet_median_us, "robust_z": d.robust_z} for d in report.deviations]
-    data = {"threshold": report.threshold, "hosts": report.hosts, "deviations": [d.as_dict() for d in report.deviations],
-            "calibration": report.calibration}
+        sections.append(
+            Section(
+                ["host", "GPU", "peak", "measured", "fleet median", "ratio", "verdict"],
+                [
+                    [
+                        c["slot"],
+                        c["gpu_name"],
+                        c["peak"],
+                        f"{c['value']:.2f}",
+                        f"{c['fleet_median']:.2f}",
+                        f"{c['ratio']:.3f}",
+                        "SLOW GPU" if c["flagged"] else "",
+                    ]
+                    for c in report.calibration
+                ],
+                title="calibration (each GPU's own measured peaks): a host slow here is the machine, not the kernel",
+            )
+        )
+    records = [
+        {
+            "slot": d.slot,
+            "backend": d.backend,
+            "m": d.m,
+            "n": d.n,
+            "k": d.k,
+            "median_us": d.median_us,
+            "fleet_median_us": d.fleet_median_us,
+            "robust_z": d.robust_z,
+        }
+        for d in report.deviations
+    ]
+    data = {
+        "threshold": report.threshold,
+        "hosts": report.hosts,
+        "deviations": [d.as_dict() for d in report.deviations],
+        "calibration": report.calibration,
+    }
     return Document(sections, data=data, records=records, kind="fleet")
 
 
@@ -294,65 +469,189 @@ def inventory_document(hosts) -> Document:
             return f"{per_job} per job" if per_job else ""
         return ",".join(map(str, h.gpus)) if h.gpus else ""
 
-    rows = [[h.name, h.transport, h.launcher, h.address, h.python, h.workdir, gpus(h), ",".join(h.labels)]
-            for h in hosts]
+    rows = [
+        [h.name, h.transport, h.launcher, h.address, h.python, h.workdir, gpus(h), ",".join(h.labels)] for h in hosts
+    ]
     data = [h.public_view() for h in hosts]
-    return Document([Section(["host", "transport", "launcher", "address", "python", "workdir", "gpus", "labels"], rows,
-                             optional=("labels", "python", "gpus", "launcher"), last_resort=("workdir", "transport"))],
-                    data=data, records=[{**d, "env": ",".join(d["env"])} for d in data], kind="inventory")
+    return Document(
+        [
+            Section(
+                ["host", "transport", "launcher", "address", "python", "workdir", "gpus", "labels"],
+                rows,
+                optional=("labels", "python", "gpus", "launcher"),
+                last_resort=("workdir", "transport"),
+            )
+        ],
+        data=data,
+        records=[{**d, "env": ",".join(d["env"])} for d in data],
+        kind="inventory",
+    )
 
 
-CHECK_COLUMNS = ("host", "ready", "python", "venv", "worker", "torch", "flashinfer", "sgl-kernel", "GPU", "CC",
-                 "driver", "CUDA", "free disk GB", "GPU procs", "problem")
+CHECK_COLUMNS = (
+    "host",
+    "ready",
+    "python",
+    "venv",
+    "worker",
+    "torch",
+    "flashinfer",
+    "sgl-kernel",
+    "GPU",
+    "CC",
+    "driver",
+    "CUDA",
+    "free disk GB",
+    "GPU procs",
+    "problem",
+)
 
 
 # Left out first at narrow widths: what `--format json` has in full and a problem line names anyway.
-CHECK_OPTIONAL = ("free disk GB", "GPU procs", "sgl-kernel", "flashinfer", "torch", "worker", "CUDA", "driver", "venv",
-                  "CC")
+CHECK_OPTIONAL = (
+    "free disk GB",
+    "GPU procs",
+    "sgl-kernel",
+    "flashinfer",
+    "torch",
+    "worker",
+    "CUDA",
+    "driver",
+    "venv",
+    "CC",
+)
 
 
 def host_check_document(statuses, skew: list[str]) -> Document:
     rows = []
     for s in statuses:
         f = s.facts
-        rows.append([s.name, "yes" if s.ready else f"no ({s.state})", f.get("python") or "",
-                     {True: "yes", False: "no"}.get(f.get("in_venv"), ""),
-                     f"{f.get('worker_version', '')} {str(f.get('worker_sha256', ''))[:12]}".strip(),
-                     f.get("torch") or "-", f.get("flashinfer") or "-", f.get("sgl_kernel") or "-",
-                     f.get("gpu_name") or f.get("device") or "", f.get("compute_capability") or "",
-                     f.get("driver") or "", f.get("cuda") or "", str(f.get("free_disk_gb", "")),
-                     "" if f.get("gpu_processes") is None else str(f["gpu_processes"]), s.problem])
+        rows.append(
+            [
+                s.name,
+                "yes" if s.ready else f"no ({s.state})",
+                f.get("python") or "",
+                {True: "yes", False: "no"}.get(f.get("in_venv"), ""),
+                f"{f.get('worker_version', '')} {str(f.get('worker_sha256', ''))[:12]}".strip(),
+                f.get("torch") or "-",
+                f.get("flashinfer") or "-",
+                f.get("sgl_kernel") or "-",
+                f.get("gpu_name") or f.get("device") or "",
+                f.get("compute_capability") or "",
+                f.get("driver") or "",
+                f.get("cuda") or "",
+                str(f.get("free_disk_gb", "")),
+                "" if f.get("gpu_processes") is None else str(f["gpu_processes"]),
+                s.problem,
+            ]
+        )
     styles = {1: {r[1]: ("green" if r[1] == "yes" else "red") for r in rows}}
     data = [vars(s) for s in statuses]
-    records = [{"host": s.name, "ready": s.ready, "state": s.state, "problem": s.problem,
-                **{k: v for k, v in s.facts.items() if not isinstance(v, (dict, list))}} for s in statuses]
-    return Document([Section(list(CHECK_COLUMNS), rows, styles=styles, optional=CHECK_OPTIONAL,
-                             last_resort=("GPU", "python"))], data=data, records=records,
-                    kind="host-check")
+    records = [
+        {
+            "host": s.name,
+            "ready": s.ready,
+            "state": s.state,
+            "problem": s.problem,
+            **{k: v for k, v in s.facts.items() if not isinstance(v, (dict, list))},
+        }
+        for s in statuses
+    ]
+    return Document(
+        [Section(list(CHECK_COLUMNS), rows, styles=styles, optional=CHECK_OPTIONAL, last_resort=("GPU", "python"))],
+        data=data,
+        records=records,
+        kind="host-check",
+    )
 
 
 def history_document(hist) -> Document:
     """Points oldest first per series; steps marked on the first point at a new level and listed."""
-    rows = [[p.run_id, p.created_at[:16].replace("T", " "), p.host, p.backend, p.label, str(p.m), str(p.n), str(p.k),
-             significant(p.median_us, US_DIGITS), "" if p.rel_ci is None else plus_minus(p.rel_ci, 1),
-             "" if p.pct_sol is None else f"{p.pct_sol:.0f}%", p.torch or "", p.flashinfer or "", p.step]
-            for p in hist.points]
-    sections = [Section(["run", "started (UTC)", "host", "backend", "label", "M", "N", "K", "median µs", "CI",
-                         "% SoL", "torch", "flashinfer", "step"], rows,
-                        right=("M", "N", "K", "median µs", "CI", "% SoL"),
-                        optional=("flashinfer", "torch", "% SoL", "label", "CI"),
-                        last_resort=("host", "step", "run", "started (UTC)"))]
-    step_rows = [[s.host, s.backend, s.label, str(s.m), str(s.n), str(s.k), st["run_id"],
-                  significant(st["before"], US_DIGITS), significant(st["after"], US_DIGITS), f"×{ratio_text(st['ratio'])}",
-                  interval_text(st["low"], st["high"]),
-                  "NEW, SLOWER" if s.new_slower and st is s.steps[-1] else ""]
-                 for s in hist.steps for st in s.steps]
+    rows = [
+        [
+            p.run_id,
+            p.created_at[:16].replace("T", " "),
+            p.host,
+            p.backend,
+            p.label,
+            str(p.m),
+            str(p.n),
+            str(p.k),
+            significant(p.median_us, US_DIGITS),
+            "" if p.rel_ci is None else plus_minus(p.rel_ci, 1),
+            "" if p.pct_sol is None else f"{p.pct_sol:.0f}%",
+            p.torch or "",
+            p.flashinfer or "",
+            p.step,
+        ]
+        for p in hist.points
+    ]
+    sections = [
+        Section(
+            [
+                "run",
+                "started (UTC)",
+                "host",
+                "backend",
+                "label",
+                "M",
+                "N",
+                "K",
+                "median µs",
+                "CI",
+                "% SoL",
+                "torch",
+                "flashinfer",
+                "step",
+            ],
+            rows,
+            right=("M", "N", "K", "median µs", "CI", "% SoL"),
+            optional=("flashinfer", "torch", "% SoL", "label", "CI"),
+            last_resort=("host", "step", "run", "started (UTC)"),
+        )
+    ]
+    step_rows = [
+        [
+            s.host,
+            s.backend,
+            s.label,
+            str(s.m),
+            str(s.n),
+            str(s.k),
+            st["run_id"],
+            significant(st["before"], US_DIGITS),
+            significant(st["after"], US_DIGITS),
+            f"×{ratio_text(st['ratio'])}",
+            interval_text(st["low"], st["high"]),
+            "NEW, SLOWER" if s.new_slower and st is s.steps[-1] else "",
+        ]
+        for s in hist.steps
+        for st in s.steps
+    ]
     if step_rows:
-        sections.append(Section(["host", "backend", "label", "M", "N", "K", "at run", "before µs", "after µs", "ratio",
-                                 "95% interval", "verdict"], step_rows,
-                                right=("M", "N", "K", "before µs", "after µs", "ratio"),
-                                optional=("label", "95% interval", "host"), last_resort=("before µs", "after µs"),
-                                title=f"steps (beyond ±{hist.threshold:.0%} and 4 standard errors of the series' noise)"))
+        sections.append(
+            Section(
+                [
+                    "host",
+                    "backend",
+                    "label",
+                    "M",
+                    "N",
+                    "K",
+                    "at run",
+                    "before µs",
+                    "after µs",
+                    "ratio",
+                    "95% interval",
+                    "verdict",
+                ],
+                step_rows,
+                right=("M", "N", "K", "before µs", "after µs", "ratio"),
+                optional=("label", "95% interval", "host"),
+                last_resort=("before µs", "after µs"),
+                title=f"steps (beyond ±{hist.threshold:.0%} and 4 standard errors of the series' noise)",
+            )
+        )
     notes = [] if hist.points else ["no stored result matches this selection"]
     points = [p.as_dict() for p in hist.points]
     return Document(sections, data=hist.as_dict(points), records=points, notes=notes, kind="history")
@@ -360,5 +659,6 @@ def history_document(hist) -> Document:
 
 def runs_document(entries: list[dict]) -> Document:
     rows = [[e["run_id"], e["sweep"], str(e["hosts"]), str(e["cases"]), e["summary"]] for e in entries]
-    return Document([Section(["run", "sweep", "hosts", "cases", "outcomes"], rows)], data=entries, records=entries,
-                    kind="runs")
+    return Document(
+        [Section(["run", "sweep", "hosts", "cases", "outcomes"], rows)], data=entries, records=entries, kind="runs"
+    )

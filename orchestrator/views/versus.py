@@ -1,6 +1,7 @@
 """`versus` in words: per shape A µs, B µs, B/A [95% interval] from the paired samples, pairs x rounds and
 the winner, then the fleet line. Pure: a HeadToHead (orchestrator/analysis/headtohead.py) in, a Document
 out; output.write prints it."""
+
 from __future__ import annotations
 
 from typing import Optional
@@ -8,12 +9,36 @@ from typing import Optional
 from .output import Document, Section
 from .tables import US_DIGITS, interval_text, ratio_text, significant
 
-WINNER_TEXT = {"B": "B faster", "A": "A faster", "tie": "tie", "unsure": "unsure", "unpaired": "not paired",
-               "not-ok": "not compared"}
-_WINNER_STYLE = {"B faster": "green", "A faster": "green", "unsure": "yellow", "not paired": "dim",
-                 "not compared": "red"}
-HEADERS = ["host", "label", "M", "N", "K", "A µs", "B µs", "B/A", "95% CI", "medians B/A", "pairs×rounds", "winner",
-           "note"]
+WINNER_TEXT = {
+    "B": "B faster",
+    "A": "A faster",
+    "tie": "tie",
+    "unsure": "unsure",
+    "unpaired": "not paired",
+    "not-ok": "not compared",
+}
+_WINNER_STYLE = {
+    "B faster": "green",
+    "A faster": "green",
+    "unsure": "yellow",
+    "not paired": "dim",
+    "not compared": "red",
+}
+HEADERS = [
+    "host",
+    "label",
+    "M",
+    "N",
+    "K",
+    "A µs",
+    "B µs",
+    "B/A",
+    "95% CI",
+    "medians B/A",
+    "pairs×rounds",
+    "winner",
+    "note",
+]
 FLEET_HEADERS = ["label", "M", "N", "K", "hosts", "A µs", "B µs", "B/A", "95% CI", "pairs×rounds", "winner"]
 
 
@@ -27,7 +52,7 @@ def effect_range(lo: float, hi: float) -> str:
 
 
 def tie_where(summary) -> str:
-    """" at M ≤ 32" when the ties are contiguous M ranges of their families, the same form in each (else
+    """ " at M ≤ 32" when the ties are contiguous M ranges of their families, the same form in each (else
     each family's range named); "" when some are scattered or there are none."""
     if summary.ties_scattered or not summary.tie_ranges:
         return ""
@@ -98,31 +123,82 @@ def versus_document(h2h) -> Document:
     holds every fact (and the line)."""
     line = fleet_line(h2h)
     title = f"A = {h2h.a}, B = {h2h.b} (run {h2h.run_id}), tie within ±{h2h.tie:.1%}"
-    rows = [[c.slot, c.label, str(c.m), str(c.n), str(c.k), significant(c.a_us, US_DIGITS),
-             significant(c.b_us, US_DIGITS), ratio_text(c.ratio), interval_text(c.low, c.high), _medians(c),
-             _pairs(c), WINNER_TEXT[c.winner], _note(c)] for c in h2h.contests]
-    sections = [Section(HEADERS, rows, title=title, styles={11: _WINNER_STYLE},
-                        right=("M", "N", "K", "A µs", "B µs", "B/A", "medians B/A", "pairs×rounds"),
-                        optional=("label", "medians B/A", "pairs×rounds", "note"),
-                        last_resort=("host", "A µs", "B µs"),
-                        caption="B/A from the samples timed together, in one shared clock (> 1: B slower), 95% "
-                                "interval; A µs, B µs: each case's own median, in its own clock and power state, "
-                                "and their ratio (medians B/A)")]
+    rows = [
+        [
+            c.slot,
+            c.label,
+            str(c.m),
+            str(c.n),
+            str(c.k),
+            significant(c.a_us, US_DIGITS),
+            significant(c.b_us, US_DIGITS),
+            ratio_text(c.ratio),
+            interval_text(c.low, c.high),
+            _medians(c),
+            _pairs(c),
+            WINNER_TEXT[c.winner],
+            _note(c),
+        ]
+        for c in h2h.contests
+    ]
+    sections = [
+        Section(
+            HEADERS,
+            rows,
+            title=title,
+            styles={11: _WINNER_STYLE},
+            right=("M", "N", "K", "A µs", "B µs", "B/A", "medians B/A", "pairs×rounds"),
+            optional=("label", "medians B/A", "pairs×rounds", "note"),
+            last_resort=("host", "A µs", "B µs"),
+            caption="B/A from the samples timed together, in one shared clock (> 1: B slower), 95% "
+            "interval; A µs, B µs: each case's own median, in its own clock and power state, "
+            "and their ratio (medians B/A)",
+        )
+    ]
     if len(h2h.slots) > 1:
-        fleet_rows = [[f.label, str(f.m), str(f.n), str(f.k), f"{f.slots}/{f.compared}", significant(f.a_us, US_DIGITS),
-                       significant(f.b_us, US_DIGITS), ratio_text(f.ratio), interval_text(f.low, f.high),
-                       f"{f.pairs}×{f.rounds}" if f.pairs else "", WINNER_TEXT[f.winner]] for f in h2h.fleet]
-        sections.append(Section(FLEET_HEADERS, fleet_rows, styles={10: _WINNER_STYLE},
-                                title="the fleet, per shape: geometric mean of the hosts' paired B/A",
-                                right=("M", "N", "K", "hosts", "A µs", "B µs", "B/A", "pairs×rounds"),
-                                optional=("label", "pairs×rounds"), last_resort=("A µs", "B µs")))
+        fleet_rows = [
+            [
+                f.label,
+                str(f.m),
+                str(f.n),
+                str(f.k),
+                f"{f.slots}/{f.compared}",
+                significant(f.a_us, US_DIGITS),
+                significant(f.b_us, US_DIGITS),
+                ratio_text(f.ratio),
+                interval_text(f.low, f.high),
+                f"{f.pairs}×{f.rounds}" if f.pairs else "",
+                WINNER_TEXT[f.winner],
+            ]
+            for f in h2h.fleet
+        ]
+        sections.append(
+            Section(
+                FLEET_HEADERS,
+                fleet_rows,
+                styles={10: _WINNER_STYLE},
+                title="the fleet, per shape: geometric mean of the hosts' paired B/A",
+                right=("M", "N", "K", "hosts", "A µs", "B µs", "B/A", "pairs×rounds"),
+                optional=("label", "pairs×rounds"),
+                last_resort=("A µs", "B µs"),
+            )
+        )
     records = [{"scope": "slot", **c.as_dict(), "winner_text": WINNER_TEXT[c.winner]} for c in h2h.contests]
     if len(h2h.slots) > 1:
-        records += [{"scope": "fleet", "slot": "fleet", **f.as_dict(), "winner_text": WINNER_TEXT[f.winner]}
-                    for f in h2h.fleet]
-    data = {"run": h2h.run_id, "a": h2h.a, "b": h2h.b, "tie": h2h.tie, "slots": h2h.slots,
-            "shapes": [c.as_dict() for c in h2h.contests], "fleet": [f.as_dict() for f in h2h.fleet],
-            "summary": h2h.summary.as_dict(), "line": line}
+        records += [
+            {"scope": "fleet", "slot": "fleet", **f.as_dict(), "winner_text": WINNER_TEXT[f.winner]} for f in h2h.fleet
+        ]
+    data = {
+        "run": h2h.run_id,
+        "a": h2h.a,
+        "b": h2h.b,
+        "tie": h2h.tie,
+        "slots": h2h.slots,
+        "shapes": [c.as_dict() for c in h2h.contests],
+        "fleet": [f.as_dict() for f in h2h.fleet],
+        "summary": h2h.summary.as_dict(),
+        "line": line,
+    }
     return Document(sections, data=data, records=records, notes=[f"fleet: {line}"], kind="versus")
 
 

@@ -23,6 +23,7 @@ default's source text) and whether a package's __init__ exports the name (`expor
 one on the module's path that does, e.g. flashinfer.gemm for group_gemm_nvfp4_nt_groupwise); tests/test_fp4_contracts.py
 binds the worker's calls against it. Nothing in the wheel is imported or run: its files are parsed.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -39,13 +40,19 @@ def _parameters(fn: ast.FunctionDef) -> list[dict]:
     a = fn.args
 
     def entry(arg: ast.arg, kind: str, default) -> dict:
-        return {"name": arg.arg, "kind": kind, "default": None if default is None else ast.unparse(default),
-                "annotation": None if arg.annotation is None else ast.unparse(arg.annotation)}
+        return {
+            "name": arg.arg,
+            "kind": kind,
+            "default": None if default is None else ast.unparse(default),
+            "annotation": None if arg.annotation is None else ast.unparse(arg.annotation),
+        }
 
     positional = [*a.posonlyargs, *a.args]
     defaults = [None] * (len(positional) - len(a.defaults)) + list(a.defaults)
-    params = [entry(arg, "POSITIONAL_ONLY" if i < len(a.posonlyargs) else "POSITIONAL_OR_KEYWORD", defaults[i])
-              for i, arg in enumerate(positional)]
+    params = [
+        entry(arg, "POSITIONAL_ONLY" if i < len(a.posonlyargs) else "POSITIONAL_OR_KEYWORD", defaults[i])
+        for i, arg in enumerate(positional)
+    ]
     if a.vararg:
         params.append(entry(a.vararg, "VAR_POSITIONAL", None))
     params += [entry(arg, "KEYWORD_ONLY", default) for arg, default in zip(a.kwonlyargs, a.kw_defaults)]
@@ -89,10 +96,19 @@ def record(wheel_path: Path, targets: list[str]) -> dict:
             if not found:
                 raise SystemExit(f"{wheel_path.name}: no top-level function {name} in {path}")
             exported_from = _exported_from(wheel, path, name)
-            functions[name] = {"module": path[:-3].replace("/", "."), "exported": exported_from is not None,
-                               "exported_from": exported_from, "parameters": _parameters(found[-1])}
-    return {"package": meta["Name"], "version": meta["Version"], "wheel": wheel_path.name,
-            "wheel_sha256": hashlib.sha256(wheel_path.read_bytes()).hexdigest(), "functions": functions}
+            functions[name] = {
+                "module": path[:-3].replace("/", "."),
+                "exported": exported_from is not None,
+                "exported_from": exported_from,
+                "parameters": _parameters(found[-1]),
+            }
+    return {
+        "package": meta["Name"],
+        "version": meta["Version"],
+        "wheel": wheel_path.name,
+        "wheel_sha256": hashlib.sha256(wheel_path.read_bytes()).hexdigest(),
+        "functions": functions,
+    }
 
 
 def main() -> int:

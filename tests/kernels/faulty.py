@@ -6,6 +6,7 @@ FLEETBENCH_TEST_FAULT=action:M[,action:M...], at prepare time of the case with t
   hang     it stops answering (sleeps)
   garbage  a torn record line on every pipe of the process, the protocol channel among them
 The faults live here, in the code under test, never in the worker's own path."""
+
 import os
 import signal
 import time

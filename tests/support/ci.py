@@ -1,5 +1,6 @@
 """What a test needs from the machine: in CI (CI=true, as .ci/run sets it) `make test` installs it, so a
 missing piece is a failure there; elsewhere the test is skipped, saying what is missing."""
+
 from __future__ import annotations
 
 import os

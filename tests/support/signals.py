@@ -1,6 +1,7 @@
 """Ctrl-C in tests, whatever disposition the test run inherited. A suite started as a background job
 (`CI=true .ci/run &`) inherits SIGINT ignored, and an ignored signal stays ignored across fork and exec:
 a test that sends SIGINT sets the disposition its target needs instead of assuming it."""
+
 from __future__ import annotations
 
 import signal

@@ -4,6 +4,7 @@ This module imports no torch: the controller validates sweep specs against `CATA
 Each backend's code lives in one module per library (`torch_gemm`, `reference`, `flashinfer_gemm`,
 `sgl_gemm`), imported only when a case of that backend runs.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -57,75 +58,268 @@ def _spec(name: str, module: str, family: str, import_name: str, **kw) -> tuple[
     return name, BackendSpec(name=name, module=module, family=family, import_name=import_name, **kw)
 
 
-CATALOG: dict[str, BackendSpec] = dict([
-    _spec("torch-bf16", "torch_gemm", "bf16", "torch", description="torch.mm in bf16 (cuBLAS / CPU)"),
-    _spec("torch-fp8", "torch_gemm", "fp8", "torch", min_cc=(8, 9), k_multiple=16, n_multiple=16,
-          description="torch._scaled_mm e4m3, per-tensor scales"),
-    _spec("torch-nvfp4", "torch_gemm", "fp4", "torch", min_cc=FP4_MIN_CC, k_multiple=32, n_multiple=32,
-          description="torch._scaled_mm NVFP4 (cuBLASLt, Blackwell)"),
-    _spec("noop", "", "bf16", "json",  # needs nothing beyond the standard library
-          description="does nothing and times nothing: checks the fleet's plumbing and the controller's own cost"),
-    _spec("reference-nvfp4", "reference", "fp4", "torch",
-          description="pure-torch NVFP4 dequantize + fp32 matmul (the oracle, timed)"),
-    _spec("flashinfer-fp4-cutlass", "flashinfer_gemm", "fp4", "flashinfer", option="cutlass",
-          min_cc=FP4_MIN_CC, only_cc=_FI_CUTLASS_CC, k_multiple=32, description="flashinfer.mm_fp4 cutlass"),
-    _spec("flashinfer-fp4-cudnn", "flashinfer_gemm", "fp4", "flashinfer", option="cudnn",
-          min_cc=FP4_MIN_CC, only_cc=_FI_CUTLASS_CC, k_multiple=32, description="flashinfer.mm_fp4 cudnn"),
-    _spec("flashinfer-fp4-trtllm", "flashinfer_gemm", "fp4", "flashinfer", option="trtllm",
-          min_cc=FP4_MIN_CC, only_cc=_FI_TRTLLM_CC, k_multiple=32, description="flashinfer.mm_fp4 trtllm"),
-    _spec("flashinfer-fp4-auto", "flashinfer_gemm", "fp4", "flashinfer", option="auto",
-          min_cc=FP4_MIN_CC, only_cc=_FI_CUTLASS_CC, k_multiple=32, description="flashinfer.mm_fp4 auto"),
-    _spec("flashinfer-fp4-b12x", "flashinfer_gemm", "fp4", "flashinfer", option="b12x",
-          min_cc=FP4_MIN_CC, only_cc=_FI_B12X_CC, k_multiple=32, description="flashinfer.mm_fp4 b12x"),
-    _spec("flashinfer-fp4-cute-dsl", "flashinfer_gemm", "fp4", "flashinfer", option="cute-dsl",
-          min_cc=FP4_MIN_CC, only_cc=_FI_CUTE_DSL_CC, k_multiple=32, description="flashinfer.mm_fp4 cute-dsl"),
-    # M <= 8 and K % 64 == 0 (its requirement check, for NVFP4); a and the transposed b as the others.
-    _spec("flashinfer-fp4-cutedsl-low-latency", "flashinfer_gemm", "fp4", "flashinfer", option="cutedsl_low_latency",
-          min_cc=FP4_MIN_CC, only_cc=_FI_TRTLLM_CC, k_multiple=64, max_m=8,
-          description="flashinfer.mm_fp4 cutedsl_low_latency (decode: M <= 8)"),
-    # Experimental in FlashInfer: per-token alpha only, N % 8 == 0, K % 256 == 0, bf16/fp16 out.
-    _spec("flashinfer-fp4-cake", "flashinfer_gemm", "fp4", "flashinfer", option="cake",
-          min_cc=FP4_MIN_CC, only_cc=_FI_CAKE_CC, k_multiple=256, n_multiple=8,
-          description="flashinfer.mm_fp4 cake (experimental, per-token alpha)"),
-    _spec("flashinfer-fp8-cublas", "flashinfer_gemm", "fp8", "flashinfer", option="cublas",
-          min_cc=(8, 9), k_multiple=16, n_multiple=16, description="flashinfer.bmm_fp8 cublas"),
-    _spec("sgl-fp4-cutlass", "sgl_gemm", "fp4", "sgl_kernel", min_cc=FP4_MIN_CC, only_cc=_SGL_FP4_CC,
-          k_multiple=32, n_multiple=32, description="sgl_kernel.cutlass_scaled_fp4_mm"),
-    _spec("sgl-fp8", "sgl_gemm", "fp8", "sgl_kernel", min_cc=(8, 9), k_multiple=16, n_multiple=16,
-          description="sgl_kernel.fp8_scaled_mm"),
-])
+CATALOG: dict[str, BackendSpec] = dict(
+    [
+        _spec("torch-bf16", "torch_gemm", "bf16", "torch", description="torch.mm in bf16 (cuBLAS / CPU)"),
+        _spec(
+            "torch-fp8",
+            "torch_gemm",
+            "fp8",
+            "torch",
+            min_cc=(8, 9),
+            k_multiple=16,
+            n_multiple=16,
+            description="torch._scaled_mm e4m3, per-tensor scales",
+        ),
+        _spec(
+            "torch-nvfp4",
+            "torch_gemm",
+            "fp4",
+            "torch",
+            min_cc=FP4_MIN_CC,
+            k_multiple=32,
+            n_multiple=32,
+            description="torch._scaled_mm NVFP4 (cuBLASLt, Blackwell)",
+        ),
+        _spec(
+            "noop",
+            "",
+            "bf16",
+            "json",  # needs nothing beyond the standard library
+            description="does nothing and times nothing: checks the fleet's plumbing and the controller's own cost",
+        ),
+        _spec(
+            "reference-nvfp4",
+            "reference",
+            "fp4",
+            "torch",
+            description="pure-torch NVFP4 dequantize + fp32 matmul (the oracle, timed)",
+        ),
+        _spec(
+            "flashinfer-fp4-cutlass",
+            "flashinfer_gemm",
+            "fp4",
+            "flashinfer",
+            option="cutlass",
+            min_cc=FP4_MIN_CC,
+            only_cc=_FI_CUTLASS_CC,
+            k_multiple=32,
+            description="flashinfer.mm_fp4 cutlass",
+        ),
+        _spec(
+            "flashinfer-fp4-cudnn",
+            "flashinfer_gemm",
+            "fp4",
+            "flashinfer",
+            option="cudnn",
+            min_cc=FP4_MIN_CC,
+            only_cc=_FI_CUTLASS_CC,
+            k_multiple=32,
+            description="flashinfer.mm_fp4 cudnn",
+        ),
+        _spec(
+            "flashinfer-fp4-trtllm",
+            "flashinfer_gemm",
+            "fp4",
+            "flashinfer",
+            option="trtllm",
+            min_cc=FP4_MIN_CC,
+            only_cc=_FI_TRTLLM_CC,
+            k_multiple=32,
+            description="flashinfer.mm_fp4 trtllm",
+        ),
+        _spec(
+            "flashinfer-fp4-auto",
+            "flashinfer_gemm",
+            "fp4",
+            "flashinfer",
+            option="auto",
+            min_cc=FP4_MIN_CC,
+            only_cc=_FI_CUTLASS_CC,
+            k_multiple=32,
+            description="flashinfer.mm_fp4 auto",
+        ),
+        _spec(
+            "flashinfer-fp4-b12x",
+            "flashinfer_gemm",
+            "fp4",
+            "flashinfer",
+            option="b12x",
+            min_cc=FP4_MIN_CC,
+            only_cc=_FI_B12X_CC,
+            k_multiple=32,
+            description="flashinfer.mm_fp4 b12x",
+        ),
+        _spec(
+            "flashinfer-fp4-cute-dsl",
+            "flashinfer_gemm",
+            "fp4",
+            "flashinfer",
+            option="cute-dsl",
+            min_cc=FP4_MIN_CC,
+            only_cc=_FI_CUTE_DSL_CC,
+            k_multiple=32,
+            description="flashinfer.mm_fp4 cute-dsl",
+        ),
+        # M <= 8 and K % 64 == 0 (its requirement check, for NVFP4); a and the transposed b as the others.
+        _spec(
+            "flashinfer-fp4-cutedsl-low-latency",
+            "flashinfer_gemm",
+            "fp4",
+            "flashinfer",
+            option="cutedsl_low_latency",
+            min_cc=FP4_MIN_CC,
+            only_cc=_FI_TRTLLM_CC,
+            k_multiple=64,
+            max_m=8,
+            description="flashinfer.mm_fp4 cutedsl_low_latency (decode: M <= 8)",
+        ),
+        # Experimental in FlashInfer: per-token alpha only, N % 8 == 0, K % 256 == 0, bf16/fp16 out.
+        _spec(
+            "flashinfer-fp4-cake",
+            "flashinfer_gemm",
+            "fp4",
+            "flashinfer",
+            option="cake",
+            min_cc=FP4_MIN_CC,
+            only_cc=_FI_CAKE_CC,
+            k_multiple=256,
+            n_multiple=8,
+            description="flashinfer.mm_fp4 cake (experimental, per-token alpha)",
+        ),
+        _spec(
+            "flashinfer-fp8-cublas",
+            "flashinfer_gemm",
+            "fp8",
+            "flashinfer",
+            option="cublas",
+            min_cc=(8, 9),
+            k_multiple=16,
+            n_multiple=16,
+            description="flashinfer.bmm_fp8 cublas",
+        ),
+        _spec(
+            "sgl-fp4-cutlass",
+            "sgl_gemm",
+            "fp4",
+            "sgl_kernel",
+            min_cc=FP4_MIN_CC,
+            only_cc=_SGL_FP4_CC,
+            k_multiple=32,
+            n_multiple=32,
+            description="sgl_kernel.cutlass_scaled_fp4_mm",
+        ),
+        _spec(
+            "sgl-fp8",
+            "sgl_gemm",
+            "fp8",
+            "sgl_kernel",
+            min_cc=(8, 9),
+            k_multiple=16,
+            n_multiple=16,
+            description="sgl_kernel.fp8_scaled_mm",
+        ),
+    ]
+)
 
 
 # The MoE layer (a sweep's `moe_layer` shapes): all expert GEMMs of one layer as one case (backends/moe.py).
 # Each dense backend also runs as a per-expert loop, the naive baseline; low-latency kernels limited to
 # small M and the timed oracle are left out of that.
-MOE_CATALOG: dict[str, BackendSpec] = dict([
-    _spec("moe-reference", "moe", "bf16", "torch", option="reference", workload="moe", kernel="reference",
-          description="per-expert fp32 loop: the MoE oracle, timed"),
-    # torch._grouped_mm: CUTLASS grouped GEMM on SM90 / SM100 (a CPU fallback in recent torch).
-    _spec("moe-grouped-torch-bf16", "moe", "bf16", "torch", option="grouped", workload="moe", n_multiple=8,
-          k_multiple=8, min_cc=(9, 0), cpu_ok=True, kernel="grouped",
-          description="torch._grouped_mm bf16 over all experts at once"),
-    *[_spec(f"moe-loop-{name}", "moe", s.family, s.import_name, option=f"loop:{name}", min_cc=s.min_cc,
-            only_cc=s.only_cc, k_multiple=s.k_multiple, n_multiple=s.n_multiple, workload="moe", kernel="loop",
-            description=f"per-expert loop of {name} ({s.description})")
-      for name, s in CATALOG.items() if name not in ("noop", "reference-nvfp4") and s.max_m is None],
-    # Grouped and fused NVFP4 MoE kernels as serving engines call them (backends/moe_fp4.py, docs/FP4_MOE.md).
-    # Alignments from their sources: FlashInfer's check wants N % 8 and K % 128; sgl-kernel's offsets
-    # step each expert's weight scales by N rows and K/16 columns unpadded, so N % 128 and K % 64.
-    _spec("moe-grouped-flashinfer-fp4", "moe_fp4", "fp4", "flashinfer", option="grouped:flashinfer",
-          workload="moe", kernel="grouped", min_cc=FP4_MIN_CC, only_cc=_FI_GROUP_NVFP4_CC, k_multiple=128,
-          n_multiple=8, description="flashinfer.gemm.group_gemm_nvfp4_nt_groupwise: one NVFP4 call over all experts"),
-    _spec("moe-grouped-sgl-fp4", "moe_fp4", "fp4", "sgl_kernel", option="grouped:sgl", workload="moe",
-          kernel="grouped", min_cc=FP4_MIN_CC, only_cc=_SGL_FP4_GROUP_CC, k_multiple=64, n_multiple=128,
-          description="sgl_kernel.cutlass_fp4_group_mm on scaled_fp4_experts_quant activations"),
-    # A whole MoE block, not a GEMM: n = 3 * I (gate and up 2I, down I), k = H, so n * k is each expert's
-    # weights and the layer's flops are 2 * routed tokens * n * k, as for one projection. I % 128 == 0.
-    _spec("moe-fused-flashinfer-fp4-cutlass", "moe_fp4", "fp4", "flashinfer", option="fused:flashinfer-cutlass",
-          workload="moe", kernel="fused", min_cc=FP4_MIN_CC, only_cc=_FI_CUTLASS_MOE_NVFP4_CC, n_multiple=384,
-          description="flashinfer.cutlass_fused_moe NVFP4 block: w13 GEMM, SwiGLU, NVFP4 requantization, "
-                      "w2 GEMM, top-k weighted sum (n = 3 * intermediate, k = hidden)"),
-])
+MOE_CATALOG: dict[str, BackendSpec] = dict(
+    [
+        _spec(
+            "moe-reference",
+            "moe",
+            "bf16",
+            "torch",
+            option="reference",
+            workload="moe",
+            kernel="reference",
+            description="per-expert fp32 loop: the MoE oracle, timed",
+        ),
+        # torch._grouped_mm: CUTLASS grouped GEMM on SM90 / SM100 (a CPU fallback in recent torch).
+        _spec(
+            "moe-grouped-torch-bf16",
+            "moe",
+            "bf16",
+            "torch",
+            option="grouped",
+            workload="moe",
+            n_multiple=8,
+            k_multiple=8,
+            min_cc=(9, 0),
+            cpu_ok=True,
+            kernel="grouped",
+            description="torch._grouped_mm bf16 over all experts at once",
+        ),
+        *[
+            _spec(
+                f"moe-loop-{name}",
+                "moe",
+                s.family,
+                s.import_name,
+                option=f"loop:{name}",
+                min_cc=s.min_cc,
+                only_cc=s.only_cc,
+                k_multiple=s.k_multiple,
+                n_multiple=s.n_multiple,
+                workload="moe",
+                kernel="loop",
+                description=f"per-expert loop of {name} ({s.description})",
+            )
+            for name, s in CATALOG.items()
+            if name not in ("noop", "reference-nvfp4") and s.max_m is None
+        ],
+        # Grouped and fused NVFP4 MoE kernels as serving engines call them (backends/moe_fp4.py, docs/FP4_MOE.md).
+        # Alignments from their sources: FlashInfer's check wants N % 8 and K % 128; sgl-kernel's offsets
+        # step each expert's weight scales by N rows and K/16 columns unpadded, so N % 128 and K % 64.
+        _spec(
+            "moe-grouped-flashinfer-fp4",
+            "moe_fp4",
+            "fp4",
+            "flashinfer",
+            option="grouped:flashinfer",
+            workload="moe",
+            kernel="grouped",
+            min_cc=FP4_MIN_CC,
+            only_cc=_FI_GROUP_NVFP4_CC,
+            k_multiple=128,
+            n_multiple=8,
+            description="flashinfer.gemm.group_gemm_nvfp4_nt_groupwise: one NVFP4 call over all experts",
+        ),
+        _spec(
+            "moe-grouped-sgl-fp4",
+            "moe_fp4",
+            "fp4",
+            "sgl_kernel",
+            option="grouped:sgl",
+            workload="moe",
+            kernel="grouped",
+            min_cc=FP4_MIN_CC,
+            only_cc=_SGL_FP4_GROUP_CC,
+            k_multiple=64,
+            n_multiple=128,
+            description="sgl_kernel.cutlass_fp4_group_mm on scaled_fp4_experts_quant activations",
+        ),
+        # A whole MoE block, not a GEMM: n = 3 * I (gate and up 2I, down I), k = H, so n * k is each expert's
+        # weights and the layer's flops are 2 * routed tokens * n * k, as for one projection. I % 128 == 0.
+        _spec(
+            "moe-fused-flashinfer-fp4-cutlass",
+            "moe_fp4",
+            "fp4",
+            "flashinfer",
+            option="fused:flashinfer-cutlass",
+            workload="moe",
+            kernel="fused",
+            min_cc=FP4_MIN_CC,
+            only_cc=_FI_CUTLASS_MOE_NVFP4_CC,
+            n_multiple=384,
+            description="flashinfer.cutlass_fused_moe NVFP4 block: w13 GEMM, SwiGLU, NVFP4 requantization, "
+            "w2 GEMM, top-k weighted sum (n = 3 * intermediate, k = hidden)",
+        ),
+    ]
+)
 CATALOG.update(MOE_CATALOG)
 
 

@@ -13,6 +13,7 @@ that parameter: left out, FlashInfer reads a recipe from FLASHINFER_NVFP4_4OVER6
 variables, and a benchmark's numbers must not depend on the shell they were started from.
 The runner guards capability before this module is ever imported on a host below CC 10.0.
 """
+
 from __future__ import annotations
 
 from typing import Callable
@@ -38,13 +39,15 @@ def _accepts(fn, name: str) -> bool:
 def _quantize_fp4(flashinfer, x: torch.Tensor, gs: torch.Tensor, shuffle: bool):
     if hasattr(flashinfer, "nvfp4_quantize"):
         fixed = {"nvfp4_4over6": None} if _accepts(flashinfer.nvfp4_quantize, "nvfp4_4over6") else {}
-        return flashinfer.nvfp4_quantize(a=x, a_global_sf=gs, sfLayout=flashinfer.SfLayout.layout_128x4,
-                                         do_shuffle=shuffle, **fixed)
+        return flashinfer.nvfp4_quantize(
+            a=x, a_global_sf=gs, sfLayout=flashinfer.SfLayout.layout_128x4, do_shuffle=shuffle, **fixed
+        )
     if shuffle:
         raise RuntimeError("this flashinfer has no nvfp4_quantize(do_shuffle=True), which trtllm needs")
     fixed = {"nvfp4_4over6": None} if _accepts(flashinfer.fp4_quantize, "nvfp4_4over6") else {}
-    return flashinfer.fp4_quantize(input=x, global_scale=gs, sf_vec_size=16, sf_use_ue8m0=False,
-                                   is_sf_swizzled_layout=True, **fixed)
+    return flashinfer.fp4_quantize(
+        input=x, global_scale=gs, sf_vec_size=16, sf_use_ue8m0=False, is_sf_swizzled_layout=True, **fixed
+    )
 
 
 def prepare(spec: BackendSpec, sets: Sets, out_dtype: torch.dtype) -> Callable[[int], torch.Tensor]:
@@ -64,8 +67,9 @@ def prepare(spec: BackendSpec, sets: Sets, out_dtype: torch.dtype) -> Callable[[
 
         def run_fp8(i: int) -> torch.Tensor:
             a8, b8, sa, sb = quant[i]
-            return flashinfer.bmm_fp8(A=a8, B=b8, A_scale=sa, B_scale=sb, dtype=out_dtype, out=out3,
-                                      backend=spec.option)[0]
+            return flashinfer.bmm_fp8(
+                A=a8, B=b8, A_scale=sa, B_scale=sb, dtype=out_dtype, out=out3, backend=spec.option
+            )[0]
 
         run_fp8.reads = [[q[0]] for q in quant]  # operand A as the call reads it (worker/integrity.py)
         return run_fp8
@@ -84,8 +88,18 @@ def prepare(spec: BackendSpec, sets: Sets, out_dtype: torch.dtype) -> Callable[[
 
     def run_fp4(i: int) -> torch.Tensor:
         a4, b4t, a_sf, b_sf_t, alpha = ops[i]
-        return flashinfer.mm_fp4(a=a4, b=b4t, a_descale=a_sf, b_descale=b_sf_t, alpha=alpha, out_dtype=out_dtype,
-                                 out=out, block_size=16, use_8x4_sf_layout=False, backend=spec.option)
+        return flashinfer.mm_fp4(
+            a=a4,
+            b=b4t,
+            a_descale=a_sf,
+            b_descale=b_sf_t,
+            alpha=alpha,
+            out_dtype=out_dtype,
+            out=out,
+            block_size=16,
+            use_8x4_sf_layout=False,
+            backend=spec.option,
+        )
 
     run_fp4.reads = [[op[0]] for op in ops]
     return run_fp4

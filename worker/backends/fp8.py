@@ -1,4 +1,5 @@
 """Per-tensor e4m3 quantization shared by the fp8 baselines (and their dequantized oracle)."""
+
 from __future__ import annotations
 
 import torch

@@ -15,6 +15,7 @@ Backends (catalog: MOE_CATALOG):
   backend computes a whole MoE block, so its input set is (tokens, moe_fp4.Block, counts) and its
   oracle the block composed of per-expert products (moe_fp4.block_oracle).
 """
+
 from __future__ import annotations
 
 import importlib
@@ -93,8 +94,10 @@ def prepare(spec: BackendSpec, sets: list[MoeSet], out_dtype: torch.dtype) -> Ca
     kind, _, dense = spec.option.partition(":")
     if kind == "reference":
         outs = [torch.empty((a.shape[0], w.shape[1]), dtype=torch.float32, device=a.device) for a, w, _ in sets]
-        sliced = [[(a[rows], w[e].float(), out[rows]) for e, rows in _slices(counts)]
-                  for (a, w, counts), out in zip(sets, outs)]
+        sliced = [
+            [(a[rows], w[e].float(), out[rows]) for e, rows in _slices(counts)]
+            for (a, w, counts), out in zip(sets, outs)
+        ]
 
         def run_reference(i: int) -> torch.Tensor:
             for ae, we, oe in sliced[i]:
@@ -123,8 +126,10 @@ def prepare(spec: BackendSpec, sets: list[MoeSet], out_dtype: torch.dtype) -> Ca
 
         inner = CATALOG[dense]
         module = importlib.import_module(f"worker.backends.{inner.module}")
-        per_set = [[module.prepare(inner, [(a[rows], w[e])], out_dtype) for e, rows in _slices(counts)]
-                   for a, w, counts in sets]
+        per_set = [
+            [module.prepare(inner, [(a[rows], w[e])], out_dtype) for e, rows in _slices(counts)]
+            for a, w, counts in sets
+        ]
 
         def run_loop(i: int) -> list:
             return [fn(0) for fn in per_set[i]]

@@ -22,6 +22,7 @@ by keyword: tests/test_fp4_moe.py binds each call to the installed FlashInfer an
 wheel and runs this module on CPU against stand-ins that compute from exactly what they are given.
 None of these kernels has run on SM100/SM120 hardware here.
 """
+
 from __future__ import annotations
 
 import math
@@ -66,7 +67,7 @@ def sgl_blockscale_offsets(counts: list[int]) -> list[int]:
 def _expert_scales(a: torch.Tensor, counts: list[int]) -> torch.Tensor:
     """fp32 [E]: each expert's routed rows' own global scale, as the per-expert oracle quantizes them."""
     starts = offsets_of(counts)
-    return torch.stack([nvfp4.global_scale_for(a[starts[e]:starts[e + 1]]) for e in range(len(counts))])
+    return torch.stack([nvfp4.global_scale_for(a[starts[e] : starts[e + 1]]) for e in range(len(counts))])
 
 
 def _weight_scales(w: torch.Tensor) -> torch.Tensor:
@@ -88,28 +89,48 @@ def _prepare_flashinfer_grouped(sets, out_dtype: torch.dtype) -> Callable[[int],
         gs_a, gs_w = _expert_scales(a, counts), _weight_scales(w)
         a_pad = torch.zeros((indptr[-1], k), dtype=a.dtype, device=a.device)  # padding rows quantize to zero
         a4 = torch.empty((indptr[-1], k // 2), dtype=torch.uint8, device=a.device)
-        a_scale = torch.zeros((sf_rows[-1] + round_up(padded[-1], 128), round_up(k // nvfp4.BLOCK, 4)),
-                              dtype=torch.uint8, device=a.device)
+        a_scale = torch.zeros(
+            (sf_rows[-1] + round_up(padded[-1], 128), round_up(k // nvfp4.BLOCK, 4)), dtype=torch.uint8, device=a.device
+        )
         for e, c in enumerate(counts):
-            a_pad[indptr[e]:indptr[e] + c] = a[starts[e]:starts[e] + c]
-            q, sf = _quantize_fp4(flashinfer, a_pad[indptr[e]:indptr[e + 1]], gs_a[e].reshape(1), shuffle=False)
-            a4[indptr[e]:indptr[e + 1]] = q
-            a_scale[sf_rows[e]:sf_rows[e] + sf.shape[0]] = sf.view(torch.uint8)
+            a_pad[indptr[e] : indptr[e] + c] = a[starts[e] : starts[e] + c]
+            q, sf = _quantize_fp4(flashinfer, a_pad[indptr[e] : indptr[e + 1]], gs_a[e].reshape(1), shuffle=False)
+            a4[indptr[e] : indptr[e + 1]] = q
+            a_scale[sf_rows[e] : sf_rows[e] + sf.shape[0]] = sf.view(torch.uint8)
         quantized = [_quantize_fp4(flashinfer, w[e], gs_w[e].reshape(1), shuffle=False) for e in range(experts)]
         b4 = torch.stack([q for q, _ in quantized])
         b_scale = torch.stack([sf.view(torch.uint8) for _, sf in quantized])
         out = torch.empty((indptr[-1], n), dtype=out_dtype, device=a.device)
-        ops.append(dict(a=a4, b=b4, a_scale=a_scale, b_scale=b_scale,
-                        m_indptr=torch.tensor(indptr, dtype=torch.int32, device=a.device),
-                        alpha=(1.0 / (gs_a * gs_w)).to(torch.float32), out=out,
-                        rows=[out[indptr[e]:indptr[e] + c] for e, c in enumerate(counts)]))
+        ops.append(
+            dict(
+                a=a4,
+                b=b4,
+                a_scale=a_scale,
+                b_scale=b_scale,
+                m_indptr=torch.tensor(indptr, dtype=torch.int32, device=a.device),
+                alpha=(1.0 / (gs_a * gs_w)).to(torch.float32),
+                out=out,
+                rows=[out[indptr[e] : indptr[e] + c] for e, c in enumerate(counts)],
+            )
+        )
 
     def run_grouped(i: int) -> list:
         op = ops[i]
         # The default tiles of FlashInfer's own test; swap_ab (its default) puts the experts' N on the MMA's M.
         flashinfer.gemm.group_gemm_nvfp4_nt_groupwise(
-            a=op["a"], b=op["b"], a_scale=op["a_scale"], b_scale=op["b_scale"], m_indptr=op["m_indptr"],
-            alpha=op["alpha"], tile_m=128, tile_n=128, tile_k=128, swap_ab=True, out=op["out"], out_dtype=out_dtype)
+            a=op["a"],
+            b=op["b"],
+            a_scale=op["a_scale"],
+            b_scale=op["b_scale"],
+            m_indptr=op["m_indptr"],
+            alpha=op["alpha"],
+            tile_m=128,
+            tile_n=128,
+            tile_k=128,
+            swap_ab=True,
+            out=op["out"],
+            out_dtype=out_dtype,
+        )
         return op["rows"]  # each expert's rows of the padded output, in the layer's order
 
     run_grouped.reads = [[op["a"]] for op in ops]  # operand A as the call reads it (worker/integrity.py)
@@ -121,8 +142,10 @@ def sgl_output_problem(out_dtype: torch.dtype, cc) -> str | None:
     """Why sgl-kernel 0.3.21's cutlass_fp4_group_mm cannot write `out_dtype` on a GPU of capability `cc`:
     its SM120 path has a bfloat16 kernel only and for float16 prints a line and returns, writing nothing."""
     if cc == (12, 0) and out_dtype != torch.bfloat16:
-        return ("sgl-kernel 0.3.21's SM120 cutlass_fp4_group_mm writes bfloat16 only: for float16 it prints "
-                "'half no implementation' and returns an output it never wrote")
+        return (
+            "sgl-kernel 0.3.21's SM120 cutlass_fp4_group_mm writes bfloat16 only: for float16 it prints "
+            "'half no implementation' and returns an output it never wrote"
+        )
     return None
 
 
@@ -144,27 +167,49 @@ def _prepare_sgl_grouped(sets, out_dtype: torch.dtype) -> Callable[[int], torch.
         # The rows are already routed (no expert_map): topk only sizes the scale buffer, max_tokens * topk
         # rows, which must hold every expert's 128-row-padded scales.
         topk = max(1, math.ceil(bs_starts[-1] / max_tokens))
-        a4, a_sf = sgl_kernel.scaled_fp4_experts_quant(input_tensor=a, input_global_scale=gs_a,
-                                                       expert_offsets=expert_offsets,
-                                                       blockscale_offsets=blockscale_offsets, topk=topk,
-                                                       expert_map=None)
-        quantized = [sgl_kernel.scaled_fp4_quant(input=w[e], input_global_scale=gs_w[e].reshape(1))
-                     for e in range(experts)]
-        params = {"ab_strides": torch.full((experts,), k, dtype=torch.int64, device=a.device),
-                  "c_strides": torch.full((experts,), n, dtype=torch.int64, device=a.device),
-                  "problem_sizes": torch.tensor([[c, n, k] for c in counts], **i32),
-                  # the GEMM takes each expert's start only (CutlassMoEParams.to_gemm1_args drops the end)
-                  "expert_offsets": expert_offsets[:-1], "blockscale_offsets": blockscale_offsets[:-1]}
-        ops.append(dict(a_fp4=a4, b_fp4=torch.stack([q for q, _ in quantized]), a_blockscale=a_sf,
-                        b_blockscale=torch.stack([sf for _, sf in quantized]),
-                        alphas=(1.0 / (gs_a * gs_w)).to(torch.float32), params=params))
+        a4, a_sf = sgl_kernel.scaled_fp4_experts_quant(
+            input_tensor=a,
+            input_global_scale=gs_a,
+            expert_offsets=expert_offsets,
+            blockscale_offsets=blockscale_offsets,
+            topk=topk,
+            expert_map=None,
+        )
+        quantized = [
+            sgl_kernel.scaled_fp4_quant(input=w[e], input_global_scale=gs_w[e].reshape(1)) for e in range(experts)
+        ]
+        params = {
+            "ab_strides": torch.full((experts,), k, dtype=torch.int64, device=a.device),
+            "c_strides": torch.full((experts,), n, dtype=torch.int64, device=a.device),
+            "problem_sizes": torch.tensor([[c, n, k] for c in counts], **i32),
+            # the GEMM takes each expert's start only (CutlassMoEParams.to_gemm1_args drops the end)
+            "expert_offsets": expert_offsets[:-1],
+            "blockscale_offsets": blockscale_offsets[:-1],
+        }
+        ops.append(
+            dict(
+                a_fp4=a4,
+                b_fp4=torch.stack([q for q, _ in quantized]),
+                a_blockscale=a_sf,
+                b_blockscale=torch.stack([sf for _, sf in quantized]),
+                alphas=(1.0 / (gs_a * gs_w)).to(torch.float32),
+                params=params,
+            )
+        )
 
     def run_grouped(i: int) -> torch.Tensor:
         op = ops[i]
         # It allocates its output in the call, as it does when SGLang serves.
-        return sgl_kernel.cutlass_fp4_group_mm(a_fp4=op["a_fp4"], b_fp4=op["b_fp4"], a_blockscale=op["a_blockscale"],
-                                               b_blockscale=op["b_blockscale"], alphas=op["alphas"],
-                                               out_dtype=out_dtype, device=device, params=op["params"])
+        return sgl_kernel.cutlass_fp4_group_mm(
+            a_fp4=op["a_fp4"],
+            b_fp4=op["b_fp4"],
+            a_blockscale=op["a_blockscale"],
+            b_blockscale=op["b_blockscale"],
+            alphas=op["alphas"],
+            out_dtype=out_dtype,
+            device=device,
+            params=op["params"],
+        )
 
     run_grouped.reads = [[op["a_fp4"]] for op in ops]
     return run_grouped
@@ -188,8 +233,10 @@ def route_tokens(counts: list[int], tokens: int, top_k: int) -> list[list[int]]:
     goes to token s % tokens, so an expert's tokens are consecutive (distinct while counts[e] <= tokens).
     Raises ValueError when no top-k routing gives these counts."""
     if sum(counts) != tokens * top_k or max(counts) > tokens:
-        raise ValueError(f"per-expert counts (sum {sum(counts)}, max {max(counts)}) are no top-{top_k} routing of "
-                         f"{tokens} tokens: a fused block needs each token on exactly {top_k} distinct experts")
+        raise ValueError(
+            f"per-expert counts (sum {sum(counts)}, max {max(counts)}) are no top-{top_k} routing of "
+            f"{tokens} tokens: a fused block needs each token on exactly {top_k} distinct experts"
+        )
     routes: list[list[int]] = [[] for _ in range(tokens)]
     slot = 0
     for e, c in enumerate(counts):
@@ -252,12 +299,17 @@ def block_inputs(case, set_index: int, dev: str):
         return (torch.randn(shape, generator=gen, device=dev, dtype=torch.float32) * scale).to(torch.bfloat16)
 
     x = randn(case.m, hidden)
-    w13 = torch.stack([randn(2 * inter, hidden, scale=hidden ** -0.5) for _ in range(experts)])
-    w2 = torch.stack([randn(hidden, inter, scale=inter ** -0.5) for _ in range(experts)])
+    w13 = torch.stack([randn(2 * inter, hidden, scale=hidden**-0.5) for _ in range(experts)])
+    w2 = torch.stack([randn(hidden, inter, scale=inter**-0.5) for _ in range(experts)])
     logits = torch.randn((case.m, case.moe.top_k), generator=gen, device=dev, dtype=torch.float32)
-    block = Block(w13=w13, w2=w2, expert_ids=torch.tensor(routes, dtype=torch.int32, device=dev),
-                  weights=torch.softmax(logits, dim=1), fc2_input_scale=torch.ones((), device=dev),
-                  intermediate_dtype=getattr(torch, case.out_dtype))
+    block = Block(
+        w13=w13,
+        w2=w2,
+        expert_ids=torch.tensor(routes, dtype=torch.int32, device=dev),
+        weights=torch.softmax(logits, dim=1),
+        fc2_input_scale=torch.ones((), device=dev),
+        intermediate_dtype=getattr(torch, case.out_dtype),
+    )
     # The calibration a checkpoint carries: 448*6 over the largest intermediate the layer produces.
     amax = max(act.abs().max() for _, _, _, act in _chain(x, block, exact=False))
     block.fc2_input_scale = (nvfp4.E4M3_MAX * nvfp4.E2M1_MAX / amax).to(torch.float32)
@@ -273,8 +325,11 @@ def _prepare_flashinfer_fused(sets, out_dtype: torch.dtype) -> Callable[[int], t
         gs = _weight_scales(w)
         quantized = [_quantize_fp4(flashinfer, w[e], gs[e].reshape(1), shuffle=False) for e in range(w.shape[0])]
         # 16 FP4 values per int64 and 4 e4m3 scales per int32: the views the kernel's binding checks.
-        return (torch.stack([q for q, _ in quantized]).view(torch.int64),
-                torch.stack([sf.view(torch.uint8) for _, sf in quantized]).view(torch.int32), gs)
+        return (
+            torch.stack([q for q, _ in quantized]).view(torch.int64),
+            torch.stack([sf.view(torch.uint8) for _, sf in quantized]).view(torch.int32),
+            gs,
+        )
 
     ops = []
     for x, block, _ in sets:
@@ -283,22 +338,48 @@ def _prepare_flashinfer_fused(sets, out_dtype: torch.dtype) -> Callable[[int], t
         w13, w13_sf, gs13 = weights(block.w13)
         w2, w2_sf, gs2w = weights(block.w2)
         gs2 = block.fc2_input_scale.reshape(())
-        ops.append(dict(input=x4, input_sf=x_sf.view(torch.uint8), token_selected_experts=block.expert_ids,
-                        token_final_scales=block.weights, fc1_expert_weights=w13, fc2_expert_weights=w2,
-                        # NVFP4 order: fc1 act global, fc1 block scales, fc1 alpha per expert, then fc2's.
-                        quant_scales=[gs1.reshape(()), w13_sf, (1.0 / (gs1 * gs13)).to(torch.float32),
-                                      gs2, w2_sf, (1.0 / (gs2 * gs2w)).to(torch.float32)],
-                        output=torch.empty((x.shape[0], block.w2.shape[1]), dtype=out_dtype, device=x.device)))
+        ops.append(
+            dict(
+                input=x4,
+                input_sf=x_sf.view(torch.uint8),
+                token_selected_experts=block.expert_ids,
+                token_final_scales=block.weights,
+                fc1_expert_weights=w13,
+                fc2_expert_weights=w2,
+                # NVFP4 order: fc1 act global, fc1 block scales, fc1 alpha per expert, then fc2's.
+                quant_scales=[
+                    gs1.reshape(()),
+                    w13_sf,
+                    (1.0 / (gs1 * gs13)).to(torch.float32),
+                    gs2,
+                    w2_sf,
+                    (1.0 / (gs2 * gs2w)).to(torch.float32),
+                ],
+                output=torch.empty((x.shape[0], block.w2.shape[1]), dtype=out_dtype, device=x.device),
+            )
+        )
 
     def run_fused(i: int) -> torch.Tensor:
         op = ops[i]
         flashinfer.cutlass_fused_moe(
-            input=op["input"], token_selected_experts=op["token_selected_experts"],
-            token_final_scales=op["token_final_scales"], fc1_expert_weights=op["fc1_expert_weights"],
-            fc2_expert_weights=op["fc2_expert_weights"], output_dtype=out_dtype, quant_scales=op["quant_scales"],
-            input_sf=op["input_sf"], swizzled_input_sf=True, tp_size=1, tp_rank=0, ep_size=1, ep_rank=0,
-            output=op["output"], activation_type=flashinfer.ActivationType.Swiglu, use_fused_finalize=True,
-            backend="cutlass")
+            input=op["input"],
+            token_selected_experts=op["token_selected_experts"],
+            token_final_scales=op["token_final_scales"],
+            fc1_expert_weights=op["fc1_expert_weights"],
+            fc2_expert_weights=op["fc2_expert_weights"],
+            output_dtype=out_dtype,
+            quant_scales=op["quant_scales"],
+            input_sf=op["input_sf"],
+            swizzled_input_sf=True,
+            tp_size=1,
+            tp_rank=0,
+            ep_size=1,
+            ep_rank=0,
+            output=op["output"],
+            activation_type=flashinfer.ActivationType.Swiglu,
+            use_fused_finalize=True,
+            backend="cutlass",
+        )
         return op["output"]
 
     with flashinfer.autotune(tune_mode=True):  # once, outside timing: the tactic an engine's warm-up picks
@@ -308,8 +389,11 @@ def _prepare_flashinfer_fused(sets, out_dtype: torch.dtype) -> Callable[[int], t
 
 
 def prepare(spec: BackendSpec, sets: list, out_dtype: torch.dtype) -> Callable[[int], object]:
-    kind = {"grouped:flashinfer": _prepare_flashinfer_grouped, "grouped:sgl": _prepare_sgl_grouped,
-            "fused:flashinfer-cutlass": _prepare_flashinfer_fused}.get(spec.option)
+    kind = {
+        "grouped:flashinfer": _prepare_flashinfer_grouped,
+        "grouped:sgl": _prepare_sgl_grouped,
+        "fused:flashinfer-cutlass": _prepare_flashinfer_fused,
+    }.get(spec.option)
     if kind is None:
         raise ValueError(f"unknown NVFP4 MoE backend option {spec.option!r}")
     return kind(sets, out_dtype)

@@ -1,4 +1,5 @@
 """The reference NVFP4 path, timed like a backend: dequantize both operands, fp32 matmul."""
+
 from __future__ import annotations
 
 from typing import Callable

@@ -7,6 +7,7 @@
 Every argument goes by keyword (a reordered parameter cannot take another's value); the names are
 checked against a signature record of the sgl-kernel wheel (tests/contracts/, tests/test_fp4_contracts.py).
 """
+
 from __future__ import annotations
 
 from typing import Callable
@@ -47,8 +48,9 @@ def prepare(spec: BackendSpec, sets: Sets, out_dtype: torch.dtype) -> Callable[[
 
     def run_fp4(i: int) -> torch.Tensor:
         a4, b4, a_sf, b_sf, alpha = ops[i]
-        return sgl_kernel.cutlass_scaled_fp4_mm(a=a4, b=b4, block_scale_a=a_sf, block_scale_b=b_sf, alpha=alpha,
-                                                out_dtype=out_dtype)
+        return sgl_kernel.cutlass_scaled_fp4_mm(
+            a=a4, b=b4, block_scale_a=a_sf, block_scale_b=b_sf, alpha=alpha, out_dtype=out_dtype
+        )
 
     run_fp4.reads = [[op[0]] for op in ops]
     return run_fp4

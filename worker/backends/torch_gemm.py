@@ -2,6 +2,7 @@
 
 Each call names, as `fn.reads`, the tensors holding operand A as it reads them (per input set): the
 integrity checks flip their sign in place and expect the output negated (worker/integrity.py)."""
+
 from __future__ import annotations
 
 from typing import Callable
@@ -46,13 +47,15 @@ def prepare(spec: BackendSpec, sets: Sets, out_dtype: torch.dtype) -> Callable[[
     for a, b in sets:
         qa, qb = nvfp4.quantize(a), nvfp4.quantize(b)
         fp4 = torch.float4_e2m1fn_x2
-        ops.append((
-            qa.packed.view(fp4),
-            qb.packed.view(fp4),
-            nvfp4.swizzle_scales(qa.scales),
-            nvfp4.swizzle_scales(qb.scales),
-            (1.0 / (qa.global_scale * qb.global_scale)).to(out_dtype),
-        ))
+        ops.append(
+            (
+                qa.packed.view(fp4),
+                qb.packed.view(fp4),
+                nvfp4.swizzle_scales(qa.scales),
+                nvfp4.swizzle_scales(qb.scales),
+                (1.0 / (qa.global_scale * qb.global_scale)).to(out_dtype),
+            )
+        )
 
     def run_nvfp4(i: int) -> torch.Tensor:
         a4, b4, sa, sb, alpha = ops[i]
