@@ -37,6 +37,7 @@ import statistics
 import time
 from typing import Callable, NamedTuple, Optional
 
+from .pairing import t95
 from .schema import Stats, TimingOptions
 
 # One sample (one graph replay) should last long enough that event resolution, replay
@@ -77,33 +78,6 @@ def summarize(samples_us: list[float], *, method: str, calls_per_sample: int, l2
         l2=l2,  # type: ignore[arg-type]
         samples_us=[round(s, 4) for s in samples_us],
     )
-
-
-# Two-sided 95% Student t quantiles by degrees of freedom (beyond the table, the normal's 1.96).
-T95 = {
-    1: 12.706,
-    2: 4.303,
-    3: 3.182,
-    4: 2.776,
-    5: 2.571,
-    6: 2.447,
-    7: 2.365,
-    8: 2.306,
-    9: 2.262,
-    10: 2.228,
-    12: 2.179,
-    15: 2.131,
-    20: 2.086,
-    30: 2.042,
-    50: 2.009,
-}
-
-
-def t95(df: float) -> float:
-    """The two-sided 95% t quantile for `df` degrees of freedom (the next smaller tabulated df: conservative)."""
-    if df < 1:
-        return math.inf
-    return T95[max(d for d in T95 if d <= df)] if df <= 50 else 1.96
 
 
 def combine_rounds(parts: list[Stats]) -> Stats:
