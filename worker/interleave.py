@@ -19,12 +19,11 @@ so every figure that a case shows alone means what it meant before.
 
 from __future__ import annotations
 
-import statistics
 import time
 from typing import Callable, NamedTuple, Optional
 
 from .schema import Stats, TimingOptions
-from .timing import SETTLE_MAX_FACTOR, SETTLE_TOL, TimedGraph, _enough, summarize
+from .timing import SETTLE_MAX_FACTOR, TimedGraph, _enough, drifting, summarize
 
 
 class GroupTiming(NamedTuple):
@@ -45,13 +44,6 @@ def cycle_order(members: int, cycle: int) -> list[int]:
     shift = (cycle // 2) % members
     order = list(range(shift, members)) + list(range(shift))
     return order if cycle % 2 == 0 else order[::-1]
-
-
-def _drifting(totals: list[float]) -> bool:
-    """Whether the latest third of the cycles' GPU times still differs from the middle third by > SETTLE_TOL."""
-    third = len(totals) // 3
-    latest, middle = statistics.median(totals[-third:]), statistics.median(totals[-2 * third : -third])
-    return abs(latest / middle - 1) > SETTLE_TOL
 
 
 def time_group(
@@ -92,7 +84,7 @@ def time_group(
         while sum(totals) < max(limit_ms, floor_ms):
             one_cycle(len(began))
             totals.append(cycle_ms(len(began) - 1))
-            if sum(totals) >= floor_ms and len(began) >= 6 and len(began) % 2 == 0 and not _drifting(totals):
+            if sum(totals) >= floor_ms and len(began) >= 6 and len(began) % 2 == 0 and not drifting(totals):
                 tail_from = len(began) - len(began) // 3
                 tail_from += tail_from % 2  # the samples begin on a whole two
                 break

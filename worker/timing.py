@@ -446,6 +446,14 @@ def settle(per_call_us: Callable[[], float], calls: int, settle_ms: float, limit
     return _settle(per_call_us, calls, settle_ms, limit_ms).spent_ms
 
 
+def drifting(seen: list[float]) -> bool:
+    """Whether the median of the latest third of `seen` still differs from the middle third's by more than
+    SETTLE_TOL (settling's stopping rule; at least 3 values)."""
+    third = len(seen) // 3
+    latest, middle = statistics.median(seen[-third:]), statistics.median(seen[-2 * third : -third])
+    return abs(latest / middle - 1) > SETTLE_TOL
+
+
 def _settle(
     per_call_us: Callable[[], float], calls: int, settle_ms: float, limit_ms: Optional[float] = None
 ) -> Settled:
@@ -461,9 +469,8 @@ def _settle(
         seen.append(per_call_us())
         spent_ms += seen[-1] * calls / 1e3
         if spent_ms >= settle_ms and len(seen) >= 6:
-            third = len(seen) // 3
-            latest, middle = statistics.median(seen[-third:]), statistics.median(seen[-2 * third : -third])
-            if abs(latest / middle - 1) <= SETTLE_TOL:
+            if not drifting(seen):
+                third = len(seen) // 3
                 return Settled(spent_ms, seen[-third:], began[-third])
     return Settled(spent_ms, [], time.perf_counter())
 
