@@ -102,7 +102,7 @@ def flag(interval, tie: float) -> str:
 
 
 def h2h(args) -> str:
-    from worker.pairing import pair_interval, paired_rounds
+    from worker.contract.pairing import pair_interval, paired_rounds
 
     folder = Path(tempfile.mkdtemp(prefix="see-h2h-"))
     sweep = sweep_file(

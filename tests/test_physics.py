@@ -8,9 +8,9 @@ from __future__ import annotations
 import pytest
 
 from worker import integrity
-from worker.metrics import gemm_metrics, moe_metrics
+from worker.contract.metrics import gemm_metrics, moe_metrics
+from worker.contract.schema import Calibration
 from worker.physics import MARGIN, impossible, roofs
-from worker.schema import Calibration
 
 H200 = "NVIDIA H200"
 CAL = Calibration(

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.execution.outcome import AttemptEnd, judge
-from worker import protocol
+from worker.contract import protocol
 
 REPO = Path(__file__).resolve().parent.parent
 PACKAGES = ("orchestrator", "worker")

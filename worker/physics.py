@@ -26,8 +26,8 @@ from __future__ import annotations
 
 from typing import Optional
 
+from .contract.metrics import peaks_for
 from .integrity import IMPOSSIBLE, Finding
-from .metrics import peaks_for
 
 MARGIN = 0.5  # a case is impossible when its median is below speed of light / (1 + MARGIN)
 
