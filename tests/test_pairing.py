@@ -1,6 +1,6 @@
 """Head-to-head timing and rounds until sure, without a GPU (issue 40): the interleaved order, settling
 and sampling of worker/interleave.py on stand-in graphs whose speed follows a shared simulated clock;
-the paired interval of worker/pairing.py; the stamp kernel's arithmetic; when a unit stops its rounds."""
+the paired interval of worker/contract/pairing.py; the stamp kernel's arithmetic; when a unit stops its rounds."""
 
 from __future__ import annotations
 

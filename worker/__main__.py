@@ -1,4 +1,4 @@
-"""`python -m worker ...`: results go to a JSONL file and the protocol channel (worker/protocol.py);
+"""`python -m worker ...`: results go to a JSONL file and the protocol channel (worker/contract/protocol.py);
 what `facts` and `check` answer goes on that channel; everything else is log.
 
   run       --params P --results R   run the cases of P without a record in R (one process)

@@ -7,7 +7,7 @@ while a compiler runs under the child, a first JIT build, counts against `build_
 stopped with the child and every process under it, recorded as hung, and a fresh child goes on with
 the next case: one hung kernel costs its case, not the host's sweep.
 
-The supervisor is the only writer of the protocol channel (worker/protocol.py) and of results.jsonl:
+The supervisor is the only writer of the protocol channel (worker/contract/protocol.py) and of results.jsonl:
 the child gets a pipe of its own, whose whole lines are forwarded, and a record the child sends is
 written only when it is one of the cases the supervisor gave that child. Code under test lives apart:
 the built-in backends run in one child, kernels from the user's own files in another (after it), so a
