@@ -206,7 +206,7 @@ DECODE = """
 import sys, time, statistics, torch
 sys.path.insert(0, {root!r})
 from worker.runner import CaseRunner, _spec_of
-from worker.schema import CaseSpec, TimingOptions
+from worker.contract.schema import CaseSpec, TimingOptions
 from worker.timing import time_cuda
 cond = {cond!r}
 backend, shape = {case!r}.split(":")
