@@ -33,7 +33,7 @@ from typing import Optional
 import numpy as np
 from scipy import stats
 
-from worker.contract.pairing import work_per_round
+from worker.contract.pairing import log_variance, median_prior, moderated, work_per_round
 from worker.contract.schema import CaseRecord
 
 from ..errors import InputError
@@ -343,42 +343,21 @@ def clock_split(
     return ClockSplit(ca, cb, ca / cb, work, bound)
 
 
-# A side's cases share one GPU and one run: their work per round (time x in-stream clock) moves round to
-# round by a similar share, so each case's variance is moderated toward the side's median variance, worth
-# PRIOR_DF rounds' degrees of freedom (empirical Bayes, as limma moderates per-gene variances). Two or three
-# rounds alone give t quantiles of 4.3-12.7; docs/COMPARING.md has the measurement behind the choice.
-PRIOR_DF = 4.0
-
-
-def _log_variance(values: list[float]) -> Optional[float]:
-    if len(values) < 2 or min(values) <= 0:
-        return None
-    logs = np.log(np.asarray(values, dtype=float))
-    return float(logs.var(ddof=1))
-
-
 def work_prior(records) -> Optional[float]:
-    """The median variance of log work per round over a side's ok cases (CaseRecords) that have it, or
-    None below 3 such cases (too few to stand for the side)."""
-    found = []
-    for rec in records:
-        if rec is None or rec.status != "ok" or rec.timing is None:
-            continue
-        v = _log_variance(work_per_round(rec.timing))
-        if v is not None:
-            found.append(v)
-    return float(np.median(found)) if len(found) >= 3 else None
+    """A side's prior for its cases' work spread (worker.contract.pairing.moderated): the median variance
+    of log work per round over its ok cases that have it; None below 3 such cases."""
+    found = [
+        log_variance(work_per_round(rec.timing))
+        for rec in records
+        if rec is not None and rec.status == "ok" and rec.timing is not None
+    ]
+    return median_prior([v for v in found if v is not None])
 
 
 def moderated_spread(values: list[float], prior: Optional[float] = None) -> Spread:
-    """The standard error of the log mean of `values` (>= 2 rounds), its variance moderated toward `prior`
-    with PRIOR_DF degrees of freedom where there is one."""
-    own = _log_variance(values)
-    d = len(values) - 1.0
-    if prior is None:
-        return Spread(math.sqrt(own / len(values)), d)
-    post = (PRIOR_DF * prior + d * own) / (PRIOR_DF + d)
-    return Spread(math.sqrt(post / len(values)), PRIOR_DF + d)
+    """The standard error of the log mean of `values` (>= 2 rounds), moderated toward `prior`."""
+    var, df = moderated(values, prior)
+    return Spread(math.sqrt(var), df)
 
 
 def _work_judges(split: ClockSplit, threshold: float) -> bool:

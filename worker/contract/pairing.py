@@ -103,12 +103,45 @@ def pair_interval(rounds: list[list[float]]) -> Optional[Interval]:
     return Interval(math.exp(point), math.exp(point - half), math.exp(point + half), len(rounds), pairs)
 
 
-def rounds_interval(values: list[float]) -> Optional[float]:
-    """The relative half-width of the 95% interval of a case's rounds (t on their logs); None below 2."""
+# The cases of one run share one GPU, and their work per round (time x in-stream clock) moves from round
+# to round by similar shares: a case's variance of log work is moderated toward the run's median,
+# worth PRIOR_DF rounds (empirical Bayes, as limma moderates per-gene variances; docs/COMPARING.md).
+PRIOR_DF = 4.0
+
+
+def log_variance(values: list[float]) -> Optional[float]:
+    """The sample variance of the logs of `values`; None below 2 values or with one not positive."""
     if len(values) < 2 or min(values) <= 0:
         return None
-    logs = [math.log(v) for v in values]
-    return math.expm1(t95(len(logs) - 1) * statistics.stdev(logs) / math.sqrt(len(logs)))
+    return statistics.variance([math.log(v) for v in values])
+
+
+def moderated(values: list[float], prior: Optional[float] = None) -> Optional[tuple[float, float]]:
+    """(the variance of the mean of the logs of `values`, its degrees of freedom), the case's own variance
+    moderated toward `prior` with PRIOR_DF degrees of freedom where there is one; None below 2 values."""
+    own = log_variance(values)
+    if own is None:
+        return None
+    d = len(values) - 1.0
+    if prior is None:
+        return own / len(values), d
+    return (PRIOR_DF * prior + d * own) / (PRIOR_DF + d) / len(values), PRIOR_DF + d
+
+
+def median_prior(variances: list[float]) -> Optional[float]:
+    """The prior of `moderated`: the median of a run's (or a side's) variances; None below 3 of them (too
+    few to stand for the run)."""
+    return statistics.median(variances) if len(variances) >= 3 else None
+
+
+def rounds_interval(values: list[float], prior: Optional[float] = None) -> Optional[float]:
+    """The relative half-width of the 95% interval of a case's rounds (t on their logs, moderated toward
+    `prior` where there is one); None below 2."""
+    found = moderated(values, prior)
+    if found is None:
+        return None
+    var, df = found
+    return math.expm1(t95(df) * math.sqrt(var))
 
 
 def work_per_round(timing) -> list[float]:
@@ -120,12 +153,14 @@ def work_per_round(timing) -> list[float]:
     return [r.median_us * c for r, c in zip(timing.rounds, clocks)]
 
 
-def case_is_sure(timing, target: float) -> bool:
-    """Whether a case's rounds know its time, or its work (time x in-stream clock), within ±target: a
-    power-capped GEMM's time moves with the clock the power controller holds in each round, its cycles
-    do not (docs/COMPARING.md)."""
-    for values in ([r.median_us for r in timing.rounds], work_per_round(timing)):
-        half = rounds_interval(values)
+def case_is_sure(timing, target: float, work_prior: Optional[float] = None) -> bool:
+    """Whether a case's rounds know its time, or its work (time x in-stream clock, its spread moderated
+    toward `work_prior`: the run's median log-work variance), within ±target: a power-capped GEMM's time
+    moves with the clock the power controller holds in each round, its cycles do not
+    (docs/COMPARING.md). The time is not moderated: power-capped cases' rounds move ten times more than
+    light ones', and one prior would understate them."""
+    for values, prior in (([r.median_us for r in timing.rounds], None), (work_per_round(timing), work_prior)):
+        half = rounds_interval(values, prior)
         if half is not None and half <= target:
             return True
     return False
