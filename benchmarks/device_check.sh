@@ -3,10 +3,10 @@
 # tool's `run`), from the repo root there:
 #   bash benchmarks/device_check.sh STEP...
 # Steps, each with the result file of benchmarks/results/ it reproduces:
-#   seed                  the seed sweep twice, each a cold CLI process, then diff   device-check-h200.md,
+#   seed                  the seed sweep twice, each a cold CLI process, then diff   seed-h200-interrupt.md,
 #                         of the two; seed1.md is the first run's table               seed-h200-settled.md
-#   interrupt             SIGINT mid-sweep, then the printed rerun command           device-check-h200.md
-#   cost                  where each seed run's time went (after seed; CPROFILE=N   sweep-cost-h200.md
+#   interrupt             SIGINT mid-sweep, then the printed rerun command           seed-h200-interrupt.md
+#   cost                  where each seed run's time went (after seed; CPROFILE=N   cost-h200.md
 #                         also profiles the second run's worker again)
 #   diff                  diff of the two seed runs (seed runs it too)
 #   fidelity              the worker against an independent replay                   fidelity-h200-settled.*
@@ -22,15 +22,15 @@
 #   burst                 burst and settled numbers of the large GEMMs, with clocks   burst-h200.md
 #   first-case            the first timing of three fresh processes                  first-case-h200-primed.md
 #   calibration           the GPU's peaks, twice with a fresh cache                  calibration-h200.json
-#   moe                   the GLM-5 TP8 MoE layer sweep and its independent reference moe-layer-h200.md,
-#                                                                                     moe-fidelity-h200.md
+#   moe                   the GLM-5 TP8 MoE layer sweep and its independent reference moe-h200-layer.md,
+#                                                                                     moe-h200-fidelity.md
 #   moe-decode            the MoE layer at 16 and 128 tokens against the reference in  moe-decode-h200.md
 #                         three states (right after set-up, settled 300 ms, after 1 s idle)
-#   byo                   examples/byo_kernels.yaml (user kernels)                   byo-kernels-h200.md
+#   byo                   examples/byo_kernels.yaml (user kernels)                   byo-h200.md
 #   verdicts              A, B identical and C 10% slower, then diff (repeatable)    verdicts-h200-N.md
 #   jit-cache             FlashInfer's JIT cache across shell and SSH (needs sshd)   jit-cache-h200-after.md
-#   fleet                 2 sshd hosts on the GPU, one killed, rerun --failed        gpu-fleet-h200-oneexec.md,
-#                                                                                     gpu-fleet-h200-oneexec-merged.csv
+#   fleet                 2 sshd hosts on the GPU, one killed, rerun --failed        fleet-h200-oneexec.md,
+#                                                                                     fleet-h200-oneexec-merged.csv
 #   profile               3 sshd hosts on the GPU, one slowed: fleetbench profile,   profile-h200.md
 #                         diff --across-hosts --profile (needs ncu)
 #   fanout                fan-out cost, tools on CPUs 0-1, hosts on 2-15 (no GPU)    (none kept: RESULTS.md, History)

@@ -11,7 +11,7 @@ against the time of its timed rounds.
 JIT kernels; the later ones find them cached).
 
 --site: the folder of carried wheels the worker needs on PYTHONPATH (the device's /tmp/site).
-benchmarks/results/integrity-h200.md holds the H200's output and the command that made it.
+benchmarks/results/integrity-gpu-h200.md holds the H200's output and the command that made it.
 """
 
 from __future__ import annotations

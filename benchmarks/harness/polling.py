@@ -1,4 +1,5 @@
-"""Waiting in tests and benchmarks: poll what the code exposes, with a deadline, instead of sleeping a fixed time."""
+"""Waiting in tests and benchmarks: poll what the code exposes, with a deadline, instead of sleeping a
+fixed time."""
 
 from __future__ import annotations
 

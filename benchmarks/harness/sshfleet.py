@@ -1,5 +1,5 @@
-"""A fleet of real OpenSSH servers on loopback, for the tests and the benchmarks: each with its own host key, authorized key,
-workdir and port. Hosts can be killed (listener and sessions), frozen and restarted."""
+"""A fleet of real OpenSSH servers on loopback, for the tests and the benchmarks: each with its own host
+key, authorized key, workdir and port. Hosts can be killed (listener and sessions), frozen and restarted."""
 
 from __future__ import annotations
 
