@@ -465,14 +465,14 @@ step_tradeoff() {  # VARIANTS: which (default: every one benchmarks/fidelity/tra
 
 step_stream_clock() { "$GPU_PY" -m benchmarks.gpu_state.stream_clock --out "$DEST/stream-clock-h200.md"; }
 step_slowdowns_calibrate() {
-    "$GPU_PY" benchmarks/see_slowdowns.py calibrate --targets 0.02,0.03,0.05 --pad-dir "$WORK/pads" \
+    "$GPU_PY" -m benchmarks.detection.see_slowdowns calibrate --targets 0.02,0.03,0.05 --pad-dir "$WORK/pads" \
         --out "$DEST/slowdowns-calibrate-h200.md" && cp "$WORK"/pads/pads-*.json "$DEST/"
 }
 # The slowdowns steps take the calibrated paddings when slowdowns-calibrate ran before them.
 step_slowdowns_h2h() {
     local pad=()
     [ -f "$WORK/pads/pads-2.json" ] && pad=(--pad "$WORK/pads/pads-2.json")
-    "$GPU_PY" benchmarks/see_slowdowns.py h2h -i "$INV" --runs-dir "$RUNS" "${pad[@]}" --out "$DEST/slowdowns-h2h-h200.md"
+    "$GPU_PY" -m benchmarks.detection.see_slowdowns h2h -i "$INV" --runs-dir "$RUNS" "${pad[@]}" --out "$DEST/slowdowns-h2h-h200.md"
 }
 step_slow_host() {
     need_sshd || return 1
@@ -481,7 +481,7 @@ step_slow_host() {
 step_slowdowns_across() {
     local pads=()
     [ -f "$WORK/pads/pads-3.json" ] && pads=(--pads "$WORK/pads/pads-3.json,$WORK/pads/pads-5.json")
-    "$GPU_PY" benchmarks/see_slowdowns.py across -i "$INV" --runs-dir "$RUNS" "${pads[@]}" \
+    "$GPU_PY" -m benchmarks.detection.see_slowdowns across -i "$INV" --runs-dir "$RUNS" "${pads[@]}" \
         --out "$DEST/slowdowns-across-h200.md"
 }
 

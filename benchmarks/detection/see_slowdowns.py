@@ -16,11 +16,11 @@ the user kernel benchmarks/kernels/mm_pad.py is mm.py's bf16 GEMM on operands ze
           mm_pad at each PAD; `diff` (orchestrator/analysis/diff.py, the default threshold and others) of
           base i against base j (A/A) and of base i against slowed i.
 
-    python benchmarks/see_slowdowns.py calibrate --targets 0.02,0.03,0.05 --pad-dir DIR [--out FILE.md]
-    python benchmarks/see_slowdowns.py h2h -i HOSTS --runs-dir DIR [--repeat 3] [--pad DIR/pads-2.json]
-    python benchmarks/see_slowdowns.py across -i HOSTS --runs-dir DIR [--repeat 3] [--pads DIR/pads-3.json,...]
+    python -m benchmarks.detection.see_slowdowns calibrate --targets 0.02,0.03,0.05 --pad-dir DIR [--out FILE.md]
+    python -m benchmarks.detection.see_slowdowns h2h -i HOSTS --runs-dir DIR [--repeat 3] [--pad DIR/pads-2.json]
+    python -m benchmarks.detection.see_slowdowns across -i HOSTS --runs-dir DIR [--repeat 3] [--pads DIR/pads-3.json,...]
 
-Run with the repo on PYTHONPATH (device_check.sh's `slowdowns-h2h` / `slowdowns-across` steps do).
+Run from the repo root (device_check.sh's `slowdowns-h2h` / `slowdowns-across` steps do).
 Prints Markdown; --out also writes it.
 """
 
@@ -39,8 +39,8 @@ from pathlib import Path
 
 import yaml
 
-ROOT = Path(__file__).resolve().parent.parent
-KERNELS = ROOT / "benchmarks" / "kernels"
+from benchmarks.harness import KERNELS, ROOT
+
 TIMING = {"mode": "graph", "l2": "cold", "target_rel_ci": 0.01, "budget_s": 0.3}  # the seed sweep's
 
 
