@@ -121,7 +121,7 @@ def profile_worker(params: Path, top: int) -> None:
     import tempfile
     import time
 
-    from worker.protocol import PROTOCOL_FD_ENV
+    from worker.contract.protocol import PROTOCOL_FD_ENV
 
     # Its records and progress lines go nowhere (a supervisor would read them); its log stays on stderr.
     os.environ[PROTOCOL_FD_ENV] = str(os.open(os.devnull, os.O_WRONLY))

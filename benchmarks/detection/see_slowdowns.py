@@ -10,7 +10,7 @@ the user kernel benchmarks/kernels/mm_pad.py is mm.py's bf16 GEMM on operands ze
 
   h2h     head-to-head in one sweep: mm, mm_again (the same file: A/A) and mm_pad (~+2%: kernels/mm_pad.py) on
           the GLM-5 TP8 shapes, REPEAT sweeps, each a cold CLI process; per shape and sweep the paired
-          B/A of mm_again and of mm_pad against mm (worker/pairing.py), flagged when the whole interval
+          B/A of mm_again and of mm_pad against mm (worker/contract/pairing.py), flagged when the whole interval
           is beyond ±TIE (the `versus` rule).
   across  diff of separate sweeps: REPEAT sweeps of mm alone, then REPEAT with mm's file swapped for
           mm_pad at each PAD; `diff` (orchestrator/analysis/diff.py, the default threshold and others) of
@@ -108,7 +108,7 @@ def flag(interval, tie: float) -> str:
 
 
 def h2h(args) -> str:
-    from worker.pairing import pair_interval, paired_rounds
+    from worker.contract.pairing import pair_interval, paired_rounds
 
     folder = Path(tempfile.mkdtemp(prefix="see-h2h-"))
     sweep = sweep_file(

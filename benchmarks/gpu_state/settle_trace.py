@@ -53,7 +53,8 @@ def seed_cases(backends: list[str]):
 
 
 def runnable(runner, case) -> bool:
-    from worker.backends import availability_problem, support_problem
+    from worker.backends import availability_problem
+    from worker.contract.catalog import support_problem
     from worker.runner import _spec_of
 
     spec = _spec_of(case)
@@ -204,7 +205,7 @@ def trace_main(args) -> int:
 DECODE = """
 import sys, time, statistics, torch
 from worker.runner import CaseRunner, _spec_of
-from worker.schema import CaseSpec, TimingOptions
+from worker.contract.schema import CaseSpec, TimingOptions
 from worker.timing import time_cuda
 cond = {cond!r}
 backend, shape = {case!r}.split(":")

@@ -33,8 +33,8 @@ from typing import Optional
 import numpy as np
 from scipy import stats
 
-from worker.pairing import work_per_round
-from worker.schema import CaseRecord
+from worker.contract.pairing import work_per_round
+from worker.contract.schema import CaseRecord
 
 from ..errors import InputError
 from ..runs.store import RunStore, resolve_run
