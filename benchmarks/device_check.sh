@@ -3,10 +3,10 @@
 # tool's `run`), from the repo root there:
 #   bash benchmarks/device_check.sh STEP...
 # Steps, each with the result file of benchmarks/results/ it reproduces:
-#   seed                  the seed sweep twice, each a cold CLI process, then diff   device-check-h200.md,
+#   seed                  the seed sweep twice, each a cold CLI process, then diff   seed-h200-interrupt.md,
 #                         of the two; seed1.md is the first run's table               seed-h200-settled.md
-#   interrupt             SIGINT mid-sweep, then the printed rerun command           device-check-h200.md
-#   cost                  where each seed run's time went (after seed; CPROFILE=N   sweep-cost-h200.md
+#   interrupt             SIGINT mid-sweep, then the printed rerun command           seed-h200-interrupt.md
+#   cost                  where each seed run's time went (after seed; CPROFILE=N   cost-h200.md
 #                         also profiles the second run's worker again)
 #   diff                  diff of the two seed runs (seed runs it too)
 #   fidelity              the worker against an independent replay                   fidelity-h200-settled.*
@@ -22,15 +22,15 @@
 #   burst                 burst and settled numbers of the large GEMMs, with clocks   burst-h200.md
 #   first-case            the first timing of three fresh processes                  first-case-h200-primed.md
 #   calibration           the GPU's peaks, twice with a fresh cache                  calibration-h200.json
-#   moe                   the GLM-5 TP8 MoE layer sweep and its independent reference moe-layer-h200.md,
-#                                                                                     moe-fidelity-h200.md
+#   moe                   the GLM-5 TP8 MoE layer sweep and its independent reference moe-h200-layer.md,
+#                                                                                     moe-h200-fidelity.md
 #   moe-decode            the MoE layer at 16 and 128 tokens against the reference in  moe-decode-h200.md
 #                         three states (right after set-up, settled 300 ms, after 1 s idle)
-#   byo                   examples/byo_kernels.yaml (user kernels)                   byo-kernels-h200.md
+#   byo                   examples/byo_kernels.yaml (user kernels)                   byo-h200.md
 #   verdicts              A, B identical and C 10% slower, then diff (repeatable)    verdicts-h200-N.md
 #   jit-cache             FlashInfer's JIT cache across shell and SSH (needs sshd)   jit-cache-h200-after.md
-#   fleet                 2 sshd hosts on the GPU, one killed, rerun --failed        gpu-fleet-h200-oneexec.md,
-#                                                                                     gpu-fleet-h200-oneexec-merged.csv
+#   fleet                 2 sshd hosts on the GPU, one killed, rerun --failed        fleet-h200-oneexec.md,
+#                                                                                     fleet-h200-oneexec-merged.csv
 #   profile               3 sshd hosts on the GPU, one slowed: fleetbench profile,   profile-h200.md
 #                         diff --across-hosts --profile (needs ncu)
 #   fanout                fan-out cost, tools on CPUs 0-1, hosts on 2-15 (no GPU)    (none kept: RESULTS.md, History)
@@ -56,7 +56,7 @@
 #   slowdowns-across      diff of separate sweeps: A/A, +3%, +5% (3 sweeps each)      slowdowns-across-h200.md
 #   slow-host             3 sshd hosts on the GPU, one ~2% slower: diff --across-hosts slow-host-h200.md
 #   tradeoff              the seed sweep with each timing variant of                 tradeoff-h200.md
-#                         benchmarks/tradeoff.py (VARIANTS=a,b: some), a cold CLI
+#                         benchmarks/fidelity/tradeoff.py (VARIANTS=a,b: some), a cold CLI
 #                         process each, and the seed step's runs (if it ran before)
 #                         against one 300 ms-settled reference
 #
@@ -191,11 +191,11 @@ step_cost() {  # where each seed run's time went (run `seed` first, in the same 
     local run
     for run in "$(run_dir_of "$WORK/seed1.err")" "$(run_dir_of "$WORK/seed2.err")"; do
         [ -d "$run" ] || { echo "cost: no seed run (give the seed step first)"; return 1; }
-        "$GPU_PY" benchmarks/sweep_cost.py "$run" --top 12 > "$DEST/cost-$(basename "$run").md" && echo "cost: $run"
+        "$GPU_PY" -m benchmarks.cost.sweep_cost "$run" --top 12 > "$DEST/cost-$(basename "$run").md" && echo "cost: $run"
     done
     # CPROFILE=N: the second run's worker once more under cProfile, its N costliest functions
     if [ -n "${CPROFILE:-}" ]; then
-        "$GPU_PY" benchmarks/sweep_cost.py "$run" --cprofile "$CPROFILE" \
+        "$GPU_PY" -m benchmarks.cost.sweep_cost "$run" --cprofile "$CPROFILE" \
             > "$DEST/cprofile-$(basename "$run").md" 2> "$WORK/cprofile.err" && echo "cprofile: $run"
     fi
 }
@@ -246,37 +246,37 @@ need_sshd() {
 # The order runs leave each process's params and results beside the table; order.json keeps their values.
 drop_order_scratch() { rm -f "$1"/params-* "$1"/results-*; }
 
-step_fidelity() { "$GPU_PY" benchmarks/fidelity.py --repeat 2 --no-sweep --out "$DEST/fidelity"; }
+step_fidelity() { "$GPU_PY" -m benchmarks.fidelity.fidelity --repeat 2 --no-sweep --out "$DEST/fidelity"; }
 step_fidelity_runs() {  # run `seed` first, in the same call
-    "$GPU_PY" benchmarks/fidelity.py --runs "$(run_dir_of "$WORK/seed1.err")" "$(run_dir_of "$WORK/seed2.err")" \
+    "$GPU_PY" -m benchmarks.fidelity.fidelity --runs "$(run_dir_of "$WORK/seed1.err")" "$(run_dir_of "$WORK/seed2.err")" \
         --out "$DEST/fidelity-runs-h200.md"
 }
-step_order() { "$GPU_PY" benchmarks/order.py --repeat 3 --out "$DEST/order"; drop_order_scratch "$DEST/order"; }
+step_order() { "$GPU_PY" -m benchmarks.gpu_state.order --repeat 3 --out "$DEST/order"; drop_order_scratch "$DEST/order"; }
 step_order_bf16() {
-    "$GPU_PY" benchmarks/order.py --backends torch-bf16 --repeat 3 --out "$DEST/order-bf16"
+    "$GPU_PY" -m benchmarks.gpu_state.order --backends torch-bf16 --repeat 3 --out "$DEST/order-bf16"
     drop_order_scratch "$DEST/order-bf16"
 }
 step_order_bf16_unsettled() {
-    "$GPU_PY" benchmarks/order.py --backends torch-bf16 --repeat 3 --settle-ms 0 --out "$DEST/order-bf16-unsettled"
+    "$GPU_PY" -m benchmarks.gpu_state.order --backends torch-bf16 --repeat 3 --settle-ms 0 --out "$DEST/order-bf16-unsettled"
     drop_order_scratch "$DEST/order-bf16-unsettled"
 }
-step_neighbour() { "$GPU_PY" benchmarks/neighbour.py --out "$DEST/neighbour"; }
+step_neighbour() { "$GPU_PY" -m benchmarks.gpu_state.neighbour --out "$DEST/neighbour"; }
 step_first_case() {
-    "$GPU_PY" benchmarks/first_case.py --procs 3 --conditions plain > "$DEST/first-case.md"
+    "$GPU_PY" -m benchmarks.gpu_state.first_case --procs 3 --conditions plain > "$DEST/first-case.md"
     local rc=$?
     cat "$DEST/first-case.md"
     return $rc
 }
-step_calibration() { "$GPU_PY" benchmarks/calibration.py --out "$DEST/calibration.json"; }
+step_calibration() { "$GPU_PY" -m benchmarks.fidelity.calibration --out "$DEST/calibration.json"; }
 step_moe() {
     "$GPU_PY" -m orchestrator.cli run sweeps/glm5_tp8_moe_layer.yaml -i "$INV" --runs-dir "$RUNS" --format md \
         > "$DEST/moe-layer.md" 2> "$WORK/moe.err"
-    "$GPU_PY" benchmarks/moe_fidelity.py "$(run_dir_of "$WORK/moe.err")" --out "$DEST/moe"
+    "$GPU_PY" -m benchmarks.fidelity.moe_fidelity "$(run_dir_of "$WORK/moe.err")" --out "$DEST/moe"
 }
 step_moe_decode() {
     "$GPU_PY" -m orchestrator.cli run sweeps/glm5_tp8_moe_decode.yaml -i "$INV" --runs-dir "$RUNS" --format md \
         > "$DEST/moe-decode-layer.md" 2> "$WORK/moe-decode.err"
-    "$GPU_PY" benchmarks/moe_fidelity.py "$(run_dir_of "$WORK/moe-decode.err")" --states plain,settled,idle \
+    "$GPU_PY" -m benchmarks.fidelity.moe_fidelity "$(run_dir_of "$WORK/moe-decode.err")" --states plain,settled,idle \
         --out "$DEST/moe-decode"
 }
 step_byo() {
@@ -285,20 +285,20 @@ step_byo() {
 }
 step_verdicts() {
     VERDICTS_DONE=$((VERDICTS_DONE + 1))
-    "$GPU_PY" benchmarks/verdicts.py "$SWEEP" -i "$INV" --runs-dir "$RUNS" --out "$DEST/verdicts-$VERDICTS_DONE.md"
+    "$GPU_PY" -m benchmarks.detection.verdicts "$SWEEP" -i "$INV" --runs-dir "$RUNS" --out "$DEST/verdicts-$VERDICTS_DONE.md"
 }
 step_jit_cache() {
     need_sshd || return 1
-    "$GPU_PY" benchmarks/jit_cache.py --out "$DEST/jit-cache" --env "PYTHONPATH=$SITE"
+    "$GPU_PY" -m benchmarks.cost.jit_cache --out "$DEST/jit-cache" --env "PYTHONPATH=$SITE"
 }
 step_fleet() {
     need_sshd || return 1
-    "$GPU_PY" benchmarks/gpu_fleet.py --hosts 2 --gpus 1 --sweep "$SWEEP" --out "$DEST/fleet" --env "PYTHONPATH=$SITE"
+    "$GPU_PY" -m benchmarks.fleet.gpu_fleet --hosts 2 --gpus 1 --sweep "$SWEEP" --out "$DEST/fleet" --env "PYTHONPATH=$SITE"
 }
 
 step_profile() {
     need_sshd || return 1
-    "$GPU_PY" benchmarks/profile_check.py --hosts 3 --out "$DEST/profile" --env "PYTHONPATH=$SITE"
+    "$GPU_PY" -m benchmarks.fleet.profile_check --hosts 3 --out "$DEST/profile" --env "PYTHONPATH=$SITE"
 }
 
 # The fan-out benchmark with the controller on CPUs 0-1 and the hosts on the other 14: the hosts' venv is
@@ -329,24 +329,24 @@ q = mp.Queue(); ps = [mp.Process(target=burn, args=(c, q)) for c in (2, 2, 3)]
 [p.start() for p in ps]; [p.join() for p in ps]
 print("pin check (cpu, loops in 1 s; the two on cpu 2 should get ~half of cpu 3's):", sorted(q.get() for _ in ps))
 EOF
-    "$GPU_PY" benchmarks/fanout.py --sizes "${SIZES:-8,32,64}" --reps "${REPS:-3}" --ansible "$SITE/bin/ansible-playbook" \
+    "$GPU_PY" -m benchmarks.cost.fanout --sizes "${SIZES:-8,32,64}" --reps "${REPS:-3}" --ansible "$SITE/bin/ansible-playbook" \
         --host-python "$hv/bin/python" --controller-cpus 0,1 --host-cpus 2-15 --out "$DEST/fanout-pinned.md"
 }
 
 step_settle_trace() {
-    echo "== settle-trace: python benchmarks/settle_trace.py trace --out \$DEST"
-    "$GPU_PY" benchmarks/settle_trace.py trace --out "$DEST" > "$WORK/settle-trace.log" 2>&1
+    echo "== settle-trace: python -m benchmarks.gpu_state.settle_trace trace --out \$DEST"
+    "$GPU_PY" -m benchmarks.gpu_state.settle_trace trace --out "$DEST" > "$WORK/settle-trace.log" 2>&1
     local rc=$?; tail -n 3 "$WORK/settle-trace.log"; return $rc
 }
 
 step_burst() {
-    echo "== burst: python benchmarks/burst.py --out \$DEST/burst.md"
-    "$GPU_PY" benchmarks/burst.py --out "$DEST/burst.md"
+    echo "== burst: python -m benchmarks.gpu_state.burst --out \$DEST/burst.md"
+    "$GPU_PY" -m benchmarks.gpu_state.burst --out "$DEST/burst.md"
 }
 
 step_decode() {
-    echo "== decode: python benchmarks/settle_trace.py decode --out \$DEST"
-    "$GPU_PY" benchmarks/settle_trace.py decode --out "$DEST"
+    echo "== decode: python -m benchmarks.gpu_state.settle_trace decode --out \$DEST"
+    "$GPU_PY" -m benchmarks.gpu_state.settle_trace decode --out "$DEST"
 }
 
 step_moe_fp4() {
@@ -379,18 +379,18 @@ EOF2
 
 step_cupti() {
     echo "== cupti: CUPTI kernel time against event-timed graph replay, every seed cell (cupti_check.py)"
-    "$GPU_PY" benchmarks/cupti_check.py --out "$DEST/cupti-h200.md" > "$WORK/cupti.log" 2>&1
+    "$GPU_PY" -m benchmarks.fidelity.cupti_check --out "$DEST/cupti-h200.md" > "$WORK/cupti.log" 2>&1
     echo "cupti_check: exit $?"; grep -c CuptiError "$DEST/cupti-h200.md"; tail -n 3 "$WORK/cupti.log"
 }
 
 step_graph_length() {
     echo "== graph-length: one case timed by fleetbench, a long graph, on a side stream, and Triton"
-    "$GPU_PY" benchmarks/graph_length.py --out "$DEST/graph-length-h200.md"
+    "$GPU_PY" -m benchmarks.fidelity.graph_length --out "$DEST/graph-length-h200.md"
 }
 
 step_cupti_after() {
     echo "== cupti-after: graph replay before and after a CUPTI trace, CUPTI attached vs torn down"
-    "$GPU_PY" benchmarks/cupti_after.py --out "$DEST/cupti-after-h200.md"
+    "$GPU_PY" -m benchmarks.fidelity.cupti_after --out "$DEST/cupti-after-h200.md"
 }
 
 step_crosscheck() {
@@ -451,11 +451,11 @@ step_startup() {  # what a worker's start-up costs, with and without bytecode on
     sort -t'|' -k2 -n -r "$WORK/importtime.txt" | head -n 5 | sed 's/^/  /'
 }
 
-step_tradeoff() {  # VARIANTS: which (default: every one benchmarks/tradeoff.py knows)
-    echo "== tradeoff: python benchmarks/tradeoff.py (each variant a cold fleetbench run)"
+step_tradeoff() {  # VARIANTS: which (default: every one benchmarks/fidelity/tradeoff.py knows)
+    echo "== tradeoff: python -m benchmarks.fidelity.tradeoff (each variant a cold fleetbench run)"
     local also=()  # the seed step's two runs, when it ran in this call, against the same reference
     [ -f "$WORK/seed2.err" ] && also=(--also "$(run_dir_of "$WORK/seed1.err")" "$(run_dir_of "$WORK/seed2.err")")
-    "$GPU_PY" benchmarks/tradeoff.py -i "$INV" --runs-dir "$RUNS" --sweep "$SWEEP" "${also[@]}" \
+    "$GPU_PY" -m benchmarks.fidelity.tradeoff -i "$INV" --runs-dir "$RUNS" --sweep "$SWEEP" "${also[@]}" \
         ${VARIANTS:+--variants "$VARIANTS"} --out "$DEST/tradeoff-h200.md" > "$WORK/tradeoff.log" 2>&1
     local rc=$?
     grep -v '^|' "$WORK/tradeoff.log" | tail -n 12 | sed 's/^/  /'
@@ -463,25 +463,25 @@ step_tradeoff() {  # VARIANTS: which (default: every one benchmarks/tradeoff.py 
     return $rc
 }
 
-step_stream_clock() { "$GPU_PY" benchmarks/stream_clock.py --out "$DEST/stream-clock-h200.md"; }
+step_stream_clock() { "$GPU_PY" -m benchmarks.gpu_state.stream_clock --out "$DEST/stream-clock-h200.md"; }
 step_slowdowns_calibrate() {
-    "$GPU_PY" benchmarks/see_slowdowns.py calibrate --targets 0.02,0.03,0.05 --pad-dir "$WORK/pads" \
+    "$GPU_PY" -m benchmarks.detection.see_slowdowns calibrate --targets 0.02,0.03,0.05 --pad-dir "$WORK/pads" \
         --out "$DEST/slowdowns-calibrate-h200.md" && cp "$WORK"/pads/pads-*.json "$DEST/"
 }
 # The slowdowns steps take the calibrated paddings when slowdowns-calibrate ran before them.
 step_slowdowns_h2h() {
     local pad=()
     [ -f "$WORK/pads/pads-2.json" ] && pad=(--pad "$WORK/pads/pads-2.json")
-    "$GPU_PY" benchmarks/see_slowdowns.py h2h -i "$INV" --runs-dir "$RUNS" "${pad[@]}" --out "$DEST/slowdowns-h2h-h200.md"
+    "$GPU_PY" -m benchmarks.detection.see_slowdowns h2h -i "$INV" --runs-dir "$RUNS" "${pad[@]}" --out "$DEST/slowdowns-h2h-h200.md"
 }
 step_slow_host() {
     need_sshd || return 1
-    "$GPU_PY" benchmarks/slow_host.py --out "$DEST/slow-host-h200.md" --env "PYTHONPATH=$SITE"
+    "$GPU_PY" -m benchmarks.detection.slow_host --out "$DEST/slow-host-h200.md" --env "PYTHONPATH=$SITE"
 }
 step_slowdowns_across() {
     local pads=()
     [ -f "$WORK/pads/pads-3.json" ] && pads=(--pads "$WORK/pads/pads-3.json,$WORK/pads/pads-5.json")
-    "$GPU_PY" benchmarks/see_slowdowns.py across -i "$INV" --runs-dir "$RUNS" "${pads[@]}" \
+    "$GPU_PY" -m benchmarks.detection.see_slowdowns across -i "$INV" --runs-dir "$RUNS" "${pads[@]}" \
         --out "$DEST/slowdowns-across-h200.md"
 }
 

@@ -10,9 +10,10 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from sshfleet import SshFleet, sshd_available, start_fleet  # noqa: E402
 from support.ci import require  # noqa: E402
 from support.signals import interruptible  # noqa: E402
+
+from benchmarks.harness.sshfleet import SshFleet, sshd_available, start_fleet  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 # A correct kernel that fails as FLEETBENCH_TEST_FAULT says (tests/kernels/faulty.py), as a sweep backend.

@@ -18,8 +18,8 @@ import pytest
 import yaml
 from cli_output import cli_json
 from storedruns import write_ok_attempt
-from support.polling import wait_until
 
+from benchmarks.harness.polling import wait_until
 from orchestrator.analysis.crosscheck import compare_peer, summarize
 from orchestrator.cli import main
 from orchestrator.config.inventory import load_inventory

@@ -1,7 +1,7 @@
 """CUPTI timing's building block (worker/cupti.py) on the CPU: the trace of graph replays, as kineto hands
 it over, split into replays (by each activity's cudaGraphLaunch, else by count), summed per call, and
 refused when it cannot be attributed. The trace comes from fakes shaped like torch's _KinetoEvent; the
-lent GPU's real trace is read by benchmarks/cupti_check.py."""
+lent GPU's real trace is read by benchmarks/fidelity/cupti_check.py."""
 
 from __future__ import annotations
 
@@ -210,7 +210,7 @@ def test_lead_in_replays_are_traced_and_discarded(monkeypatch):
 )
 def test_cupti_is_torn_down_after_a_trace_where_it_is_safe(cuda, env, teardown, stays, monkeypatch):
     """Kineto keeps CUPTI attached after a trace unless TEARDOWN_CUPTI=1, and an attached CUPTI slows
-    every later timing of the process (benchmarks/cupti_after.py): the trace asks for teardown."""
+    every later timing of the process (benchmarks/fidelity/cupti_after.py): the trace asks for teardown."""
     import torch
 
     monkeypatch.setattr(torch.version, "cuda", cuda)

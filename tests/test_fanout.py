@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 from conftest import processes_under, start_cli
-from support.polling import wait_until
 from support.signals import interruptible, sigint_raises
 
+from benchmarks.harness.polling import wait_until
 from orchestrator.execution.fanout import Cancelled, fan_out
 
 

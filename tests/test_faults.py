@@ -13,8 +13,8 @@ import pytest
 import yaml
 from cli_output import cli_json
 from conftest import FAULTY, cases_ended, processes_under, set_host_field, slow_sweep, start_cli, write_sweep
-from support.polling import wait_until
 
+from benchmarks.harness.polling import wait_until
 from orchestrator.cli import main
 from orchestrator.runs.records import parse_results
 from orchestrator.runs.store import resolve_run

@@ -206,7 +206,7 @@ def test_keys_held_by_ssh_agent_work(fleet, tmp_path, capsys, monkeypatch):
     sock = tmp_path / "agent.sock"
     agent = subprocess.Popen(["ssh-agent", "-D", "-a", str(sock)], stdout=subprocess.DEVNULL)
     try:
-        from sshfleet import wait_until
+        from benchmarks.harness.polling import wait_until
 
         assert wait_until(sock.exists, 10)
         env = dict(os.environ, SSH_AUTH_SOCK=str(sock))
@@ -276,7 +276,7 @@ def test_prune_removes_old_runs_here_and_on_their_hosts_but_never_one_in_progres
 
 
 def test_the_gpu_fleet_benchmark_finishes_when_the_run_prints_more_than_a_pipe_holds(ssh_fleet, tmp_path):
-    """benchmarks/gpu_fleet.py watched its run without reading the run's output: a merged table larger
+    """benchmarks/fleet/gpu_fleet.py watched its run without reading the run's output: a merged table larger
     than the pipe's buffer (64 KiB) blocked the run, and the benchmark with it. 2 hosts x 700 no-op
     cases print a table of about 130 KB."""
     import subprocess
@@ -299,7 +299,8 @@ def test_the_gpu_fleet_benchmark_finishes_when_the_run_prints_more_than_a_pipe_h
     proc = subprocess.run(
         [
             sys.executable,
-            str(repo / "benchmarks" / "gpu_fleet.py"),
+            "-m",
+            "benchmarks.fleet.gpu_fleet",
             "--hosts",
             "2",
             "--sweep",

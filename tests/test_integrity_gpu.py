@@ -3,7 +3,7 @@ tests/kernels/cheats.py is caught with the check that caught it, the CUDA ones i
 onto a side stream, a kernel that records nothing while it is captured, inputs kept in L2), in CUDA-graph
 timing and in per-call event timing, and the honest backends of the same worker process (built-in,
 user kernels, Triton) are never flagged. The rows are printed (pytest -s) for
-benchmarks/results/integrity-h200.md."""
+benchmarks/results/integrity-gpu-h200.md."""
 
 from __future__ import annotations
 

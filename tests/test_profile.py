@@ -2,7 +2,7 @@
 ncu command line and its filters, the report read back and parsed, the counter diff of an outlier
 against the fleet's median host, a host without ncu, counters not permitted, a host that fails while the
 others go on, and Ctrl-C. The stand-in runs the real profiled process (the case, on this CPU) and answers
-with a report in ncu's own CSV shape; the lent GPU's real ncu is exercised by benchmarks/profile_check.py."""
+with a report in ncu's own CSV shape; the lent GPU's real ncu is exercised by benchmarks/fleet/profile_check.py."""
 
 from __future__ import annotations
 

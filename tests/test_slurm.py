@@ -15,8 +15,8 @@ import pytest
 import yaml
 from cli_output import cli_json
 from conftest import REPO, cases_ended, processes_under, set_host_field, slow_sweep, start_cli
-from support.polling import wait_until
 
+from benchmarks.harness.polling import wait_until
 from orchestrator.cli import main
 from orchestrator.config.inventory import load_inventory
 from orchestrator.launchers.slurm import srun_prefix

@@ -1,7 +1,7 @@
 """Order independence of the worker's GPU timing, on the CPU: a simulated `torch.cuda` with a
 deterministic clock stands in for the GPU (issue 21).
 
-The simulation models what was measured on an H200 (benchmarks/first_case.py) and what cold-L2 timing
+The simulation models what was measured on an H200 (benchmarks/gpu_state/first_case.py) and what cold-L2 timing
 must defeat:
 - every kernel call costs `COMPUTE_US`, plus `MISS_US` when its input set is not in a 50 MB LRU "L2";
 - between consecutive nodes of a graph the GPU spends `GAP_US`, but only `FIRST_GAP_US` while the

@@ -4,7 +4,7 @@ FlashInfer writes the compiler (CC / CXX), the toolkit path (CUDA_HOME) and its 
 each JIT module's build file, and ninja rebuilds a module (tens of seconds) whenever that file changes.
 A login shell and an SSH session often differ in exactly these (one sets CC, CXX and a symlinked
 CUDA_HOME, the other none), and every switch between the two rebuilt the module the other had built
-(benchmarks/jit_cache.py; the figures are in benchmarks/RESULTS.md).
+(benchmarks/cost/jit_cache.py; the figures are in benchmarks/RESULTS.md).
 
 So, for the worker's child only:
 - CUDA_HOME is the real path (symlinks resolved) of the toolkit FlashInfer would find;

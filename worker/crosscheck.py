@@ -56,7 +56,7 @@ CUPTI_REPLAYS = 20
 TARGET_SAMPLE_S = 2e-3  # one sample of fleetbench's graph, as worker/timing.py sizes it
 # The clock step after a peer's own capture, which idles the GPU (11-125 ms on the H200), so the replays
 # right after it run at the burst clock for the ~80 ms the power controller takes (worker/timing.py;
-# benchmarks/graph_length.py shows Triton's first replays 5-10% faster than its last): FlashInfer replays
+# benchmarks/fidelity/graph_length.py shows Triton's first replays 5-10% faster than its last): FlashInfer replays
 # untimed for PEER_DRY_RUN_MS first; each of Triton's 10 replays lasts ~TRITON_REPLAY_MS of GPU time, so
 # the first absorbs the burst and its median is the settled state's.
 PEER_DRY_RUN_MS = 200

@@ -16,7 +16,7 @@ does not divide, or replays that ran different kernels, is refused: those sample
 
 CUPTI must leave with the trace. Kineto keeps it attached after a profiler session unless TEARDOWN_CUPTI=1
 (pytorch#146604): every later launch and graph replay of the process then pays CUPTI's instrumentation,
-which slows short kernels measurably (benchmarks/cupti_after.py). So the trace asks for teardown where
+which slows short kernels measurably (benchmarks/fidelity/cupti_after.py). So the trace asks for teardown where
 torch itself allows it with CUDA graphs (CUDA 12.6 and later); where it cannot, or the caller set
 TEARDOWN_CUPTI=0, the samples say that later timings in the process ran with CUPTI attached.
 

@@ -133,7 +133,7 @@ def assess(before: HealthSnapshot, after: HealthSnapshot) -> Health:
     """Taint when the SM clock fell by more than 10% during the samples for no reason of the case's own, or
     a slowdown reason (thermal, hardware slowdown, power brake) appeared. A heavy case holds the GPU at its
     power limit, and there the power controller moves the clock by 10-20% within a few hundred ms
-    (benchmarks/settle_trace.py): a fall that ends under the power cap is the case's own sustained state,
+    (benchmarks/gpu_state/settle_trace.py): a fall that ends under the power cap is the case's own sustained state,
     and tainting it made the tainted set change between identical sweeps."""
     reasons = []
     if before.sm_clock_mhz and after.sm_clock_mhz is not None:

@@ -7,7 +7,7 @@ several times the L2, so no call finds its weights cached. Samples are collected
 confidence interval is narrower than `target_rel_ci` or the budget runs out; every raw sample is kept.
 
 A case's number must not depend on what ran before it in the process. cuBLAS graphs replay faster for
-as long as the process has run cuBLAS eagerly on at most one side stream (benchmarks/first_case.py;
+as long as the process has run cuBLAS eagerly on at most one side stream (benchmarks/gpu_state/first_case.py;
 docs/TIMING.md and benchmarks/RESULTS.md give the figures). So every graph is built (build_graph) after
 the case ran eagerly on two streams: its warm-up on the process's one capture stream, and one call on a
 fresh side stream. Every case is then measured in the state that any process using more than one stream
@@ -19,9 +19,9 @@ worker/runner.py): a graph keeps the speed it was captured with for as long as i
 
 A case must not read what the case before it left behind either: a large GEMM reads slower after a
 heavy neighbour (the GPU's clock and power state follow the load of the last ~100 ms;
-benchmarks/neighbour.py). So before its samples every timing settles: it replays its own graph, and
+benchmarks/gpu_state/neighbour.py). So before its samples every timing settles: it replays its own graph, and
 on until its per-call time stops drifting (`settle`), so it is sampled in its own steady state whatever
-ran before. How long at least depends on the GPU state the case needs (benchmarks/settle_trace.py): a
+ran before. How long at least depends on the GPU state the case needs (benchmarks/gpu_state/settle_trace.py): a
 case that drives the tensor cores hard enough to meet the power limit (`load` >= HEAVY_LOAD of the
 calibrated peak) reads its burst clock for the first 50-80 ms, until the power controller acts, so it
 settles at least `settle_ms`; so does any case right after such a case (the clock climbs back). A light
@@ -404,7 +404,7 @@ def _settle(
 _CAPTURE_STREAM = None
 _PRIMED = False
 # Wall seconds of the last graph timing's phases (warmup_s, capture_s, settle_s or cooldown_s, samples_s),
-# which the runner records with the round: where a sweep's time goes (benchmarks/sweep_cost.py).
+# which the runner records with the round: where a sweep's time goes (benchmarks/cost/sweep_cost.py).
 last_phases: dict[str, float] = {}
 # What the last timing has to say beside its numbers (mode cupti: CUPTI left attached, a trace taken
 # again), which the runner puts in the case's reason.

@@ -1,4 +1,4 @@
-"""A bf16 GEMM as a user kernel (torch.mm): runs A and B of benchmarks/verdicts.py."""
+"""A bf16 GEMM as a user kernel (torch.mm): runs A and B of benchmarks/detection/verdicts.py."""
 
 import torch
 

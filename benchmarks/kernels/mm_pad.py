@@ -1,10 +1,10 @@
 """mm.py's bf16 GEMM on operands zero-padded along K: the same product with more real GPU work (more FLOPs
 and more bytes). How many columns comes from FLEETBENCH_MM_PAD:
   - a number: that many columns at every shape;
-  - a JSON file {"MxNxK": columns, ...}: per shape, as `benchmarks/see_slowdowns.py calibrate` measures
+  - a JSON file {"MxNxK": columns, ...}: per shape, as `benchmarks/detection/see_slowdowns.py calibrate` measures
     them for a chosen effect (a column adds less time at some shapes than at others);
   - `auto` (the default): 256 columns at M <= 64, 128 above, roughly +2% at the GLM-5 TP8 shapes.
-A slowdown of known cause for benchmarks/see_slowdowns.py; its case ids are mm.py's (a kernel's file is
+A slowdown of known cause for benchmarks/detection/see_slowdowns.py; its case ids are mm.py's (a kernel's file is
 not part of a case id)."""
 
 import json

@@ -1,6 +1,6 @@
 """A bf16 GEMM (torch.mm) made slower on purpose on a host whose env sets FLEETBENCH_SLOW_KERNEL=1: there it
 multiplies by a copy of B laid out the other way, made on every call (one more kernel, and cuBLAS's kernel
-for the other layout), with the same result. benchmarks/profile_check.py runs it on three sshd hosts of one
+for the other layout), with the same result. benchmarks/fleet/profile_check.py runs it on three sshd hosts of one
 GPU, one of them slowed, for `diff --across-hosts --profile` to name the difference."""
 
 import os

@@ -1,4 +1,4 @@
-"""The same GEMM doing 10% more work (every tenth call runs twice): run C of benchmarks/verdicts.py, a
+"""The same GEMM doing 10% more work (every tenth call runs twice): run C of benchmarks/detection/verdicts.py, a
 regression of known size. Its case ids are those of mm.py (a kernel's file is not part of a case id)."""
 
 import torch

@@ -187,7 +187,7 @@ class RoundStats(_Strict):
     settle_ms: Optional[float] = None  # GPU time the round ran the case before its samples (format >= 6)
     # Where the round's wall time went (format >= 7): inputs and the backend prepared, the oracle check
     # (round 1 only), the timing itself (warm-up, capture, settling, samples), and the health and
-    # environment probes around it. benchmarks/sweep_cost.py adds them up over a run. A later round that
+    # environment probes around it. benchmarks/cost/sweep_cost.py adds them up over a run. A later round that
     # replays the graph its first round built (worker/runner.py) reads 0 for prepare, warm-up and capture.
     prepare_s: Optional[float] = None
     check_s: Optional[float] = None

@@ -1,0 +1,1 @@
+"""What does a sweep cost: its time, the fan-out, the history index, the JIT cache?"""

@@ -1,0 +1,420 @@
+#!/usr/bin/env python3
+"""Can fleetbench see a real slowdown of 2-5%? (issue 40) Real extra GPU work, never multiplied records:
+the user kernel benchmarks/kernels/mm_pad.py is mm.py's bf16 GEMM on operands zero-padded along K
+(FLEETBENCH_MM_PAD columns), the same product with more work.
+
+  calibrate  per shape, the columns of K that make mm_pad TARGET slower than mm: a ladder of paddings, each
+          timed against mm by an independent replay (two CUDA graphs of ~2 ms, cold L2, replayed in
+          alternating pairs ABBA after 150 ms of alternating settle; the median of 30 pair ratios; the mean of
+          two passes, up and down the ladder); writes
+          one JSON per target ({"MxNxK": columns}) that FLEETBENCH_MM_PAD names, and a Markdown table.
+
+  h2h     head-to-head in one sweep: mm, mm_again (the same file: A/A) and mm_pad (~+2%: kernels/mm_pad.py) on
+          the GLM-5 TP8 shapes, REPEAT sweeps, each a cold CLI process; per shape and sweep the paired
+          B/A of mm_again and of mm_pad against mm (worker/contract/pairing.py), flagged when the whole interval
+          is beyond ±TIE (the `versus` rule).
+  across  diff of separate sweeps: REPEAT sweeps of mm alone, then REPEAT with mm's file swapped for
+          mm_pad at each PAD; `diff` (orchestrator/analysis/diff.py, the default threshold and others) of
+          base i against base j (A/A) and of base i against slowed i.
+
+    python -m benchmarks.detection.see_slowdowns calibrate --targets 0.02,0.03,0.05 --pad-dir DIR [--out FILE.md]
+    python -m benchmarks.detection.see_slowdowns h2h -i HOSTS --runs-dir DIR [--repeat 3] [--pad DIR/pads-2.json]
+    python -m benchmarks.detection.see_slowdowns across -i HOSTS --runs-dir DIR [--repeat 3] [--pads DIR/pads-3.json,...]
+
+Run from the repo root (device_check.sh's `slowdowns-h2h` / `slowdowns-across` steps do).
+Prints Markdown; --out also writes it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import math
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import yaml
+
+from benchmarks.harness import KERNELS, ROOT
+
+TIMING = {"mode": "graph", "l2": "cold", "target_rel_ci": 0.01, "budget_s": 0.3}  # the seed sweep's
+
+
+def sweep_file(folder: Path, name: str, backends: list[dict]) -> Path:
+    path = folder / f"{name}.yaml"
+    path.write_text(
+        yaml.safe_dump(
+            {"name": name, "backends": backends, "shapes": [{"preset": "glm5-tp8"}], "timing": TIMING}, sort_keys=False
+        )
+    )
+    return path
+
+
+def run(sweep: Path, inventory: Path, runs: Path, env: dict) -> tuple[str, float]:
+    """One cold CLI sweep: (its run folder, wall seconds)."""
+    before = {p for p in runs.iterdir()} if runs.exists() else set()
+    t0 = time.perf_counter()
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "orchestrator.cli",
+            "run",
+            str(sweep),
+            "-i",
+            str(inventory),
+            "--runs-dir",
+            str(runs),
+            "--format",
+            "json",
+        ],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **env},
+        cwd=ROOT,
+    )
+    wall = time.perf_counter() - t0
+    new = sorted(p for p in runs.iterdir() if p not in before and p.is_dir())
+    if not new:
+        raise SystemExit(f"the sweep did not start (exit {proc.returncode}): {proc.stderr[-2000:]}")
+    print(f"{sweep.stem}: exit {proc.returncode}, {wall:.1f} s, {new[-1].name}", file=sys.stderr, flush=True)
+    return str(new[-1]), wall
+
+
+def records_of(run_dir: str) -> dict[tuple, object]:
+    """(backend, m, n, k) -> the case's record, over the run's one host."""
+    from orchestrator.analysis.merge import load_slots
+    from orchestrator.runs.store import resolve_run
+
+    out = {}
+    for slot in load_slots(resolve_run(Path(run_dir).parent, run_dir)):
+        for _, rec in slot.records.values():
+            out[(rec.case.backend, rec.case.m, rec.case.n, rec.case.k)] = rec
+    return out
+
+
+def flag(interval, tie: float) -> str:
+    if interval is None:
+        return "none"
+    if interval.low > 1 + tie:
+        return "slower"
+    if interval.high < 1 / (1 + tie):
+        return "faster"
+    return "-"
+
+
+def h2h(args) -> str:
+    from worker.contract.pairing import pair_interval, paired_rounds
+
+    folder = Path(tempfile.mkdtemp(prefix="see-h2h-"))
+    sweep = sweep_file(
+        folder,
+        "see-h2h",
+        [
+            {"name": "mm", "file": str(KERNELS / "mm.py")},
+            {"name": "mm_again", "file": str(KERNELS / "mm.py")},
+            {"name": "mm_pad", "file": str(KERNELS / "mm_pad.py")},
+        ],
+    )
+    rows, walls = [], []
+    for i in range(args.repeat):
+        pad = str(Path(args.pad).resolve()) if args.pad.endswith(".json") else args.pad
+        run_dir, wall = run(sweep, args.inventory, args.runs_dir, {"FLEETBENCH_MM_PAD": pad})
+        walls.append(wall)
+        recs = records_of(run_dir)
+        for (backend, m, n, k), base in sorted(recs.items()):
+            if backend != "mm" or base.status != "ok":
+                continue
+            row = {
+                "sweep": i + 1,
+                "m": m,
+                "n": n,
+                "k": k,
+                "mm_us": base.timing.median_us,
+                "rounds": len(base.timing.rounds),
+                "stop": base.timing.rounds_stop,
+            }
+            for other in ("mm_again", "mm_pad"):
+                rec = recs.get((other, m, n, k))
+                ok = rec is not None and rec.status == "ok"
+                iv = pair_interval(paired_rounds(base.timing, rec.timing)) if ok else None
+                row[other] = iv
+                row[other + "_flag"] = flag(iv, args.tie) if ok else f"not ok: {rec.status if rec else 'missing'}"
+                row[other + "_medians"] = rec.timing.median_us / base.timing.median_us if ok else None
+            rows.append(row)
+    lines = [
+        f"## Head-to-head: mm against mm_again (A/A) and mm_pad (K padded: {args.pad}), "
+        f"{args.repeat} sweeps, tie ±{args.tie:.0%}",
+        "",
+        "| sweep | M×N×K | mm µs | rounds (stop) | A/A B/A [95%] | flag | +pad B/A [95%] | ± | flag | "
+        "+pad ratio of medians |",
+        "|---|---|---:|---|---|---|---|---:|---|---:|",
+    ]
+    for r in rows:
+        aa, pad, medians = r["mm_again"], r["mm_pad"], r["mm_pad_medians"]
+        half = "" if pad is None else f"{pad.half_width:.2%}"
+        lines.append(
+            f"| {r['sweep']} | {r['m']}×{r['n']}×{r['k']} | {r['mm_us']:.2f} | {r['rounds']} ({r['stop']}) | "
+            f"{fmt(aa)} | {r['mm_again_flag']} | {fmt(pad)} | {half} | {r['mm_pad_flag']} | "
+            f"{'' if medians is None else f'{medians:.4f}'} |"
+        )
+    n = len(rows)
+    halves = [r["mm_pad"].half_width for r in rows if r["mm_pad"] is not None]
+    lines += [
+        "",
+        f"- +pad flagged slower: **{sum(r['mm_pad_flag'] == 'slower' for r in rows)} of {n}** shape × sweep "
+        f"pairs; A/A flagged: **{sum(r['mm_again_flag'] in ('slower', 'faster') for r in rows)} of {n}**",
+        f"- interval half-width of +pad: median {statistics.median(halves):.2%}, max {max(halves):.2%}; "
+        f"≤ 0.5% in {sum(h <= 0.005 for h in halves)} of {len(halves)}"
+        if halves
+        else "- no intervals",
+        f"- sweep wall: {', '.join(f'{w:.1f}' for w in walls)} s (cold CLI processes)",
+    ]
+    return "\n".join(lines)
+
+
+def fmt(iv) -> str:
+    return "—" if iv is None else f"{iv.ratio:.4f} [{iv.low:.4f}, {iv.high:.4f}]"
+
+
+def across(args) -> str:
+    from orchestrator.analysis.diff import compare_sides, resolve_side
+    from orchestrator.commands.common import DEFAULT_THRESHOLD as DEFAULT_WORDS
+
+    DEFAULT_THRESHOLD = float(DEFAULT_WORDS.rstrip("%")) / 100
+
+    folder = Path(tempfile.mkdtemp(prefix="see-across-"))
+    base = sweep_file(folder, "see-across", [{"name": "mm", "file": str(KERNELS / "mm.py")}])
+    (folder / "slowed").mkdir()
+    slowed = sweep_file(folder / "slowed", "see-across", [{"name": "mm", "file": str(KERNELS / "mm_pad.py")}])
+    runs = {0: [run(base, args.inventory, args.runs_dir, {})[0] for _ in range(args.repeat)]}
+    for pad in args.pads:
+        runs[pad] = [
+            run(
+                slowed,
+                args.inventory,
+                args.runs_dir,
+                {"FLEETBENCH_MM_PAD": str(Path(pad).resolve()) if pad.endswith(".json") else pad},
+            )[0]
+            for _ in range(args.repeat)
+        ]
+    pairs = {"A/A": list(itertools.combinations(runs[0], 2))}
+    for pad in args.pads:
+        pairs[f"+{Path(pad).stem} columns" if pad.endswith(".json") else f"+{pad} columns"] = list(
+            zip(runs[0], runs[pad])
+        )
+    lines = [
+        f"## Across runs: diff of separate sweeps of mm ({args.repeat} per setting), cells flagged",
+        "",
+        "| comparison | cells | true effect (ratio of medians) | "
+        + " | ".join(f"SLOWER at {t:.1%}" for t in args.thresholds)
+        + " | FASTER (any) |",
+        "|---|---:|---:|" + "---:|" * (len(args.thresholds) + 1),
+    ]
+    per_shape: dict[tuple, list] = {}  # (comparison, m, n) -> [(verdict at the default, B/A, work B/A)]
+    for name, compared in pairs.items():
+        cells, slower, faster, ratios = 0, {t: 0 for t in args.thresholds}, 0, []
+        for a, b in compared:
+            for t in args.thresholds:
+                cmp = compare_sides(resolve_side(args.runs_dir, a), resolve_side(args.runs_dir, b), t)
+                for c in cmp.cases:
+                    if c.verdict in ("NOT-RUN", "NOT-OK", "ONLY-A", "ONLY-B"):
+                        continue
+                    slower[t] += c.verdict == "SLOWER"
+                    if math.isclose(t, DEFAULT_THRESHOLD):
+                        per_shape.setdefault((name, c.m, c.n), []).append((c.verdict, c.ratio, c.work_ratio))
+                    if t == args.thresholds[0]:
+                        cells += 1
+                        faster += c.verdict == "FASTER"
+                        ratios.append(c.ratio)
+        geo = math.exp(statistics.fmean(math.log(r) for r in ratios)) if ratios else float("nan")
+        lines.append(
+            f"| {name} | {cells} | {geo:.4f} | "
+            + " | ".join(str(slower[t]) for t in args.thresholds)
+            + f" | {faster} |"
+        )
+    lines += [
+        "",
+        f"Per shape at the default threshold ({DEFAULT_THRESHOLD:.1%}): each pair's verdict, B/A of the medians and "
+        "of the work (time × in-stream clock)",
+        "",
+        "| comparison | M×N | verdicts | B/A | work B/A |",
+        "|---|---|---|---|---|",
+    ]
+    for (name, m, n), found in sorted(per_shape.items(), key=lambda kv: (kv[0][0], kv[0][2], kv[0][1])):
+        lines.append(
+            f"| {name} | {m}×{n} | {' '.join(v for v, _, _ in found)} | "
+            + " ".join(f"{r:.4f}" for _, r, _ in found)
+            + " | "
+            + " ".join("—" if w is None else f"{w:.4f}" for _, _, w in found)
+            + " |"
+        )
+    lines += ["", "Runs: " + "; ".join(f"{k}: {', '.join(Path(r).name for r in v)}" for k, v in runs.items())]
+    return "\n".join(lines)
+
+
+SEED_SHAPES = [(m, 768, 6144) for m in (16, 32, 64, 128, 256)] + [
+    (m, 2048, 6144) for m in (16, 32, 64, 128, 256, 512, 1024)
+]
+LADDER = [64 * i for i in range(1, 13)]  # columns of K tried per shape
+
+
+def pair_effect(g0, g1, pairs: int = 30, settle_s: float = 0.15) -> float:
+    """The median over `pairs` of g1's replay time over g0's, replayed in alternating order (ABBA) after
+    settle_s of alternating replays, so both see one GPU state."""
+    import torch
+
+    deadline = time.perf_counter() + settle_s
+    while time.perf_counter() < deadline:
+        g0.replay()
+        g1.replay()
+        torch.cuda.synchronize()
+    ev = [torch.cuda.Event(enable_timing=True) for _ in range(4)]
+    ratios = []
+    for i in range(pairs):
+        order = (g0, g1) if i % 2 == 0 else (g1, g0)
+        ev[0].record()
+        order[0].replay()
+        ev[1].record()
+        order[1].replay()
+        ev[2].record()
+        ev[2].synchronize()
+        first, second = ev[0].elapsed_time(ev[1]), ev[1].elapsed_time(ev[2])
+        ratios.append(second / first if i % 2 == 0 else first / second)
+    return statistics.median(ratios)
+
+
+def padded_graph(sets, pad: int, calls: int):
+    import torch
+
+    padded = [(torch.nn.functional.pad(a, (0, pad)), torch.nn.functional.pad(b, (0, pad)).t()) for a, b in sets]
+    stream = torch.cuda.Stream()
+    with torch.cuda.stream(stream):
+        for a, bt in padded:
+            torch.mm(a, bt)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, stream=stream):
+        for i in range(calls):
+            a, bt = padded[i % len(padded)]
+            torch.mm(a, bt)
+    torch.cuda.synchronize()
+    return graph, padded
+
+
+def calibrate(args) -> str:
+    import json
+
+    import torch
+
+    args.pad_dir.mkdir(parents=True, exist_ok=True)
+    chosen = {t: {} for t in args.targets}
+    lines = [
+        "## Calibrated slowdowns: columns of K per shape for each target (mm_pad against mm, independent replay)",
+        "",
+        "| M×N×K | mm µs | " + " | ".join(f"+{t:.0%}: columns (effect)" for t in args.targets) + " | ladder |",
+        "|---|---:|" + "---|" * (len(args.targets) + 1),
+    ]
+    for m, n, k in SEED_SHAPES:
+        gen = torch.Generator(device="cuda").manual_seed(m * n)
+        sets = [
+            (
+                torch.randn((m, k), generator=gen, device="cuda").to(torch.bfloat16),
+                torch.randn((n, k), generator=gen, device="cuda").to(torch.bfloat16),
+            )
+            for _ in range(8)
+        ]
+        probe, _ = padded_graph(sets, 0, 16)
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        probe.replay()
+        start.record()
+        probe.replay()
+        end.record()
+        end.synchronize()
+        one_us = start.elapsed_time(end) * 1e3 / 16
+        calls = max(8, int(2000 / one_us) // 8 * 8)
+        base, keep = padded_graph(sets, 0, calls)
+        # Two passes over the ladder, up then down, each padding's effect their mean: one pass read
+        # neighbouring paddings up to 1% out of order.
+        graphs, passes = {}, {}
+        for pad in LADDER:
+            graphs[pad] = padded_graph(sets, pad, calls)
+            passes[pad] = [pair_effect(base, graphs[pad][0])]
+            if passes[pad][0] > 1 + 1.5 * max(args.targets):
+                break
+        for pad in reversed(list(graphs)):
+            passes[pad].append(pair_effect(base, graphs[pad][0]))
+        effects = {pad: statistics.fmean(v) for pad, v in passes.items()}
+        del graphs
+        cells = []
+        for t in args.targets:
+            pad = min(effects, key=lambda p: abs(effects[p] - (1 + t)))
+            chosen[t][f"{m}x{n}x{k}"] = pad
+            cells.append(f"{pad} ({effects[pad]:.4f})")
+        ladder = ", ".join(f"{p}: {e:.3f}" for p, e in effects.items())
+        lines.append(f"| {m}×{n}×{k} | {one_us:.2f} | " + " | ".join(cells) + f" | {ladder} |")
+        print(lines[-1], file=sys.stderr, flush=True)
+        del base, keep, probe, sets
+        torch.cuda.empty_cache()
+    for t in args.targets:
+        path = args.pad_dir / f"pads-{round(t * 100)}.json"
+        path.write_text(json.dumps(chosen[t], indent=1) + "\n")
+        lines.append(f"\n- +{t:.0%}: `{path.name}`")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("what", choices=["calibrate", "h2h", "across"])
+    parser.add_argument("-i", "--inventory", type=Path, help="hosts.yaml with the one GPU host (h2h, across)")
+    parser.add_argument("--runs-dir", type=Path, help="where the sweeps' run folders go (h2h, across)")
+    parser.add_argument(
+        "--targets",
+        type=lambda s: [float(x) for x in s.split(",")],
+        default=[0.02, 0.03, 0.05],
+        help="calibrate: the slowdowns to find columns for (default 0.02,0.03,0.05)",
+    )
+    parser.add_argument("--pad-dir", type=Path, help="calibrate: where pads-N.json go")
+    parser.add_argument("--repeat", type=int, default=3, help="sweeps per setting (default 3)")
+    parser.add_argument(
+        "--pad",
+        default="auto",
+        help="h2h: FLEETBENCH_MM_PAD for mm_pad: columns, a calibrated pads-N.json, or auto (256 at M <= 64, else 128)",
+    )
+    parser.add_argument("--tie", type=float, default=0.01, help="h2h: the tie margin (default 0.01)")
+    parser.add_argument(
+        "--pads",
+        type=lambda s: s.split(","),
+        default=["192", "320"],
+        help="across: the slowed settings, each FLEETBENCH_MM_PAD: columns or a pads-N.json (default 192,320)",
+    )
+    parser.add_argument(
+        "--thresholds",
+        type=lambda s: [float(x) for x in s.split(",")],
+        default=[0.01, 0.015, 0.02, 0.03],  # 0.015: diff's default (commands/common.py DEFAULT_THRESHOLD)
+        help="across: diff thresholds to count at",
+    )
+    parser.add_argument("--out", type=Path, help="also write the Markdown here")
+    args = parser.parse_args(argv)
+    if args.what == "calibrate":
+        if args.pad_dir is None:
+            parser.error("calibrate needs --pad-dir")
+        text = calibrate(args)
+    else:
+        if args.inventory is None or args.runs_dir is None:
+            parser.error(f"{args.what} needs -i/--inventory and --runs-dir")
+        args.runs_dir.mkdir(parents=True, exist_ok=True)
+        text = h2h(args) if args.what == "h2h" else across(args)
+    print(text)
+    if args.out:
+        args.out.write_text(text + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,186 @@
+#!/usr/bin/env python3
+"""Is the host that is 2% slower named, and only it? (issue 40) N sshd "hosts" on one GPU machine, each
+running the user kernel benchmarks/kernels/mm_pad.py on the 12 GLM-5 TP8 shapes with the seed sweep's
+timing; on the last host it pads K (FLEETBENCH_MM_PAD=auto: ~+2% real GPU work, the same product), on the
+others by nothing (the same work as mm.py). Then `fleetbench diff RUN --across-hosts`: each host's effect
+over all its cases, with its interval (orchestrator/analysis/hosteffect.py).
+
+    FLEETBENCH_SSHD=/path/sshd FLEETBENCH_SSH_KEYGEN=/path/ssh-keygen \\
+      python -m benchmarks.detection.slow_host --out FILE.md --env PYTHONPATH=/tmp/site [--hosts 3] [--threshold 1.5%]
+
+Writes the Markdown (each host's effect, named or not, and the check: the slow host named with an
+interval that holds its true effect, no other host named); exit 0 when the check passes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import yaml
+
+from benchmarks.harness import ROOT
+from benchmarks.harness.sshfleet import start_fleet
+
+TIMING = {"mode": "graph", "l2": "cold", "target_rel_ci": 0.01, "budget_s": 0.3}  # the seed sweep's
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", type=Path, required=True, help="the Markdown written")
+    ap.add_argument("--hosts", type=int, default=3, help="sshd hosts on the GPU (default 3)")
+    ap.add_argument("--env", action="append", default=[], help="K=V for every host (e.g. PYTHONPATH=/tmp/site)")
+    ap.add_argument("--threshold", default="1.5%", help="diff's threshold (default 1.5%%, its default)")
+    args = ap.parse_args()
+    base = Path("/tmp/fleetbench-slow-host") / f"f{int(time.time())}"
+    fleet = start_fleet(base, args.hosts)
+    env = dict(kv.split("=", 1) for kv in args.env)
+    inv = fleet.inventory(base / "hosts.yaml", env=env)
+    doc = yaml.safe_load(inv.read_text())
+    slow = doc["hosts"][-1]["name"]
+    for h in doc["hosts"]:
+        h["env"] = {**env, "FLEETBENCH_MM_PAD": "auto" if h["name"] == slow else "0"}
+        h["timeout"] = 900
+    inv.write_text(yaml.safe_dump(doc))
+    sweep = base / "slow-host.yaml"
+    sweep.write_text(
+        yaml.safe_dump(
+            {
+                "name": "slow-host",
+                "shapes": [{"preset": "glm5-tp8"}],
+                "timing": TIMING,
+                "backends": [{"name": "mm", "file": str(ROOT / "benchmarks/kernels/mm_pad.py")}],
+            },
+            sort_keys=False,
+        )
+    )
+    md = [f"# The slow host: {args.hosts} sshd hosts on one GPU, {slow} running mm_pad (~+2%), the others mm", ""]
+    try:
+        t0 = time.perf_counter()
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "orchestrator.cli",
+                "run",
+                str(sweep),
+                "-i",
+                str(inv),
+                "--runs-dir",
+                str(base / "runs"),
+                "--format",
+                "json",
+            ],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+        )
+        md.append(f"`fleetbench run` (every host): exit {proc.returncode}, {time.perf_counter() - t0:.1f} s")
+        stored = [line.rsplit(" stored in ", 1)[1] for line in proc.stderr.splitlines() if " stored in " in line]
+        if not stored:
+            md += ["", "no run was stored:", "```", proc.stderr[-3000:], "```"]
+            return 1
+        diff = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "orchestrator.cli",
+                "diff",
+                stored[-1],
+                "--across-hosts",
+                "--threshold",
+                args.threshold,
+            ],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+        )
+        as_json = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "orchestrator.cli",
+                "diff",
+                stored[-1],
+                "--across-hosts",
+                "--threshold",
+                args.threshold,
+                "--format",
+                "json",
+            ],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+        )
+        md += [
+            "",
+            f"`fleetbench diff RUN --across-hosts --threshold {args.threshold}`: exit {diff.returncode}",
+            "",
+            "```",
+            diff.stdout.strip()[:6000],
+            diff.stderr.strip()[-1500:],
+            "```",
+            "",
+        ]
+        import tarfile
+
+        with tarfile.open(args.out.with_suffix(".runs.tar.gz"), "w:gz") as tar:  # the run folder, to read again
+            tar.add(stored[-1], arcname=Path(stored[-1]).name)
+        hosts = json.loads(as_json.stdout)["host_effects"]["hosts"]
+        truth = true_effect(stored[-1], slow)
+        ok = True
+        for h in hosts:
+            e = h["effect"]
+            named = h["named"]
+            judged = h["work"] if h.get("judged_on") == "work" else e
+            holds = judged is not None and judged["low"] <= truth <= judged["high"]
+            want = h["slot"] == slow
+            passed = named == want and (holds or not want)
+            ok &= passed
+            w = h.get("work")
+            work = f"; work {w['ratio']:.4f} [{w['low']:.4f}, {w['high']:.4f}]" if w else ""
+            md.append(
+                f"- {h['slot']}: effect {e['ratio']:.4f} [{e['low']:.4f}, {e['high']:.4f}] over {e['cases']} "
+                f"cases{work}, named: {named} (judged on the {h.get('judged_on')}); "
+                f"{'PASS' if passed else 'FAIL'}"
+                if e
+                else f"- {h['slot']}: no effect"
+            )
+        md.append(
+            f"- the slow host's true effect (geometric mean over its cases of its median against the "
+            f"others' mean): {truth:.4f}"
+        )
+        md.append(f"- check: {'PASS' if ok else 'FAIL'}")
+        return 0 if ok else 1
+    finally:
+        args.out.write_text("\n".join(md) + "\n")
+        print("\n".join(md))
+        fleet.stop()
+
+
+def true_effect(run_dir: str, slow: str) -> float:
+    """The slow host's median over the others' mean, geometric mean over the cases: what it should hold."""
+    import math
+
+    from orchestrator.analysis.merge import load_slots
+    from orchestrator.runs.store import resolve_run
+
+    per_case: dict[str, dict[str, float]] = {}
+    for slot in load_slots(resolve_run(Path(run_dir).parent, run_dir)):
+        for cid, (_, rec) in slot.records.items():
+            if rec.status == "ok" and rec.timing:
+                per_case.setdefault(cid, {})[slot.slot] = rec.timing.median_us
+    logs = [
+        math.log(v[slow] / (sum(x for k, x in v.items() if k != slow) / (len(v) - 1)))
+        for v in per_case.values()
+        if slow in v and len(v) > 1
+    ]
+    return math.exp(sum(logs) / len(logs))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

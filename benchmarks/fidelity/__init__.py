@@ -1,0 +1,1 @@
+"""Does a median match an independent timing of the same work?"""

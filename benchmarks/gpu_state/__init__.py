@@ -1,0 +1,1 @@
+"""How does what the GPU did before (order, neighbours, idle, clocks) move a number?"""

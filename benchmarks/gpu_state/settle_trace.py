@@ -1,0 +1,332 @@
+#!/usr/bin/env python3
+"""How long must a case settle, and what does a case inherit from the one before it (issue 29)?
+
+`trace`: in one process, the seed sweep's cases in a given order, each prepared and captured as the
+worker does, then its graph replayed back to back for `--ms` of GPU time; every replay's per-call time is
+kept with the GPU time since the case began, and every few replays the SM clock, the clock-event reasons
+and the instantaneous power (NVML). The JSON holds every trace, so settling rules can be judged offline
+against the end of each trace (`--ref-from` ms on: the case's own sustained state).
+
+`decode`: the light decode GEMM's first reading in fresh processes, alone or after heavy cases, after a
+large allocation freed without any kernel, and after heavy cases with the allocator's cache emptied:
+tells the GPU's state apart from where the case's inputs landed in memory. Condition `replay` (after the
+heavy cases) builds the case's timed graph once, as a case's first round does, then replays that same
+graph as a later round does: right after, after 25 ms of eager calls of the case, and after 0.5 s idle.
+Condition `series` (nothing before) builds it once and then times that graph 12 times in a row, each
+reading with the milliseconds since the build ended: how long a state the build leaves lasts.
+Conditions `heavy-kernels` and `kernels` (nothing before) list the kernels of each timing's first
+replay (torch.profiler) beside its reading. `--case BACKEND:MxNxK` picks another case than the decode GEMM.
+
+    python -m benchmarks.gpu_state.settle_trace trace [--orders up,down,shuffled] [--ms 400] [--out DIR]
+    python -m benchmarks.gpu_state.settle_trace decode [--procs 3] [--conditions first,heavy,...] [--case B:MxNxK] [--out DIR]
+
+Needs a CUDA GPU and pynvml. Prints Markdown; writes DIR/settle-trace.{md,json} or DIR/decode.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import random
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from benchmarks.harness import ROOT
+
+WINDOWS_MS = [(0, 10), (10, 25), (25, 50), (50, 100), (100, 200), (200, 300)]
+NVML_EVERY = 4  # replays between NVML readings: a reading leaves the GPU idle for a moment
+FI_POWER_INSTANT = 186  # NVML_FI_DEV_POWER_INSTANT
+
+
+def seed_cases(backends: list[str]):
+    """The seed sweep's cases of `backends` that run on this GPU, as the controller plans them."""
+    from orchestrator.config.sweep import load_sweep
+
+    sweep = load_sweep(ROOT / "sweeps" / "glm5_tp8.yaml")
+    sweep = sweep.model_copy(update={"backends": backends, "timing": sweep.timing.model_copy(update={"rounds": 1})})
+    return sweep.cases()
+
+
+def runnable(runner, case) -> bool:
+    from worker.backends import availability_problem
+    from worker.contract.catalog import support_problem
+    from worker.runner import _spec_of
+
+    spec = _spec_of(case)
+    return not support_problem(
+        spec, case.m, case.n, case.k, runner.device.compute_capability
+    ) and not availability_problem(spec)
+
+
+class Nvml:
+    def __init__(self):
+        import pynvml
+
+        pynvml.nvmlInit()
+        self.nv = pynvml
+        self.h = pynvml.nvmlDeviceGetHandleByIndex(0)
+
+    def read(self) -> tuple:
+        nv = self.nv
+        try:
+            power = nv.nvmlDeviceGetFieldValues(self.h, [FI_POWER_INSTANT])[0]
+            watts = power.value.uiVal / 1e3 if power.nvmlReturn == 0 else None
+        except Exception:
+            watts = None
+        try:
+            reasons = nv.nvmlDeviceGetCurrentClocksEventReasons(self.h)
+        except Exception:
+            reasons = None
+        return nv.nvmlDeviceGetClockInfo(self.h, nv.NVML_CLOCK_SM), reasons, watts
+
+
+def trace_case(runner, case, ms: float, nvml: Nvml) -> dict:
+    """The case's graph, made as worker/timing.py makes it, replayed for `ms` of GPU time."""
+    import torch
+
+    from worker import timing
+    from worker.runner import _spec_of
+
+    t0 = time.perf_counter()
+    fn, sets, n_sets = runner._prepare(case, _spec_of(case))
+    stream = timing._capture_stream()
+    timing._warm_up(fn, n_sets, case.timing, stream)
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    probe_calls = max(timing.PROBE_CALLS, n_sets)
+    probe = timing._capture(fn, probe_calls, n_sets, stream)
+    probe.replay()
+    start.record()
+    probe.replay()
+    end.record()
+    end.synchronize()
+    per_call_s = start.elapsed_time(end) / 1e3 / probe_calls
+    cps = max(1, min(timing.MAX_CALLS_PER_SAMPLE, math.ceil(timing.TARGET_SAMPLE_S / max(per_call_s, 1e-7))))
+    cps = -(-cps // n_sets) * n_sets
+    graph = timing._capture(fn, cps, n_sets, stream)
+    setup_s = time.perf_counter() - t0
+    replays, gpu_ms = [], 0.0
+    while gpu_ms < ms:
+        start.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        dt = start.elapsed_time(end)
+        row = [round(gpu_ms, 3), round(dt * 1e3 / cps, 4)]
+        if len(replays) % NVML_EVERY == 0:
+            row += list(nvml.read())
+        replays.append(row)
+        gpu_ms += dt
+    del graph, probe, fn, sets
+    return {
+        "backend": case.backend,
+        "shape": f"{case.m}x{case.n}x{case.k}",
+        "flops": 2 * case.m * case.n * case.k,
+        "cps": cps,
+        "setup_s": round(setup_s, 4),
+        "replays": replays,
+    }
+
+
+def window(replays: list, a: float, b: float) -> float | None:
+    inside = [r[1] for r in replays if a <= r[0] < b]
+    return statistics.median(inside) if inside else None
+
+
+def order_cases(cases: list, order: str) -> list:
+    up = sorted(cases, key=lambda c: (c.m * c.n * c.k, c.backend))
+    if order == "up":
+        return up
+    if order == "down":
+        return up[::-1]
+    shuffled = list(cases)
+    random.Random(29).shuffle(shuffled)
+    return shuffled
+
+
+def trace_main(args) -> int:
+    from worker.runner import CaseRunner
+
+    runner = CaseRunner("cuda")
+    nvml = Nvml()
+    cases = [c for c in seed_cases(args.backends.split(",")) if runnable(runner, c)]
+    # The process's priming pass and first graphs, out of the way as in the worker.
+    from worker.runner import _spec_of
+    from worker.timing import time_cuda
+
+    fn, _, n_sets = runner._prepare(cases[0], _spec_of(cases[0]))
+    time_cuda(fn, n_sets, cases[0].timing)
+    del fn
+    traces = {}
+    lines = []
+    for order in args.orders.split(","):
+        rows = []
+        for case in order_cases(cases, order):
+            rows.append(trace_case(runner, case, args.ms, nvml))
+        traces[order] = rows
+        head = (
+            "| backend | shape | "
+            + " | ".join(f"{a}–{b} ms" for a, b in WINDOWS_MS)
+            + f" | ≥{args.ref_from:g} ms (ref) | SM MHz at end |"
+        )
+        lines += [
+            f"### order `{order}`: per-call µs by GPU time since the case began",
+            "",
+            head,
+            "|---|---|" + "---:|" * (len(WINDOWS_MS) + 2),
+        ]
+        for r in rows:
+            ref = window(r["replays"], args.ref_from, 1e9)
+            cells = []
+            for a, b in WINDOWS_MS:
+                v = window(r["replays"], a, b)
+                cells.append("–" if v is None else f"{v:.2f} ({v / ref - 1:+.1%})")
+            clocks = [x[2] for x in r["replays"] if len(x) > 2 and x[2]]
+            lines.append(
+                f"| {r['backend']} | {r['shape']} | "
+                + " | ".join(cells)
+                + f" | {ref:.2f} | {clocks[-1] if clocks else '–'} |"
+            )
+        lines.append("")
+    md = "\n".join(lines)
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "settle-trace.md").write_text(md)
+    (args.out / "settle-trace.json").write_text(
+        json.dumps({"ms": args.ms, "ref_from": args.ref_from, "traces": traces})
+    )
+    print(md)
+    return 0
+
+
+DECODE = """
+import sys, time, statistics, torch
+from worker.runner import CaseRunner, _spec_of
+from worker.contract.schema import CaseSpec, TimingOptions
+from worker.timing import time_cuda
+cond = {cond!r}
+backend, shape = {case!r}.split(":")
+M, N, K = (int(x) for x in shape.split("x"))
+runner = CaseRunner("cuda")
+opts = TimingOptions(budget_s=0.3, rounds=1)
+def kernels(run):
+    # the kernels one timed replay runs (torch.profiler): name, count, mean us
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        run()
+    rows = [(e.key, e.count, e.device_time_total / max(e.count, 1)) for e in prof.key_averages()
+            if e.device_time_total > 0]
+    print("KERNELS", "; ".join(f"{{k[:90]}} x{{c}} {{t:.2f}}us" for k, c, t in sorted(rows, key=lambda r: -r[1])[:3]))
+    return 0
+def timed(m, n, k, backend="torch-bf16", look=False):
+    case = CaseSpec(backend=backend, m=m, n=n, k=k, timing=opts)
+    fn, sets, n_sets = runner._prepare(case, _spec_of(case))
+    stats = time_cuda(fn, n_sets, case.timing, timed_once=(lambda run: kernels(run)) if look else None)
+    del fn, sets
+    return stats.median_us
+if cond in ("heavy", "heavy-emptied", "heavy-kernels", "replay"):
+    for shape in ((512, 2048, 6144), (1024, 2048, 6144), (256, 2048, 6144)):
+        timed(*shape)
+    if cond == "heavy-emptied":
+        torch.cuda.empty_cache()
+elif cond == "freed":
+    big = torch.empty(3 << 30, dtype=torch.uint8, device="cuda")
+    del big
+elif cond == "idle":
+    time.sleep(1.0)
+look = cond in ("heavy-kernels", "kernels")
+if cond == "series":
+    case = CaseSpec(backend=backend, m=M, n=N, k=K, timing=opts)
+    fn, sets, n_sets = runner._prepare(case, _spec_of(case))
+    kept = []
+    first = time_cuda(fn, n_sets, opts, keep=kept.append).median_us
+    built = time.perf_counter()
+    got = [f"{{first:.3f}}"]
+    for _ in range(12):
+        us = time_cuda(fn, n_sets, opts, graph=kept[0]).median_us
+        got.append(f"{{us:.3f}}@{{(time.perf_counter() - built) * 1e3:.0f}}ms")
+    print("DECODE", " ".join(got))
+elif cond == "replay":
+    case = CaseSpec(backend=backend, m=M, n=N, k=K, timing=opts)
+    fn, sets, n_sets = runner._prepare(case, _spec_of(case))
+    kept = []
+    got = [time_cuda(fn, n_sets, opts, keep=kept.append).median_us,
+           time_cuda(fn, n_sets, opts, graph=kept[0]).median_us]
+    end = time.perf_counter() + 0.025
+    while time.perf_counter() < end:
+        fn(0)
+    got.append(time_cuda(fn, n_sets, opts, graph=kept[0]).median_us)
+    torch.cuda.synchronize()
+    time.sleep(0.5)
+    got.append(time_cuda(fn, n_sets, opts, graph=kept[0]).median_us)
+    print("DECODE", " ".join(f"{{v:.3f}}" for v in got))
+else:
+    print("DECODE", " ".join(f"{{timed(M, N, K, backend, look=look):.3f}}" for _ in range(3)))
+"""
+
+
+def decode_main(args) -> int:
+    conditions = args.conditions.split(",")
+    lines = [
+        f"### {args.case} (cold L2) in fresh processes: readings in a row (µs)",
+        "",
+        "`replay`: 1st the graph built (warm-up, capture, settle, samples), then the same graph replayed: "
+        "2nd right after, 3rd after 25 ms of eager calls of the case, 4th after 0.5 s idle.",
+        "",
+        "| condition | process | 1st | 2nd | 3rd | 4th |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for cond in conditions:
+        for p in range(args.procs):
+            out = subprocess.run(
+                [sys.executable, "-c", DECODE.format(cond=cond, case=args.case)],
+                env=dict(
+                    os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+                ),
+                capture_output=True,
+                text=True,
+                timeout=300,
+            )
+            for ln in out.stdout.splitlines():
+                if ln.startswith("KERNELS"):
+                    print(f"  {cond} {p + 1}: {ln}", flush=True)
+                    lines.append(f"<!-- {cond} {p + 1}: {ln} -->")
+            got = [ln.split()[1:] for ln in out.stdout.splitlines() if ln.startswith("DECODE")]
+            cells = got[0] if got else ["failed: " + (out.stderr.strip().splitlines() or ["?"])[-1][:80]]
+            if cond == "series":  # 13 readings: all in the first column
+                cells = [" ".join(cells)]
+            lines.append(f"| {cond} | {p + 1} | " + " | ".join(cells + [""] * (4 - len(cells))) + " |")
+            print(lines[-1], flush=True)
+    md = "\n".join(lines) + "\n"
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "decode.md").write_text(md)
+    print(md)
+    return 0
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="what", required=True)
+    t = sub.add_parser("trace")
+    t.add_argument("--orders", default="up,down,shuffled")
+    t.add_argument("--backends", default="torch-bf16,torch-fp8,flashinfer-fp8-cublas,reference-nvfp4")
+    t.add_argument("--ms", type=float, default=400.0)
+    t.add_argument("--ref-from", type=float, default=300.0)
+    t.add_argument("--out", type=Path, default=Path("settle-out"))
+    d = sub.add_parser("decode")
+    d.add_argument("--procs", type=int, default=3)
+    d.add_argument("--conditions", default="first,heavy,freed,heavy-emptied")
+    d.add_argument("--case", default="torch-bf16:16x2048x6144", help="BACKEND:MxNxK (default: the decode GEMM)")
+    d.add_argument("--out", type=Path, default=Path("settle-out"))
+    args = ap.parse_args()
+    from worker.buildenv import adopt_build_env
+
+    adopt_build_env()  # FlashInfer's JIT modules as the sweeps build them (worker/buildenv.py)
+    return trace_main(args) if args.what == "trace" else decode_main(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
