@@ -140,6 +140,21 @@ def test_a_power_capped_case_whose_cycles_hold_still_is_sure_though_its_time_mov
     assert rounds_decision([_record(moved_no_clock, opts)]) is None
 
 
+def test_a_run_whose_rounds_agree_lends_a_two_round_case_the_confidence_its_own_two_rounds_lack():
+    from worker.contract.pairing import log_variance, median_prior, work_per_round
+
+    opts = TimingOptions(rounds=3, min_rounds=2, round_target=0.02)
+    # 0.5% apart in time and in work: t with 1 degree of freedom makes that ±3.2%, not sure
+    case = _record([(10.0, 1850.0, None), (10.05, 1850.0, None)], opts)
+    assert rounds_decision([case]) is None
+    quiet = [_record([(8.0 + i, 1850.0, None), ((8.0 + i) * 1.001, 1850.0, None)], opts) for i in range(5)]
+    prior = median_prior([log_variance(work_per_round(r.timing)) for r in quiet])
+    assert rounds_decision([case], prior) == "target"
+    # a run whose rounds move 5% makes the case less sure, not more
+    noisy = [_record([(8.0 + i, 1850.0, None), ((8.0 + i) * 1.05, 1850.0, None)], opts) for i in range(5)]
+    assert rounds_decision([case], median_prior([log_variance(work_per_round(r.timing)) for r in noisy])) is None
+
+
 def test_contenders_stop_together_only_when_their_head_to_head_interval_is_narrow_enough():
     opts = TimingOptions(rounds=4, min_rounds=2, round_target=0.05, pair_target=0.005)
     rng = random.Random(3)
