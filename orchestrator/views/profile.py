@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Optional
 
-from ..analysis import profile as ap
+from ..analysis import profile as analysis
 from .output import Document, Section
 from .tables import US_DIGITS, significant
 
@@ -218,34 +218,34 @@ class CounterDiff:
 _WHAT = "{short} {b_us:.4g} µs on B vs {a_us:.4g} µs on A ({pct_us})"
 # cause code -> its words; {what}: the kernel that carries the effect and its time on each side.
 CAUSE_WORDS = {
-    ap.CAUSE_CANNOT_COMPARE: "cannot compare: {notes}",
-    ap.CAUSE_DIFFERENT_KERNEL: "a different kernel: B runs {listed_b} where A runs {listed_a}",
-    ap.CAUSE_MORE_KERNELS: "B runs more kernels per call: {listed_b}, which A does not run",
-    ap.CAUSE_FEWER_KERNELS: "B runs fewer kernels per call: A also runs {listed_a}",
-    ap.CAUSE_LAUNCH_COUNT: "B launches the same kernels a different number of times per call: {moved}",
-    ap.CAUSE_NO_KERNEL_TIME: "the same kernels; ncu gave no time for {kernel_name}",
-    ap.CAUSE_LAUNCH_CONFIG: "the same kernel with another launch configuration (grid {grid[0]} vs {grid[1]}, "
+    analysis.CAUSE_CANNOT_COMPARE: "cannot compare: {notes}",
+    analysis.CAUSE_DIFFERENT_KERNEL: "a different kernel: B runs {listed_b} where A runs {listed_a}",
+    analysis.CAUSE_MORE_KERNELS: "B runs more kernels per call: {listed_b}, which A does not run",
+    analysis.CAUSE_FEWER_KERNELS: "B runs fewer kernels per call: A also runs {listed_a}",
+    analysis.CAUSE_LAUNCH_COUNT: "B launches the same kernels a different number of times per call: {moved}",
+    analysis.CAUSE_NO_KERNEL_TIME: "the same kernels; ncu gave no time for {kernel_name}",
+    analysis.CAUSE_LAUNCH_CONFIG: "the same kernel with another launch configuration (grid {grid[0]} vs {grid[1]}, "
     "block {block[0]} vs {block[1]}, {registers[0]:g} vs {registers[1]:g} registers): {what}",
     "launch-config-unknown-registers": "the same kernel with another launch configuration: {what}",
-    ap.CAUSE_OUTSIDE_KERNELS: "under ncu the kernels take the same time on both (B/A {ratio:.3f} per call): the "
+    analysis.CAUSE_OUTSIDE_KERNELS: "under ncu the kernels take the same time on both (B/A {ratio:.3f} per call): the "
     "slowdown lies outside the kernels' own execution (gaps between launches, the host's CPU, or another "
     "process on the GPU when the sweep ran)",
-    ap.CAUSE_SM_CLOCK: "the same kernel, slower at a lower SM clock: {b_mhz:.0f} MHz on B vs {a_mhz:.0f} MHz "
+    analysis.CAUSE_SM_CLOCK: "the same kernel, slower at a lower SM clock: {b_mhz:.0f} MHz on B vs {a_mhz:.0f} MHz "
     "on A ({pct_mhz}); {what}",
-    ap.CAUSE_MEMORY_BOUND: "memory-bound (DRAM {dram_pct:.0f}% busy on A) at lower bandwidth on B: {bandwidth}; {what}",
-    ap.CAUSE_MORE_DRAM_BYTES: "the same kernel moves {pct_bytes} more DRAM bytes on B (its caches serve less: "
+    analysis.CAUSE_MEMORY_BOUND: "memory-bound (DRAM {dram_pct:.0f}% busy on A) at lower bandwidth on B: {bandwidth}; {what}",
+    analysis.CAUSE_MORE_DRAM_BYTES: "the same kernel moves {pct_bytes} more DRAM bytes on B (its caches serve less: "
     "another process, or another L2 state); {what}",
-    ap.CAUSE_LOWER_OCCUPANCY: "the same kernel at lower achieved occupancy on B: {b_pct:.0f}% vs {a_pct:.0f}% "
+    analysis.CAUSE_LOWER_OCCUPANCY: "the same kernel at lower achieved occupancy on B: {b_pct:.0f}% vs {a_pct:.0f}% "
     "(another process on the SMs?); {what}",
-    ap.CAUSE_GPU_PROCESSES: "another process on B's GPU ({processes}); {what}",
-    ap.CAUSE_NONE_NAMED: "the same kernel at the same clocks and occupancy is slower on B; the counters name no "
+    analysis.CAUSE_GPU_PROCESSES: "another process on B's GPU ({processes}); {what}",
+    analysis.CAUSE_NONE_NAMED: "the same kernel at the same clocks and occupancy is slower on B; the counters name no "
     "cause: {what}",
 }
 DETAIL_WORDS = {
-    ap.DETAIL_GPU_PROCESSES: "{b} other processes on B's GPU while it was profiled (A: {a})",
-    ap.DETAIL_NVML_CLOCK: "NVML SM clock as the range opened: B {b_mhz} MHz, A {a_mhz} MHz",
-    ap.DETAIL_THROTTLED: "B's GPU throttled as the range opened ({reasons})",
-    ap.DETAIL_COUNTER: "{label}: B {b:.4g}{unit}, A {a:.4g}{unit} ({pct})",
+    analysis.DETAIL_GPU_PROCESSES: "{b} other processes on B's GPU while it was profiled (A: {a})",
+    analysis.DETAIL_NVML_CLOCK: "NVML SM clock as the range opened: B {b_mhz} MHz, A {a_mhz} MHz",
+    analysis.DETAIL_THROTTLED: "B's GPU throttled as the range opened ({reasons})",
+    analysis.DETAIL_COUNTER: "{label}: B {b:.4g}{unit}, A {a:.4g}{unit} ({pct})",
 }
 # counter -> (its name, its unit as printed after a value)
 COUNTER_WORDS = {
@@ -264,23 +264,23 @@ def _pct_change(b: float, a: float) -> str:
 
 
 def _listed(kernels: list) -> str:
-    return ", ".join(f"{ap.short_name(n, 48)} ({us:.4g} µs per call)" for n, us in kernels)
+    return ", ".join(f"{analysis.short_name(n, 48)} ({us:.4g} µs per call)" for n, us in kernels)
 
 
 def cause_text(cause) -> str:
     """The likely cause of a counter diff (a Finding: a CAUSE_* code and its facts) in words."""
     f = cause.facts
     words = dict(f)
-    if cause.code == ap.CAUSE_CANNOT_COMPARE:
+    if cause.code == analysis.CAUSE_CANNOT_COMPARE:
         words["notes"] = "; ".join(f["notes"]) or "a side has no kernel"
     if "only_a" in f:
         words.update(listed_a=_listed(f["only_a"]), listed_b=_listed(f["only_b"]))
     if "moved" in f:
-        words["moved"] = ", ".join(f"{ap.short_name(n)} {b:g} vs {a:g}" for n, b, a in f["moved"])
+        words["moved"] = ", ".join(f"{analysis.short_name(n)} {b:g} vs {a:g}" for n, b, a in f["moved"])
     if "kernel" in f:
-        words["kernel_name"] = ap.short_name(f["kernel"])
+        words["kernel_name"] = analysis.short_name(f["kernel"])
     if "b_us" in f:
-        short = ap.short_name(f["kernel"], 48)
+        short = analysis.short_name(f["kernel"], 48)
         words["what"] = _WHAT.format(
             short=short, b_us=f["b_us"], a_us=f["a_us"], pct_us=_pct_change(f["b_us"], f["a_us"])
         )
@@ -288,14 +288,14 @@ def cause_text(cause) -> str:
         words["pct_mhz"] = _pct_change(f["b_mhz"], f["a_mhz"])
     if "b_bytes" in f:
         words["pct_bytes"] = _pct_change(f["b_bytes"], f["a_bytes"])
-    if cause.code == ap.CAUSE_MEMORY_BOUND:
+    if cause.code == analysis.CAUSE_MEMORY_BOUND:
         words["bandwidth"] = (
             f"{f['b_gb_s']:.0f} GB/s vs {f['a_gb_s']:.0f} GB/s"
             if f["a_gb_s"] and f["b_gb_s"]
             else f"DRAM clock {f['b_dram_mhz']:.0f} MHz vs {f['a_dram_mhz']:.0f} MHz"
         )
     code = cause.code
-    if code == ap.CAUSE_LAUNCH_CONFIG and None in f["registers"]:
+    if code == analysis.CAUSE_LAUNCH_CONFIG and None in f["registers"]:
         code = "launch-config-unknown-registers"
     return CAUSE_WORDS[code].format(**words)
 
@@ -304,9 +304,9 @@ def detail_text(detail) -> str:
     """One other difference of a counter diff (a Finding: a DETAIL_* code and its facts) in words."""
     f = detail.facts
     words = dict(f)
-    if detail.code == ap.DETAIL_THROTTLED:
+    if detail.code == analysis.DETAIL_THROTTLED:
         words["reasons"] = ", ".join(f["reasons"])
-    if detail.code == ap.DETAIL_COUNTER:
+    if detail.code == analysis.DETAIL_COUNTER:
         label, unit = COUNTER_WORDS[f["counter"]]
         words.update(label=label, unit=unit, pct=_pct_change(f["b"], f["a"]))
     return DETAIL_WORDS[detail.code].format(**words)
@@ -327,4 +327,4 @@ def counter_diff(findings) -> CounterDiff:
 def explain(a, b, a_run=None, b_run=None) -> CounterDiff:
     """Why B is slower than A as far as the counters tell (analysis/profile.py diagnose), in words: two
     ProfileSummary and what each profiled process said (ProfiledRun)."""
-    return counter_diff(ap.diagnose(a, b, a_run, b_run))
+    return counter_diff(analysis.diagnose(a, b, a_run, b_run))
