@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrator.analysis.diff import compare_records
+from orchestrator.views.diffnotes import compare_records
 from worker.schema import CaseRecord, CaseSpec, RoundStats
 from worker.timing import combine_rounds, summarize
 
