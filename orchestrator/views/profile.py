@@ -50,11 +50,9 @@ def case_text(case) -> str:
 
 def _clocks(p) -> tuple:
     """(ncu's SM MHz over the call's kernels, time-weighted; µs per call at the sweep's SM clock)."""
-    from ..analysis.profile import at_clock_us
-
     summary = p.summary or {}
     cycles, per_call = summary.get("per_call_cycles"), summary.get("per_call_us")
-    return (cycles / per_call if cycles and per_call else None), at_clock_us(summary, p.sweep_sm_clock_mhz)
+    return (cycles / per_call if cycles and per_call else None), analysis.at_clock_us(summary, p.sweep_sm_clock_mhz)
 
 
 def profile_entry(p) -> dict:
