@@ -20,8 +20,8 @@ from support.syntheticruns import TAINT, in_rounds, make_run
 from orchestrator.analysis.diff import classify, resolve_side
 from orchestrator.cli import main
 from orchestrator.views.diffnotes import compare_sides
-from worker.schema import SCHEMA_VERSION, Calibration, CaseRecord, CaseSpec, RoundStats
-from worker.timing import combine_rounds, summarize
+from worker.contract.schema import SCHEMA_VERSION, Calibration, CaseRecord, CaseSpec, RoundStats
+from worker.contract.stats import combine_rounds, summarize
 
 REPO = Path(__file__).resolve().parent.parent
 

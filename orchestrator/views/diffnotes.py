@@ -83,9 +83,9 @@ def worded_comparison(cmp):
     return replace(cmp, cases=[worded(c) for c in cmp.cases])
 
 
-def compare_records(key: str, ra, rb, threshold: float, same_run: bool = False):
+def compare_records(key: str, ra, rb, threshold: float, same_run: bool = False, priors=(None, None)):
     """One case's row (analysis.diff.compare_records), its note in words."""
-    return worded(analysis.compare_records(key, ra, rb, threshold, same_run))
+    return worded(analysis.compare_records(key, ra, rb, threshold, same_run, priors))
 
 
 def compare_sides(a, b, threshold: float):
