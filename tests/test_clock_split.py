@@ -4,7 +4,7 @@ judged on its work; a slower clock is still slower, the split only names why."""
 
 from __future__ import annotations
 
-from orchestrator.analysis.diff import compare_records
+from orchestrator.views.diffnotes import compare_records
 from worker.contract.schema import CaseRecord, CaseSpec, RoundStats, Stats
 
 SPEC = CaseSpec(backend="torch-bf16", m=1024, n=2048, k=6144)

@@ -17,8 +17,9 @@ from cli_output import cli_json, md_rows
 from support.browser import chromium, headless
 from support.syntheticruns import TAINT, in_rounds, make_run
 
-from orchestrator.analysis.diff import classify, compare_sides, resolve_side
+from orchestrator.analysis.diff import classify, resolve_side
 from orchestrator.cli import main
+from orchestrator.views.diffnotes import compare_sides
 from worker.contract.schema import SCHEMA_VERSION, Calibration, CaseRecord, CaseSpec, RoundStats
 from worker.contract.stats import combine_rounds, summarize
 
@@ -399,7 +400,7 @@ def random_record(rng, centre: float, method: str) -> CaseRecord:
 def test_verdicts_mirror_when_the_sides_swap():
     """Property over many generated pairs: B against A is A against B mirrored, verdict, ratio, interval
     and p-value alike (SLOWER <-> FASTER; SAME, AMBIGUOUS and UNSTABLE stay)."""
-    from orchestrator.analysis.diff import compare_records
+    from orchestrator.views.diffnotes import compare_records
 
     rng = np.random.default_rng(2027)
     seen = set()
@@ -519,7 +520,7 @@ def test_a_whole_run_slowed_by_a_busy_cpu_is_unstable_and_the_same_on_a_quiet_on
 
 
 def test_a_time_of_zero_is_not_a_measurement_and_an_incomplete_side_is_said(tmp_path):
-    from orchestrator.analysis.diff import compare_records
+    from orchestrator.views.diffnotes import compare_records
 
     spec = CaseSpec(backend="torch-bf16", m=16, n=2048, k=6144, label="zero")
     good = in_rounds([[10.0, 10.1, 9.9]] * 3)
@@ -540,7 +541,7 @@ def test_a_time_of_zero_is_not_a_measurement_and_an_incomplete_side_is_said(tmp_
 
 def test_rounds_worlds_apart_give_a_finite_interval_not_an_overflow():
     """A results file edited by hand: rounds 1e-200 and 1e200 µs. Still one row, finite numbers."""
-    from orchestrator.analysis.diff import compare_records
+    from orchestrator.views.diffnotes import compare_records
 
     spec = CaseSpec(backend="torch-bf16", m=16, n=2048, k=6144, label="edited")
     calm = in_rounds([[10.0] * 3, [10.1] * 3])

@@ -20,7 +20,8 @@ from cli_output import cli_json
 from storedruns import write_ok_attempt
 
 from benchmarks.harness.polling import wait_until
-from orchestrator.analysis.crosscheck import compare_peer, summarize
+from orchestrator.analysis import crosscheck as judgement
+from orchestrator.analysis.crosscheck import summarize
 from orchestrator.cli import main
 from orchestrator.config.inventory import load_inventory
 from orchestrator.config.sweep import Sweep
@@ -28,6 +29,7 @@ from orchestrator.execution.launch import prepare_run
 from orchestrator.planning.plan import build_plan, new_run_id
 from orchestrator.runs.crosschecks import load_crosschecks
 from orchestrator.runs.store import RunStore
+from orchestrator.views.crosscheck import compare_peer
 from worker import crosscheck as xc
 from worker.contract.crosscheck import CrosscheckOptions, CrosscheckRecord, FleetbenchTiming, Method, PeerResult, Timed
 from worker.contract.schema import CaseRecord, CaseSpec, FactsRecord, TimingOptions
@@ -431,6 +433,43 @@ def test_a_matched_gap_where_fleetbench_now_strayed_from_its_own_sweep_says_so(s
     assert (s.agree_matched, s.agree_at_clock, s.agree_with_sweep) == (0, 0, int(verdict == "attributed"))
     if verdict == "attributed":
         assert "1 more within it of fleetbench's sweep median" in s.line(0.02, 0.03)
+
+
+@pytest.mark.parametrize(
+    "values, status, code, named",
+    [
+        ((10.1, 10.05, 10.0, 10.0), "ok", judgement.WHY_AGREES, []),
+        ((11.5, 11.5, 10.1, 10.0), "ok", judgement.WHY_STEPS, ["launch", "clock"]),
+        ((10.6, 10.52, 10.46, 10.4), "ok", judgement.WHY_UNEXPLAINED, []),  # no step of 1%, 4% left matched
+        ((None, 10.0, 10.0, 10.0), "ok", judgement.WHY_NOT_COMPARED, []),  # no default figure
+        ((), "ok", judgement.WHY_NO_RUN, []),
+        ((10.0,), "failed", judgement.WHY_NOT_COMPARED, []),
+    ],
+)
+def test_the_judgement_is_a_code_with_its_facts_apart_from_its_words(values, status, code, named):
+    bench = Bench()
+    peer = peer_of(*values).model_copy(update={"status": status, "reason": "boom" if status != "ok" else ""})
+    record = CrosscheckRecord(
+        case_id=bench.case.case_id, case=bench.case, status="ok", fleetbench=bench.ours, peers=[peer]
+    )
+    c = judgement.compare_peer("h1", record, peer)
+    assert c.why.code == code and [f.factor for f in c.named] == named, c.why
+    assert c.causes == [] and c.explanation == "" and c.unmatched == []  # words are the view's
+    assert {"named", "why", "missing"}.isdisjoint(c.as_dict())  # stored: the worded fields alone
+    if code == judgement.WHY_UNEXPLAINED:
+        assert c.why.facts["matched_ratio"] == pytest.approx(10.4 / KERNEL_US)
+    if status != "ok":
+        assert c.why.facts == {"reason": "boom"}
+
+
+def test_a_failed_step_is_unmatched_as_its_step_and_reason():
+    bench = Bench()
+    peer = peer_of(12.0, 12.0, None, 10.5)
+    record = CrosscheckRecord(
+        case_id=bench.case.case_id, case=bench.case, status="ok", fleetbench=bench.ours, peers=[peer]
+    )
+    c = judgement.compare_peer("h1", record, peer)
+    assert [(u.step, u.reason) for u in c.missing] == [("launch", "RuntimeError: boom")]
 
 
 def test_a_stored_record_of_a_later_version_with_fields_this_one_lacks_still_reads():

@@ -21,11 +21,11 @@ from cli_output import cli_json
 from conftest import processes_under, start_cli
 from storedruns import write_ok_attempt
 
+from orchestrator.analysis import profile as ap
 from orchestrator.analysis.profile import (
     ProfileFormatError,
     at_clock_us,
     convert,
-    explain,
     parse_ncu_csv,
     short_name,
     summarize,
@@ -37,6 +37,7 @@ from orchestrator.execution.launch import prepare_run
 from orchestrator.planning.plan import build_plan, new_run_id
 from orchestrator.runs.profiles import latest_fleet, load_profiles
 from orchestrator.runs.store import RunStore
+from orchestrator.views.profile import explain
 from worker.contract.profile import ProfiledRun, ProfileOptions
 from worker.contract.schema import CaseRecord, CaseSpec, FactsRecord, RoundStats, TimingOptions
 from worker.contract.stats import summarize as summarize_samples
@@ -426,6 +427,49 @@ def test_a_profile_at_the_sweeps_clock_is_its_sm_cycles_over_that_clock():
 def test_the_counter_diff_names_the_likely_cause(a, b, words):
     diff = explain(profile_of(*a), profile_of(*b))
     assert words in diff.cause, diff.cause
+
+
+@pytest.mark.parametrize(
+    "a, b, code",
+    [
+        ([("gemm", 14.0)], [], ap.CAUSE_CANNOT_COMPARE),
+        ([("gemm_tn", 14.0)], [("gemm_nn", 17.0)], ap.CAUSE_DIFFERENT_KERNEL),
+        ([("gemm", 14.0)], [("gemm", 14.0), ("copy", 6.0)], ap.CAUSE_MORE_KERNELS),
+        ([("gemm", 14.0), ("copy", 6.0)], [("gemm", 14.0)], ap.CAUSE_FEWER_KERNELS),
+        ([("gemm", 14.0)], [("gemm", 14.0), ("gemm", 14.0)], ap.CAUSE_LAUNCH_COUNT),
+        ([("gemm", 14.0)], [("gemm", None)], ap.CAUSE_NO_KERNEL_TIME),
+        ([("gemm", 14.0, {"sm_mhz": 1755.0})], [("gemm", 17.4, {"sm_mhz": 1410.0})], ap.CAUSE_SM_CLOCK),
+        (
+            [("gemm", 14.0, {"dram_pct": 85.0})],
+            [("gemm", 16.5, {"dram_pct": 85.0, "dram_mhz": 2100.0})],
+            ap.CAUSE_MEMORY_BOUND,
+        ),
+        ([("gemm", 14.0)], [("gemm", 16.0, {"dram_read_bytes": 40e6})], ap.CAUSE_MORE_DRAM_BYTES),
+        ([("gemm", 14.0)], [("gemm", 14.1)], ap.CAUSE_OUTSIDE_KERNELS),
+        ([("gemm", 14.0)], [("gemm", 16.0, {"grid": "(32, 8, 1)"})], ap.CAUSE_LAUNCH_CONFIG),
+        ([("gemm", 14.0)], [("gemm", 16.0, {"occupancy_pct": 20.0})], ap.CAUSE_LOWER_OCCUPANCY),
+        ([("gemm", 14.0)], [("gemm", 16.0)], ap.CAUSE_NONE_NAMED),
+    ],
+)
+def test_the_counter_diff_decides_a_cause_code_apart_from_its_words(a, b, code):
+    found = ap.diagnose(profile_of(*a), profile_of(*b))
+    assert found.cause.code == code, found.cause
+    assert isinstance(found.cause.facts, dict) and not any(isinstance(d, str) for d in found.details)
+
+
+def test_the_counter_diff_details_are_codes_with_their_numbers():
+    found = ap.diagnose(
+        profile_of(("gemm", 14.0, {"sm_mhz": 1755.0})),
+        profile_of(("gemm", 17.4, {"sm_mhz": 1410.0})),
+        ProfiledRun(gpu_processes=0, sm_clock_mhz=1980),
+        ProfiledRun(gpu_processes=1, sm_clock_mhz=1500, throttle_reasons=["sw_thermal"]),
+    )
+    assert found.cause.facts["b_mhz"] == 1410.0 and found.cause.facts["a_mhz"] == 1755.0
+    codes = [d.code for d in found.details]
+    assert codes[:3] == [ap.DETAIL_GPU_PROCESSES, ap.DETAIL_NVML_CLOCK, ap.DETAIL_THROTTLED], codes
+    assert found.details[0].facts == {"b": 1, "a": 0}
+    counters = {d.facts["counter"]: (d.facts["b"], d.facts["a"]) for d in found.details[3:]}
+    assert counters["sm-clock"] == (1410.0, 1755.0) and "dram-bandwidth" in counters  # the same bytes, slower
 
 
 def test_another_process_on_the_flagged_gpu_is_named():

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrator.analysis.diff import compare_records
+from orchestrator.analysis import diff as judge
+from orchestrator.views.diffnotes import compare_records
 from worker.contract.schema import CaseRecord, CaseSpec, RoundStats
 from worker.contract.stats import combine_rounds, summarize
 
@@ -96,6 +97,44 @@ def test_verdict_from_rounds(a, b, verdict, words):
     assert diff.verdict == verdict, diff
     assert words in diff.note
     assert diff.ci_low <= diff.ratio <= diff.ci_high
+
+
+@pytest.mark.parametrize(
+    "a, b, environment",
+    [
+        (record(STEADY, clock=1980), record([x * 1.10 for x in STEADY], clock=1755), judge.ENV_SM_CLOCK),
+        (record(STEADY), record([x * 1.10 for x in STEADY], throttle=["sw_thermal"]), judge.ENV_THROTTLED),
+        (record(STEADY, load=0.2), record([x * 1.10 for x in STEADY], load=1.4), judge.ENV_CPU_LOAD),
+        (record(STEADY, steal=0.0), record([x * 0.9 for x in STEADY], steal=6.5), judge.ENV_CPU_STEAL),
+        (
+            record(STEADY, gpu_processes=0),
+            record([x * 1.1 for x in STEADY], gpu_processes=2),
+            judge.ENV_GPU_PROCESSES,
+        ),
+        (record(STEADY, load=0.2), record([x * 1.10 for x in STEADY], load=0.3), None),
+    ],
+)
+def test_the_environment_that_moved_is_a_code_with_its_numbers_apart_from_its_words(a, b, environment):
+    diff = judge.compare_records("k", a, b, THRESHOLD)
+    assert diff.note == ""  # the words are the view's (views/diffnotes.py)
+    moved = [f.facts["moved"] for f in diff.findings if f.code == judge.NOTE_ENVIRONMENT]
+    assert [m.code for m in moved] == ([environment] if environment else [])
+    if environment == judge.ENV_SM_CLOCK:
+        assert moved[0].facts == {"a_mhz": 1980.0, "b_mhz": 1755.0}
+
+
+def test_a_rows_findings_are_codes_in_the_order_its_note_words_them():
+    a, b = record(STEADY), record([x * 1.10 for x in STEADY])
+    one_round = lambda r: r.model_copy(update={"timing": r.timing.model_copy(update={"rounds": r.timing.rounds[:1]})})  # noqa: E731
+    diff = judge.compare_records("k", one_round(a), b.model_copy(update={"complete": False}), THRESHOLD)
+    assert [f.code for f in diff.findings] == [judge.NOTE_INCOMPLETE, judge.NOTE_ONE_ROUND]
+    assert diff.findings[0].facts == {"side": "B", "rounds": 5} and "findings" not in diff.as_dict()
+    assert [f.code for f in judge.compare_records("k", a, None, THRESHOLD).findings] == [judge.NOTE_ONLY_IN]
+    failed = b.model_copy(update={"status": "failed", "timing": None})
+    (not_ok,) = judge.compare_records("k", a, failed, THRESHOLD).findings
+    assert not_ok.code == judge.NOTE_NOT_OK and not_ok.facts["b"] == "failed" and not_ok.facts["b_integrity"] == []
+    assert judge.compare_records("k", a, a, THRESHOLD, same_run=True).findings == []
+    assert [f.code for f in judge.compare_records("k", a, a, THRESHOLD).findings] == [judge.NOTE_SAME_MEASUREMENT]
 
 
 def test_within_run_samples_alone_would_have_cried_wolf():

@@ -21,10 +21,46 @@ from dataclasses import asdict, dataclass, field
 from typing import Optional
 
 FACTORS = ("statistic", "l2", "launch", "clock")
-FACTOR_NAMES = {"statistic": "statistic", "l2": "L2 state", "launch": "launch overhead", "clock": "clock state"}
 TOLERANCE = 0.02  # a matched peer within this of fleetbench agrees with it
 GAP = 0.03  # a raw gap beyond this must be attributed
 NAMED = 0.01  # a step that moves the ratio by less than this is within the timers' own noise: not named
+
+# Why a peer's verdict is what it is (PeerComparison.why.code); views/crosscheck.py words each.
+WHY_NOT_COMPARED = "not-compared"  # reason: the host's, or ""
+WHY_NO_RUN = "no-run"  # the peer has no run at all
+WHY_CLOCK = "clock"  # clock_share, peer_mhz, fleetbench_mhz, at_clock_ratio: matched, but at another SM clock
+WHY_SWEEP = "sweep"  # now_over_sweep, sweep_us, matched_over_sweep: fleetbench strayed from its sweep
+WHY_UNEXPLAINED = "unexplained"  # matched_ratio: the gap left with every method matched
+WHY_STEPS = "steps"  # the raw gap, attributed to the named causes (none: the steps add up)
+WHY_AGREES = "agrees"  # within the gap; the named causes, if any
+
+
+@dataclass
+class Finding:
+    """A decision: one of the WHY_* codes and the facts its words need."""
+
+    code: str
+    facts: dict = field(default_factory=dict)
+
+
+@dataclass
+class FactorShare:
+    """A named cause: a factor of the ladder, its share of the raw gap, and the peer's setting of it before
+    and after its step."""
+
+    factor: str  # one of FACTORS
+    share: float
+    before: str
+    after: str
+
+
+@dataclass
+class Unmatched:
+    """A factor the ladder could not match: a step without a value (step, the reason it has none) or what
+    the host said (step "", its own words in reason)."""
+
+    step: str
+    reason: str
 
 
 @dataclass
@@ -63,10 +99,10 @@ class PeerComparison:
     matched_us: Optional[float] = None  # the peer with every method matched (its last step)
     matched_ratio: Optional[float] = None
     factors: dict = field(default_factory=dict)  # factor -> its share, None where not measured
-    causes: list[str] = field(default_factory=list)  # the named factors, largest first
+    causes: list[str] = field(default_factory=list)  # the named factors, largest first, in words (views)
     verdict: str = ""  # agrees | attributed | unexplained | not compared
-    explanation: str = ""
-    unmatched: list[str] = field(default_factory=list)  # factors the ladder could not match
+    explanation: str = ""  # `why` in words (views)
+    unmatched: list[str] = field(default_factory=list)  # factors the ladder could not match, in words (views)
     # The SM clock each ran at (NVML, median while timing) and the matched figure at fleetbench's clock
     # (its time x the peer's clock / fleetbench's: the same cycles), where both were read.
     fleetbench_clock_mhz: Optional[float] = None
@@ -79,17 +115,21 @@ class PeerComparison:
     sweep_us: Optional[float] = None  # the median the run's sweep stored for the case
     steps: list[StepView] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    # The decisions that views/crosscheck.py words into causes, explanation and unmatched: not stored.
+    named: list[FactorShare] = field(default_factory=list)
+    why: Optional[Finding] = None
+    missing: list[Unmatched] = field(default_factory=list)
 
     def as_dict(self) -> dict:
-        return asdict(self)
+        """What is stored and shown: the decisions as worded (causes, explanation, unmatched)."""
+        out = asdict(self)
+        for decision in ("named", "why", "missing"):
+            del out[decision]
+        return out
 
 
 def _ratio(value: Optional[float], base: Optional[float]) -> Optional[float]:
     return value / base if value is not None and base else None
-
-
-def _pct(x: float) -> str:
-    return f"{(x - 1) * 100:+.1f}%"
 
 
 def compare_peer(
@@ -143,28 +183,25 @@ def compare_peer(
             previous = ratio
     if peer.status != "ok" or base is None:
         out.verdict = "not compared"
-        out.explanation = peer.reason or (record.reason if ours is None else "")
+        out.why = Finding(WHY_NOT_COMPARED, {"reason": peer.reason or (record.reason if ours is None else "")})
         return out
     first = out.steps[0] if out.steps else None
     if first is None or first.ratio is None:
-        out.verdict, out.explanation = "not compared", (first.reason if first else "no run")
+        out.verdict = "not compared"
+        out.why = Finding(WHY_NOT_COMPARED, {"reason": first.reason}) if first else Finding(WHY_NO_RUN)
         return out
     out.raw_us, out.raw_ratio = first.value_us, first.ratio
     last = next(s for s in reversed(out.steps) if s.ratio is not None)
     out.matched_us, out.matched_ratio = last.value_us, last.ratio
-    for s in out.steps[1:]:
-        if s.ratio is None:
-            out.unmatched.append(f"{FACTOR_NAMES.get(s.step, s.step)} ({s.reason or 'no value'})")
-    out.unmatched += list(peer.unmatched)
+    out.missing = [Unmatched(s.step, s.reason) for s in out.steps[1:] if s.ratio is None]
+    out.missing += [Unmatched("", said) for said in peer.unmatched]
     named = [(f, c) for f, c in out.factors.items() if c is not None and abs(c - 1) >= NAMED]
     named.sort(key=lambda fc: -abs(fc[1] - 1))
     by_factor = {s.step: s for s in out.steps}
     for factor, share in named:
         step = by_factor[factor]
         before = _before(out.steps, factor)
-        out.causes.append(
-            f"{FACTOR_NAMES[factor]} {_pct(share)} ({_method_of(before, factor)} vs {_method_of(step, factor)})"
-        )
+        out.named.append(FactorShare(factor, share, _method_of(before, factor), _method_of(step, factor)))
     raw_off, matched_off = abs(out.raw_ratio - 1), abs(out.matched_ratio - 1)
     out.fleetbench_clock_mhz, out.peer_clock_mhz = ours.sm_clock_mhz, last.sm_clock_mhz
     if out.fleetbench_clock_mhz and out.peer_clock_mhz:
@@ -179,13 +216,14 @@ def compare_peer(
         # Matched in method, not in the clock the GPU held while timing: a timer that idles the GPU right
         # before its samples (a graph capture, a sleep) times a power-limited kernel nearer its burst clock.
         out.verdict, out.explained_by = "attributed", "clock"
-        out.explanation = "; ".join(
-            [
-                f"clock while timing {_pct(clock_share)} (the peer's samples at "
-                f"{out.peer_clock_mhz:.0f} MHz vs fleetbench's {out.fleetbench_clock_mhz:.0f} "
-                f"MHz; at fleetbench's clock it reads {_pct(out.at_fleetbench_clock_ratio)})",
-                *out.causes,
-            ]
+        out.why = Finding(
+            WHY_CLOCK,
+            {
+                "clock_share": clock_share,
+                "peer_mhz": out.peer_clock_mhz,
+                "fleetbench_mhz": out.fleetbench_clock_mhz,
+                "at_clock_ratio": out.at_fleetbench_clock_ratio,
+            },
         )
     elif (
         matched_off > tolerance
@@ -196,24 +234,19 @@ def compare_peer(
         # The peer agrees with what fleetbench's sweep stored; fleetbench's one timing in this process did not:
         # the gap is fleetbench's own round-to-round spread, not the peer's method.
         out.verdict, out.explained_by = "attributed", "sweep"
-        out.explanation = "; ".join(
-            [
-                f"fleetbench now {_pct(base / sweep_us)} off its sweep's median ({sweep_us:.4g} µs),"
-                f" which the matched peer is within {_pct(out.matched_us / sweep_us)} of",
-                *out.causes,
-            ]
+        out.why = Finding(
+            WHY_SWEEP,
+            {"now_over_sweep": base / sweep_us, "sweep_us": sweep_us, "matched_over_sweep": out.matched_us / sweep_us},
         )
     elif matched_off > tolerance:
         out.verdict = "unexplained"
-        out.explanation = f"{_pct(out.matched_ratio)} with every method matched" + (
-            f" (not matched: {', '.join(out.unmatched)})" if out.unmatched else ""
-        )
+        out.why = Finding(WHY_UNEXPLAINED, {"matched_ratio": out.matched_ratio})
     elif raw_off > gap:
         out.verdict = "attributed"
-        out.explanation = "; ".join(out.causes) or "no single step moved it by 1%: the steps add up"
+        out.why = Finding(WHY_STEPS)
     else:
         out.verdict = "agrees"
-        out.explanation = "; ".join(out.causes)
+        out.why = Finding(WHY_AGREES)
     return out
 
 
@@ -286,10 +319,15 @@ def summarize(comparisons: list[PeerComparison], gap: float = GAP, tolerance: fl
                 raw_gaps=len(gaps),
                 raw_gaps_attributed=sum(c.verdict == "attributed" for c in gaps),
                 not_compared=len(mine) - len(done),
-                reasons=list(dict.fromkeys(c.explanation for c in mine if c.verdict == "not compared")),
+                reasons=list(dict.fromkeys(_not_compared_reason(c) for c in mine if c.verdict == "not compared")),
             )
         )
     return out
+
+
+def _not_compared_reason(c: PeerComparison) -> str:
+    """Why a peer was not compared: the host's reason (a peer with no run says so)."""
+    return c.why.facts.get("reason", "no run")
 
 
 def fleetbench_view(stored) -> dict:

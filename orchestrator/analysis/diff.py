@@ -38,7 +38,7 @@ from worker.contract.schema import CaseRecord
 
 from ..errors import InputError
 from ..runs.store import RunStore, resolve_run
-from ..views.tables import NOISY_REL_CI, plus_minus
+from ..views.tables import NOISY_REL_CI
 from .merge import SlotData, load_slots
 
 FACT_FIELDS = (
@@ -88,6 +88,40 @@ class FactDiff:
     b: str
 
 
+# What a case's row notes (CaseDiff.findings, in order); views/diffnotes.py words each into its `note`.
+NOTE_ONLY_IN = "only-in"  # side: the one the case is on
+NOTE_NOT_RUN = "not-run"  # a, b: each side's status
+NOTE_NOT_OK = "not-ok"  # a, b: each side's status; a_integrity, b_integrity: the checks its kernel failed
+NOTE_NOT_A_TIME = "not-a-time"  # a time of 0 µs or less on a side
+NOTE_SAME_MEASUREMENT = "same-measurement"  # one measurement on both sides (of two runs)
+NOTE_SINGLE_SAMPLE = "single-sample"  # no interval
+NOTE_TOO_NOISY = "too-noisy"  # a_rel_ci, b_rel_ci: UNSTABLE, a side known too poorly to judge
+NOTE_TAINTED_SIDES = "tainted-sides"  # sides: UNSTABLE, a change timed while a GPU throttled
+NOTE_ENVIRONMENT = "environment"  # moved (an ENV_* Finding): UNSTABLE, the machine moved as much
+NOTE_NOISY = "noisy"  # a_rel_ci, b_rel_ci
+NOTE_TAINTED = "tainted"  # side, reason (the record's, or "")
+NOTE_INCOMPLETE = "incomplete"  # side, rounds: timed before it stopped
+NOTE_ONE_ROUND = "one-round"  # a side of one round: the interval knows only the noise within a run
+NOTE_METHODS_DIFFER = "methods-differ"  # timing methods (or L2 states) differ
+NOTE_CLOCK_SPLIT = "clock-split"  # ratio, judged_on and the ClockSplit's clock and work (see split_facts)
+# How the environment moved (environment_moved; NOTE_ENVIRONMENT's moved).
+ENV_SM_CLOCK = "sm-clock"  # a_mhz, b_mhz: NVML's, medians over the rounds
+ENV_THROTTLED = "throttled"  # reasons
+ENV_GPU_PROCESSES = "gpu-processes"  # processes: at most, on the GPU
+ENV_HOST_REF = "host-ref"  # a_us, b_us: the host's reference loop
+ENV_CPU_LOAD = "cpu-load"  # a, b: load per core
+ENV_CPU_STEAL = "cpu-steal"  # pct
+ENV_BUSY_CPU = "busy-cpu"  # load: per core, at most
+
+
+@dataclass
+class Finding:
+    """A decision: one of the NOTE_* or ENV_* codes and the facts its words need."""
+
+    code: str
+    facts: dict = field(default_factory=dict)
+
+
 @dataclass
 class CaseDiff:
     key: str  # slot/case or case, as matched
@@ -122,9 +156,13 @@ class CaseDiff:
     work_high: Optional[float] = None
     clock_bound: Optional[bool] = None
     judged_on: str = "time"  # "time", or "work" where the verdict is the work's (clock_bound)
+    findings: list[Finding] = field(default_factory=list)  # what `note` says, as codes (views word it)
 
     def as_dict(self) -> dict:
-        return asdict(self)
+        """What is stored and shown: the findings as worded in `note`."""
+        out = asdict(self)
+        del out["findings"]
+        return out
 
 
 @dataclass
@@ -250,10 +288,11 @@ STEAL_PCT = 2.0  # CPU time stolen by the hypervisor during a round
 NOISE_LIMIT = 0.25
 
 
-def environment_moved(ra: CaseRecord, rb: CaseRecord, ratio: float, clock: bool = True) -> Optional[str]:
+def environment_moved(ra: CaseRecord, rb: CaseRecord, ratio: float, clock: bool = True) -> Optional[Finding]:
     """Why the machine rather than the kernel may explain the effect between the sides (their environments
     differ as much as the effect, or a CPU-timed case shared a busy CPU), or None. `clock`: whether NVML's
-    SM clock counts (not where the clock split, from the clock read in the stream, names its part)."""
+    SM clock counts (not where the clock split, from the clock read in the stream, names its part). The
+    Finding is one of the ENV_* codes."""
     rounds_a, rounds_b = ra.timing.rounds, rb.timing.rounds
     effect = abs(float(np.log(ratio)))
 
@@ -263,28 +302,28 @@ def environment_moved(ra: CaseRecord, rb: CaseRecord, ratio: float, clock: bool 
 
     ca, cb = median_of(rounds_a, "sm_clock_mhz"), median_of(rounds_b, "sm_clock_mhz")
     if clock and ca and cb and abs(float(np.log(cb / ca))) >= CLOCK_SHARE_OF_EFFECT * effect:
-        return f"SM clock A {ca:.0f} MHz, B {cb:.0f} MHz"
+        return Finding(ENV_SM_CLOCK, {"a_mhz": ca, "b_mhz": cb})
     throttled = sorted({t for r in [*rounds_a, *rounds_b] for t in r.throttle_reasons})
     if throttled:
-        return "GPU throttled (" + ", ".join(throttled) + ")"
+        return Finding(ENV_THROTTLED, {"reasons": throttled})
     shared = max((r.gpu_processes or 0 for r in [*rounds_a, *rounds_b]), default=0)
     if shared:
-        return f"{shared} other processes on the GPU"
+        return Finding(ENV_GPU_PROCESSES, {"processes": shared})
     if ra.timing.method == "cpu-wallclock":  # a GPU timed by graph replay does not wait on the host's CPU
         ha, hb = median_of(rounds_a, "host_ref_us"), median_of(rounds_b, "host_ref_us")
         if ha and hb and abs(float(np.log(hb / ha))) >= CLOCK_SHARE_OF_EFFECT * effect:
-            return f"the host's reference loop A {ha:.0f} µs, B {hb:.0f} µs"
+            return Finding(ENV_HOST_REF, {"a_us": ha, "b_us": hb})
     la = max((r.load_per_core for r in rounds_a if r.load_per_core is not None), default=None)
     lb = max((r.load_per_core for r in rounds_b if r.load_per_core is not None), default=None)
     if la is not None and lb is not None and max(la, lb) >= BUSY_LOAD_PER_CORE and abs(la - lb) >= LOAD_DIFFERENCE:
-        return f"CPU load per core A {la:.2f}, B {lb:.2f}"
+        return Finding(ENV_CPU_LOAD, {"a": la, "b": lb})
     steal = max((r.steal_pct for r in [*rounds_a, *rounds_b] if r.steal_pct is not None), default=0.0)
     if steal >= STEAL_PCT:
-        return f"CPU steal {steal:.1f}%"
+        return Finding(ENV_CPU_STEAL, {"pct": steal})
     if "cpu-wallclock" in (ra.timing.method, rb.timing.method):  # other processes share its cores
         busy = max((r.load_per_core for r in [*rounds_a, *rounds_b] if r.load_per_core is not None), default=None)
         if busy is not None and busy >= BUSY_LOAD_PER_CORE:
-            return f"a busy CPU (load per core up to {busy:.2f})"
+            return Finding(ENV_BUSY_CPU, {"load": busy})
     return None
 
 
@@ -381,21 +420,29 @@ def _split_fields(split: Optional[ClockSplit]) -> dict:
     )
 
 
-def split_words(ratio: float, split: ClockSplit, judged_on: str) -> str:
-    """A row's clock split, e.g. "B/A 1.048 = clock 1.042 (1530 vs 1595 MHz) × work 1.005 [0.998–1.012]"."""
-    words = (
-        f"B/A {ratio:.3f} = clock {split.clock_ratio:.3f} ({split.clock_b_mhz:.0f} vs {split.clock_a_mhz:.0f} MHz) "
-        f"× work {_exp(split.work.point):.3f} [{_exp(split.work.low):.3f}–{_exp(split.work.high):.3f}]"
+def split_facts(ratio: float, split: ClockSplit, judged_on: str) -> dict:
+    """A row's clock split as NOTE_CLOCK_SPLIT's facts: B/A, the clock's part (its ratio, each side's MHz),
+    the work's (its ratio and interval), what the verdict was judged on, whether time × clock held still."""
+    return dict(
+        ratio=ratio,
+        clock_ratio=split.clock_ratio,
+        clock_a_mhz=split.clock_a_mhz,
+        clock_b_mhz=split.clock_b_mhz,
+        work=_exp(split.work.point),
+        work_low=_exp(split.work.low),
+        work_high=_exp(split.work.high),
+        judged_on=judged_on,
+        clock_bound=split.clock_bound,
     )
-    if judged_on == "work":
-        return words + "; judged on the work: the time moved with the clock, time × clock held still"
-    return words + ("; clock-bound (time × clock holds still)" if split.clock_bound else "")
 
 
-def _status_text(rec: CaseRecord) -> str:
-    """A record's status, with the integrity checks its kernel failed when that is why."""
-    names = rec.correctness.integrity if rec.correctness is not None else None
-    return f"{rec.status} (integrity: {'+'.join(names)})" if names else rec.status
+def _status_facts(ra: CaseRecord, rb: CaseRecord) -> dict:
+    """Each side's status, with the integrity checks its kernel failed when that is why."""
+
+    def failed(rec: CaseRecord) -> list[str]:
+        return list((rec.correctness.integrity if rec.correctness is not None else None) or [])
+
+    return {"a": ra.status, "b": rb.status, "a_integrity": failed(ra), "b_integrity": failed(rb)}
 
 
 def compare_records(
@@ -430,7 +477,7 @@ def compare_records(
             ci_high=None,
             p_value=None,
             verdict="ONLY-B" if ra is None else "ONLY-A",
-            note="only in " + ("B" if ra is None else "A"),
+            findings=[Finding(NOTE_ONLY_IN, {"side": "B" if ra is None else "A"})],
         )
     if {ra.status, rb.status} <= {"unsupported", "unavailable"}:
         return CaseDiff(
@@ -442,7 +489,7 @@ def compare_records(
             ci_high=None,
             p_value=None,
             verdict="NOT-RUN",
-            note=f"A {ra.status}, B {rb.status}",
+            findings=[Finding(NOTE_NOT_RUN, {"a": ra.status, "b": rb.status})],
         )
     if ra.status != "ok" or rb.status != "ok" or not ra.timing or not rb.timing:
         return CaseDiff(
@@ -454,7 +501,7 @@ def compare_records(
             ci_high=None,
             p_value=None,
             verdict="NOT-OK",
-            note=f"A {_status_text(ra)}, B {_status_text(rb)}",
+            findings=[Finding(NOTE_NOT_OK, _status_facts(ra, rb))],
         )
     ta, tb = ra.timing, rb.timing
     if min([ta.median_us, tb.median_us, *ta.samples_us, *tb.samples_us]) <= 0:
@@ -467,7 +514,7 @@ def compare_records(
             ci_high=None,
             p_value=None,
             verdict="NOT-OK",
-            note="a time of 0 µs or less on a side: not a measurement",
+            findings=[Finding(NOTE_NOT_A_TIME)],
         )
     flags = dict(
         a_rel_ci=ta.rel_ci,
@@ -486,7 +533,7 @@ def compare_records(
             ci_high=ratio,
             p_value=1.0,
             verdict="SAME",
-            note="" if same_run else "the same measurement on both sides",
+            findings=[] if same_run else [Finding(NOTE_SAME_MEASUREMENT)],
             **flags,
         )
     notes = []
@@ -501,7 +548,7 @@ def compare_records(
             ci_high=None,
             p_value=None,
             verdict="AMBIGUOUS",
-            note="a single sample: no interval",
+            findings=[Finding(NOTE_SINGLE_SAMPLE)],
             **flags,
         )
     interval = log_ratio_interval(a_us, b_us, sa, sb)
@@ -514,33 +561,33 @@ def compare_records(
             verdict, judged_on = on_work, "work"
     why_unstable = None
     if verdict != "SAME" and max(ta.rel_ci, tb.rel_ci) > NOISE_LIMIT and judged_on == "time":
-        why_unstable = f"too noisy to judge (A {plus_minus(ta.rel_ci)}, B {plus_minus(tb.rel_ci)})"
+        why_unstable = Finding(NOTE_TOO_NOISY, {"a_rel_ci": ta.rel_ci, "b_rel_ci": tb.rel_ci})
     elif verdict in ("SLOWER", "FASTER"):
         if flags["tainted"]:
-            why_unstable = f"tainted on {flags['tainted']}"
+            why_unstable = Finding(NOTE_TAINTED_SIDES, {"sides": flags["tainted"]})
         else:
             # With the clock read in the stream on both sides the split names the clock's part; a slower
             # clock is still slower (docs/COMPARING.md), so only the rest of the environment can unsettle it.
             moved = environment_moved(ra, rb, ratio, clock=split is None)
             if moved:
-                why_unstable = f"{moved}: the machine, not only the kernel, may explain it"
+                why_unstable = Finding(NOTE_ENVIRONMENT, {"moved": moved})
     if why_unstable:
         verdict = "UNSTABLE"
         notes.append(why_unstable)
     elif flags["noisy"]:
-        notes.append(f"noisy (A {plus_minus(ta.rel_ci)}, B {plus_minus(tb.rel_ci)})")
+        notes.append(Finding(NOTE_NOISY, {"a_rel_ci": ta.rel_ci, "b_rel_ci": tb.rel_ci}))
     for side, rec in zip("AB", (ra, rb)):
         if rec.health and rec.health.tainted:
-            notes.append(f"TAINTED on {side}: {rec.health.taint_reason or 'GPU throttled during timing'}")
+            notes.append(Finding(NOTE_TAINTED, {"side": side, "reason": rec.health.taint_reason}))
     for side, rec in zip("AB", (ra, rb)):
         if not rec.complete:
-            notes.append(f"incomplete on {side}: {len(rec.timing.rounds)} rounds timed before it stopped")
+            notes.append(Finding(NOTE_INCOMPLETE, {"side": side, "rounds": len(rec.timing.rounds)}))
     if len(ta.rounds) < 2 or len(tb.rounds) < 2:
-        notes.append("one round: the interval knows only the noise within a run")
+        notes.append(Finding(NOTE_ONE_ROUND))
     if (ta.method, ta.l2) != (tb.method, tb.l2):
-        notes.append("timing methods differ")
+        notes.append(Finding(NOTE_METHODS_DIFFER))
     if split is not None:
-        notes.append(split_words(ratio, split, judged_on))
+        notes.append(Finding(NOTE_CLOCK_SPLIT, split_facts(ratio, split, judged_on)))
     return CaseDiff(
         **base,
         a_us=a_us,
@@ -550,7 +597,7 @@ def compare_records(
         ci_high=_exp(interval.high),
         p_value=interval.p,
         verdict=verdict,
-        note="; ".join(notes),
+        findings=notes,
         judged_on=judged_on,
         **_split_fields(split),
         **flags,

@@ -57,8 +57,8 @@ def declare(p):
 def run(args, io: Streams) -> int:
     from worker.contract.crosscheck import PEERS, CrosscheckOptions
 
-    from ..analysis.crosscheck import compare, fleetbench_view, summarize
-    from ..views.crosscheck import case_text, crosscheck_document
+    from ..analysis.crosscheck import fleetbench_view, summarize
+    from ..views.crosscheck import case_text, compare, crosscheck_document
     from ..views.output import write
 
     tolerance, gap = parse_threshold(args.tolerance), parse_threshold(args.gap)
@@ -105,9 +105,9 @@ def run(args, io: Streams) -> int:
 
 def _show_stored(store, wanted: dict[str, list[str]], tolerance: float, gap: float, args, io: Streams) -> int:
     """The latest stored crosscheck of each selected case, judged again (with this --tolerance and --gap)."""
-    from ..analysis.crosscheck import compare, fleetbench_view, summarize
+    from ..analysis.crosscheck import fleetbench_view, summarize
     from ..runs.crosschecks import load_crosschecks
-    from ..views.crosscheck import crosscheck_document
+    from ..views.crosscheck import compare, crosscheck_document
     from ..views.output import write
 
     found, problems = load_crosschecks(store, latest_only=True)

@@ -51,6 +51,7 @@ def with_host_effects(document, effects):
 def run(args, io: Streams) -> int:
     from ..analysis.diff import across_hosts, compare_sides, resolve_side
     from ..analysis.hosteffect import host_effects
+    from ..views.diffnotes import worded_comparison
     from ..views.hosts import named_line
     from ..views.output import write
     from ..views.tables import comparison_document, comparison_summary, fleet_document, interval_text, ratio_text
@@ -89,7 +90,7 @@ def run(args, io: Streams) -> int:
             "--profile profiles the outliers of --across-hosts: give one RUN and --across-hosts "
             "(for two hosts: fleetbench profile RUN:host1 RUN:host2 --case ID)"
         )
-    cmp = compare_sides(side_a, resolve_side(Path(args.runs_dir), args.b), threshold)
+    cmp = worded_comparison(compare_sides(side_a, resolve_side(Path(args.runs_dir), args.b), threshold))
     io.write(write(comparison_document(cmp, only_changed=args.only_changed), args.format, io.width()))
     for c in cmp.regressions:
         io.problem(

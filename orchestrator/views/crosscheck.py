@@ -4,6 +4,9 @@ for, every step of each peer's ladder."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
+from ..analysis import crosscheck as analysis
 from .output import Document, Section
 from .tables import US_DIGITS, ratio_text, significant
 
@@ -145,3 +148,76 @@ def crosscheck_document(
         for c in comparisons
     ]
     return Document(sections, data=data, records=records, notes=notes, kind="crosscheck")
+
+
+# -- a peer's judgement in words ------------------------------------------------------------------------
+FACTOR_WORDS = {"statistic": "statistic", "l2": "L2 state", "launch": "launch overhead", "clock": "clock state"}
+# why code -> its words; {causes}: the named causes, "; " before each where the words lead with their own.
+WHY_WORDS = {
+    analysis.WHY_NOT_COMPARED: "{reason}",
+    analysis.WHY_NO_RUN: "no run",
+    analysis.WHY_CLOCK: "clock while timing {clock_pct} (the peer's samples at {peer_mhz:.0f} MHz vs fleetbench's "
+    "{fleetbench_mhz:.0f} MHz; at fleetbench's clock it reads {at_clock_pct}){then_causes}",
+    analysis.WHY_SWEEP: "fleetbench now {now_pct} off its sweep's median ({sweep_us:.4g} µs), which the matched peer "
+    "is within {matched_pct} of{then_causes}",
+    analysis.WHY_UNEXPLAINED: "{matched_pct} with every method matched{not_matched}",
+    analysis.WHY_STEPS: "{causes}",
+    analysis.WHY_AGREES: "{causes}",
+}
+STEPS_ADD_UP = "no single step moved it by 1%: the steps add up"  # a raw gap no single step names
+
+
+def _pct(x: float) -> str:
+    return f"{(x - 1) * 100:+.1f}%"
+
+
+def factor_text(f) -> str:
+    """A named cause (analysis.crosscheck.FactorShare): `launch overhead +20.8% (per-call ... vs graph ...)`."""
+    return f"{FACTOR_WORDS[f.factor]} {_pct(f.share)} ({f.before} vs {f.after})"
+
+
+def unmatched_text(u) -> str:
+    """A factor the ladder could not match (analysis.crosscheck.Unmatched)."""
+    if not u.step:
+        return u.reason
+    return f"{FACTOR_WORDS.get(u.step, u.step)} ({u.reason or 'no value'})"
+
+
+def why_text(why, causes: list[str], unmatched: list[str]) -> str:
+    """A peer's explanation: its why (a WHY_* code and its facts) with its named causes and unmatched factors
+    in words."""
+    f = why.facts
+    words = dict(f, causes="; ".join(causes), then_causes="".join(f"; {c}" for c in causes))
+    if why.code == analysis.WHY_CLOCK:
+        words.update(clock_pct=_pct(f["clock_share"]), at_clock_pct=_pct(f["at_clock_ratio"]))
+    if why.code == analysis.WHY_SWEEP:
+        words.update(now_pct=_pct(f["now_over_sweep"]), matched_pct=_pct(f["matched_over_sweep"]))
+    if why.code == analysis.WHY_UNEXPLAINED:
+        words.update(
+            matched_pct=_pct(f["matched_ratio"]),
+            not_matched=f" (not matched: {', '.join(unmatched)})" if unmatched else "",
+        )
+    if why.code == analysis.WHY_STEPS and not causes:
+        return STEPS_ADD_UP
+    return WHY_WORDS[why.code].format(**words)
+
+
+def worded(c):
+    """A PeerComparison (analysis.crosscheck.compare_peer) with its causes, explanation and unmatched
+    factors in words, as stored and shown."""
+    causes = [factor_text(f) for f in c.named]
+    unmatched = [unmatched_text(u) for u in c.missing]
+    explanation = why_text(c.why, causes, unmatched) if c.why is not None else ""
+    return replace(c, causes=causes, unmatched=unmatched, explanation=explanation)
+
+
+def compare_peer(
+    slot: str, record, peer, tolerance: float = analysis.TOLERANCE, gap: float = analysis.GAP, sweep_us=None
+):
+    """One peer of one stored crosscheck record, judged (analysis.crosscheck.compare_peer) and worded."""
+    return worded(analysis.compare_peer(slot, record, peer, tolerance, gap, sweep_us=sweep_us))
+
+
+def compare(stored: list, tolerance: float = analysis.TOLERANCE, gap: float = analysis.GAP) -> list:
+    """Every peer of every stored crosscheck, judged (analysis.crosscheck.compare) and worded."""
+    return [worded(c) for c in analysis.compare(stored, tolerance, gap)]

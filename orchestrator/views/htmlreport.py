@@ -28,6 +28,7 @@ from ..planning.render import template_environment
 from ..runs.atomicfile import write_atomic
 from ..runs.profiles import latest_fleet
 from ..runs.store import now_iso
+from .diffnotes import worded_comparison
 
 REPORT_TEMPLATE = "report.html.j2"
 MAX_PLOTTED_CASES = 40
@@ -417,7 +418,7 @@ def write_report(
         charts += chart_history(runs_dir, rows, threshold)
     comparison = None
     if against:
-        comparison = compare_sides(_measured_side(runs_dir, against), side, threshold)
+        comparison = worded_comparison(compare_sides(_measured_side(runs_dir, against), side, threshold))
         charts += chart_comparison(comparison)
     # A host that never said what it is (unreachable, stopped before its facts) gets every fact blank.
     no_facts = dict.fromkeys(set(FactsRecord.model_fields) - {"kind", "schema_version"})

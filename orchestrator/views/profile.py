@@ -3,8 +3,10 @@ counters, each profile's time per call beside the sweep's, and the counter diffs
 
 from __future__ import annotations
 
+from dataclasses import asdict, dataclass, field
 from typing import Optional
 
+from ..analysis import profile as analysis
 from .output import Document, Section
 from .tables import US_DIGITS, significant
 
@@ -48,11 +50,9 @@ def case_text(case) -> str:
 
 def _clocks(p) -> tuple:
     """(ncu's SM MHz over the call's kernels, time-weighted; µs per call at the sweep's SM clock)."""
-    from ..analysis.profile import at_clock_us
-
     summary = p.summary or {}
     cycles, per_call = summary.get("per_call_cycles"), summary.get("per_call_us")
-    return (cycles / per_call if cycles and per_call else None), at_clock_us(summary, p.sweep_sm_clock_mhz)
+    return (cycles / per_call if cycles and per_call else None), analysis.at_clock_us(summary, p.sweep_sm_clock_mhz)
 
 
 def profile_entry(p) -> dict:
@@ -194,3 +194,135 @@ def counter_diff_document(comparisons: list[dict]) -> Document:
     )
     records = [{k: v for k, v in c.items() if k not in ("details", "kernels")} for c in comparisons]
     return Document([section], data={"comparisons": comparisons}, records=records, notes=notes, kind="fleet-profile")
+
+
+# -- the counter diff in words --------------------------------------------------------------------------
+@dataclass
+class CounterDiff:
+    """A counter diff (analysis/profile.py CounterFindings) as stored and shown: its cause and details
+    worded."""
+
+    a_us: Optional[float]
+    b_us: Optional[float]
+    ratio: Optional[float]
+    cause: str  # the likely cause, one line
+    details: list[str] = field(default_factory=list)  # every other difference worth knowing
+    kernels: list[dict] = field(default_factory=list)
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+_WHAT = "{short} {b_us:.4g} µs on B vs {a_us:.4g} µs on A ({pct_us})"
+# cause code -> its words; {what}: the kernel that carries the effect and its time on each side.
+CAUSE_WORDS = {
+    analysis.CAUSE_CANNOT_COMPARE: "cannot compare: {notes}",
+    analysis.CAUSE_DIFFERENT_KERNEL: "a different kernel: B runs {listed_b} where A runs {listed_a}",
+    analysis.CAUSE_MORE_KERNELS: "B runs more kernels per call: {listed_b}, which A does not run",
+    analysis.CAUSE_FEWER_KERNELS: "B runs fewer kernels per call: A also runs {listed_a}",
+    analysis.CAUSE_LAUNCH_COUNT: "B launches the same kernels a different number of times per call: {moved}",
+    analysis.CAUSE_NO_KERNEL_TIME: "the same kernels; ncu gave no time for {kernel_name}",
+    analysis.CAUSE_LAUNCH_CONFIG: "the same kernel with another launch configuration (grid {grid[0]} vs {grid[1]}, "
+    "block {block[0]} vs {block[1]}, {registers[0]:g} vs {registers[1]:g} registers): {what}",
+    "launch-config-unknown-registers": "the same kernel with another launch configuration: {what}",
+    analysis.CAUSE_OUTSIDE_KERNELS: "under ncu the kernels take the same time on both (B/A {ratio:.3f} per call): the "
+    "slowdown lies outside the kernels' own execution (gaps between launches, the host's CPU, or another "
+    "process on the GPU when the sweep ran)",
+    analysis.CAUSE_SM_CLOCK: "the same kernel, slower at a lower SM clock: {b_mhz:.0f} MHz on B vs {a_mhz:.0f} MHz "
+    "on A ({pct_mhz}); {what}",
+    analysis.CAUSE_MEMORY_BOUND: "memory-bound (DRAM {dram_pct:.0f}% busy on A) at lower bandwidth on B: {bandwidth}; {what}",
+    analysis.CAUSE_MORE_DRAM_BYTES: "the same kernel moves {pct_bytes} more DRAM bytes on B (its caches serve less: "
+    "another process, or another L2 state); {what}",
+    analysis.CAUSE_LOWER_OCCUPANCY: "the same kernel at lower achieved occupancy on B: {b_pct:.0f}% vs {a_pct:.0f}% "
+    "(another process on the SMs?); {what}",
+    analysis.CAUSE_GPU_PROCESSES: "another process on B's GPU ({processes}); {what}",
+    analysis.CAUSE_NONE_NAMED: "the same kernel at the same clocks and occupancy is slower on B; the counters name no "
+    "cause: {what}",
+}
+DETAIL_WORDS = {
+    analysis.DETAIL_GPU_PROCESSES: "{b} other processes on B's GPU while it was profiled (A: {a})",
+    analysis.DETAIL_NVML_CLOCK: "NVML SM clock as the range opened: B {b_mhz} MHz, A {a_mhz} MHz",
+    analysis.DETAIL_THROTTLED: "B's GPU throttled as the range opened ({reasons})",
+    analysis.DETAIL_COUNTER: "{label}: B {b:.4g}{unit}, A {a:.4g}{unit} ({pct})",
+}
+# counter -> (its name, its unit as printed after a value)
+COUNTER_WORDS = {
+    "sm-clock": ("SM clock", " MHz"),
+    "dram-clock": ("DRAM clock", " MHz"),
+    "sm-throughput": ("SM throughput", "%"),
+    "dram-throughput": ("DRAM throughput", "%"),
+    "occupancy": ("achieved occupancy", "%"),
+    "dram-bytes": ("DRAM bytes", ""),
+    "dram-bandwidth": ("DRAM bandwidth", " GB/s"),
+}
+
+
+def _pct_change(b: float, a: float) -> str:
+    return f"{(b / a - 1):+.0%}"
+
+
+def _listed(kernels: list) -> str:
+    return ", ".join(f"{analysis.short_name(n, 48)} ({us:.4g} µs per call)" for n, us in kernels)
+
+
+def cause_text(cause) -> str:
+    """The likely cause of a counter diff (a Finding: a CAUSE_* code and its facts) in words."""
+    f = cause.facts
+    words = dict(f)
+    if cause.code == analysis.CAUSE_CANNOT_COMPARE:
+        words["notes"] = "; ".join(f["notes"]) or "a side has no kernel"
+    if "only_a" in f:
+        words.update(listed_a=_listed(f["only_a"]), listed_b=_listed(f["only_b"]))
+    if "moved" in f:
+        words["moved"] = ", ".join(f"{analysis.short_name(n)} {b:g} vs {a:g}" for n, b, a in f["moved"])
+    if "kernel" in f:
+        words["kernel_name"] = analysis.short_name(f["kernel"])
+    if "b_us" in f:
+        short = analysis.short_name(f["kernel"], 48)
+        words["what"] = _WHAT.format(
+            short=short, b_us=f["b_us"], a_us=f["a_us"], pct_us=_pct_change(f["b_us"], f["a_us"])
+        )
+    if "b_mhz" in f:
+        words["pct_mhz"] = _pct_change(f["b_mhz"], f["a_mhz"])
+    if "b_bytes" in f:
+        words["pct_bytes"] = _pct_change(f["b_bytes"], f["a_bytes"])
+    if cause.code == analysis.CAUSE_MEMORY_BOUND:
+        words["bandwidth"] = (
+            f"{f['b_gb_s']:.0f} GB/s vs {f['a_gb_s']:.0f} GB/s"
+            if f["a_gb_s"] and f["b_gb_s"]
+            else f"DRAM clock {f['b_dram_mhz']:.0f} MHz vs {f['a_dram_mhz']:.0f} MHz"
+        )
+    code = cause.code
+    if code == analysis.CAUSE_LAUNCH_CONFIG and None in f["registers"]:
+        code = "launch-config-unknown-registers"
+    return CAUSE_WORDS[code].format(**words)
+
+
+def detail_text(detail) -> str:
+    """One other difference of a counter diff (a Finding: a DETAIL_* code and its facts) in words."""
+    f = detail.facts
+    words = dict(f)
+    if detail.code == analysis.DETAIL_THROTTLED:
+        words["reasons"] = ", ".join(f["reasons"])
+    if detail.code == analysis.DETAIL_COUNTER:
+        label, unit = COUNTER_WORDS[f["counter"]]
+        words.update(label=label, unit=unit, pct=_pct_change(f["b"], f["a"]))
+    return DETAIL_WORDS[detail.code].format(**words)
+
+
+def counter_diff(findings) -> CounterDiff:
+    """A counter diff's findings (analysis/profile.py CounterFindings) in words."""
+    return CounterDiff(
+        a_us=findings.a_us,
+        b_us=findings.b_us,
+        ratio=findings.ratio,
+        cause=cause_text(findings.cause),
+        details=[detail_text(d) for d in findings.details],
+        kernels=findings.kernels,
+    )
+
+
+def explain(a, b, a_run=None, b_run=None) -> CounterDiff:
+    """Why B is slower than A as far as the counters tell (analysis/profile.py diagnose), in words: two
+    ProfileSummary and what each profiled process said (ProfiledRun)."""
+    return counter_diff(analysis.diagnose(a, b, a_run, b_run))
