@@ -216,3 +216,17 @@ def test_the_supervisor_names_a_case_of_its_params_file_as_the_schema_does():
     ]
     for case in cases:
         assert case_id_of_raw(case.model_dump(mode="json")) == case.case_id
+
+
+def test_a_pair_of_two_rounds_borrows_the_runs_between_round_spread():
+    from worker.contract.pairing import pair_interval
+
+    # two rounds whose estimates differ by 0.4%: t with 1 degree of freedom makes that about ±2.5%
+    rounds = [[0.02 + 0.0005 * (-1) ** i for i in range(12)], [0.024 + 0.0005 * (-1) ** i for i in range(12)]]
+    alone = pair_interval(rounds)
+    assert alone.half_width > 0.02
+    moderated = pair_interval(rounds, prior=0.001**2)
+    assert moderated.half_width < 0.006 and moderated.low > 1.01  # a ~2.2% effect, sure
+    assert abs(moderated.ratio - alone.ratio) < 1e-12  # the estimate is the same; only its interval moves
+    noisy = pair_interval(rounds, prior=0.02**2)  # a run whose pairs move 2% between rounds
+    assert noisy.half_width > alone.half_width / 4 and noisy.low < 1.0

@@ -693,11 +693,12 @@ def _run_cases(
     (module docstring), each case until it is sure (rounds_decision). On a GPU the contenders of a shape are
     one unit: each timed on its own, one after the other, then head-to-head (worker/headtohead.py), in
     every round. `partial`: cases with rounds already timed, which go on from there."""
-    from .contract.pairing import log_variance, median_prior, work_per_round
+    from .contract.pairing import log_variance, median_prior, pair_round_variance, paired_rounds, work_per_round
     from .headtohead import duel, units_of
 
     pending: dict[str, CaseRecord] = dict(partial or {})  # ok, rounds so far
     work_variances: dict[str, float] = {}  # per case, its log-work variance over its rounds so far
+    pair_variances: dict[tuple, float] = {}  # per two contenders, their paired ratio's between-round variance
 
     def end(rec: CaseRecord) -> None:
         append_record(results, rec)
@@ -780,7 +781,14 @@ def _run_cases(
                 v = log_variance(work_per_round(rec.timing))
                 if v is not None:
                     work_variances[rec.case_id] = v
-            stop = rounds_decision(timed, median_prior(list(work_variances.values())))
+            for i, a in enumerate(timed):
+                for b in timed[i + 1 :]:
+                    v = pair_round_variance(paired_rounds(a.timing, b.timing))
+                    if v is not None:
+                        pair_variances[(a.case_id, b.case_id)] = v
+            stop = rounds_decision(
+                timed, median_prior(list(work_variances.values())), median_prior(list(pair_variances.values()))
+            )
             for rec in timed:
                 if stop is not None or rounds_in(rec) >= rec.case.timing.rounds:
                     why = stop or ("fixed" if _min_rounds(rec.case) >= rec.case.timing.rounds else "cap")
@@ -798,12 +806,15 @@ def _min_rounds(case: CaseSpec) -> int:
     return min(case.timing.min_rounds, case.timing.rounds)
 
 
-def rounds_decision(records: list[CaseRecord], work_prior: Optional[float] = None) -> Optional[str]:
+def rounds_decision(
+    records: list[CaseRecord], work_prior: Optional[float] = None, pair_prior: Optional[float] = None
+) -> Optional[str]:
     """Whether a unit's cases (their records after this round; contenders timed together stop together,
     so their rounds stay paired) have had rounds enough: "fixed" (min_rounds == rounds, reached), "cap",
     "target" (each case's interval of its time or its work within ±round_target, and each head-to-head
-    ratio's within ±pair_target), or None: another round. `work_prior`: the run's median log-work variance
-    so far, which moderates each case's (worker/contract/pairing.py case_is_sure)."""
+    ratio's within ±pair_target), or None: another round. `work_prior`, `pair_prior`: the run's median
+    log-work variance and paired-ratio between-round variance so far, which moderate each case's and
+    each pair's (worker/contract/pairing.py case_is_sure, pair_interval)."""
     from .contract.pairing import case_is_sure, pair_interval, paired_rounds
 
     if not records:
@@ -818,7 +829,7 @@ def rounds_decision(records: list[CaseRecord], work_prior: Optional[float] = Non
         return None
     for i, a in enumerate(records):
         for b in records[i + 1 :]:
-            interval = pair_interval(paired_rounds(a.timing, b.timing))
+            interval = pair_interval(paired_rounds(a.timing, b.timing), pair_prior)
             if interval is not None and interval.half_width > opts.pair_target:
                 return None
     return "target"

@@ -86,16 +86,19 @@ def run(sweep: Path, inventory: Path, runs: Path, env: dict) -> tuple[str, float
     return str(new[-1]), wall
 
 
-def records_of(run_dir: str) -> dict[tuple, object]:
-    """(backend, m, n, k) -> the case's record, over the run's one host."""
+def records_of(run_dir: str) -> tuple[dict[tuple, object], object]:
+    """(backend, m, n, k) -> the case's record, over the run's one host; and the host's pair prior (the
+    median between-round variance of its paired ratios, as `versus` and rounds until sure use it)."""
+    from orchestrator.analysis.headtohead import pair_prior
     from orchestrator.analysis.merge import load_slots
     from orchestrator.runs.store import resolve_run
 
-    out = {}
+    out, prior = {}, None
     for slot in load_slots(resolve_run(Path(run_dir).parent, run_dir)):
+        prior = pair_prior(slot)
         for _, rec in slot.records.values():
             out[(rec.case.backend, rec.case.m, rec.case.n, rec.case.k)] = rec
-    return out
+    return out, prior
 
 
 def flag(interval, tie: float) -> str:
@@ -126,7 +129,7 @@ def h2h(args) -> str:
         pad = str(Path(args.pad).resolve()) if args.pad.endswith(".json") else args.pad
         run_dir, wall = run(sweep, args.inventory, args.runs_dir, {"FLEETBENCH_MM_PAD": pad})
         walls.append(wall)
-        recs = records_of(run_dir)
+        recs, prior = records_of(run_dir)
         for (backend, m, n, k), base in sorted(recs.items()):
             if backend != "mm" or base.status != "ok":
                 continue
@@ -142,7 +145,7 @@ def h2h(args) -> str:
             for other in ("mm_again", "mm_pad"):
                 rec = recs.get((other, m, n, k))
                 ok = rec is not None and rec.status == "ok"
-                iv = pair_interval(paired_rounds(base.timing, rec.timing)) if ok else None
+                iv = pair_interval(paired_rounds(base.timing, rec.timing), prior) if ok else None
                 row[other] = iv
                 row[other + "_flag"] = flag(iv, args.tie) if ok else f"not ok: {rec.status if rec else 'missing'}"
                 row[other + "_medians"] = rec.timing.median_us / base.timing.median_us if ok else None

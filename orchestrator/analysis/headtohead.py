@@ -26,7 +26,7 @@ import statistics
 from dataclasses import asdict, dataclass, field
 from typing import Callable, Optional
 
-from worker.contract.pairing import Interval, pair_interval, paired_rounds, t95
+from worker.contract.pairing import Interval, median_prior, pair_interval, pair_round_variance, paired_rounds, t95
 from worker.contract.schema import CaseRecord, CaseSpec
 
 from ..errors import InputError
@@ -69,10 +69,29 @@ def _usable(rec: Optional[CaseRecord]) -> bool:
     return rec is not None and rec.status == "ok" and rec.timing is not None and rec.timing.median_us > 0
 
 
-def paired(a: CaseRecord, b: CaseRecord) -> Optional[Interval]:
-    """B/A of two ok records from their paired samples with its interval; None when no round of theirs was
-    timed together (or too few pairs for an interval)."""
-    return pair_interval(paired_rounds(a.timing, b.timing))
+def paired(a: CaseRecord, b: CaseRecord, prior: Optional[float] = None) -> Optional[Interval]:
+    """B/A of two ok records from their paired samples with its interval (moderated toward `prior`, the
+    slot's pair_prior, as the worker's rounds until sure are); None when no round of theirs was timed
+    together (or too few pairs for an interval)."""
+    return pair_interval(paired_rounds(a.timing, b.timing), prior)
+
+
+def pair_prior(slot: SlotData) -> Optional[float]:
+    """The median between-round variance of every two contenders' paired ratio on a slot (worker/contract/
+    pairing.py pair_interval's prior): what the worker's rounds until sure moderated with, over the whole run."""
+    by_shape: dict[tuple, list[CaseRecord]] = {}
+    for case in slot.planned:
+        rec = slot.records.get(case.case_id, (None, None))[1]
+        if _usable(rec) and any(r.pair_id for r in rec.timing.rounds):
+            by_shape.setdefault(shape_of(case), []).append(rec)
+    found = []
+    for members in by_shape.values():
+        for i, x in enumerate(members):
+            for y in members[i + 1 :]:
+                v = pair_round_variance(paired_rounds(x.timing, y.timing))
+                if v is not None:
+                    found.append(v)
+    return median_prior(found)
 
 
 def timed_together(a: CaseRecord, b: CaseRecord) -> bool:
@@ -195,6 +214,7 @@ def contests_of(slot: SlotData, a: str, b: str, tie: float) -> list[Contest]:
         if case.backend in (a, b):
             by_shape.setdefault(shape_of(case), {})[case.backend] = case
     out = []
+    prior = pair_prior(slot)
     for cases in by_shape.values():
         if len(cases) < 2:
             continue
@@ -216,7 +236,7 @@ def contests_of(slot: SlotData, a: str, b: str, tie: float) -> list[Contest]:
             if not timed_together(ra, rb):
                 contest.winner = "unpaired"
             else:
-                iv = paired(ra, rb)
+                iv = paired(ra, rb, prior)
                 contest.winner = judge(iv.low if iv else None, iv.high if iv else None, tie)
                 if iv is not None:
                     contest.ratio, contest.low, contest.high = iv.ratio, iv.low, iv.high
@@ -397,6 +417,7 @@ def pair_index(slots: list[SlotData]) -> PairIndex:
     """Every two ok cases of a shape on a slot that were timed together, with their paired interval."""
     index = PairIndex()
     for slot in slots:
+        prior = pair_prior(slot)
         by_shape: dict[tuple, list[tuple[CaseSpec, CaseRecord]]] = {}
         for case in slot.planned:
             rec = slot.records.get(case.case_id, (None, None))[1]
@@ -405,7 +426,7 @@ def pair_index(slots: list[SlotData]) -> PairIndex:
         for members in by_shape.values():
             for i, (cx, rx) in enumerate(members):
                 for cy, ry in members[i + 1 :]:
-                    iv = paired(rx, ry)
+                    iv = paired(rx, ry, prior)
                     if iv is not None:
                         index.add(slot.slot, (cx.label, cx.m, cx.n, cx.k), cx.backend, cy.backend, iv)
     return index

@@ -88,9 +88,21 @@ def twos(logs: list[float]) -> list[float]:
     return [(logs[i] + logs[i + 1]) / 2 for i in range(0, len(logs) - 1, 2)]
 
 
-def pair_interval(rounds: list[list[float]]) -> Optional[Interval]:
+def _per_round(rounds: list[list[float]]) -> list[float]:
+    """Each round's estimate of log(B/A): the median of its twos (rounds of at least 3 twos)."""
+    return [statistics.median(t) for t in map(twos, rounds) if len(t) >= 3]
+
+
+def pair_round_variance(rounds: list[list[float]]) -> Optional[float]:
+    """The variance between the rounds' estimates of log(B/A); None below 2 such rounds."""
+    per_round = _per_round(rounds)
+    return statistics.variance(per_round) if len(per_round) >= 2 else None
+
+
+def pair_interval(rounds: list[list[float]], prior: Optional[float] = None) -> Optional[Interval]:
     """B/A and its 95% interval from the log ratios of each round's cycles (module docstring); None
-    without a round of at least 3 twos."""
+    without a round of at least 3 twos. `prior`: the run's median pair_round_variance, toward which the
+    between-round variance is moderated (`moderated`): two rounds alone give t with 1 degree of freedom."""
     pairs = sum(len(r) for r in rounds)
     rounds = [t for t in map(twos, rounds) if len(t) >= 3]
     if not rounds:
@@ -98,8 +110,14 @@ def pair_interval(rounds: list[list[float]]) -> Optional[Interval]:
     per_round = [statistics.median(r) for r in rounds]
     point = statistics.fmean(per_round)
     within = math.sqrt(sum(_median_se(r) ** 2 for r in rounds)) / len(rounds)
-    between = statistics.stdev(per_round) / math.sqrt(len(rounds)) if len(rounds) >= 2 else 0.0
-    half = t95(len(rounds) - 1) * between if between > within else 1.96 * within
+    own = statistics.variance(per_round) if len(per_round) >= 2 else None
+    if prior is None:
+        between, df = (math.sqrt(own / len(rounds)) if own is not None else 0.0), len(rounds) - 1
+    else:
+        d = len(rounds) - 1
+        between = math.sqrt((PRIOR_DF * prior + d * (own or 0.0)) / (PRIOR_DF + d) / len(rounds))
+        df = PRIOR_DF + d
+    half = t95(df) * between if between > within else 1.96 * within
     return Interval(math.exp(point), math.exp(point - half), math.exp(point + half), len(rounds), pairs)
 
 
