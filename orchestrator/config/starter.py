@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import InputError
-from ..runs.atomicfile import write_atomic
+from ..atomicfile import write_atomic
 from .resources import sweeps_dir, templates_dir
 
 

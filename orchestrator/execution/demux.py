@@ -18,7 +18,7 @@ from typing import BinaryIO, Callable, Optional
 from worker import protocol
 
 from ..launchers import LaunchWatch
-from ..runs.atomicfile import append_line
+from ..atomicfile import append_line
 
 STDERR_TAIL = 30
 

@@ -34,7 +34,7 @@ from ..config.inventory import Host
 from ..launchers import job_name, launcher_for
 from ..planning.bundle import WorkerBundle
 from ..planning.plan import Job, Plan
-from ..runs.atomicfile import as_disk_full
+from ..atomicfile import as_disk_full
 from ..runs.records import parse_results
 from ..runs.store import RunStore, now_iso
 from ..transport import CommandResult, Transport, TransportError, make_transport

@@ -24,7 +24,7 @@ from ..errors import InputError, RunInterrupted
 from ..planning.bundle import WorkerBundle, build_worker_bundle
 from ..planning.plan import Job, Plan, WorkerSettings, with_limits
 from ..planning.render import render_plan, render_script, template_environment
-from ..runs.atomicfile import DiskFull
+from ..atomicfile import DiskFull
 from ..runs.formats import MANIFEST_VERSION
 from ..runs.manifest import Manifest
 from ..runs.store import RunStore, now_iso

@@ -31,7 +31,7 @@ from ..config.inventory import Host, Inventory
 from ..errors import InputError
 from ..launchers import job_name, launcher_for
 from ..planning.plan import slot_env
-from ..runs.atomicfile import write_atomic
+from ..atomicfile import write_atomic
 from ..runs.slotfolders import SlotFolders, StoredCase
 from ..runs.store import RunStore
 from ..transport import Transport, TransportError, login_relative, make_transport

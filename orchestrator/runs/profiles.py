@@ -23,7 +23,7 @@ from typing import Optional
 
 from worker.profile import PROFILE_FORMAT, ProfileRecord
 
-from .atomicfile import write_json
+from ..atomicfile import write_json
 from .formats import check_version
 from .slotfolders import SlotFolders, StoredCase
 from .store import RunStore

@@ -15,7 +15,7 @@ from typing import Any, Callable, TypeVar
 
 from pydantic import BaseModel
 
-from .atomicfile import write_json
+from ..atomicfile import write_json
 from .formats import NewerFormat, check_version, written_by_newer
 from .store import RunStore
 

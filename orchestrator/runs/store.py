@@ -21,7 +21,7 @@ from typing import Optional
 
 from worker.schema import CaseSpec
 
-from .atomicfile import is_disk_full, write_json
+from ..atomicfile import is_disk_full, write_json
 from ..errors import InputError
 from .formats import MANIFEST_VERSION, upgrade_manifest
 from .manifest import Manifest, load_manifest

@@ -25,7 +25,7 @@ from ..analysis.diff import across_hosts, compare_sides, resolve_side
 from ..analysis.merge import Row, merged_rows
 from ..errors import InputError
 from ..planning.render import template_environment
-from ..runs.atomicfile import write_atomic
+from ..atomicfile import write_atomic
 from ..runs.profiles import latest_fleet
 from ..runs.store import now_iso
 

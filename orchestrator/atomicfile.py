@@ -8,7 +8,7 @@ import os
 import threading
 from pathlib import Path
 
-from ..errors import FleetbenchError
+from .errors import FleetbenchError
 
 # The errors that say the disk (or the user's share of it) has no room left.
 _NO_ROOM = {errno.ENOSPC: "disk full (ENOSPC)", errno.EDQUOT: "disk quota exceeded (EDQUOT)"}
