@@ -20,7 +20,7 @@ from ..execution.remote import RemoteLayout, RenderedScript, layout_for
 from ..atomicfile import write_atomic
 
 # The script runs with the login directory as cwd, so `~/x` is simply `x` in its paths and arguments.
-from ..transport import login_relative
+from ..remotepath import login_relative
 from .bundle import WorkerBundle
 from .plan import Plan
 
