@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.execution.outcome import AttemptEnd, judge
+from orchestrator.runs.outcome import AttemptEnd, judge
 from worker import protocol
 
 REPO = Path(__file__).resolve().parent.parent

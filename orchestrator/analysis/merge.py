@@ -15,7 +15,7 @@ from worker.rounds import join_records, rounds_in
 from worker.schema import SCHEMA_VERSION, CaseRecord, CaseSpec, FactsRecord
 
 from ..errors import InputError
-from ..execution.outcome import HostOutcome
+from ..runs.outcome import HostOutcome
 from ..runs.formats import written_by_newer
 from ..runs.records import parse_results
 from ..runs.store import RunStore

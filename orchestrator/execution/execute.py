@@ -40,7 +40,7 @@ from ..runs.store import RunStore, now_iso
 from ..transport import CommandResult, Transport, TransportError, make_transport
 from .demux import StreamDemux
 from .fanout import fan_out
-from .outcome import AttemptEnd, HostOutcome, explain_stderr, judge
+from ..runs.outcome import AttemptEnd, HostOutcome, explain_stderr, judge
 from .remote import (
     CLEANUP_LIMIT_S,
     RemoteLayout,

@@ -30,7 +30,7 @@ from ..runs.manifest import Manifest
 from ..runs.store import RunStore, now_iso
 from ..transport import make_transport
 from .execute import EventSink, Execution, JobTask, recover_attempts, run_tasks
-from .outcome import HostOutcome
+from ..runs.outcome import HostOutcome
 from .remote import RenderedScript, job_argv, layout_for
 
 

@@ -25,7 +25,7 @@ from ..atomicfile import is_disk_full, write_json
 from ..errors import InputError
 from .formats import MANIFEST_VERSION, upgrade_manifest
 from .manifest import Manifest, load_manifest
-from ..execution.outcome import HostOutcome
+from .outcome import HostOutcome
 
 
 DISK_FULL_MARK = "outcome.disk-full"  # empty: the attempt's outcome found no room on the disk
