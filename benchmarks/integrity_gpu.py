@@ -27,7 +27,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from orchestrator.analysis.merge import load_slots, merged_rows  # noqa: E402
+from orchestrator.analysis.merge import merged_rows  # noqa: E402
+from orchestrator.runs.slots import load_slots  # noqa: E402
 from orchestrator.runs.store import RunStore  # noqa: E402
 
 

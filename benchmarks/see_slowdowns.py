@@ -81,7 +81,7 @@ def run(sweep: Path, inventory: Path, runs: Path, env: dict) -> tuple[str, float
 
 def records_of(run_dir: str) -> dict[tuple, object]:
     """(backend, m, n, k) -> the case's record, over the run's one host."""
-    from orchestrator.analysis.merge import load_slots
+    from orchestrator.runs.slots import load_slots
     from orchestrator.runs.store import resolve_run
 
     out = {}

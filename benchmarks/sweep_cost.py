@@ -19,7 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from orchestrator.analysis.merge import load_slots  # noqa: E402
+from orchestrator.runs.slots import load_slots  # noqa: E402
 from orchestrator.runs.store import RunStore  # noqa: E402
 
 PHASES = ("prepare_s", "check_s", "timing_s", "probe_s")

@@ -30,7 +30,7 @@ from worker.pairing import Interval, pair_interval, paired_rounds, t95
 from worker.schema import CaseRecord, CaseSpec
 
 from ..errors import InputError
-from .merge import SlotData
+from ..runs.slots import SlotData
 
 DEFAULT_TIE = 0.01
 WINNERS = ("B", "A", "tie", "unsure", "unpaired", "not-ok")  # the order a summary counts them in

@@ -284,7 +284,7 @@ def plan_rerun(
 
     Raises InputError when nothing matches or the stored script no longer fits the inventory.
     """
-    from ..analysis.merge import load_slots
+    from ..runs.slots import load_slots
 
     manifest = store.manifest()
     planned = store.planned_cases()

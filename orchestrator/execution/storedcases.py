@@ -119,7 +119,7 @@ def plan_cases(store: RunStore, inventory: Inventory, wanted: dict[str, list[str
     """Jobs for `wanted` (slot -> case ids), run by the run's own scripts and worker on its own hosts.
     Raises InputError for a slot or host the run or the inventory lacks, a host that is another machine
     now, a changed workdir, and a run whose worker lacks the command `name`."""
-    from ..analysis.merge import load_slots
+    from ..runs.slots import load_slots
 
     manifest = store.manifest()
     bundle = stored_bundle(store, manifest)

@@ -176,7 +176,7 @@ class RunIndex:
 
     def _index_run(self, run_dir: Path, fp: str) -> None:
         from ..errors import FleetbenchError
-        from ..analysis.merge import load_slots
+        from .slots import load_slots
         from .store import RunStore
 
         if not (run_dir / "manifest.json").is_file():

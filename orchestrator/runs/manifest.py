@@ -17,7 +17,6 @@ from ..config import defaults
 from ..errors import InputError
 
 
-
 class _Stored(BaseModel):
     # A manifest is a record for years: fields a later version added are read, none is dropped on load.
     model_config = ConfigDict(extra="ignore", frozen=True)

@@ -27,7 +27,6 @@ from .formats import MANIFEST_VERSION, upgrade_manifest
 from .manifest import Manifest, load_manifest
 from .outcome import HostOutcome
 
-
 DISK_FULL_MARK = "outcome.disk-full"  # empty: the attempt's outcome found no room on the disk
 
 
