@@ -1,5 +1,6 @@
 """The one way the controller writes a file that someone may read: whole or not at all; and what a full
 disk is called when a write meets one."""
+
 from __future__ import annotations
 
 import errno
@@ -66,7 +67,7 @@ def append_line(f, data: bytes) -> None:
     view = memoryview(data)
     try:
         while view:
-            view = view[f.write(view):]
+            view = view[f.write(view) :]
     except OSError as exc:
         try:
             f.truncate(start)

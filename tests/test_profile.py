@@ -21,20 +21,13 @@ from cli_output import cli_json
 from conftest import processes_under, start_cli
 from storedruns import write_ok_attempt
 
-from orchestrator.analysis.profile import (
-    ProfileFormatError,
-    at_clock_us,
-    convert,
-    explain,
-    parse_ncu_csv,
-    short_name,
-    summarize,
-)
+from orchestrator.analysis.profile import at_clock_us, explain
 from orchestrator.cli import main
 from orchestrator.config.inventory import load_inventory
 from orchestrator.config.sweep import Sweep
 from orchestrator.execution.launch import prepare_run
 from orchestrator.planning.plan import build_plan, new_run_id
+from orchestrator.runs.ncureport import ProfileFormatError, convert, parse_ncu_csv, short_name, summarize
 from orchestrator.runs.profiles import latest_fleet, load_profiles
 from orchestrator.runs.store import RunStore
 from worker.profile import NCU_PLACES, ProfiledRun, ProfileOptions, classify_ncu_output, ncu_argv

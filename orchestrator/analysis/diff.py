@@ -37,9 +37,9 @@ from worker.pairing import work_per_round
 from worker.schema import CaseRecord
 
 from ..errors import InputError
+from ..runs.slots import SlotData, load_slots
 from ..runs.store import RunStore, resolve_run
 from ..views.tables import NOISY_REL_CI, plus_minus
-from ..runs.slots import SlotData, load_slots
 
 FACT_FIELDS = (
     "gpu_name",

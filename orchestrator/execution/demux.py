@@ -17,8 +17,8 @@ from typing import BinaryIO, Callable, Optional
 
 from worker import protocol
 
-from ..launchers import LaunchWatch
 from ..atomicfile import append_line
+from ..launchers import LaunchWatch
 
 STDERR_TAIL = 30
 

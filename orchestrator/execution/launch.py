@@ -18,19 +18,19 @@ from typing import Optional
 from worker.schema import CaseSpec
 
 from .. import __version__
+from ..atomicfile import DiskFull
 from ..config.inventory import Host, Inventory, select_hosts
 from ..config.sweep import Sweep, UserBackend
 from ..errors import InputError, RunInterrupted
 from ..planning.bundle import WorkerBundle, build_worker_bundle
 from ..planning.plan import Job, Plan, WorkerSettings, with_limits
 from ..planning.render import render_plan, render_script, template_environment
-from ..atomicfile import DiskFull
 from ..runs.formats import MANIFEST_VERSION
 from ..runs.manifest import Manifest
+from ..runs.outcome import HostOutcome
 from ..runs.store import RunStore, now_iso
 from ..transport import make_transport
 from .execute import EventSink, Execution, JobTask, recover_attempts, run_tasks
-from ..runs.outcome import HostOutcome
 from .remote import RenderedScript, job_argv, layout_for
 
 

@@ -17,10 +17,10 @@ from typing import Callable, Optional
 from worker import protocol
 from worker.schema import WorkerParams
 
+from ..atomicfile import write_atomic
 from ..config.inventory import Host
 from ..launchers import job_name, launcher_for
 from ..planning.plan import Job, Plan
-from ..atomicfile import write_atomic
 from ..runs.formats import MANIFEST_VERSION, params_for_worker
 from ..transport import CLEANUP_LIMIT_S, CommandResult, Transport, bounded, login_relative  # noqa: F401 (re-exported)
 

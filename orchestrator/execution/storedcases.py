@@ -27,11 +27,11 @@ from worker import protocol
 from worker.caseloop import CasesParams
 from worker.schema import CaseSpec, Stats
 
+from ..atomicfile import write_atomic
 from ..config.inventory import Host, Inventory
 from ..errors import InputError
 from ..launchers import job_name, launcher_for
 from ..planning.plan import slot_env
-from ..atomicfile import write_atomic
 from ..runs.slotfolders import SlotFolders, StoredCase
 from ..runs.store import RunStore
 from ..transport import Transport, TransportError, login_relative, make_transport

@@ -14,10 +14,10 @@ import jinja2
 
 from worker.protocol import EXIT_NEEDS_SYNC, HELLO_PREFIX, PROTOCOL_FD_ENV
 
+from ..atomicfile import write_atomic
 from ..config.resources import templates_dir
 from ..errors import FleetbenchError
 from ..execution.remote import RemoteLayout, RenderedScript, layout_for
-from ..atomicfile import write_atomic
 
 # The script runs with the login directory as cwd, so `~/x` is simply `x` in its paths and arguments.
 from ..remotepath import login_relative

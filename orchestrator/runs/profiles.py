@@ -36,7 +36,7 @@ FOLDERS = SlotFolders("profile", STORED_PROFILE_FORMAT, ProfileRecord, PROFILE_F
 @dataclass
 class StoredProfile(StoredCase):
     record: ProfileRecord
-    summary: Optional[dict]  # analysis/profile.py ProfileSummary.as_dict(); None when not ok or unreadable
+    summary: Optional[dict]  # runs/ncureport.py ProfileSummary.as_dict(); None when not ok or unreadable
     sweep_median_us: Optional[float]  # the run's median of this case on this slot
     report: Optional[Path]  # the local .ncu-rep, when it was fetched
     problem: str = ""  # what went wrong after the host's verdict (parse, fetch)
