@@ -23,6 +23,7 @@ from ..config.inventory import Host, Inventory, select_hosts
 from ..config.sweep import Sweep, UserBackend
 from ..errors import InputError, RunInterrupted
 from ..planning.bundle import WorkerBundle, build_worker_bundle
+from ..planning.layout import RenderedScript, layout_for
 from ..planning.plan import Job, Plan, WorkerSettings, with_limits
 from ..planning.render import render_plan, render_script, template_environment
 from ..runs.formats import MANIFEST_VERSION
@@ -31,7 +32,7 @@ from ..runs.outcome import HostOutcome
 from ..runs.store import RunStore, now_iso
 from ..transport import make_transport
 from .execute import EventSink, Execution, JobTask, recover_attempts, run_tasks
-from .remote import RenderedScript, job_argv, layout_for
+from .remote import job_argv
 
 
 class NothingToRerun(InputError):

@@ -17,11 +17,11 @@ from worker.protocol import EXIT_NEEDS_SYNC, HELLO_PREFIX, PROTOCOL_FD_ENV
 from ..atomicfile import write_atomic
 from ..config.resources import templates_dir
 from ..errors import FleetbenchError
-from ..execution.remote import RemoteLayout, RenderedScript, layout_for
 
 # The script runs with the login directory as cwd, so `~/x` is simply `x` in its paths and arguments.
 from ..remotepath import login_relative
 from .bundle import WorkerBundle
+from .layout import RemoteLayout, RenderedScript, layout_for
 from .plan import Plan
 
 SCRIPT_TEMPLATE = "bench_script.py.j2"
