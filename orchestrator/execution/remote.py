@@ -1,6 +1,7 @@
-"""What the controller does on a host, whatever the command (where files live there: planning/layout.py): the argv and the
-params of a job, uploading what the host lacks, and stopping what runs there. Used by sweeps (execute)
-and by `hosts --check` alike; the transport underneath is the only thing that talks to the host.
+"""What the controller does on a host, whatever the command: the argv and the params of a job (where
+files live there: planning/layout.py), uploading what the host lacks, and stopping what runs there. Used
+by sweeps (execute) and by `hosts --check` alike; the transport underneath is the only thing that talks
+to the host.
 
 Remote paths may start with `~/`; in argv they are made relative to the login directory, where an SSH
 exec (and the local connector) starts, so no shell ever expands `~`.
