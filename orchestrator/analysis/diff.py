@@ -39,7 +39,7 @@ from worker.schema import CaseRecord
 from ..errors import InputError
 from ..runs.slots import SlotData, load_slots
 from ..runs.store import RunStore, resolve_run
-from ..views.tables import NOISY_REL_CI, plus_minus
+from .noise import NOISY_REL_CI, plus_minus
 
 FACT_FIELDS = (
     "gpu_name",
