@@ -36,8 +36,8 @@ from ..runs.slotfolders import SlotFolders, StoredCase
 from ..runs.store import RunStore
 from ..transport import Transport, TransportError, login_relative, make_transport
 from .fanout import HostResult, Running, fan_out
-from .launch import run_host, stored_bundle
 from .remote import RenderedScript, lacks_files, run_first, stop_remote, sync_script
+from .storedrun import run_host, stored_bundle
 
 START_ALLOWANCE_S = 300.0  # the worker's start (torch, a peer's import, ncu's own), beyond the cases' limits
 
