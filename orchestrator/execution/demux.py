@@ -15,7 +15,7 @@ import io
 import time
 from typing import BinaryIO, Callable, Optional
 
-from worker import protocol
+from worker.contract import protocol
 
 from ..atomicfile import append_line
 from ..launchers import LaunchWatch

@@ -27,8 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
 
-from worker import protocol
-from worker.schema import CaseSpec
+from worker.contract import protocol
+from worker.contract.schema import CaseSpec
 
 from ..atomicfile import as_disk_full
 from ..config.inventory import Host

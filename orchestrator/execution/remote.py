@@ -14,8 +14,8 @@ import time
 from pathlib import Path
 from typing import Callable, Optional
 
-from worker import protocol
-from worker.schema import WorkerParams
+from worker.contract import protocol
+from worker.contract.schema import WorkerParams
 
 from ..atomicfile import write_atomic
 from ..config.inventory import Host

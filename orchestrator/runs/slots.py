@@ -7,8 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Optional
 
-from worker.rounds import join_records
-from worker.schema import SCHEMA_VERSION, CaseRecord, CaseSpec, FactsRecord
+from worker.contract.rounds import join_records
+from worker.contract.schema import SCHEMA_VERSION, CaseRecord, CaseSpec, FactsRecord
 
 from ..errors import InputError
 from .formats import written_by_newer
