@@ -15,8 +15,8 @@ from orchestrator.cli import main
 from orchestrator.config.inventory import load_inventory, select_hosts
 from orchestrator.config.sweep import Sweep, load_sweep
 from orchestrator.errors import InputError
-from orchestrator.execution.remote import layout_for
 from orchestrator.planning.bundle import build_worker_bundle
+from orchestrator.planning.layout import layout_for
 from orchestrator.planning.plan import build_plan
 from orchestrator.planning.render import render_script, template_environment
 from orchestrator.runs.records import parse_results

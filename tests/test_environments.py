@@ -14,7 +14,7 @@ from orchestrator.cli import main
 from orchestrator.config.inventory import load_inventory, select_hosts
 from orchestrator.config.sweep import load_sweep
 from orchestrator.errors import InputError
-from orchestrator.execution.provision import constraints_for
+from orchestrator.ops.provision import constraints_for
 from orchestrator.planning.plan import build_plan
 
 REPO = Path(__file__).resolve().parent.parent

@@ -24,7 +24,7 @@ import pytest
 import torch
 from support.ci import require
 
-from orchestrator.execution.provision import pinned_versions
+from orchestrator.ops.provision import pinned_versions
 from worker import nvfp4
 from worker.backends import flashinfer_mm_fp4_backends
 from worker.backends.fp8 import dequantized_product
@@ -451,7 +451,7 @@ def test_the_pinned_gpu_profile_resolves_together(tmp_path, monkeypatch, capsys)
 
 
 def test_backends_the_installed_flashinfer_offers_beyond_the_catalog_are_reported():
-    from orchestrator.execution.hostcheck import readiness_notes
+    from orchestrator.ops.hostcheck import readiness_notes
 
     offered = flashinfer_mm_fp4_backends()
     assert readiness_notes({"flashinfer": FI_VERSION, "flashinfer_mm_fp4_backends": offered}) == []

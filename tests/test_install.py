@@ -17,7 +17,7 @@ import pytest
 from cli_output import cli_json
 
 from orchestrator.cli import main
-from orchestrator.execution.provision import pinned_versions
+from orchestrator.ops.provision import pinned_versions
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -71,7 +71,7 @@ def test_provision_finds_its_pins_in_an_installed_wheel(wheel, tmp_path):
         capture_output=True,
     )
     code = (
-        "import json, orchestrator.execution.provision as p; "
+        "import json, orchestrator.ops.provision as p; "
         "print(json.dumps([p.__file__, str(p.CONSTRAINTS), p.pinned_versions()]))"
     )
     proc = subprocess.run(
@@ -158,7 +158,7 @@ def test_the_worker_alone_installs_nothing_of_the_controller_and_pins_what_provi
     """worker/pyproject.toml builds `fleetbench-worker`: every worker module and nothing else; it needs
     torch, pydantic and numpy; its `[gpu]` extra is exactly `provision --profile gpu` at the pins of
     requirements/host-constraints.txt (one way to a GPU host's versions, whichever tool installs)."""
-    from orchestrator.execution.provision import PROFILES, pinned_versions
+    from orchestrator.ops.provision import PROFILES, pinned_versions
 
     source = tmp_path / "src" / "worker"
     shutil.copytree(REPO / "worker", source, ignore=shutil.ignore_patterns("__pycache__"))

@@ -22,19 +22,13 @@ from conftest import processes_under, start_cli
 from storedruns import write_ok_attempt
 
 from orchestrator.analysis import profile as ap
-from orchestrator.analysis.profile import (
-    ProfileFormatError,
-    at_clock_us,
-    convert,
-    parse_ncu_csv,
-    short_name,
-    summarize,
-)
+from orchestrator.analysis.profile import at_clock_us
 from orchestrator.cli import main
 from orchestrator.config.inventory import load_inventory
 from orchestrator.config.sweep import Sweep
 from orchestrator.execution.launch import prepare_run
 from orchestrator.planning.plan import build_plan, new_run_id
+from orchestrator.runs.ncureport import ProfileFormatError, convert, parse_ncu_csv, short_name, summarize
 from orchestrator.runs.profiles import latest_fleet, load_profiles
 from orchestrator.runs.store import RunStore
 from orchestrator.views.profile import explain

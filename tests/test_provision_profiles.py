@@ -14,7 +14,7 @@ import pytest
 
 from orchestrator.cli import main
 from orchestrator.config.inventory import Host
-from orchestrator.execution.provision import CPU_TORCH_INDEX, default_profile
+from orchestrator.ops.provision import CPU_TORCH_INDEX, default_profile
 
 SWEEP = "name: s\nbackends: [torch-bf16]\nshapes: [{m: 16, n: 64, k: 64}]\n"
 

@@ -17,9 +17,9 @@ import pytest
 from cli_output import cli_json
 from support.syntheticruns import make_run
 
+from orchestrator import atomicfile
 from orchestrator.cli import main
 from orchestrator.execution import demux as demux_module
-from orchestrator.runs import atomicfile
 from worker.contract.schema import SCHEMA_VERSION
 
 REPO = Path(__file__).resolve().parent.parent

@@ -1,4 +1,5 @@
-"""The shape of the code, checked: no import cycle among the project's modules; each command imports
+"""The shape of the code, checked: the controller's layers (each package imports only the ones below it)
+and no import cycle among its packages; no import cycle among the project's modules; each command imports
 only what it uses; no process of fleetbench outlives a command; the host contract lives in
 worker/protocol.py and the controller matches no message text; the outcome judgement as a table."""
 
@@ -13,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.execution.outcome import AttemptEnd, judge
+from orchestrator.runs.outcome import AttemptEnd, judge
 from worker.contract import protocol
 
 REPO = Path(__file__).resolve().parent.parent
@@ -26,22 +27,27 @@ def _module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def _imports(path: Path, module: str) -> set[str]:
-    """Project modules that `module` imports anywhere in its file (module level or inside functions)."""
+def _import_lines(path: Path, module: str) -> list[tuple[int, str]]:
+    """(line, project module) for each import in `module`'s file (module level or inside functions)."""
     package = module if path.name == "__init__.py" else module.rsplit(".", 1)[0]
-    found = set()
+    found = []
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.Import):
-            found.update(a.name for a in node.names)
+            found.extend((node.lineno, a.name) for a in node.names)
         elif isinstance(node, ast.ImportFrom):
             if node.level:
                 base = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
                 target = f"{base}.{node.module}" if node.module else base
             else:
                 target = node.module or ""
-            found.add(target)
-            found.update(f"{target}.{a.name}" for a in node.names)  # `from . import x` may name a module
-    return {m for m in found if m.split(".")[0] in PACKAGES}
+            found.append((node.lineno, target))
+            found.extend((node.lineno, f"{target}.{a.name}") for a in node.names)  # `from . import x` may name a module
+    return [(line, m) for line, m in found if m.split(".")[0] in PACKAGES]
+
+
+def _imports(path: Path, module: str) -> set[str]:
+    """Project modules that `module` imports anywhere in its file (module level or inside functions)."""
+    return {m for _, m in _import_lines(path, module)}
 
 
 def test_no_import_cycle_among_the_projects_modules():
@@ -67,6 +73,94 @@ def test_no_import_cycle_among_the_projects_modules():
     for m in sorted(graph):
         if m not in state:
             visit(m)
+
+
+# -- the controller's layers --------------------------------------------------------------------------
+# cli > commands > views | ops > execution > analysis | planning | launchers > runs | transport > config > leaves.
+# Each package (or top-level module) of orchestrator/ and the others it may import; packages on one level
+# import none of each other. Every one may import the leaves; among them, atomicfile raises errors'.
+LEAVES = {"errors", "atomicfile", "remotepath", "orchestrator"}  # orchestrator: its __init__ (__version__)
+MAY_IMPORT = {
+    "cli": {"commands"},  # it assembles the commands; they reach the rest
+    "commands": {"views", "ops", "execution", "analysis", "planning", "launchers", "runs", "transport", "config"},
+    "views": {"execution", "analysis", "planning", "launchers", "runs", "transport", "config"},
+    "ops": {"execution", "analysis", "planning", "launchers", "runs", "transport", "config"},
+    "execution": {"analysis", "planning", "launchers", "runs", "transport", "config"},
+    "analysis": {"runs", "transport", "config"},
+    "planning": {"runs", "transport", "config"},
+    "launchers": {"runs", "transport", "config"},
+    "runs": {"config"},
+    "transport": {"config"},
+    "config": set(),
+    "atomicfile": {"errors"},
+    "errors": set(),
+    "remotepath": set(),
+    "orchestrator": set(),
+}
+
+
+def _unit(module: str) -> str:
+    """The package of orchestrator/ (or its top-level module) that `module` belongs to."""
+    parts = module.split(".")
+    if len(parts) > 1 and (
+        (REPO / "orchestrator" / parts[1]).is_dir() or (REPO / "orchestrator" / f"{parts[1]}.py").exists()
+    ):
+        return parts[1]
+    return "orchestrator"  # the package's own __init__, or a name it defines (__version__)
+
+
+def _controller_imports() -> list[tuple[str, str, str, str]]:
+    """(importing unit, imported unit, where, module) for each import between units of orchestrator/."""
+    found = {}
+    for path in sorted((REPO / "orchestrator").rglob("*.py")):
+        module = _module_name(path)
+        for line, target in _import_lines(path, module):
+            if target.split(".")[0] == "orchestrator" and _unit(target) != _unit(module):
+                where = f"{path.relative_to(REPO)}:{line}"
+                found.setdefault((where, _unit(target)), (_unit(module), _unit(target), where, target))
+    return list(found.values())
+
+
+def test_every_controller_package_has_its_place_in_the_layers():
+    units = {_unit(_module_name(p)) for p in (REPO / "orchestrator").rglob("*.py")}
+    assert units == set(MAY_IMPORT), "place each package in MAY_IMPORT: " + str(sorted(units ^ set(MAY_IMPORT)))
+
+
+def test_each_controller_package_imports_only_the_layers_below_it():
+    wrong = sorted(
+        f"{where} imports {target} ({unit} may not import {imported})"
+        for unit, imported, where, target in _controller_imports()
+        if imported not in MAY_IMPORT[unit] | (set() if unit in LEAVES else LEAVES)
+    )
+    assert wrong == [], "imports against the layers:\n" + "\n".join(wrong)
+
+
+def test_no_import_cycle_among_the_controllers_packages():
+    edges: dict[str, dict[str, str]] = {}
+    for unit, imported, where, target in _controller_imports():
+        edges.setdefault(unit, {}).setdefault(imported, f"{where} imports {target}")
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(unit: str) -> None:
+        state[unit] = 1
+        stack.append(unit)
+        for n in sorted(edges.get(unit, {})):
+            if state.get(n) == 1:
+                cycle = stack[stack.index(n) :] + [n]
+                pytest.fail(
+                    "package import cycle: "
+                    + " -> ".join(cycle)
+                    + "".join(f"\n  {edges[a][b]}" for a, b in zip(cycle, cycle[1:]))
+                )
+            elif n not in state:
+                visit(n)
+        stack.pop()
+        state[unit] = 2
+
+    for unit in sorted(edges):
+        if unit not in state:
+            visit(unit)
 
 
 def _modules_after(argv: list[str], tmp_path: Path) -> tuple[int, set[str]]:

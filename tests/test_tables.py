@@ -114,7 +114,7 @@ def history_documents(runs: Path) -> list[Document]:
 
 def hosts_documents(tmp_path: Path) -> list[Document]:
     from orchestrator.config.inventory import load_inventory
-    from orchestrator.execution.hostcheck import HostStatus
+    from orchestrator.ops.hostcheck import HostStatus
     from orchestrator.views.tables import host_check_document, inventory_document
 
     inventory = tmp_path / "hosts.yaml"

@@ -14,9 +14,10 @@ import pytest
 from cli_output import cli_json, md_rows
 
 from orchestrator.analysis.headtohead import judge, pair_index, pivot_best
-from orchestrator.analysis.merge import load_slots, merged_rows
+from orchestrator.analysis.merge import merged_rows
 from orchestrator.cli import main
 from orchestrator.config.sweep import Sweep
+from orchestrator.runs.slots import load_slots
 from orchestrator.runs.store import RunStore
 from orchestrator.views.tables import pivot_document
 from worker.contract.schema import CaseRecord, FactsRecord, RoundStats

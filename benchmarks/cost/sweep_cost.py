@@ -17,7 +17,7 @@ import os
 import sys
 from pathlib import Path
 
-from orchestrator.analysis.merge import load_slots
+from orchestrator.runs.slots import load_slots
 from orchestrator.runs.store import RunStore
 
 PHASES = ("prepare_s", "check_s", "timing_s", "probe_s")

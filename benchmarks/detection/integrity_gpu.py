@@ -25,7 +25,8 @@ import time
 from pathlib import Path
 
 from benchmarks.harness import ROOT as REPO
-from orchestrator.analysis.merge import load_slots, merged_rows
+from orchestrator.analysis.merge import merged_rows
+from orchestrator.runs.slots import load_slots
 from orchestrator.runs.store import RunStore
 
 

@@ -90,7 +90,7 @@ def records_of(run_dir: str) -> tuple[dict[tuple, object], object]:
     """(backend, m, n, k) -> the case's record, over the run's one host; and the host's pair prior (the
     median between-round variance of its paired ratios, as `versus` and rounds until sure use it)."""
     from orchestrator.analysis.headtohead import pair_prior
-    from orchestrator.analysis.merge import load_slots
+    from orchestrator.runs.slots import load_slots
     from orchestrator.runs.store import resolve_run
 
     out, prior = {}, None

@@ -166,7 +166,7 @@ def true_effect(run_dir: str, slow: str) -> float:
     """The slow host's median over the others' mean, geometric mean over the cases: what it should hold."""
     import math
 
-    from orchestrator.analysis.merge import load_slots
+    from orchestrator.runs.slots import load_slots
     from orchestrator.runs.store import resolve_run
 
     per_case: dict[str, dict[str, float]] = {}

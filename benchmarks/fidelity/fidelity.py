@@ -194,7 +194,7 @@ def runs_against_reference(
     run_dirs: list[Path], reference_settle_ms: float, passes: int = 3
 ) -> tuple[str, list[list[float]]]:
     """(against_runs' Markdown, each run's ratios to the reference)."""
-    from orchestrator.analysis.merge import load_slots
+    from orchestrator.runs.slots import load_slots
     from orchestrator.runs.store import RunStore
 
     medians: dict[tuple, dict[int, float]] = {}

@@ -75,7 +75,7 @@ def run_cold(sweep: Path, inventory: Path, runs_dir: Path) -> tuple[float, int, 
 
 def inside(run: Path) -> tuple[float, int]:
     """(the worker's seconds inside cases, timed rounds) of a run's stored records."""
-    from orchestrator.analysis.merge import load_slots
+    from orchestrator.runs.slots import load_slots
     from orchestrator.runs.store import RunStore
 
     seconds, rounds = 0.0, 0

@@ -37,9 +37,9 @@ from worker.contract.pairing import log_variance, median_prior, moderated, work_
 from worker.contract.schema import CaseRecord
 
 from ..errors import InputError
+from ..runs.slots import SlotData, load_slots
 from ..runs.store import RunStore, resolve_run
-from ..views.tables import NOISY_REL_CI
-from .merge import SlotData, load_slots
+from .noise import NOISY_REL_CI
 
 FACT_FIELDS = (
     "gpu_name",

@@ -30,7 +30,7 @@ from worker.contract.pairing import Interval, median_prior, pair_interval, pair_
 from worker.contract.schema import CaseRecord, CaseSpec
 
 from ..errors import InputError
-from .merge import SlotData
+from ..runs.slots import SlotData
 
 DEFAULT_TIE = 0.01
 WINNERS = ("B", "A", "tie", "unsure", "unpaired", "not-ok")  # the order a summary counts them in

@@ -202,7 +202,8 @@ def print_interrupted(store, fmt: str, io: Streams) -> int:
 
 
 def print_run(store, outcomes, fmt: str, io: Streams) -> int:
-    from ..analysis.merge import load_slots, merged_rows
+    from ..analysis.merge import merged_rows
+    from ..runs.slots import load_slots
     from ..views.output import write
     from ..views.tables import rows_document
 

@@ -29,7 +29,7 @@ def run(args, io: Streams) -> int:
 
         io.write(write(inventory_document(hosts), args.format, io.width()))
         return EXIT_OK
-    from ..execution.hostcheck import check_hosts, version_skew
+    from ..ops.hostcheck import check_hosts, version_skew
     from ..views.tables import host_check_document
 
     statuses = check_hosts(hosts, accept_new=args.accept_new, parallel=args.parallel)

@@ -24,7 +24,7 @@ def run(args, io: Streams) -> int:
     if importlib.util.find_spec("torch") is None:
         # The `local` host runs the worker with this interpreter, and the controller never carries torch.
         # A laptop wants the small CPU torch (the Makefile's TORCH_SPEC): installed first, the extra keeps it.
-        from ..execution.provision import CPU_TORCH_INDEX
+        from ..ops.provision import CPU_TORCH_INDEX
 
         # Without the CPU index, Linux's pip brings torch's CUDA build (GBs of nvidia-* wheels).
         io.write(

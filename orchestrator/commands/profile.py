@@ -145,8 +145,8 @@ def reference_slot(side, case_id: str, fleet_median_us: float, outlier: str):
 def profile_flagged(args, side, report, fleet_doc, io: Streams) -> int:
     """Profile the flagged cases of the outlier hosts (at most --profile-limit, furthest first) and the
     same cases on the host closest to the fleet median; print and store the counter diffs."""
-    from ..analysis.profile import ProfileFormatError, summary_of
     from ..execution.profile import PROFILE
+    from ..runs.ncureport import ProfileFormatError, summary_of
     from ..runs.profiles import write_fleet
     from ..views.output import write
     from ..views.profile import case_text, counter_diff_document, explain

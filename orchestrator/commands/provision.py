@@ -44,7 +44,7 @@ def declare(p):
 
 def run(args, io: Streams) -> int:
     from ..config.inventory import load_inventory, select_hosts
-    from ..execution.provision import provision_hosts
+    from ..ops.provision import provision_hosts
 
     hosts = select_hosts(load_inventory(inventory_path(args.inventory)), args.hosts)
     results = provision_hosts(

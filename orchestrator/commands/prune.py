@@ -32,7 +32,7 @@ def declare(p):
 
 def run(args, io: Streams) -> int:
     from ..config.inventory import load_inventory
-    from ..execution.prune import parse_date, prune_runs
+    from ..ops.prune import parse_date, prune_runs
     from ..runs.store import existing_runs_dir, links_notes
 
     older_than = parse_date(args.older_than) if args.older_than else None

@@ -33,7 +33,8 @@ def run(args, io: Streams) -> int:
     if not args.pivot:
         return print_run(store, outcomes, args.format, io)
     from ..analysis.headtohead import pair_index
-    from ..analysis.merge import load_slots, merged_rows
+    from ..analysis.merge import merged_rows
+    from ..runs.slots import load_slots
     from ..views.output import write
     from ..views.tables import pivot_document
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..atomicfile import write_atomic
 from ..errors import InputError
-from ..runs.atomicfile import write_atomic
 from .resources import sweeps_dir, templates_dir
 
 

@@ -1,3 +1,3 @@
 """Execution: launching a plan (run, rerun), the attempt of each job on its host (execute, demux, remote),
-the one fan-out every multi-host command uses, how an attempt ended (outcome), and the other commands
-that act on hosts (hostcheck, provision, prune)."""
+the one fan-out every multi-host command uses, and what a stored run needs to run again (storedrun,
+storedcases, with profile and crosscheck)."""

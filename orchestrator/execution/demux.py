@@ -17,8 +17,8 @@ from typing import BinaryIO, Callable, Optional
 
 from worker.contract import protocol
 
+from ..atomicfile import append_line
 from ..launchers import LaunchWatch
-from ..runs.atomicfile import append_line
 
 STDERR_TAIL = 30
 

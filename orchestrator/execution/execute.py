@@ -30,17 +30,17 @@ from typing import Callable, Optional
 from worker.contract import protocol
 from worker.contract.schema import CaseSpec
 
+from ..atomicfile import as_disk_full
 from ..config.inventory import Host
 from ..launchers import job_name, launcher_for
 from ..planning.bundle import WorkerBundle
 from ..planning.plan import Job, Plan
-from ..runs.atomicfile import as_disk_full
+from ..runs.outcome import AttemptEnd, HostOutcome, explain_stderr, judge
 from ..runs.records import parse_results
 from ..runs.store import RunStore, now_iso
 from ..transport import CommandResult, Transport, TransportError, make_transport
 from .demux import StreamDemux
 from .fanout import fan_out
-from .outcome import AttemptEnd, HostOutcome, explain_stderr, judge
 from .remote import (
     CLEANUP_LIMIT_S,
     RemoteLayout,

@@ -7,7 +7,6 @@ today's reading of its sweep file.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import platform
 import shutil
@@ -18,20 +17,20 @@ from typing import Optional
 from worker.contract.schema import CaseSpec
 
 from .. import __version__
-from ..config.inventory import Host, Inventory, select_hosts
+from ..atomicfile import DiskFull
+from ..config.inventory import Inventory, select_hosts
 from ..config.sweep import Sweep, UserBackend
 from ..errors import InputError, RunInterrupted
 from ..planning.bundle import WorkerBundle, build_worker_bundle
+from ..planning.layout import RenderedScript
 from ..planning.plan import Job, Plan, WorkerSettings, with_limits
-from ..planning.render import render_plan, render_script, template_environment
-from ..runs.atomicfile import DiskFull
-from ..runs.formats import MANIFEST_VERSION
-from ..runs.manifest import Manifest
+from ..planning.render import render_plan
+from ..runs.outcome import HostOutcome
 from ..runs.store import RunStore, now_iso
 from ..transport import make_transport
 from .execute import EventSink, Execution, JobTask, recover_attempts, run_tasks
-from .outcome import HostOutcome
-from .remote import RenderedScript, job_argv, layout_for
+from .remote import job_argv
+from .storedrun import run_host, stored_bundle
 
 
 class NothingToRerun(InputError):
@@ -179,78 +178,6 @@ def describe_commands(plan: Plan, scripts: dict[str, RenderedScript]) -> list[st
 
 
 # -- rerun ------------------------------------------------------------------------------------------
-def stored_bundle(store: RunStore, manifest: Manifest) -> WorkerBundle:
-    path = store.dir / "worker.tar.gz"
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise InputError(f"{path}: the run's worker archive cannot be read: {exc.strerror or exc}") from None
-    bundle = WorkerBundle(
-        data=data, sha256=hashlib.sha256(data).hexdigest(), files=0, params_format=manifest.written_as
-    )
-    if bundle.sha256 != manifest.worker_sha256:
-        raise InputError(f"{path}: worker archive does not match the manifest's sha256")
-    return bundle
-
-
-def stored_script(store: RunStore, manifest: Manifest, host: Host, bundle: WorkerBundle) -> RenderedScript:
-    """The run's own script for `host`, checked against the manifest and against the host's workdir."""
-    stored = manifest.scripts[host.name]
-    path = store.dir / stored.path
-    if not path.exists() or hashlib.sha256(path.read_bytes()).hexdigest() != stored.sha256:
-        raise InputError(f"{path}: the run's script is missing or was modified")
-    layout = layout_for(host, store.run_id, bundle.sha256)
-    if manifest.written_as == MANIFEST_VERSION:
-        # Today's template renders the same bytes for an unchanged workdir; an older run's template
-        # differs anyway, so there only the stored layout is checked.
-        current = hashlib.sha256(render_script(template_environment(), layout, bundle.sha256).encode()).hexdigest()
-        if current != stored.sha256:
-            raise InputError(
-                f"host '{host.name}': its workdir changed since run {store.run_id}; "
-                "the stored script no longer fits it (start a new run)"
-            )
-    else:
-        stored_host = manifest.stored_host(host.name) or {}
-        if stored_host.get("workdir") not in (None, host.workdir):
-            raise InputError(
-                f"host '{host.name}': its workdir changed since run {store.run_id} "
-                f"({stored_host.get('workdir')} -> {host.workdir}); start a new run"
-            )
-    return RenderedScript(host=host.name, path=path, sha256=stored.sha256, layout=layout)
-
-
-def check_same_host(store: RunStore, manifest: Manifest, host: Host, inventory_path: str) -> None:
-    """A rerun completes a run on its own hosts: refuse an inventory whose host of that name is another machine."""
-    stored = manifest.stored_host(host.name)
-    difference = host.differs_from(stored) if stored else None
-    if difference:
-        raise InputError(
-            f"host '{host.name}' in {inventory_path} is not the host run {store.run_id} ran on: "
-            f"{difference} (start a new run)"
-        )
-
-
-def run_host(
-    store: RunStore,
-    manifest: Manifest,
-    inventory: Inventory,
-    name: str,
-    bundle: WorkerBundle,
-    scripts: dict[str, RenderedScript],
-) -> tuple[Host, bool]:
-    """The run's host `name` as the inventory names it, checked to be the machine the run ran on, its
-    stored script added to `scripts` the first time: (the host, whether this call added it). InputError
-    when the inventory lacks the host or it is another machine now."""
-    host = next((h for h in inventory.hosts if h.name == name), None)
-    if host is None:
-        raise InputError(f"host '{name}' of run {store.run_id} is not in {inventory.path}")
-    if host.name in scripts:
-        return host, False
-    check_same_host(store, manifest, host, inventory.path)
-    scripts[host.name] = stored_script(store, manifest, host, bundle)
-    return host, True
-
-
 def cases_to_finish(planned: list[CaseSpec], records: dict) -> list[CaseSpec]:
     """The cases of a job that are not done, as they should run now: missing, failed, crashed or hung
     cases in full; a case whose rounds were cut short, for the rounds it still lacks (its case id is
@@ -284,7 +211,7 @@ def plan_rerun(
 
     Raises InputError when nothing matches or the stored script no longer fits the inventory.
     """
-    from ..analysis.merge import load_slots
+    from ..runs.slots import load_slots
 
     manifest = store.manifest()
     planned = store.planned_cases()

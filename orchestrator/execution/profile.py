@@ -15,7 +15,7 @@ from typing import Optional
 from worker.contract.profile import ProfileParams, ProfileRecord
 from worker.contract.schema import Stats
 
-from ..analysis.profile import ProfileFormatError, summary_of
+from ..runs.ncureport import ProfileFormatError, summary_of
 from ..runs.profiles import FOLDERS, StoredProfile, write_profile
 from ..transport import Transport, bounded
 from .storedcases import CaseJob, CasePlan, WorkerCommand

@@ -1,6 +1,7 @@
-"""What the controller does on a host, whatever the command: where files live there, the argv and the
-params of a job, uploading what the host lacks, and stopping what runs there. Used by sweeps (execute)
-and by `hosts --check` alike; the transport underneath is the only thing that talks to the host.
+"""What the controller does on a host, whatever the command: the argv and the params of a job (where
+files live there: planning/layout.py), uploading what the host lacks, and stopping what runs there. Used
+by sweeps (execute) and by `hosts --check` alike; the transport underneath is the only thing that talks
+to the host.
 
 Remote paths may start with `~/`; in argv they are made relative to the login directory, where an SSH
 exec (and the local connector) starts, so no shell ever expands `~`.
@@ -10,78 +11,21 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
 from worker.contract import protocol
 from worker.contract.schema import WorkerParams
 
+from ..atomicfile import write_atomic
 from ..config.inventory import Host
 from ..launchers import job_name, launcher_for
+from ..planning.layout import RemoteLayout, RenderedScript, layout_for  # noqa: F401 (re-exported)
 from ..planning.plan import Job, Plan
-from ..runs.atomicfile import write_atomic
 from ..runs.formats import MANIFEST_VERSION, params_for_worker
 from ..transport import CLEANUP_LIMIT_S, CommandResult, Transport, bounded, login_relative  # noqa: F401 (re-exported)
 
 STOP_GRACE_S = 3.0
-
-
-@dataclass(frozen=True)
-class RemoteLayout:
-    """Where things live under a host's workdir (paths may start with `~/`)."""
-
-    workdir: str
-    run_id: str
-    worker_sha: str
-
-    @property
-    def worker_archive(self) -> str:
-        return f"{self.workdir}/worker/{self.worker_sha[:16]}.tar.gz"
-
-    @property
-    def worker_dir(self) -> str:
-        return f"{self.workdir}/worker/{self.worker_sha[:16]}"
-
-    @property
-    def run_dir(self) -> str:
-        return f"{self.workdir}/runs/{self.run_id}"
-
-    def script(self, script_sha: str) -> str:
-        # Content-addressed: an unchanged script is already there and the next run uploads nothing.
-        return f"{self.workdir}/scripts/bench-{script_sha[:16]}.py"
-
-    def attempt_dir(self, slot: str, attempt: int) -> str:
-        # Flat under the run folder: creating it is one SFTP round trip.
-        return f"{self.run_dir}/{slot}.attempt-{attempt}"
-
-    def params(self, slot: str, attempt: int) -> str:
-        return f"{self.attempt_dir(slot, attempt)}/params.json"
-
-    def results(self, slot: str, attempt: int) -> str:
-        return f"{self.attempt_dir(slot, attempt)}/results.jsonl"
-
-    def pidfile(self, slot: str, attempt: int) -> str:
-        return f"{self.attempt_dir(slot, attempt)}/pid"
-
-
-def layout_for(host: Host, run_id: str, worker_sha: str) -> RemoteLayout:
-    return RemoteLayout(workdir=host.workdir.rstrip("/") or "/", run_id=run_id, worker_sha=worker_sha)
-
-
-@dataclass(frozen=True)
-class RenderedScript:
-    """A host's launcher: the local file (the exact bytes uploaded), its hash, and its host layout."""
-
-    host: str
-    path: Path
-    sha256: str
-    layout: RemoteLayout
-
-    @property
-    def remote(self) -> str:
-        """Where the host keeps this script (content-addressed, so unchanged scripts are not re-sent)."""
-        return self.layout.script(self.sha256)
 
 
 # -- the commands ------------------------------------------------------------------------------------

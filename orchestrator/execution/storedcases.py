@@ -27,17 +27,17 @@ from worker.contract import protocol
 from worker.contract.cases import CasesParams
 from worker.contract.schema import CaseSpec, Stats
 
+from ..atomicfile import write_atomic
 from ..config.inventory import Host, Inventory
 from ..errors import InputError
 from ..launchers import job_name, launcher_for
 from ..planning.plan import slot_env
-from ..runs.atomicfile import write_atomic
 from ..runs.slotfolders import SlotFolders, StoredCase
 from ..runs.store import RunStore
 from ..transport import Transport, TransportError, login_relative, make_transport
 from .fanout import HostResult, Running, fan_out
-from .launch import run_host, stored_bundle
 from .remote import RenderedScript, lacks_files, run_first, stop_remote, sync_script
+from .storedrun import run_host, stored_bundle
 
 START_ALLOWANCE_S = 300.0  # the worker's start (torch, a peer's import, ncu's own), beyond the cases' limits
 
@@ -119,7 +119,7 @@ def plan_cases(store: RunStore, inventory: Inventory, wanted: dict[str, list[str
     """Jobs for `wanted` (slot -> case ids), run by the run's own scripts and worker on its own hosts.
     Raises InputError for a slot or host the run or the inventory lacks, a host that is another machine
     now, a changed workdir, and a run whose worker lacks the command `name`."""
-    from ..analysis.merge import load_slots
+    from ..runs.slots import load_slots
 
     manifest = store.manifest()
     bundle = stored_bundle(store, manifest)

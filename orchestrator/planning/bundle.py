@@ -16,7 +16,7 @@ from typing import Iterable
 
 import worker.contract
 
-from ..runs.atomicfile import write_atomic
+from ..atomicfile import write_atomic
 from ..runs.formats import MANIFEST_VERSION
 
 

@@ -14,14 +14,14 @@ import jinja2
 
 from worker.contract.protocol import EXIT_NEEDS_SYNC, HELLO_PREFIX, PROTOCOL_FD_ENV
 
+from ..atomicfile import write_atomic
 from ..config.resources import templates_dir
 from ..errors import FleetbenchError
-from ..execution.remote import RemoteLayout, RenderedScript, layout_for
-from ..runs.atomicfile import write_atomic
 
 # The script runs with the login directory as cwd, so `~/x` is simply `x` in its paths and arguments.
-from ..transport import login_relative
+from ..remotepath import login_relative
 from .bundle import WorkerBundle
+from .layout import RemoteLayout, RenderedScript, layout_for
 from .plan import Plan
 
 SCRIPT_TEMPLATE = "bench_script.py.j2"

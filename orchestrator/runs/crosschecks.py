@@ -10,6 +10,7 @@ The folders, and the file around each record: runs/slotfolders.py.
 Stored crosscheck history (STORED_CROSSCHECK_FORMAT; the host's record has its own, worker/crosscheck.py):
   1  first version (issue 30).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -31,16 +32,21 @@ class StoredCrosscheck(StoredCase):
     sweep_median_us: Optional[float]  # the run's median of this case on this slot
 
 
-def write_crosscheck(store: RunStore, slot: str, number: int, record: CrosscheckRecord,
-                     sweep_median_us: Optional[float]) -> StoredCrosscheck:
+def write_crosscheck(
+    store: RunStore, slot: str, number: int, record: CrosscheckRecord, sweep_median_us: Optional[float]
+) -> StoredCrosscheck:
     path = FOLDERS.write_case(store, slot, number, record, sweep_median_us=sweep_median_us)
     return StoredCrosscheck(slot, number, path, record, sweep_median_us)
 
 
 def read_crosscheck(path: Path) -> StoredCrosscheck:
     """A stored crosscheck; ValueError saying what is wrong with the file."""
-    return FOLDERS.read_case(path, lambda doc, record: StoredCrosscheck(doc["slot"], int(doc["crosscheck"]), path,
-                                                                        record, doc.get("sweep_median_us")))
+    return FOLDERS.read_case(
+        path,
+        lambda doc, record: StoredCrosscheck(
+            doc["slot"], int(doc["crosscheck"]), path, record, doc.get("sweep_median_us")
+        ),
+    )
 
 
 def load_crosschecks(store: RunStore, latest_only: bool = False) -> tuple[list[StoredCrosscheck], list[str]]:

@@ -31,6 +31,7 @@ Manifest history (MANIFEST_VERSION, runs/<id>/manifest.json):
      (head_to_head false, min_rounds = rounds), and its worker rejects the fields.
 Record history (results.jsonl): see SCHEMA_VERSION in worker/schema.py; upgraded here by `upgrade_record`.
 """
+
 from __future__ import annotations
 
 import fnmatch
@@ -52,15 +53,19 @@ class NewerFormat(ValueError):
     """A stored file of a format newer than this reader: a later fleetbench wrote it."""
 
     def __init__(self, what: str, version: int, current: int):
-        super().__init__(f"{what} version {version} is newer than this fleetbench reads ({current}): "
-                         "upgrade fleetbench on this controller")
+        super().__init__(
+            f"{what} version {version} is newer than this fleetbench reads ({current}): "
+            "upgrade fleetbench on this controller"
+        )
         self.version, self.current = version, current
 
 
 def written_by_newer(version: int, current: int) -> str:
     """The one sentence for a run (or a file of it) that a newer fleetbench wrote."""
-    return (f"written by a newer fleetbench (format {version}; this one reads up to {current}): "
-            "upgrade fleetbench to read it")
+    return (
+        f"written by a newer fleetbench (format {version}; this one reads up to {current}): "
+        "upgrade fleetbench to read it"
+    )
 
 
 def check_version(version, current: int, what: str) -> int:
@@ -95,10 +100,12 @@ def _record_1_to_2(obj: dict) -> dict:
 def _timing_then(field: str, value) -> Callable[[dict], dict]:
     """A stored CaseSpec (dict) given the value a timing option had before the format that added it:
     the record says how it was timed then, rather than let today's default speak."""
+
     def fix(case: dict) -> dict:
         if isinstance(case.get("timing"), dict) and field not in case["timing"]:
             return dict(case, timing=dict(case["timing"], **{field: value}))
         return case
+
     return fix
 
 
@@ -117,11 +124,13 @@ def _timed_alone(case: dict) -> dict:
 
 def _record_case_step(version: int, fix: Callable[[dict], dict]) -> Callable[[dict], dict]:
     """An upgrade step to `version` + 1 that fixes the case of each case record."""
+
     def step(obj: dict) -> dict:
         obj = dict(obj, schema_version=version + 1)
         if obj.get("kind") == "case" and isinstance(obj.get("case"), dict):
             obj["case"] = fix(obj["case"])
         return obj
+
     return step
 
 
@@ -130,10 +139,16 @@ def _same_shape(version: int) -> Callable[[dict], dict]:
     return lambda obj: dict(obj, schema_version=version + 1)
 
 
-_RECORD_UPGRADES: dict[int, Callable[[dict], dict]] = {1: _record_1_to_2, 2: _record_case_step(2, _timed_once),
-                                                       3: _same_shape(3), 4: _same_shape(4),
-                                                       5: _record_case_step(5, _not_settled), 6: _same_shape(6),
-                                                       7: _same_shape(7), 8: _record_case_step(8, _timed_alone)}
+_RECORD_UPGRADES: dict[int, Callable[[dict], dict]] = {
+    1: _record_1_to_2,
+    2: _record_case_step(2, _timed_once),
+    3: _same_shape(3),
+    4: _same_shape(4),
+    5: _record_case_step(5, _not_settled),
+    6: _same_shape(6),
+    7: _same_shape(7),
+    8: _record_case_step(8, _timed_alone),
+}
 
 
 def upgrade_record(obj: dict) -> dict:
@@ -148,17 +163,36 @@ def upgrade_record(obj: dict) -> dict:
 # -- manifests ----------------------------------------------------------------------------------------
 # Format 1 readers expanded the stored sweep with fleetbench 0.1.0's code; that code is frozen here so
 # a format-1 run means forever what it meant when it was written.
-_V1_CATALOG = ("torch-bf16", "torch-fp8", "torch-nvfp4", "noop", "reference-nvfp4", "flashinfer-fp4-cutlass",
-               "flashinfer-fp4-cudnn", "flashinfer-fp4-trtllm", "flashinfer-fp4-auto", "flashinfer-fp4-b12x",
-               "flashinfer-fp4-cute-dsl", "flashinfer-fp8-cublas", "sgl-fp4-cutlass", "sgl-fp8")
+_V1_CATALOG = (
+    "torch-bf16",
+    "torch-fp8",
+    "torch-nvfp4",
+    "noop",
+    "reference-nvfp4",
+    "flashinfer-fp4-cutlass",
+    "flashinfer-fp4-cudnn",
+    "flashinfer-fp4-trtllm",
+    "flashinfer-fp4-auto",
+    "flashinfer-fp4-b12x",
+    "flashinfer-fp4-cute-dsl",
+    "flashinfer-fp8-cublas",
+    "sgl-fp4-cutlass",
+    "sgl-fp8",
+)
 _V1_DEEPSEEK_M = [1, 16, 64, 256, 1024, 4096, 16384]
 _V1_PRESETS = {
-    "glm5-tp8": [("GLM-5 TP8 MoE expert", [16, 32, 64, 128, 256, 512, 1024], 2048, 6144),
-                 ("GLM-5 TP8 attention proj", [16, 32, 64, 128, 256], 768, 6144)],
-    "deepseek-r1-tp8": [(f"DeepSeek-R1 TP8 ({n}, {k})", _V1_DEEPSEEK_M, n, k)
-                        for n, k in ((512, 7168), (7168, 256), (7168, 2304), (4608, 7168))],
-    "deepseek-r1-tp4": [(f"DeepSeek-R1 TP4 ({n}, {k})", _V1_DEEPSEEK_M, n, k)
-                        for n, k in ((1024, 7168), (7168, 512), (7168, 4608), (9216, 7168))],
+    "glm5-tp8": [
+        ("GLM-5 TP8 MoE expert", [16, 32, 64, 128, 256, 512, 1024], 2048, 6144),
+        ("GLM-5 TP8 attention proj", [16, 32, 64, 128, 256], 768, 6144),
+    ],
+    "deepseek-r1-tp8": [
+        (f"DeepSeek-R1 TP8 ({n}, {k})", _V1_DEEPSEEK_M, n, k)
+        for n, k in ((512, 7168), (7168, 256), (7168, 2304), (4608, 7168))
+    ],
+    "deepseek-r1-tp4": [
+        (f"DeepSeek-R1 TP4 ({n}, {k})", _V1_DEEPSEEK_M, n, k)
+        for n, k in ((1024, 7168), (7168, 512), (7168, 4608), (9216, 7168))
+    ],
 }
 
 
@@ -188,18 +222,26 @@ def _v1_cases(sweep: dict) -> dict[str, dict]:
     backends: list[str] = []
     for pattern in sweep["backends"]:
         globbed = any(c in pattern for c in "*?[")
-        for name in (fnmatch.filter(_V1_CATALOG, pattern) if globbed else [pattern]):
+        for name in fnmatch.filter(_V1_CATALOG, pattern) if globbed else [pattern]:
             if name not in backends:
                 backends.append(name)
     cases: dict[str, dict] = {}
     for entry in sweep["shapes"]:
         for label, m, n, k in _v1_shapes(entry):
             for backend in backends:
-                case = {"backend": backend, "m": m, "n": n, "k": k, "label": label,
-                        "out_dtype": sweep.get("out_dtype", "bfloat16"), "seed": sweep.get("seed", 0),
-                        "timing": sweep["timing"]}
-                v1_key = json.dumps({f: v for f, v in case.items() if f != "label"}, sort_keys=True,
-                                    separators=(",", ":"))
+                case = {
+                    "backend": backend,
+                    "m": m,
+                    "n": n,
+                    "k": k,
+                    "label": label,
+                    "out_dtype": sweep.get("out_dtype", "bfloat16"),
+                    "seed": sweep.get("seed", 0),
+                    "timing": sweep["timing"],
+                }
+                v1_key = json.dumps(
+                    {f: v for f, v in case.items() if f != "label"}, sort_keys=True, separators=(",", ":")
+                )
                 v1_id = hashlib.sha256(v1_key.encode()).hexdigest()[:16]
                 cases.setdefault(v1_id, case)
     return cases
@@ -222,10 +264,19 @@ def _manifest_1_to_2(data: dict) -> dict:
             cases.setdefault(new_id, case)
             ids.append(new_id)
         jobs.append({**job, "case_ids": ids})
-    return {**data, "manifest_version": 2, "sweep_name": sweep["name"], "cases": cases, "jobs": jobs,
-            "worker": {"max_restarts": sweep.get("max_restarts", 2), "device": sweep.get("device", "auto"),
-                       "lock_timeout_s": data.get("lock_timeout_s", 600.0)},
-            "format_notes": data.get("format_notes", []) + notes}
+    return {
+        **data,
+        "manifest_version": 2,
+        "sweep_name": sweep["name"],
+        "cases": cases,
+        "jobs": jobs,
+        "worker": {
+            "max_restarts": sweep.get("max_restarts", 2),
+            "device": sweep.get("device", "auto"),
+            "lock_timeout_s": data.get("lock_timeout_s", 600.0),
+        },
+        "format_notes": data.get("format_notes", []) + notes,
+    }
 
 
 def _manifest_2_to_3(data: dict) -> dict:
@@ -234,13 +285,19 @@ def _manifest_2_to_3(data: dict) -> dict:
 
 
 _MANIFEST_UPGRADES: dict[int, Callable[[dict], dict]] = {
-    1: _manifest_1_to_2, 2: _manifest_2_to_3, 3: lambda data: dict(data, manifest_version=4),
+    1: _manifest_1_to_2,
+    2: _manifest_2_to_3,
+    3: lambda data: dict(data, manifest_version=4),
     4: lambda data: dict(data, manifest_version=5, worker={**data["worker"], "calibration": "off"}),
-    5: lambda data: dict(data, manifest_version=6,
-                         cases={cid: _not_settled(case) for cid, case in data["cases"].items()}),
-    6: lambda data: dict(data, manifest_version=7), 7: lambda data: dict(data, manifest_version=8),
-    8: lambda data: dict(data, manifest_version=9,
-                         cases={cid: _timed_alone(case) for cid, case in data["cases"].items()})}
+    5: lambda data: dict(
+        data, manifest_version=6, cases={cid: _not_settled(case) for cid, case in data["cases"].items()}
+    ),
+    6: lambda data: dict(data, manifest_version=7),
+    7: lambda data: dict(data, manifest_version=8),
+    8: lambda data: dict(
+        data, manifest_version=9, cases={cid: _timed_alone(case) for cid, case in data["cases"].items()}
+    ),
+}
 
 
 def upgrade_manifest(data: dict, where: str) -> dict:
@@ -258,8 +315,9 @@ def upgrade_manifest(data: dict, where: str) -> dict:
     except ValueError as exc:
         raise InputError(f"{where}: {exc}") from None
     except (KeyError, TypeError) as exc:
-        raise InputError(f"{where}: damaged manifest (format {data.get('manifest_version')!r}): "
-                         f"missing or malformed {exc}") from None
+        raise InputError(
+            f"{where}: damaged manifest (format {data.get('manifest_version')!r}): missing or malformed {exc}"
+        ) from None
     return data
 
 
@@ -278,8 +336,14 @@ def params_for_worker(params: dict, manifest_version: int) -> dict:
     cases = []
     for case in params["cases"]:
         if manifest_version < 9:
-            case = dict(case, timing={k: v for k, v in case["timing"].items()
-                                      if k not in ("min_rounds", "round_target", "pair_target", "head_to_head")})
+            case = dict(
+                case,
+                timing={
+                    k: v
+                    for k, v in case["timing"].items()
+                    if k not in ("min_rounds", "round_target", "pair_target", "head_to_head")
+                },
+            )
         if manifest_version < 8:
             case = dict(case, timing={k: v for k, v in case["timing"].items() if k not in ("state", "cooldown_ms")})
         if manifest_version < 6:

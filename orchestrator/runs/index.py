@@ -10,6 +10,7 @@ manifest, a newer format) is indexed with that problem and no results; a result 
 a measurement (a size beyond SQLite's integers, a median that is not a time) is left out and named in
 its run's problem. Neither ever breaks the index.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -24,7 +25,7 @@ from ..errors import InputError
 INDEX_FORMAT = 2  # 2: identified by application_id and user_version, fingerprints with file sizes
 INDEX_NAME = ".index.sqlite"
 APPLICATION_ID = 0x46424958  # "FBIX": tells our index from any other SQLite file at that path
-LARGEST_INTEGER = 2 ** 63 - 1  # SQLite's
+LARGEST_INTEGER = 2**63 - 1  # SQLite's
 # A median outside this range (µs) is not a timing of a kernel call: a forged or broken record.
 PLAUSIBLE_MEDIAN_US = (1e-6, 1e12)
 
@@ -61,8 +62,10 @@ def fingerprint(run_dir: Path) -> str:
             for slot in sorted(os.scandir(hosts), key=lambda e: e.name):
                 if slot.is_dir():
                     for attempt in sorted(os.scandir(slot.path), key=lambda e: e.name):
-                        parts.append(f"{slot.name}/{attempt.name}:" + ",".join(
-                            _stat(Path(attempt.path) / name) for name in ("results.jsonl", "outcome.json")))
+                        parts.append(
+                            f"{slot.name}/{attempt.name}:"
+                            + ",".join(_stat(Path(attempt.path) / name) for name in ("results.jsonl", "outcome.json"))
+                        )
     except OSError as exc:
         parts.append(f"error {exc.errno}")
     return "|".join(parts)
@@ -117,9 +120,11 @@ class RunIndex:
 
     def query(self, where: str = "", params: tuple = ()) -> list[sqlite3.Row]:
         """Result rows joined with their run and host, oldest run first."""
-        sql = ("SELECT r.*, runs.sweep, runs.created_at, runs.state, h.host, h.gpu_name, h.driver, h.torch, "
-               "h.flashinfer, h.sgl_kernel, h.cuda FROM results r JOIN runs USING (run_id) "
-               "LEFT JOIN hosts h ON h.run_id = r.run_id AND h.slot = r.slot")
+        sql = (
+            "SELECT r.*, runs.sweep, runs.created_at, runs.state, h.host, h.gpu_name, h.driver, h.torch, "
+            "h.flashinfer, h.sgl_kernel, h.cuda FROM results r JOIN runs USING (run_id) "
+            "LEFT JOIN hosts h ON h.run_id = r.run_id AND h.slot = r.slot"
+        )
         if where:
             sql += " WHERE " + where
         sql += " ORDER BY runs.created_at, r.run_id, r.slot"
@@ -161,8 +166,11 @@ class RunIndex:
         with self.db:
             for run_id in gone:
                 self._delete(run_id)
-        self.counts = {"indexed": self.counts["indexed"] + indexed, "removed": self.counts["removed"] + len(gone),
-                       "total": len(seen)}
+        self.counts = {
+            "indexed": self.counts["indexed"] + indexed,
+            "removed": self.counts["removed"] + len(gone),
+            "total": len(seen),
+        }
 
     def _delete(self, run_id: str) -> None:
         for table in ("results", "hosts", "runs"):
@@ -171,12 +179,14 @@ class RunIndex:
     def _unreadable(self, run_dir: Path, fp: str, problem: str) -> None:
         with self.db:
             self._delete(run_dir.name)
-            self.db.execute("INSERT INTO runs VALUES (?, ?, ?, ?, ?, ?)",
-                            (run_dir.name, None, _created_at(run_dir.name, None), "unreadable", problem[:500], fp))
+            self.db.execute(
+                "INSERT INTO runs VALUES (?, ?, ?, ?, ?, ?)",
+                (run_dir.name, None, _created_at(run_dir.name, None), "unreadable", problem[:500], fp),
+            )
 
     def _index_run(self, run_dir: Path, fp: str) -> None:
         from ..errors import FleetbenchError
-        from ..analysis.merge import load_slots
+        from .slots import load_slots
         from .store import RunStore
 
         if not (run_dir / "manifest.json").is_file():
@@ -190,15 +200,33 @@ class RunIndex:
             self._unreadable(run_dir, fp, str(exc))
             return
         outcomes = [s.outcome.outcome if s.outcome else "not run" for s in slots]
-        state = ("dry-run" if manifest.dry_run else "complete" if outcomes and all(o == "ok" for o in outcomes)
-                 else "partial" if any(o == "ok" for o in outcomes) else "failed")
+        state = (
+            "dry-run"
+            if manifest.dry_run
+            else "complete"
+            if outcomes and all(o == "ok" for o in outcomes)
+            else "partial"
+            if any(o == "ok" for o in outcomes)
+            else "failed"
+        )
         hosts, results, left_out = [], [], []
         for s in slots:
             f = s.facts
-            hosts.append((run_dir.name, s.slot, s.host, f.gpu_name if f else None, f.driver if f else None,
-                          f.cuda if f else None, f.torch if f else None, f.flashinfer if f else None,
-                          f.sgl_kernel if f else None, f.hostname if f else None,
-                          s.outcome.outcome if s.outcome else "not run"))
+            hosts.append(
+                (
+                    run_dir.name,
+                    s.slot,
+                    s.host,
+                    f.gpu_name if f else None,
+                    f.driver if f else None,
+                    f.cuda if f else None,
+                    f.torch if f else None,
+                    f.flashinfer if f else None,
+                    f.sgl_kernel if f else None,
+                    f.hostname if f else None,
+                    s.outcome.outcome if s.outcome else "not run",
+                )
+            )
             for case_id, (_, rec) in s.records.items():
                 t, mt, c = rec.timing, rec.metrics, rec.case
                 odd = _odd_values(c, t)
@@ -206,20 +234,53 @@ class RunIndex:
                     left_out.append(f"{s.slot} {c.backend}: {odd}")
                     continue
                 rounds = json.dumps([r.median_us for r in t.rounds]) if t and t.rounds else None
-                results.append((run_dir.name, s.slot, case_id, c.backend, c.workload, c.label, c.m, c.n, c.k,
-                                rec.status, t.median_us if t else None, t.rel_ci if t else None, rounds,
-                                mt.pct_sol if mt else None, mt.tflops if mt else None, c.timing.budget_s))
-        problem = (f"{len(left_out)} result(s) left out, their values cannot be a measurement: "
-                   + "; ".join(left_out[:3]) + ("; ..." if len(left_out) > 3 else "")) if left_out else ""
+                results.append(
+                    (
+                        run_dir.name,
+                        s.slot,
+                        case_id,
+                        c.backend,
+                        c.workload,
+                        c.label,
+                        c.m,
+                        c.n,
+                        c.k,
+                        rec.status,
+                        t.median_us if t else None,
+                        t.rel_ci if t else None,
+                        rounds,
+                        mt.pct_sol if mt else None,
+                        mt.tflops if mt else None,
+                        c.timing.budget_s,
+                    )
+                )
+        problem = (
+            (
+                f"{len(left_out)} result(s) left out, their values cannot be a measurement: "
+                + "; ".join(left_out[:3])
+                + ("; ..." if len(left_out) > 3 else "")
+            )
+            if left_out
+            else ""
+        )
         sweep = manifest.sweep_name or None
         with self.db:
             self._delete(run_dir.name)
-            self.db.execute("INSERT INTO runs VALUES (?, ?, ?, ?, ?, ?)",
-                            (run_dir.name, sweep if isinstance(sweep, str) else None,
-                             _created_at(run_dir.name, manifest.created_at), state, problem[:500], fp))
+            self.db.execute(
+                "INSERT INTO runs VALUES (?, ?, ?, ?, ?, ?)",
+                (
+                    run_dir.name,
+                    sweep if isinstance(sweep, str) else None,
+                    _created_at(run_dir.name, manifest.created_at),
+                    state,
+                    problem[:500],
+                    fp,
+                ),
+            )
             self.db.executemany("INSERT INTO hosts VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", hosts)
-            self.db.executemany("INSERT OR REPLACE INTO results VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                                results)
+            self.db.executemany(
+                "INSERT OR REPLACE INTO results VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", results
+            )
 
 
 def _odd_values(case, timing) -> str:
@@ -245,7 +306,8 @@ def _run_dirs(runs_dir: Path) -> list[Path]:
         if entry.name.startswith(".") or entry.is_symlink():
             continue
         if entry.is_dir(follow_symlinks=False) and any(
-                os.path.lexists(os.path.join(entry.path, name)) for name in ("manifest.json", "hosts", "scripts")):
+            os.path.lexists(os.path.join(entry.path, name)) for name in ("manifest.json", "hosts", "scripts")
+        ):
             found.append(Path(entry.path))
     return sorted(found)
 
@@ -270,8 +332,11 @@ def _connect(path: Path) -> tuple[Optional[sqlite3.Connection], str]:
         if app_id == APPLICATION_ID and version == INDEX_FORMAT:
             db.execute("SELECT 1 FROM runs LIMIT 1").fetchone()  # its tables are there and readable
             return db, ""
-        why = (f"it was of index format {version}, this fleetbench writes {INDEX_FORMAT}" if app_id == APPLICATION_ID
-               else "the file there was not a fleetbench index of this version")
+        why = (
+            f"it was of index format {version}, this fleetbench writes {INDEX_FORMAT}"
+            if app_id == APPLICATION_ID
+            else "the file there was not a fleetbench index of this version"
+        )
     except sqlite3.DatabaseError as exc:
         why = f"it was damaged ({exc})" if _damaged(exc) else ""
         if not why:

@@ -5,6 +5,7 @@ formats.upgrade_manifest, then validated here).
 Readers use its fields, never dict keys; what a stored run may lack gets its default here (the limits'
 values: defaults.py).
 """
+
 from __future__ import annotations
 
 from typing import Any, Optional
@@ -15,7 +16,6 @@ from worker.contract.schema import CaseSpec
 
 from ..config import defaults
 from ..errors import InputError
-
 
 
 class _Stored(BaseModel):
@@ -84,6 +84,7 @@ def load_manifest(data: dict, where: str) -> Manifest:
     for job in manifest.jobs:
         unknown = [cid for cid in job.case_ids if cid not in manifest.cases]
         if unknown:
-            raise InputError(f"{where}: damaged manifest: job {job.slot} names cases that are not stored "
-                             f"({', '.join(unknown[:3])})")
+            raise InputError(
+                f"{where}: damaged manifest: job {job.slot} names cases that are not stored ({', '.join(unknown[:3])})"
+            )
     return manifest

@@ -14,6 +14,7 @@ The folders, and the file around each record: runs/slotfolders.py.
 Stored profile history (STORED_PROFILE_FORMAT; the host's record has its own, worker/profile.py):
   1  first version (issue 32).
 """
+
 from __future__ import annotations
 
 import json
@@ -23,7 +24,7 @@ from typing import Optional
 
 from worker.contract.profile import PROFILE_FORMAT, ProfileRecord
 
-from .atomicfile import write_json
+from ..atomicfile import write_json
 from .formats import check_version
 from .slotfolders import SlotFolders, StoredCase
 from .store import RunStore
@@ -36,29 +37,54 @@ FOLDERS = SlotFolders("profile", STORED_PROFILE_FORMAT, ProfileRecord, PROFILE_F
 @dataclass
 class StoredProfile(StoredCase):
     record: ProfileRecord
-    summary: Optional[dict]  # analysis/profile.py ProfileSummary.as_dict(); None when not ok or unreadable
+    summary: Optional[dict]  # runs/ncureport.py ProfileSummary.as_dict(); None when not ok or unreadable
     sweep_median_us: Optional[float]  # the run's median of this case on this slot
     report: Optional[Path]  # the local .ncu-rep, when it was fetched
     problem: str = ""  # what went wrong after the host's verdict (parse, fetch)
     sweep_sm_clock_mhz: Optional[float] = None  # NVML's SM clock in the run's rounds of this case (median)
 
 
-def write_profile(store: RunStore, slot: str, number: int, record: ProfileRecord, summary: Optional[dict],
-                  sweep: tuple[Optional[float], Optional[float]], report: Optional[Path],
-                  problem: str = "") -> StoredProfile:
+def write_profile(
+    store: RunStore,
+    slot: str,
+    number: int,
+    record: ProfileRecord,
+    summary: Optional[dict],
+    sweep: tuple[Optional[float], Optional[float]],
+    report: Optional[Path],
+    problem: str = "",
+) -> StoredProfile:
     """Store one profile; `sweep`: the run's (median µs, SM clock MHz) of this case on this slot."""
-    path = FOLDERS.write_case(store, slot, number, record, summary=summary, sweep_median_us=sweep[0],
-                              sweep_sm_clock_mhz=sweep[1], report_file=report.name if report else "", problem=problem)
+    path = FOLDERS.write_case(
+        store,
+        slot,
+        number,
+        record,
+        summary=summary,
+        sweep_median_us=sweep[0],
+        sweep_sm_clock_mhz=sweep[1],
+        report_file=report.name if report else "",
+        problem=problem,
+    )
     return StoredProfile(slot, number, path, record, summary, sweep[0], report, problem, sweep[1])
 
 
 def read_profile(path: Path) -> StoredProfile:
     """A stored profile; ValueError saying what is wrong with the file."""
+
     def build(doc: dict, record: ProfileRecord) -> StoredProfile:
         report = path.with_name(doc["report_file"]) if doc.get("report_file") else None
-        return StoredProfile(doc["slot"], int(doc["profile"]), path, record, doc.get("summary"),
-                             doc.get("sweep_median_us"), report if report and report.exists() else None,
-                             doc.get("problem", ""), doc.get("sweep_sm_clock_mhz"))
+        return StoredProfile(
+            doc["slot"],
+            int(doc["profile"]),
+            path,
+            record,
+            doc.get("summary"),
+            doc.get("sweep_median_us"),
+            report if report and report.exists() else None,
+            doc.get("problem", ""),
+            doc.get("sweep_sm_clock_mhz"),
+        )
 
     return FOLDERS.read_case(path, build)
 
@@ -75,15 +101,17 @@ def write_fleet(store: RunStore, comparisons: list[dict], threshold: float) -> P
     base.mkdir(parents=True, exist_ok=True)
     taken = [int(p.stem[6:]) for p in base.glob("fleet-*.json") if p.stem[6:].isdigit()]
     path = base / f"fleet-{max(taken, default=0) + 1}.json"
-    write_json(path, {"kind": "fleet-profile", "format": FLEET_FORMAT, "threshold": threshold,
-                      "comparisons": comparisons})
+    write_json(
+        path, {"kind": "fleet-profile", "format": FLEET_FORMAT, "threshold": threshold, "comparisons": comparisons}
+    )
     return path
 
 
 def latest_fleet(store: RunStore) -> list[dict]:
     """The counter diffs of the latest `diff --across-hosts --profile` of this run ([] when none, or unreadable)."""
-    files = sorted((p for p in FOLDERS.base(store).glob("fleet-*.json") if p.stem[6:].isdigit()),
-                   key=lambda p: int(p.stem[6:]))
+    files = sorted(
+        (p for p in FOLDERS.base(store).glob("fleet-*.json") if p.stem[6:].isdigit()), key=lambda p: int(p.stem[6:])
+    )
     for path in reversed(files):
         try:
             doc = json.loads(path.read_text(encoding="utf-8"))

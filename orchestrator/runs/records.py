@@ -1,5 +1,6 @@
 """Parse a host's results.jsonl, of any format version, into current records. A bad line is a recorded
 problem, never a crash."""
+
 from __future__ import annotations
 
 import json

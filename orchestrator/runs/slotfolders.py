@@ -6,6 +6,7 @@
                                        /<case_id>.json  {"kind", "format", "slot", <kind>: n, "record": the
                                                         host's record, and what the kind adds}
 """
+
 from __future__ import annotations
 
 import json
@@ -15,7 +16,7 @@ from typing import Any, Callable, TypeVar
 
 from pydantic import BaseModel
 
-from .atomicfile import write_json
+from ..atomicfile import write_json
 from .formats import NewerFormat, check_version, written_by_newer
 from .store import RunStore
 
@@ -69,8 +70,17 @@ class SlotFolders:
     def write_case(self, store: RunStore, slot: str, number: int, record: BaseModel, **fields) -> Path:
         """Store one case's record, with what the kind keeps beside it (`fields`); returns the file."""
         path = self.job_dir(store, slot, number) / f"{record.case_id}.json"
-        write_json(path, {"kind": self.kind, "format": self.stored_format, "slot": slot, self.kind: number,
-                          "record": record.model_dump(mode="json"), **fields})
+        write_json(
+            path,
+            {
+                "kind": self.kind,
+                "format": self.stored_format,
+                "slot": slot,
+                self.kind: number,
+                "record": record.model_dump(mode="json"),
+                **fields,
+            },
+        )
         return path
 
     def read_case(self, path: Path, build: Callable[[dict, Any], Stored]) -> Stored:
@@ -109,5 +119,8 @@ class SlotFolders:
     def _numbered(self, slot_dir: Path) -> list[tuple[int, Path]]:
         if not slot_dir.is_dir():
             return []
-        return sorted((int(p.name[len(self.prefix):]), p) for p in slot_dir.iterdir()
-                      if p.name.startswith(self.prefix) and p.name[len(self.prefix):].isdigit())
+        return sorted(
+            (int(p.name[len(self.prefix) :]), p)
+            for p in slot_dir.iterdir()
+            if p.name.startswith(self.prefix) and p.name[len(self.prefix) :].isdigit()
+        )

@@ -1,13 +1,14 @@
 """The run store: runs/<id>/ holds everything a run produced, written atomically.
 
-    runs/<id>/manifest.json                         what was planned, as data: every case, the jobs,
-                                                    hosts (no secrets), script hashes (formats.py)
-    runs/<id>/scripts/<host>.py                     the exact bytes uploaded
-    runs/<id>/hosts/<slot>/attempt-<n>/params.json  the cases this attempt ran (data, not code)
-                                      /log.txt      the host's output, line by line as it came
-                                      /results.jsonl  fetched from the host
-                                      /outcome.json   written last: an attempt without it was cut short
+runs/<id>/manifest.json                         what was planned, as data: every case, the jobs,
+                                                hosts (no secrets), script hashes (formats.py)
+runs/<id>/scripts/<host>.py                     the exact bytes uploaded
+runs/<id>/hosts/<slot>/attempt-<n>/params.json  the cases this attempt ran (data, not code)
+                                  /log.txt      the host's output, line by line as it came
+                                  /results.jsonl  fetched from the host
+                                  /outcome.json   written last: an attempt without it was cut short
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -21,12 +22,11 @@ from typing import Optional
 
 from worker.contract.schema import CaseSpec
 
-from .atomicfile import is_disk_full, write_json
+from ..atomicfile import is_disk_full, write_json
 from ..errors import InputError
 from .formats import MANIFEST_VERSION, upgrade_manifest
 from .manifest import Manifest, load_manifest
-from ..execution.outcome import HostOutcome
-
+from .outcome import HostOutcome
 
 DISK_FULL_MARK = "outcome.disk-full"  # empty: the attempt's outcome found no room on the disk
 
@@ -61,8 +61,9 @@ class RunStore:
         except FileExistsError:
             raise InputError(f"{run_dir}: a run with this id exists already") from None
         except (NotADirectoryError, PermissionError, OSError) as exc:
-            raise InputError(f"--runs-dir {runs_dir}: cannot create a run folder there "
-                             f"({exc.strerror or type(exc).__name__})") from None
+            raise InputError(
+                f"--runs-dir {runs_dir}: cannot create a run folder there ({exc.strerror or type(exc).__name__})"
+            ) from None
         return cls(run_dir)
 
     def manifest(self) -> Manifest:
@@ -84,8 +85,12 @@ class RunStore:
     def ran(self) -> bool:
         """Whether any host of the run has an attempt (a dry run that `rerun` executed has)."""
         try:
-            return any(p.name.startswith("attempt-") for slot in (self.dir / "hosts").iterdir() if slot.is_dir()
-                       for p in slot.iterdir())
+            return any(
+                p.name.startswith("attempt-")
+                for slot in (self.dir / "hosts").iterdir()
+                if slot.is_dir()
+                for p in slot.iterdir()
+            )
         except OSError:
             return False
 
@@ -150,12 +155,24 @@ class RunStore:
             return HostOutcome.model_validate_json(path.read_text(encoding="utf-8"))
         except (FileNotFoundError, ValueError):
             if (path.parent / DISK_FULL_MARK).exists():
-                return HostOutcome(slot=slot, host=slot.split(".gpu")[0], attempt=attempt, outcome="failed",
-                                   error=f"disk full (ENOSPC) under {path.parent}: this attempt stopped because the "
-                                         "disk was full, before its outcome could be written; what was written "
-                                         "before is kept", cases_total=0)
-            return HostOutcome(slot=slot, host=slot.split(".gpu")[0], attempt=attempt, outcome="interrupted",
-                               error="the controller stopped before this attempt finished", cases_total=0)
+                return HostOutcome(
+                    slot=slot,
+                    host=slot.split(".gpu")[0],
+                    attempt=attempt,
+                    outcome="failed",
+                    error=f"disk full (ENOSPC) under {path.parent}: this attempt stopped because the "
+                    "disk was full, before its outcome could be written; what was written "
+                    "before is kept",
+                    cases_total=0,
+                )
+            return HostOutcome(
+                slot=slot,
+                host=slot.split(".gpu")[0],
+                attempt=attempt,
+                outcome="interrupted",
+                error="the controller stopped before this attempt finished",
+                cases_total=0,
+            )
 
     def latest_outcomes(self) -> dict[str, HostOutcome]:
         """Per slot, the outcome of its latest attempt (slots from the manifest's job list)."""
@@ -183,8 +200,10 @@ def resolve_run(runs_dir: Path, ref: str) -> RunStore:
         raise InputError(f"no runs in {runs_dir}" + (" (only dry runs of `render`)" if list_run_dirs(runs_dir) else ""))
     for candidate in (Path(ref), runs_dir / ref):
         if candidate.is_symlink() and _inside(candidate.parent, runs_dir):
-            raise InputError(f"{candidate} is a symbolic link (to {_link_target(candidate)}): fleetbench never "
-                             "follows a link in the runs folder; name the run folder itself")
+            raise InputError(
+                f"{candidate} is a symbolic link (to {_link_target(candidate)}): fleetbench never "
+                "follows a link in the runs folder; name the run folder itself"
+            )
         if (candidate / "manifest.json").is_file():
             return RunStore(candidate)
     matches = [p for p in list_run_dirs(runs_dir) if p.name.startswith(ref)] if ref else []
@@ -204,8 +223,14 @@ def list_run_dirs(runs_dir: Path) -> list[Path]:
 def run_dirs_without_manifest(runs_dir: Path) -> list[Path]:
     """Folders that hold a run's parts (scripts/, hosts/) but no manifest.json: damaged runs, which a listing
     names rather than leaving out."""
-    return sorted(p for p in _entries(runs_dir) if not p.is_symlink() and p.is_dir()
-                  and not (p / "manifest.json").exists() and ((p / "scripts").is_dir() or (p / "hosts").is_dir()))
+    return sorted(
+        p
+        for p in _entries(runs_dir)
+        if not p.is_symlink()
+        and p.is_dir()
+        and not (p / "manifest.json").exists()
+        and ((p / "scripts").is_dir() or (p / "hosts").is_dir())
+    )
 
 
 def runs_folder_links(runs_dir: Path) -> list[tuple[Path, str]]:
@@ -217,8 +242,10 @@ def runs_folder_links(runs_dir: Path) -> list[tuple[Path, str]]:
 
 def links_notes(runs_dir: Path) -> list[str]:
     """One note per symbolic link in the runs folder, saying it was left alone."""
-    return [f"{link} is a symbolic link (to {target}), not a run folder: left alone"
-            for link, target in runs_folder_links(runs_dir)]
+    return [
+        f"{link} is a symbolic link (to {target}), not a run folder: left alone"
+        for link, target in runs_folder_links(runs_dir)
+    ]
 
 
 def _entries(runs_dir: Path) -> list[Path]:

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Callable, Mapping, Optional, Protocol, Sequence, Union
 
 from ..config.inventory import Host
+from ..remotepath import login_relative  # noqa: F401 (the connectors' and transport's name for it)
 
 LineSink = Callable[[str, str], None]  # (stream name "stdout"/"stderr", line without newline)
 # Seconds of silence that mean stalled: a number, None (never), or a function asked at each check (a
@@ -47,15 +48,6 @@ def shell_command(argv: Sequence[str], env: Optional[Mapping[str, str]] = None) 
     if env:
         words = ["env", *[f"{k}={v}" for k, v in sorted(env.items())], *words]
     return " ".join(shlex.quote(str(w)) for w in words)
-
-
-def login_relative(path: str) -> str:
-    """`~/x` -> `x` (relative to the login directory); `~` -> `.`; anything else unchanged."""
-    if path == "~":
-        return "."
-    if path.startswith("~/"):
-        return path[2:] or "."
-    return path
 
 
 class Transport(Protocol):

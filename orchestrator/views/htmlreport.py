@@ -23,9 +23,9 @@ from worker.contract.schema import FactsRecord
 from .. import __version__
 from ..analysis.diff import across_hosts, compare_sides, resolve_side
 from ..analysis.merge import Row, merged_rows
+from ..atomicfile import write_atomic
 from ..errors import InputError
 from ..planning.render import template_environment
-from ..runs.atomicfile import write_atomic
 from ..runs.profiles import latest_fleet
 from ..runs.store import now_iso
 from .diffnotes import worded_comparison

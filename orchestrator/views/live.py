@@ -13,7 +13,7 @@ import time
 from typing import IO, Callable, Optional
 
 from ..execution.execute import JobEvent
-from ..execution.outcome import OUTCOMES
+from ..runs.outcome import OUTCOMES
 
 PLAIN_EVERY_S = 10.0
 BAR_WIDTH = 30

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Optional
 
+from ..analysis.noise import NOISY_REL_CI, plus_minus
 from .output import Document, Section
 
 if TYPE_CHECKING:  # `history` draws documents without loading the run readers (pydantic)
@@ -20,16 +21,6 @@ _STATUS_STYLE = {
     "missing": "red",
 }
 _VERDICT_STYLE = {"SLOWER": "bold red", "FASTER": "green", "AMBIGUOUS": "yellow", "UNSTABLE": "yellow"}
-
-
-# A row is noisy when its median's CI half-width (rel_ci) is beyond this: `show` notes it, `diff` names it.
-NOISY_REL_CI = 0.05
-
-
-def plus_minus(rel: float, decimals: int = 0) -> str:
-    """A CI half-width relative to its median, `±12%`; beyond ±100% the exact width says nothing more
-    (the rounds disagree wildly; JSON keeps the number)."""
-    return f"±{rel:.{decimals}%}" if rel <= 1 else "wider than ±100%"
 
 
 def _num(v: Optional[float], fmt: str) -> str:

@@ -50,7 +50,7 @@ class ProfiledRun(BaseModel):
 
 class ProfileRecord(BaseModel):
     """One case profiled on one host: the verdict, the ncu used, and the report's data as ncu's own CSV
-    (its raw page), which the controller parses (orchestrator/analysis/profile.py)."""
+    (its raw page), which the controller parses (orchestrator/runs/ncureport.py)."""
 
     model_config = ConfigDict(extra="ignore")  # a stored record is read by every later version
     kind: Literal["profile"] = "profile"

@@ -27,8 +27,8 @@ from typing import Optional
 from ..config.inventory import Host
 from ..config.resources import data_dir
 from ..errors import InputError
+from ..execution.fanout import Running, fan_out
 from ..transport import TransportError, make_transport
-from .fanout import Running, fan_out
 
 # Package data when installed (a wheel has no requirements/ folder beside the package), the checkout's otherwise.
 CONSTRAINTS = data_dir("orchestrator.requirements", "requirements") / "host-constraints.txt"

@@ -19,12 +19,13 @@ from worker.contract import protocol
 from worker.contract.catalog import unknown_flashinfer_backends
 
 from ..config.inventory import Host
+from ..execution.fanout import Running, fan_out
+from ..execution.remote import check_argv, lacks_files, run_first, stop_remote, sync_script
 from ..launchers import job_name, launcher_for
 from ..planning.bundle import build_worker_bundle
+from ..planning.layout import layout_for
 from ..planning.render import render_script, template_environment, write_script
 from ..transport import TransportError, login_relative, make_transport
-from .fanout import Running, fan_out
-from .remote import check_argv, lacks_files, layout_for, run_first, stop_remote, sync_script
 
 CHECK_RUN_ID = "hostcheck"
 SKEW_FIELDS = ("gpu_name", "compute_capability", "driver", "cuda", "torch", "flashinfer", "sgl_kernel", "python")

@@ -1,5 +1,6 @@
 """The one way the controller writes a file that someone may read: whole or not at all; and what a full
 disk is called when a write meets one."""
+
 from __future__ import annotations
 
 import errno
@@ -8,7 +9,7 @@ import os
 import threading
 from pathlib import Path
 
-from ..errors import FleetbenchError
+from .errors import FleetbenchError
 
 # The errors that say the disk (or the user's share of it) has no room left.
 _NO_ROOM = {errno.ENOSPC: "disk full (ENOSPC)", errno.EDQUOT: "disk quota exceeded (EDQUOT)"}
@@ -66,7 +67,7 @@ def append_line(f, data: bytes) -> None:
     view = memoryview(data)
     try:
         while view:
-            view = view[f.write(view):]
+            view = view[f.write(view) :]
     except OSError as exc:
         try:
             f.truncate(start)

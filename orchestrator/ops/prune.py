@@ -17,10 +17,11 @@ from typing import Callable, Optional
 
 from ..config.inventory import Inventory
 from ..errors import InputError
+from ..execution.fanout import Running, fan_out
+from ..execution.remote import CLEANUP_LIMIT_S, bounded
+from ..planning.layout import layout_for
 from ..runs.store import RunStore, existing_runs_dir, list_run_dirs
 from ..transport import TransportError, make_transport
-from .fanout import Running, fan_out
-from .remote import CLEANUP_LIMIT_S, bounded, layout_for
 
 
 @dataclass
