@@ -5,7 +5,7 @@ the user kernel benchmarks/kernels/mm_pad.py is mm.py's bf16 GEMM on operands ze
 
   calibrate  per shape, the columns of K that make mm_pad TARGET slower than mm: a ladder of paddings, each
           timed against mm by an independent replay (two CUDA graphs of ~2 ms, cold L2, replayed in
-          alternating pairs ABBA after 150 ms of alternating settle; the median of 30 pair ratios; the mean of
+          alternating pairs ABBA after 100 ms of alternating settle; the median of 20 pair ratios; the mean of
           two passes, up and down the ladder); writes
           one JSON per target ({"MxNxK": columns}) that FLEETBENCH_MM_PAD names, and a Markdown table.
 
@@ -267,7 +267,7 @@ SEED_SHAPES = [(m, 768, 6144) for m in (16, 32, 64, 128, 256)] + [
 LADDER = [64 * i for i in range(1, 13)]  # columns of K tried per shape
 
 
-def pair_effect(g0, g1, pairs: int = 30, settle_s: float = 0.15) -> float:
+def pair_effect(g0, g1, pairs: int = 20, settle_s: float = 0.1) -> float:
     """The median over `pairs` of g1's replay time over g0's, replayed in alternating order (ABBA) after
     settle_s of alternating replays, so both see one GPU state."""
     import torch
