@@ -78,4 +78,6 @@ def append_line(f, data: bytes) -> None:
 
 
 def write_json(path: Path, obj) -> None:
-    write_atomic(path, (json.dumps(obj, indent=1, ensure_ascii=False) + "\n").encode("utf-8"))
+    """`obj` as JSON, whole or not at all. A NaN or an infinity is refused (ValueError) rather than written
+    as a token no JSON reader takes: what is written here is read back for years."""
+    write_atomic(path, (json.dumps(obj, indent=1, ensure_ascii=False, allow_nan=False) + "\n").encode("utf-8"))

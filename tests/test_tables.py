@@ -224,3 +224,26 @@ def test_control_characters_in_stored_text_never_reach_the_terminal():
         text = write(doc, fmt, 120)
         assert "\x1b" not in text and "\u202e" not in text and "\x07" not in text
         assert "\\x1b[31mred" in text
+
+
+def test_a_json_document_never_holds_a_token_json_cannot_read():
+    import json
+    import math
+
+    from orchestrator.views.output import Document, write
+
+    doc = Document(sections=[], data={"records": [{"ratio": math.inf, "low": math.nan, "ok": 1.5}]}, kind="diff")
+    parsed = json.loads(write(doc, "json"))
+    assert parsed["records"] == [{"ratio": None, "low": None, "ok": 1.5}]
+
+
+def test_a_record_for_years_refuses_a_number_json_cannot_hold(tmp_path):
+    import math
+
+    import pytest
+
+    from orchestrator.atomicfile import write_json
+
+    with pytest.raises(ValueError):
+        write_json(tmp_path / "m.json", {"timeout": math.inf})
+    assert not (tmp_path / "m.json").exists()

@@ -75,7 +75,7 @@ def write_params(path: Path, params: WorkerParams, worker_format: int = MANIFEST
     worker: formats.params_for_worker), compact, for these bytes travel on the command's stdin.
     Returns the bytes."""
     obj = params_for_worker(params.model_dump(mode="json"), worker_format)
-    data = json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    data = json.dumps(obj, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode("utf-8")
     write_atomic(path, data)
     return data
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
@@ -64,11 +65,23 @@ NAME_COLUMNS = {
 TEXT_ROOM = 20  # what a wrapping text column (a note, a reason) needs at least to stay readable
 
 
+def _finite(value):
+    """`value` with every NaN or infinity as None: JSON has no such numbers, and a document a user pipes into
+    jq must parse (a ratio of edited records can overflow)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
+
+
 def write(doc: Document, fmt: str, width: int = 200) -> str:
     if fmt == "json":
         # Indented for reading; a large document (a long history) compact, which json encodes in C.
         indent = 1 if len(doc.records or ()) <= COMPACT_JSON_ABOVE else None
-        return json.dumps(envelope(doc), indent=indent, ensure_ascii=False) + "\n"
+        return json.dumps(_finite(envelope(doc)), indent=indent, ensure_ascii=False, allow_nan=False) + "\n"
     if fmt == "csv":
         return _csv(doc.records or [])
     if fmt == "md":
