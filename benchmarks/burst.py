@@ -31,8 +31,8 @@ def main() -> int:
     from worker.buildenv import adopt_build_env
 
     adopt_build_env()  # FlashInfer's JIT modules as the sweeps build them (worker/buildenv.py)
+    from worker.contract.schema import CaseSpec, TimingOptions
     from worker.runner import CaseRunner
-    from worker.schema import CaseSpec, TimingOptions
 
     runner = CaseRunner("cuda")
     lines = [

@@ -39,7 +39,8 @@ def seed_cases(backends: list[str]):
 
 
 def runnable(runner, case) -> str:
-    from worker.backends import availability_problem, support_problem
+    from worker.backends import availability_problem
+    from worker.contract.catalog import support_problem
     from worker.runner import _spec_of
 
     spec = _spec_of(case)

@@ -50,6 +50,8 @@
 #                         cached (PYTHONPYCACHEPREFIX), with torch's slowest imports
 #   stream-clock          time, time x in-stream clock and time x NVML clock over    stream-clock-h200.md
 #                         20 windows in varied clock states, per case
+#   slowdowns-calibrate   columns of K that slow mm_pad by 2, 3 and 5% per shape      slowdowns-calibrate-h200.md,
+#                         (then slowdowns-h2h and -across use them)                  pads-{2,3,5}.json
 #   slowdowns-h2h         mm against its copy and a +2% copy, head-to-head, 3 sweeps slowdowns-h2h-h200.md
 #   slowdowns-across      diff of separate sweeps: A/A, +3%, +5% (3 sweeps each)      slowdowns-across-h200.md
 #   slow-host             3 sshd hosts on the GPU, one ~2% slower: diff --across-hosts slow-host-h200.md
@@ -462,26 +464,36 @@ step_tradeoff() {  # VARIANTS: which (default: every one benchmarks/tradeoff.py 
 }
 
 step_stream_clock() { "$GPU_PY" benchmarks/stream_clock.py --out "$DEST/stream-clock-h200.md"; }
+step_slowdowns_calibrate() {
+    "$GPU_PY" benchmarks/see_slowdowns.py calibrate --targets 0.02,0.03,0.05 --pad-dir "$WORK/pads" \
+        --out "$DEST/slowdowns-calibrate-h200.md" && cp "$WORK"/pads/pads-*.json "$DEST/"
+}
+# The slowdowns steps take the calibrated paddings when slowdowns-calibrate ran before them.
 step_slowdowns_h2h() {
-    "$GPU_PY" benchmarks/see_slowdowns.py h2h -i "$INV" --runs-dir "$RUNS" --out "$DEST/slowdowns-h2h-h200.md"
+    local pad=()
+    [ -f "$WORK/pads/pads-2.json" ] && pad=(--pad "$WORK/pads/pads-2.json")
+    "$GPU_PY" benchmarks/see_slowdowns.py h2h -i "$INV" --runs-dir "$RUNS" "${pad[@]}" --out "$DEST/slowdowns-h2h-h200.md"
 }
 step_slow_host() {
     need_sshd || return 1
     "$GPU_PY" benchmarks/slow_host.py --out "$DEST/slow-host-h200.md" --env "PYTHONPATH=$SITE"
 }
 step_slowdowns_across() {
-    "$GPU_PY" benchmarks/see_slowdowns.py across -i "$INV" --runs-dir "$RUNS" --out "$DEST/slowdowns-across-h200.md"
+    local pads=()
+    [ -f "$WORK/pads/pads-3.json" ] && pads=(--pads "$WORK/pads/pads-3.json,$WORK/pads/pads-5.json")
+    "$GPU_PY" benchmarks/see_slowdowns.py across -i "$INV" --runs-dir "$RUNS" "${pads[@]}" \
+        --out "$DEST/slowdowns-across-h200.md"
 }
 
 collect() {
     [ -n "${OUT:-}" ] || return 0
     cp "$WORK/seed1.json" "$WORK/seed1.md" "$OUT/" 2>/dev/null
-    tar -czf "$OUT/runs.tar.gz" -C "$WORK" --exclude=bin . 2>/dev/null
+    tar -czf "$OUT/runs.tar.gz" -C "$WORK" --exclude=bin --exclude=pycache --exclude=site . 2>/dev/null
 }
 
 STEPS="seed cost interrupt diff fidelity fidelity-runs order order-bf16 order-bf16-unsettled neighbour settle-trace decode burst first-case calibration moe moe-decode byo
 verdicts jit-cache fleet profile fanout moe-fp4 cupti cupti-after graph-length crosscheck startup tradeoff jit
-stream-clock slowdowns-h2h slowdowns-across slow-host"
+stream-clock slowdowns-calibrate slowdowns-h2h slowdowns-across slow-host"
 [ $# -gt 0 ] || { echo "usage: bash benchmarks/device_check.sh STEP... (steps:" $STEPS")"; exit 2; }
 for step in "$@"; do
     case " $(echo $STEPS) " in

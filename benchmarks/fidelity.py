@@ -138,9 +138,10 @@ def reference_us(
 
 
 def compare(shapes, backends, repeat: int, reference_settle_ms: float = 300.0):
-    from worker.backends import CATALOG, availability_problem
+    from worker.backends import availability_problem
+    from worker.contract.catalog import CATALOG
+    from worker.contract.schema import CaseSpec, TimingOptions
     from worker.runner import CaseRunner
-    from worker.schema import CaseSpec, TimingOptions
 
     runner = CaseRunner("cuda")
     rows = []
@@ -256,7 +257,7 @@ def runs_against_reference(
 def full_sweep(out: Path, backends):
     """The seed sweep through the worker CLI, as a host runs it; returns wall seconds and statuses."""
     from orchestrator.config.sweep import Sweep
-    from worker.schema import WorkerParams
+    from worker.contract.schema import WorkerParams
 
     sweep = Sweep(name="glm5-tp8", backends=backends, shapes=[{"preset": "glm5-tp8"}])
     params = WorkerParams(run_id="fidelity", host="device", cases=sweep.cases(), device="cuda")

@@ -54,8 +54,8 @@ def _runner():
 
 
 def _timed(runner, backend, m, n, k, budget=0.3) -> float:
-    from worker.backends import CATALOG
-    from worker.schema import CaseSpec, TimingOptions
+    from worker.contract.catalog import CATALOG
+    from worker.contract.schema import CaseSpec, TimingOptions
 
     case = CaseSpec(backend=backend, m=m, n=n, k=k, timing=TimingOptions(budget_s=budget, rounds=1))
     fn, sets, n_sets = runner._prepare(case, CATALOG[case.backend])

@@ -86,8 +86,8 @@ def landed_run_cost(tmp: Path, n_rows: int) -> float:
     """Seconds to index one stored run of n_rows cases as it lands."""
     from orchestrator.runs.index import RunIndex
     from orchestrator.runs.store import RunStore
-    from worker.schema import CaseRecord, CaseSpec, FactsRecord
-    from worker.timing import summarize
+    from worker.contract.schema import CaseRecord, CaseSpec, FactsRecord
+    from worker.contract.stats import summarize
 
     runs = tmp / "landed"
     store = RunStore.create(runs, "20261203-000000-landed-0001")

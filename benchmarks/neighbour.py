@@ -36,8 +36,8 @@ def shape(text: str) -> tuple[int, int, int]:
 
 def timed(runner, m, n, k, settle_ms=None):
     """The worker's reading of one case (one round, the sweep's timing otherwise)."""
-    from worker.backends import CATALOG
-    from worker.schema import CaseSpec, TimingOptions
+    from worker.contract.catalog import CATALOG
+    from worker.contract.schema import CaseSpec, TimingOptions
 
     opts = TimingOptions(budget_s=0.3, rounds=1)
     if settle_ms is not None:
@@ -55,8 +55,8 @@ def trace(runner, m, n, k, ms: float, nvml, handle):
     import torch
 
     from worker import timing
-    from worker.backends import CATALOG
-    from worker.schema import CaseSpec, TimingOptions
+    from worker.contract.catalog import CATALOG
+    from worker.contract.schema import CaseSpec, TimingOptions
 
     opts = TimingOptions(budget_s=0.3, rounds=1)
     case = CaseSpec(backend="torch-bf16", m=m, n=n, k=k, timing=opts)

@@ -46,7 +46,7 @@ def cases_of(sweep_path: Path, backends: list[str], settle_ms: float | None = No
 
 def run_order(cases, order: str, out: Path, seed: int) -> tuple[dict, float]:
     """One fresh worker process over the cases in this order: case id -> record, wall seconds."""
-    from worker.schema import WorkerParams
+    from worker.contract.schema import WorkerParams
 
     todo = list(cases)
     if order == "reversed":

@@ -3,16 +3,23 @@
 the user kernel benchmarks/kernels/mm_pad.py is mm.py's bf16 GEMM on operands zero-padded along K
 (FLEETBENCH_MM_PAD columns), the same product with more work.
 
+  calibrate  per shape, the columns of K that make mm_pad TARGET slower than mm: a ladder of paddings, each
+          timed against mm by an independent replay (two CUDA graphs of ~2 ms, cold L2, replayed in
+          alternating pairs ABBA after 150 ms of alternating settle; the median of 30 pair ratios; the mean of
+          two passes, up and down the ladder); writes
+          one JSON per target ({"MxNxK": columns}) that FLEETBENCH_MM_PAD names, and a Markdown table.
+
   h2h     head-to-head in one sweep: mm, mm_again (the same file: A/A) and mm_pad (~+2%: kernels/mm_pad.py) on
           the GLM-5 TP8 shapes, REPEAT sweeps, each a cold CLI process; per shape and sweep the paired
-          B/A of mm_again and of mm_pad against mm (worker/pairing.py), flagged when the whole interval
+          B/A of mm_again and of mm_pad against mm (worker/contract/pairing.py), flagged when the whole interval
           is beyond ±TIE (the `versus` rule).
   across  diff of separate sweeps: REPEAT sweeps of mm alone, then REPEAT with mm's file swapped for
           mm_pad at each PAD; `diff` (orchestrator/analysis/diff.py, the default threshold and others) of
           base i against base j (A/A) and of base i against slowed i.
 
-    python benchmarks/see_slowdowns.py h2h -i HOSTS --runs-dir DIR [--repeat 3] [--out FILE.md]
-    python benchmarks/see_slowdowns.py across -i HOSTS --runs-dir DIR [--repeat 3] [--pads 192,320]
+    python benchmarks/see_slowdowns.py calibrate --targets 0.02,0.03,0.05 --pad-dir DIR [--out FILE.md]
+    python benchmarks/see_slowdowns.py h2h -i HOSTS --runs-dir DIR [--repeat 3] [--pad DIR/pads-2.json]
+    python benchmarks/see_slowdowns.py across -i HOSTS --runs-dir DIR [--repeat 3] [--pads DIR/pads-3.json,...]
 
 Run with the repo on PYTHONPATH (device_check.sh's `slowdowns-h2h` / `slowdowns-across` steps do).
 Prints Markdown; --out also writes it.
@@ -102,7 +109,7 @@ def flag(interval, tie: float) -> str:
 
 
 def h2h(args) -> str:
-    from worker.pairing import pair_interval, paired_rounds
+    from worker.contract.pairing import pair_interval, paired_rounds
 
     folder = Path(tempfile.mkdtemp(prefix="see-h2h-"))
     sweep = sweep_file(
@@ -116,7 +123,8 @@ def h2h(args) -> str:
     )
     rows, walls = [], []
     for i in range(args.repeat):
-        run_dir, wall = run(sweep, args.inventory, args.runs_dir, {"FLEETBENCH_MM_PAD": str(args.pad)})
+        pad = str(Path(args.pad).resolve()) if args.pad.endswith(".json") else args.pad
+        run_dir, wall = run(sweep, args.inventory, args.runs_dir, {"FLEETBENCH_MM_PAD": pad})
         walls.append(wall)
         recs = records_of(run_dir)
         for (backend, m, n, k), base in sorted(recs.items()):
@@ -176,6 +184,9 @@ def fmt(iv) -> str:
 
 def across(args) -> str:
     from orchestrator.analysis.diff import compare_sides, resolve_side
+    from orchestrator.commands.common import DEFAULT_THRESHOLD as DEFAULT_WORDS
+
+    DEFAULT_THRESHOLD = float(DEFAULT_WORDS.rstrip("%")) / 100
 
     folder = Path(tempfile.mkdtemp(prefix="see-across-"))
     base = sweep_file(folder, "see-across", [{"name": "mm", "file": str(KERNELS / "mm.py")}])
@@ -184,11 +195,19 @@ def across(args) -> str:
     runs = {0: [run(base, args.inventory, args.runs_dir, {})[0] for _ in range(args.repeat)]}
     for pad in args.pads:
         runs[pad] = [
-            run(slowed, args.inventory, args.runs_dir, {"FLEETBENCH_MM_PAD": str(pad)})[0] for _ in range(args.repeat)
+            run(
+                slowed,
+                args.inventory,
+                args.runs_dir,
+                {"FLEETBENCH_MM_PAD": str(Path(pad).resolve()) if pad.endswith(".json") else pad},
+            )[0]
+            for _ in range(args.repeat)
         ]
     pairs = {"A/A": list(itertools.combinations(runs[0], 2))}
     for pad in args.pads:
-        pairs[f"+{pad} columns"] = list(zip(runs[0], runs[pad]))
+        pairs[f"+{Path(pad).stem} columns" if pad.endswith(".json") else f"+{pad} columns"] = list(
+            zip(runs[0], runs[pad])
+        )
     lines = [
         f"## Across runs: diff of separate sweeps of mm ({args.repeat} per setting), cells flagged",
         "",
@@ -197,6 +216,7 @@ def across(args) -> str:
         + " | FASTER (any) |",
         "|---|---:|---:|" + "---:|" * (len(args.thresholds) + 1),
     ]
+    per_shape: dict[tuple, list] = {}  # (comparison, m, n) -> [(verdict at the default, B/A, work B/A)]
     for name, compared in pairs.items():
         cells, slower, faster, ratios = 0, {t: 0 for t in args.thresholds}, 0, []
         for a, b in compared:
@@ -206,6 +226,8 @@ def across(args) -> str:
                     if c.verdict in ("NOT-RUN", "NOT-OK", "ONLY-A", "ONLY-B"):
                         continue
                     slower[t] += c.verdict == "SLOWER"
+                    if math.isclose(t, DEFAULT_THRESHOLD):
+                        per_shape.setdefault((name, c.m, c.n), []).append((c.verdict, c.ratio, c.work_ratio))
                     if t == args.thresholds[0]:
                         cells += 1
                         faster += c.verdict == "FASTER"
@@ -216,36 +238,178 @@ def across(args) -> str:
             + " | ".join(str(slower[t]) for t in args.thresholds)
             + f" | {faster} |"
         )
+    lines += [
+        "",
+        f"Per shape at the default threshold ({DEFAULT_THRESHOLD:.1%}): each pair's verdict, B/A of the medians and "
+        "of the work (time × in-stream clock)",
+        "",
+        "| comparison | M×N | verdicts | B/A | work B/A |",
+        "|---|---|---|---|---|",
+    ]
+    for (name, m, n), found in sorted(per_shape.items(), key=lambda kv: (kv[0][0], kv[0][2], kv[0][1])):
+        lines.append(
+            f"| {name} | {m}×{n} | {' '.join(v for v, _, _ in found)} | "
+            + " ".join(f"{r:.4f}" for _, r, _ in found)
+            + " | "
+            + " ".join("—" if w is None else f"{w:.4f}" for _, _, w in found)
+            + " |"
+        )
     lines += ["", "Runs: " + "; ".join(f"{k}: {', '.join(Path(r).name for r in v)}" for k, v in runs.items())]
+    return "\n".join(lines)
+
+
+SEED_SHAPES = [(m, 768, 6144) for m in (16, 32, 64, 128, 256)] + [
+    (m, 2048, 6144) for m in (16, 32, 64, 128, 256, 512, 1024)
+]
+LADDER = [64 * i for i in range(1, 13)]  # columns of K tried per shape
+
+
+def pair_effect(g0, g1, pairs: int = 30, settle_s: float = 0.15) -> float:
+    """The median over `pairs` of g1's replay time over g0's, replayed in alternating order (ABBA) after
+    settle_s of alternating replays, so both see one GPU state."""
+    import torch
+
+    deadline = time.perf_counter() + settle_s
+    while time.perf_counter() < deadline:
+        g0.replay()
+        g1.replay()
+        torch.cuda.synchronize()
+    ev = [torch.cuda.Event(enable_timing=True) for _ in range(4)]
+    ratios = []
+    for i in range(pairs):
+        order = (g0, g1) if i % 2 == 0 else (g1, g0)
+        ev[0].record()
+        order[0].replay()
+        ev[1].record()
+        order[1].replay()
+        ev[2].record()
+        ev[2].synchronize()
+        first, second = ev[0].elapsed_time(ev[1]), ev[1].elapsed_time(ev[2])
+        ratios.append(second / first if i % 2 == 0 else first / second)
+    return statistics.median(ratios)
+
+
+def padded_graph(sets, pad: int, calls: int):
+    import torch
+
+    padded = [(torch.nn.functional.pad(a, (0, pad)), torch.nn.functional.pad(b, (0, pad)).t()) for a, b in sets]
+    stream = torch.cuda.Stream()
+    with torch.cuda.stream(stream):
+        for a, bt in padded:
+            torch.mm(a, bt)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, stream=stream):
+        for i in range(calls):
+            a, bt = padded[i % len(padded)]
+            torch.mm(a, bt)
+    torch.cuda.synchronize()
+    return graph, padded
+
+
+def calibrate(args) -> str:
+    import json
+
+    import torch
+
+    args.pad_dir.mkdir(parents=True, exist_ok=True)
+    chosen = {t: {} for t in args.targets}
+    lines = [
+        "## Calibrated slowdowns: columns of K per shape for each target (mm_pad against mm, independent replay)",
+        "",
+        "| M×N×K | mm µs | " + " | ".join(f"+{t:.0%}: columns (effect)" for t in args.targets) + " | ladder |",
+        "|---|---:|" + "---|" * (len(args.targets) + 1),
+    ]
+    for m, n, k in SEED_SHAPES:
+        gen = torch.Generator(device="cuda").manual_seed(m * n)
+        sets = [
+            (
+                torch.randn((m, k), generator=gen, device="cuda").to(torch.bfloat16),
+                torch.randn((n, k), generator=gen, device="cuda").to(torch.bfloat16),
+            )
+            for _ in range(8)
+        ]
+        probe, _ = padded_graph(sets, 0, 16)
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        probe.replay()
+        start.record()
+        probe.replay()
+        end.record()
+        end.synchronize()
+        one_us = start.elapsed_time(end) * 1e3 / 16
+        calls = max(8, int(2000 / one_us) // 8 * 8)
+        base, keep = padded_graph(sets, 0, calls)
+        # Two passes over the ladder, up then down, each padding's effect their mean: one pass read
+        # neighbouring paddings up to 1% out of order.
+        graphs, passes = {}, {}
+        for pad in LADDER:
+            graphs[pad] = padded_graph(sets, pad, calls)
+            passes[pad] = [pair_effect(base, graphs[pad][0])]
+            if passes[pad][0] > 1 + 1.5 * max(args.targets):
+                break
+        for pad in reversed(list(graphs)):
+            passes[pad].append(pair_effect(base, graphs[pad][0]))
+        effects = {pad: statistics.fmean(v) for pad, v in passes.items()}
+        del graphs
+        cells = []
+        for t in args.targets:
+            pad = min(effects, key=lambda p: abs(effects[p] - (1 + t)))
+            chosen[t][f"{m}x{n}x{k}"] = pad
+            cells.append(f"{pad} ({effects[pad]:.4f})")
+        ladder = ", ".join(f"{p}: {e:.3f}" for p, e in effects.items())
+        lines.append(f"| {m}×{n}×{k} | {one_us:.2f} | " + " | ".join(cells) + f" | {ladder} |")
+        print(lines[-1], file=sys.stderr, flush=True)
+        del base, keep, probe, sets
+        torch.cuda.empty_cache()
+    for t in args.targets:
+        path = args.pad_dir / f"pads-{round(t * 100)}.json"
+        path.write_text(json.dumps(chosen[t], indent=1) + "\n")
+        lines.append(f"\n- +{t:.0%}: `{path.name}`")
     return "\n".join(lines)
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("what", choices=["h2h", "across"])
-    parser.add_argument("-i", "--inventory", type=Path, required=True, help="hosts.yaml with the one GPU host")
-    parser.add_argument("--runs-dir", type=Path, required=True, help="where the sweeps' run folders go")
+    parser.add_argument("what", choices=["calibrate", "h2h", "across"])
+    parser.add_argument("-i", "--inventory", type=Path, help="hosts.yaml with the one GPU host (h2h, across)")
+    parser.add_argument("--runs-dir", type=Path, help="where the sweeps' run folders go (h2h, across)")
+    parser.add_argument(
+        "--targets",
+        type=lambda s: [float(x) for x in s.split(",")],
+        default=[0.02, 0.03, 0.05],
+        help="calibrate: the slowdowns to find columns for (default 0.02,0.03,0.05)",
+    )
+    parser.add_argument("--pad-dir", type=Path, help="calibrate: where pads-N.json go")
     parser.add_argument("--repeat", type=int, default=3, help="sweeps per setting (default 3)")
     parser.add_argument(
-        "--pad", default="auto", help="h2h: columns of K mm_pad adds (default auto: 256 at M <= 64, else 128; ~+2%%)"
+        "--pad",
+        default="auto",
+        help="h2h: FLEETBENCH_MM_PAD for mm_pad: columns, a calibrated pads-N.json, or auto (256 at M <= 64, else 128)",
     )
     parser.add_argument("--tie", type=float, default=0.01, help="h2h: the tie margin (default 0.01)")
     parser.add_argument(
         "--pads",
-        type=lambda s: [int(x) for x in s.split(",")],
-        default=[192, 320],
-        help="across: the slowed settings, columns of K (default 192,320: ~+3%%, ~+5%%)",
+        type=lambda s: s.split(","),
+        default=["192", "320"],
+        help="across: the slowed settings, each FLEETBENCH_MM_PAD: columns or a pads-N.json (default 192,320)",
     )
     parser.add_argument(
         "--thresholds",
         type=lambda s: [float(x) for x in s.split(",")],
-        default=[0.01, 0.015, 0.02, 0.03],
+        default=[0.01, 0.015, 0.02, 0.03],  # 0.015: diff's default (commands/common.py DEFAULT_THRESHOLD)
         help="across: diff thresholds to count at",
     )
     parser.add_argument("--out", type=Path, help="also write the Markdown here")
     args = parser.parse_args(argv)
-    args.runs_dir.mkdir(parents=True, exist_ok=True)
-    text = h2h(args) if args.what == "h2h" else across(args)
+    if args.what == "calibrate":
+        if args.pad_dir is None:
+            parser.error("calibrate needs --pad-dir")
+        text = calibrate(args)
+    else:
+        if args.inventory is None or args.runs_dir is None:
+            parser.error(f"{args.what} needs -i/--inventory and --runs-dir")
+        args.runs_dir.mkdir(parents=True, exist_ok=True)
+        text = h2h(args) if args.what == "h2h" else across(args)
     print(text)
     if args.out:
         args.out.write_text(text + "\n")

@@ -53,7 +53,8 @@ def seed_cases(backends: list[str]):
 
 
 def runnable(runner, case) -> bool:
-    from worker.backends import availability_problem, support_problem
+    from worker.backends import availability_problem
+    from worker.contract.catalog import support_problem
     from worker.runner import _spec_of
 
     spec = _spec_of(case)
@@ -205,7 +206,7 @@ DECODE = """
 import sys, time, statistics, torch
 sys.path.insert(0, {root!r})
 from worker.runner import CaseRunner, _spec_of
-from worker.schema import CaseSpec, TimingOptions
+from worker.contract.schema import CaseSpec, TimingOptions
 from worker.timing import time_cuda
 cond = {cond!r}
 backend, shape = {case!r}.split(":")

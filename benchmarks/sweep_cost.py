@@ -54,11 +54,14 @@ def main() -> int:
     settle_ms = 0.0
     inside: dict[str, float] = collections.Counter()  # timing_s's own phases (format 7 records from 0.4 on)
     rounds = []
+    integrity = collections.Counter()  # the integrity checks' seconds by round number
+    walls = []
     for slot in load_slots(store):
         for attempt in store.attempts(slot.slot):
             outcome = store.outcome(slot.slot, attempt)
             elapsed = worker_elapsed(store.attempt_dir(slot.slot, attempt) / "log.txt")
             in_cases = sum(rec.duration_s for a, rec in slot.records.values() if a == attempt)
+            walls.append(outcome.duration_s)
             print(
                 f"| {slot.slot} | {outcome.duration_s:.2f} | {elapsed:.2f} | "
                 f"{outcome.duration_s - elapsed:.2f} | {in_cases:.2f} | {elapsed - in_cases:.2f} |"
@@ -72,6 +75,7 @@ def main() -> int:
                 for phase in PHASES:
                     phases[phase] += getattr(r, phase) or 0.0
                 settle_ms += r.settle_ms or 0.0
+                integrity[i] += r.integrity_s or 0.0
                 for k, v in (r.timing_phases or {}).items():
                     inside[k] += v
                 rounds.append(
@@ -94,6 +98,12 @@ def main() -> int:
     )
     for k, v in sorted(inside.items(), key=lambda kv: -kv[1]):
         print(f"| (of timing: {k[:-2]}, wall) | {v:.2f} | {100 * v / total if total else 0:.0f}% |")
+    checks, wall = sum(integrity.values()), sum(walls)
+    print(
+        f"\nThe integrity checks (RoundStats.integrity_s): {checks:.2f} s, "
+        f"{100 * checks / wall if wall else 0:.1f}% of the attempts' {wall:.2f} s wall; by round: "
+        + ", ".join(f"{i}: {v:.2f} s" for i, v in sorted(integrity.items()))
+    )
     print(f"\nThe {args.top} costliest rounds:\n")
     print("| backend | shape | round | s | prepare | check | timing | settle ms | probes |")
     print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
@@ -123,7 +133,7 @@ def profile_worker(params: Path, top: int) -> None:
     import tempfile
     import time
 
-    from worker.protocol import PROTOCOL_FD_ENV
+    from worker.contract.protocol import PROTOCOL_FD_ENV
 
     # Its records and progress lines go nowhere (a supervisor would read them); its log stays on stderr.
     os.environ[PROTOCOL_FD_ENV] = str(os.open(os.devnull, os.O_WRONLY))

@@ -5,7 +5,7 @@ judged on its work; a slower clock is still slower, the split only names why."""
 from __future__ import annotations
 
 from orchestrator.analysis.diff import compare_records
-from worker.schema import CaseRecord, CaseSpec, RoundStats, Stats
+from worker.contract.schema import CaseRecord, CaseSpec, RoundStats, Stats
 
 SPEC = CaseSpec(backend="torch-bf16", m=1024, n=2048, k=6144)
 
@@ -70,3 +70,40 @@ def test_without_the_clock_in_the_stream_nothing_is_split():
     b.timing.rounds[0] = b.timing.rounds[0].model_copy(update={"sm_clock_stream_mhz": None})
     row = compare_records("k", a, b, 0.01)
     assert row.clock_ratio is None and row.judged_on == "time" and row.verdict == "SLOWER"
+
+
+def light(us: float, drift: list[tuple[float, float]]) -> CaseRecord:
+    """A light case over two rounds whose clock slid (the GPU warming over a sweep), its time with it,
+    plus a little noise of its own: (clock, noise) per round."""
+    return record([(us * 1850.0 / mhz * (1 + e), mhz) for mhz, e in drift])
+
+
+def test_a_side_of_similar_cases_lends_two_round_cases_the_degrees_of_freedom_they_lack():
+    from orchestrator.analysis.diff import work_prior
+
+    drift_a, drift_b = [(1872.0, -0.002), (1855.0, 0.002)], [(1873.0, 0.003), (1846.0, -0.003)]
+    side_a = [light(8.0 + i, drift_a) for i in range(8)]
+    side_b = [light((8.0 + i) * 1.03, drift_b) for i in range(8)]
+    alone = compare_records("k", side_a[0], side_b[0], 0.015)
+    assert alone.verdict == "AMBIGUOUS"  # two rounds a side: t with 1-2 degrees of freedom
+    priors = (work_prior(side_a), work_prior(side_b))
+    row = compare_records("k", side_a[0], side_b[0], 0.015, priors=priors)
+    assert row.verdict == "SLOWER" and row.judged_on == "work"
+    assert 1.015 < row.work_low < 1.03 < row.work_high
+
+
+def test_a_moderated_spread_never_turns_an_identical_kernel_into_a_finding():
+    from orchestrator.analysis.diff import work_prior
+
+    drift_a, drift_b = [(1872.0, -0.002), (1855.0, 0.002)], [(1873.0, 0.003), (1846.0, -0.003)]
+    side_a = [light(8.0 + i, drift_a) for i in range(8)]
+    side_b = [light(8.0 + i, drift_b) for i in range(8)]
+    priors = (work_prior(side_a), work_prior(side_b))
+    for a, b in zip(side_a, side_b):
+        assert compare_records("k", a, b, 0.015, priors=priors).verdict in ("SAME", "AMBIGUOUS")
+
+
+def test_a_side_of_fewer_than_three_cases_has_no_prior():
+    from orchestrator.analysis.diff import work_prior
+
+    assert work_prior([light(8.0, [(1872.0, 0.0), (1855.0, 0.001)])] * 2) is None

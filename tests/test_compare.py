@@ -19,8 +19,8 @@ from support.syntheticruns import TAINT, in_rounds, make_run
 
 from orchestrator.analysis.diff import classify, compare_sides, resolve_side
 from orchestrator.cli import main
-from worker.schema import SCHEMA_VERSION, Calibration, CaseRecord, CaseSpec, RoundStats
-from worker.timing import combine_rounds, summarize
+from worker.contract.schema import SCHEMA_VERSION, Calibration, CaseRecord, CaseSpec, RoundStats
+from worker.contract.stats import combine_rounds, summarize
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -21,9 +21,9 @@ from orchestrator.planning.plan import build_plan
 from orchestrator.planning.render import render_script, template_environment
 from orchestrator.runs.records import parse_results
 from orchestrator.transport import login_relative, shell_command
-from worker import protocol
-from worker.backends import CATALOG
-from worker.schema import SCHEMA_VERSION
+from worker.contract import protocol
+from worker.contract.catalog import CATALOG
+from worker.contract.schema import SCHEMA_VERSION
 
 REPO = Path(__file__).resolve().parent.parent
 GOLDEN = Path(__file__).parent / "golden"

@@ -29,17 +29,10 @@ from orchestrator.planning.plan import build_plan, new_run_id
 from orchestrator.runs.crosschecks import load_crosschecks
 from orchestrator.runs.store import RunStore
 from worker import crosscheck as xc
-from worker.crosscheck import (
-    CaseBench,
-    CrosscheckOptions,
-    CrosscheckRecord,
-    FleetbenchTiming,
-    Method,
-    PeerResult,
-    Timed,
-)
-from worker.schema import CaseRecord, CaseSpec, FactsRecord, TimingOptions
-from worker.timing import summarize as summarize_samples
+from worker.contract.crosscheck import CrosscheckOptions, CrosscheckRecord, FleetbenchTiming, Method, PeerResult, Timed
+from worker.contract.schema import CaseRecord, CaseSpec, FactsRecord, TimingOptions
+from worker.contract.stats import summarize as summarize_samples
+from worker.crosscheck import CaseBench
 
 # The stand-ins' model of one call of the case: 10 µs of kernels; FlashInfer's flush leaves L2 dirty
 # (+5%); per-call events add 2 µs of launch; a GPU timed from idle runs at its burst clock (-4%), and so

@@ -21,7 +21,7 @@ from orchestrator.execution.launch import plan_rerun
 from orchestrator.runs.formats import MANIFEST_VERSION, upgrade_manifest, upgrade_record
 from orchestrator.runs.records import parse_results
 from orchestrator.runs.store import RunStore
-from worker.schema import SCHEMA_VERSION
+from worker.contract.schema import SCHEMA_VERSION
 
 V1_DONE, V1_OTHER_BUDGET, V1_FAILED = (
     "runs-v1/20261203-081621-smoke-a967",

@@ -26,8 +26,9 @@ from support.ci import require
 
 from orchestrator.execution.provision import pinned_versions
 from worker import nvfp4
-from worker.backends import CATALOG, flashinfer_mm_fp4_backends
+from worker.backends import flashinfer_mm_fp4_backends
 from worker.backends.fp8 import dequantized_product
+from worker.contract.catalog import CATALOG
 from worker.verify import THRESHOLDS, verdict
 
 CONTRACTS = Path(__file__).parent / "contracts"
@@ -475,7 +476,7 @@ def test_backends_the_installed_flashinfer_offers_beyond_the_catalog_are_reporte
     ],
 )
 def test_capability_rules_of_the_newer_flashinfer_backends(name, m, n, k, cc, problem):
-    from worker.backends import support_problem
+    from worker.contract.catalog import support_problem
 
     got = support_problem(CATALOG[name], m, n, k, cc)
     assert (got is None) if problem is None else (problem in (got or "")), got

@@ -38,9 +38,10 @@ from test_fp4_contracts import (
 )
 
 from worker import nvfp4
-from worker.backends import CATALOG, moe, moe_fp4, support_problem
-from worker.routing import draw_counts
-from worker.schema import CaseSpec, MoeSpec, TimingOptions
+from worker.backends import moe, moe_fp4
+from worker.contract.catalog import CATALOG, support_problem
+from worker.contract.routing import draw_counts
+from worker.contract.schema import CaseSpec, MoeSpec, TimingOptions
 from worker.verify import THRESHOLDS, verdict
 
 FI_GROUPED, SGL_GROUPED, FI_FUSED = (

@@ -17,7 +17,7 @@ from orchestrator.analysis.hosteffect import host_effects, polish
 from orchestrator.cli import main
 from orchestrator.config.sweep import Sweep
 from orchestrator.runs.store import RunStore
-from worker.schema import Calibration, CaseRecord, FactsRecord, Health, HealthSnapshot, RoundStats, Stats
+from worker.contract.schema import Calibration, CaseRecord, FactsRecord, Health, HealthSnapshot, RoundStats, Stats
 
 BACKENDS = ("torch-bf16", "torch-fp8")
 MS = [16, 32, 64, 128, 256, 512]  # x 2 backends = 12 cases

@@ -155,9 +155,10 @@ def test_sign_flips_leave_torchs_version_counter_where_it_was():
 
 def test_every_builtin_backend_that_runs_here_says_what_its_call_reads():
     """The sign-flip check needs it; a backend without `reads` would skip that check unseen."""
-    from worker.backends import CATALOG, availability_problem, support_problem
+    from worker.backends import availability_problem
+    from worker.contract.catalog import CATALOG, support_problem
+    from worker.contract.schema import CaseSpec, MoeSpec
     from worker.runner import CaseRunner
-    from worker.schema import CaseSpec, MoeSpec
 
     runner = CaseRunner("cpu")
     checked = []

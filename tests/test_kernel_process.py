@@ -65,7 +65,7 @@ def prepare(a, b, out_dtype):
 
 
 def test_a_user_kernel_reaches_neither_a_builtins_calls_nor_its_record(tmp_path, capsys, monkeypatch):
-    from worker.schema import CaseSpec, TimingOptions
+    from worker.contract.schema import CaseSpec, TimingOptions
 
     sweep = kernel_sweep(tmp_path, {"patcher": PATCHER, "forger": FORGER}, ms=(16,), rounds=1)
     # The forger targets torch-bf16's case (its id is what the sweep plans for M=16 x 64 x 128).

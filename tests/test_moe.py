@@ -11,8 +11,8 @@ from cli_output import cli_json
 from orchestrator.cli import main
 from orchestrator.config.sweep import load_sweep
 from orchestrator.errors import InputError
-from worker.metrics import moe_metrics
-from worker.routing import draw_counts, read_counts_file
+from worker.contract.metrics import moe_metrics
+from worker.contract.routing import draw_counts, read_counts_file
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -174,9 +174,10 @@ def test_a_loop_that_pairs_tokens_with_the_wrong_expert_fails_the_check():
     weights (an off-by-one in the offsets) is caught even though every row has the right scale."""
     import torch
 
-    from worker.backends import CATALOG, moe
+    from worker.backends import moe
+    from worker.contract.catalog import CATALOG
+    from worker.contract.schema import CaseSpec, MoeSpec
     from worker.runner import CaseRunner
-    from worker.schema import CaseSpec, MoeSpec
 
     case = CaseSpec(
         workload="moe",

@@ -1,6 +1,6 @@
 """Head-to-head timing and rounds until sure, without a GPU (issue 40): the interleaved order, settling
 and sampling of worker/interleave.py on stand-in graphs whose speed follows a shared simulated clock;
-the paired interval of worker/pairing.py; the stamp kernel's arithmetic; when a unit stops its rounds."""
+the paired interval of worker/contract/pairing.py; the stamp kernel's arithmetic; when a unit stops its rounds."""
 
 from __future__ import annotations
 
@@ -9,9 +9,10 @@ import random
 
 import pytest
 
-from worker import interleave, pairing, streamclock
+from worker import interleave, streamclock
+from worker.contract import pairing
+from worker.contract.schema import CaseRecord, CaseSpec, RoundStats, Stats, TimingOptions
 from worker.runner import rounds_decision
-from worker.schema import CaseRecord, CaseSpec, RoundStats, Stats, TimingOptions
 
 
 class SharedGpu:
@@ -183,8 +184,8 @@ def test_a_units_graphs_are_paired_after_their_own_round_and_a_case_without_a_ke
 
 
 def test_the_supervisor_names_a_case_of_its_params_file_as_the_schema_does():
-    from worker.protocol import case_id_of_raw
-    from worker.schema import MoeSpec
+    from worker.contract.protocol import case_id_of_raw
+    from worker.contract.schema import MoeSpec
 
     cases = [
         CaseSpec(backend="torch-bf16", m=16, n=2048, k=6144),

@@ -8,9 +8,9 @@ from __future__ import annotations
 import pytest
 
 from worker import integrity
-from worker.metrics import gemm_metrics, moe_metrics
+from worker.contract.metrics import gemm_metrics, moe_metrics
+from worker.contract.schema import Calibration
 from worker.physics import MARGIN, impossible, roofs
-from worker.schema import Calibration
 
 H200 = "NVIDIA H200"
 CAL = Calibration(
@@ -124,7 +124,7 @@ def test_a_median_that_is_not_a_time_is_not_judged_here(median_us):
 
 
 def test_a_moe_layer_is_held_to_its_own_work():
-    """All expert GEMMs of a layer: every active expert's weights read once (worker/metrics.py moe_metrics)."""
+    """All expert GEMMs of a layer: every active expert's weights read once (worker/contract/metrics.py moe_metrics)."""
     counts = [8, 0, 16, 8] * 64
     metrics = moe_metrics(counts, 2048, 6144, "bf16", 1.0, H200, calibration=CAL)
     assert impossible(metrics.flops, metrics.bytes, "bf16", metrics.sol_us * 1.05, CAL, H200) is None

@@ -37,9 +37,10 @@ from orchestrator.execution.launch import prepare_run
 from orchestrator.planning.plan import build_plan, new_run_id
 from orchestrator.runs.profiles import latest_fleet, load_profiles
 from orchestrator.runs.store import RunStore
-from worker.profile import NCU_PLACES, ProfiledRun, ProfileOptions, classify_ncu_output, ncu_argv
-from worker.schema import CaseRecord, CaseSpec, FactsRecord, RoundStats, TimingOptions
-from worker.timing import summarize as summarize_samples
+from worker.contract.profile import ProfiledRun, ProfileOptions
+from worker.contract.schema import CaseRecord, CaseSpec, FactsRecord, RoundStats, TimingOptions
+from worker.contract.stats import summarize as summarize_samples
+from worker.profile import NCU_PLACES, classify_ncu_output, ncu_argv
 
 GEMM = "void cutlass::Kernel2<cutlass_80_tensorop_bf16_s16816gemm_relu_bf16_64x64_64x4_tn_align8>(T1::Params)"
 COPY = "void at::native::elementwise_kernel<128, 2, at::native::gpu_kernel_impl<at::native::direct_copy_kernel_cuda(at::TensorIteratorBase &)::[lambda() (instance 3)]::operator ()() const::[lambda() (instance 8)]::operator ()() const::[lambda(c10::BFloat16) (instance 1)]>(at::TensorIteratorBase &, const T1 &)::[lambda(int) (instance 1)]>(int, T3)"

@@ -21,8 +21,8 @@ from conftest import REPO, kernel_sweep, processes_under, start_cli
 
 from orchestrator.cli import main
 from orchestrator.execution.launch import cases_to_finish
-from worker.rounds import join_records, rounds_in
-from worker.schema import CaseRecord, CaseSpec, RoundStats, Stats, TimingOptions
+from worker.contract.rounds import join_records, rounds_in
+from worker.contract.schema import CaseRecord, CaseSpec, RoundStats, Stats, TimingOptions
 
 # Fails on its first call on a host, then works: a flaky kernel (the marker file remembers).
 FLAKY = """import os, torch

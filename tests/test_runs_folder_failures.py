@@ -20,7 +20,7 @@ from support.syntheticruns import make_run
 from orchestrator.cli import main
 from orchestrator.execution import demux as demux_module
 from orchestrator.runs import atomicfile
-from worker.schema import SCHEMA_VERSION
+from worker.contract.schema import SCHEMA_VERSION
 
 REPO = Path(__file__).resolve().parent.parent
 SMOKE = REPO / "sweeps" / "smoke.yaml"

@@ -14,8 +14,8 @@ from orchestrator.analysis.merge import Row
 from orchestrator.runs.formats import params_for_worker
 from orchestrator.views.tables import pivot_document, rows_document
 from worker.calibrate import calibrate
-from worker.metrics import gemm_metrics, speed_of_light
-from worker.schema import Calibration
+from worker.contract.metrics import gemm_metrics, speed_of_light
+from worker.contract.schema import Calibration
 
 GPU = SimpleNamespace(device="cuda")
 SHEET = {"bf16": 989.4, "fp8": 1978.9, "tb_s": 4.8}
@@ -230,9 +230,9 @@ def test_a_measurement_that_killed_its_worker_is_not_retried_by_the_restarted_on
 
 def test_the_oracles_get_no_speed_of_light():
     """The references compute in fp32 whatever their operand family: a tensor-core roof is not theirs."""
-    from worker.backends import CATALOG
+    from worker.contract.catalog import CATALOG
+    from worker.contract.schema import CaseSpec
     from worker.runner import CaseRunner
-    from worker.schema import CaseSpec
 
     runner = CaseRunner("cpu")
     runner.calibration = Calibration(

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.execution.outcome import AttemptEnd, judge
-from worker import protocol
+from worker.contract import protocol
 
 REPO = Path(__file__).resolve().parent.parent
 PACKAGES = ("orchestrator", "worker")
@@ -153,7 +153,7 @@ def test_the_controller_matches_no_message_text_of_python_or_the_launcher():
     for path in (REPO / "orchestrator").rglob("*.py"):
         source = path.read_text(encoding="utf-8")
         for text in texts:
-            assert text not in source, f"{path.relative_to(REPO)} matches {text!r}: use worker/protocol.py"
+            assert text not in source, f"{path.relative_to(REPO)} matches {text!r}: use worker/contract/protocol.py"
 
 
 def test_the_launcher_takes_its_constants_from_the_protocol():
@@ -318,3 +318,49 @@ def test_the_demultiplexer_routes_each_line_where_it_belongs():
     assert demux.hello and results.getvalue() == '{"kind":"case"}\n' and events == [{"event": "start"}]
     assert "stderr: @@fleetbench-record" in log.getvalue() and list(demux.stderr_tail)[-1] == "Traceback: boom"
     assert news == []
+
+
+def test_the_controller_reaches_the_worker_through_its_one_door_which_needs_only_stdlib_and_pydantic():
+    """The controller imports of the worker only worker/contract/, and worker/contract/ imports only the
+    standard library, pydantic and itself: checked in the source (every import, function-local ones too)
+    and by importing it with torch and numpy made unimportable."""
+    doors = {
+        f"{p.relative_to(REPO)}: {m}"
+        for p in sorted((REPO / "orchestrator").rglob("*.py"))
+        for m in _imports(p, _module_name(p))
+        if m.split(".")[0] == "worker" and not (m + ".").startswith("worker.contract.")
+    }
+    assert doors == set(), "the controller imports the worker past worker/contract/"
+    allowed = set(sys.stdlib_module_names) | {"__future__", "pydantic"}
+    contract = sorted((REPO / "worker" / "contract").rglob("*.py"))
+    assert contract, "worker/contract/ is missing"
+    outside = set()
+    for path in contract:
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                outside.update(f"{path.name}: {a.name}" for a in node.names if a.name.split(".")[0] not in allowed)
+            elif isinstance(node, ast.ImportFrom) and not node.level and node.module.split(".")[0] not in allowed:
+                if not (node.module + ".").startswith("worker.contract."):
+                    outside.add(f"{path.name}: {node.module}")
+            elif isinstance(node, ast.ImportFrom) and node.level > 1:
+                outside.add(f"{path.name}: {'.' * node.level}{node.module or ''}")  # above the contract
+    assert outside == set()
+    modules = ["worker.contract." + p.stem for p in contract if p.stem != "__init__"]
+    code = (
+        "import importlib, json, sys\n"
+        "class Blocked:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name.split('.')[0] in ('torch', 'numpy'):\n"
+        "            raise ImportError(f'{name} is blocked')\n"
+        "sys.meta_path.insert(0, Blocked())\n"
+        f"for m in {modules!r}:\n"
+        "    importlib.import_module(m)\n"
+        "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in ('worker', 'torch', 'numpy'))))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    loaded = json.loads(done.stdout)
+    assert [m for m in loaded if not (m + ".").startswith("worker.contract.") and m != "worker"] == []

@@ -13,9 +13,9 @@ import pytest
 from orchestrator.cli import main
 from orchestrator.config.sweep import Sweep, load_sweep
 from orchestrator.runs.store import RunStore
-from worker.backends import CATALOG
-from worker.schema import CaseRecord, CaseSpec, FactsRecord
-from worker.timing import summarize
+from worker.contract.catalog import CATALOG
+from worker.contract.schema import CaseRecord, CaseSpec, FactsRecord
+from worker.contract.stats import summarize
 
 REPO = Path(__file__).resolve().parent.parent
 FUSED = "moe-fused-flashinfer-fp4-cutlass"

@@ -27,8 +27,8 @@ import pytest
 import torch
 
 from worker import timing
+from worker.contract.schema import CaseSpec, TimingOptions
 from worker.runner import CaseRunner
-from worker.schema import CaseSpec, TimingOptions
 
 L2_BYTES = 50 * 2**20
 COMPUTE_US = 10.0
@@ -240,8 +240,8 @@ def test_every_round_runs_the_lightest_case_first_whatever_order_the_sweep_lists
     ties by case id."""
     import random
 
+    from worker.contract.schema import CaseSpec
     from worker.runner import round_order
-    from worker.schema import CaseSpec
 
     todo = [CaseSpec(backend=b, m=m, n=2048, k=6144) for m in (16, 64, 256, 1024) for b in ("torch-bf16", "torch-fp8")]
     load = {c.case_id: c.m / 1024 * (0.5 if c.backend == "torch-fp8" else 1.0) for c in todo}
@@ -257,7 +257,7 @@ def test_rounds_are_ranked_by_measured_load_once_measured(tmp_path, monkeypatch)
     """Round 1 is ranked by each case's math at the calibrated peak (a prediction); later rounds by what
     round 1 measured: a case that turned out slow (light load) moves ahead of one that ran at its peak."""
     from worker import runner as runner_mod
-    from worker.schema import Calibration, CaseRecord, CaseSpec, RoundStats, Stats, TimingOptions
+    from worker.contract.schema import Calibration, CaseRecord, CaseSpec, RoundStats, Stats, TimingOptions
 
     opts = TimingOptions(rounds=2)
     big = CaseSpec(backend="torch-bf16", m=1024, n=2048, k=6144, timing=opts)
@@ -422,7 +422,7 @@ def test_health_is_judged_over_the_samples_not_over_the_settling(monkeypatch, cl
     """Settling lets a heavy GEMM bring the GPU to its power-limited clock (1980 -> ~1500 MHz on the
     H200); that fall is the state the case is measured in, not a throttled measurement. A fall during
     the samples still taints. Snapshots: before the warm-up, after settling, after the samples."""
-    from worker.schema import HealthSnapshot
+    from worker.contract.schema import HealthSnapshot
 
     gpu = SimGpu()
     install(monkeypatch, gpu)
@@ -443,7 +443,7 @@ def test_burst_samples_after_a_cool_down_and_stop_before_the_power_controller_ac
     """`timing.state: burst` idles `cooldown_ms`, tells `settled` (the health reading then is the burst
     clock), and samples for at most BURST_GPU_MS of GPU time, never settling."""
     from worker import timing
-    from worker.schema import TimingOptions
+    from worker.contract.schema import TimingOptions
 
     slept, events = [], []
     monkeypatch.setattr(timing.time, "sleep", lambda s: (slept.append(s), events.append("sleep")))
@@ -464,7 +464,8 @@ def test_cupti_mode_samples_the_kernels_of_the_timed_graph_and_keeps_its_replay_
     sample is a call's summed kernel time; the replay median stays beside it (the difference is launch
     gaps), and the settling is the replay timing's."""
     from worker import cupti, timing
-    from worker.schema import TimingOptions
+    from worker.contract.schema import TimingOptions
+    from worker.contract.stats import summarize
 
     monkeypatch.setattr(timing, "last_notes", [])
     asked = {}
@@ -486,7 +487,7 @@ def test_cupti_mode_samples_the_kernels_of_the_timed_graph_and_keeps_its_replay_
             pass
 
     graph = Graph()
-    replayed = timing.summarize([10.0, 10.2, 10.1], method="cuda-graph", calls_per_sample=64, l2="cold")
+    replayed = summarize([10.0, 10.2, 10.1], method="cuda-graph", calls_per_sample=64, l2="cold")
     replayed = replayed.model_copy(update={"settle_ms": 12.5})
     opts = TimingOptions(mode="cupti", min_samples=12)
     stats = timing._kernel_time(graph, 64, opts, replayed)

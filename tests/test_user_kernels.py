@@ -261,9 +261,10 @@ def test_every_builtin_backend_that_runs_here_keeps_the_output_contract():
     """What worker/verify.py expected_output asks of each built-in (its case's out_dtype, fp32 for the
     oracles; the oracle's shape; per expert for an MoE loop) is what each returns."""
     from worker import integrity
-    from worker.backends import CATALOG, availability_problem, support_problem
+    from worker.backends import availability_problem
+    from worker.contract.catalog import CATALOG, support_problem
+    from worker.contract.schema import CaseSpec, MoeSpec
     from worker.runner import CaseRunner
-    from worker.schema import CaseSpec, MoeSpec
     from worker.verify import THRESHOLDS, expected_output
 
     runner = CaseRunner("cpu")

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 from orchestrator.analysis.diff import compare_records
-from worker.schema import CaseRecord, CaseSpec, RoundStats
-from worker.timing import combine_rounds, summarize
+from worker.contract.schema import CaseRecord, CaseSpec, RoundStats
+from worker.contract.stats import combine_rounds, summarize
 
 CASE = CaseSpec(backend="torch-bf16", m=1024, n=2048, k=6144, label="syn")
 THRESHOLD = 0.03

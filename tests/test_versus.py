@@ -19,8 +19,8 @@ from orchestrator.cli import main
 from orchestrator.config.sweep import Sweep
 from orchestrator.runs.store import RunStore
 from orchestrator.views.tables import pivot_document
-from worker.schema import CaseRecord, FactsRecord, RoundStats
-from worker.timing import combine_rounds, summarize
+from worker.contract.schema import CaseRecord, FactsRecord, RoundStats
+from worker.contract.stats import combine_rounds, summarize
 
 A, B, ALONE = "torch-bf16", "torch-fp8", "reference-nvfp4"
 MS = [16, 32, 64, 128, 256, 512]
@@ -359,7 +359,7 @@ def test_pivot_best_falls_back_to_intervals_that_do_not_overlap_only_where_never
     overlapping = {"x": row(9.265, 0.001), "y": row(9.272, 0.001)}
     assert pivot_best(apart, [apart], lambda a, b: None) == ("x", "intervals")
     assert pivot_best(overlapping, [overlapping], lambda a, b: None) == (None, None)
-    from worker.pairing import Interval
+    from worker.contract.pairing import Interval
 
     straddling = Interval(1.0008, 0.998, 1.003, 3, 60)
     assert pivot_best(apart, [apart], lambda a, b: straddling) == (None, None)  # the pairs overrule

@@ -11,11 +11,11 @@ import torch
 
 from orchestrator.runs.records import parse_line
 from worker import runner as runner_mod
-from worker.backends import CATALOG, support_problem
+from worker.contract.catalog import CATALOG, support_problem
+from worker.contract.metrics import gemm_metrics
+from worker.contract.schema import IDENTITY_FIELDS, CaseSpec, Stats, TimingOptions
+from worker.contract.stats import median_ci, quantile, summarize
 from worker.health import assess, decode_reasons
-from worker.metrics import gemm_metrics
-from worker.schema import IDENTITY_FIELDS, CaseSpec, Stats, TimingOptions
-from worker.timing import median_ci, quantile, summarize
 from worker.verify import THRESHOLDS, verdict
 
 # Exactly 3 rounds (min_rounds == rounds): the tests below count the records a case writes.
@@ -67,7 +67,8 @@ def test_fp4_backends_are_never_imported_on_a_device_below_10(monkeypatch):
 
 
 def test_a_missing_library_is_unavailable_with_its_import_error():
-    from worker.backends import BackendSpec, availability_problem
+    from worker.backends import availability_problem
+    from worker.contract.catalog import BackendSpec
 
     spec = BackendSpec(name="x", module="torch_gemm", family="bf16", import_name="no_such_module_fleetbench")
     assert availability_problem(spec) == "no_such_module_fleetbench is not installed"
@@ -85,7 +86,7 @@ def test_cpu_cases_are_measured_and_checked():
 
 def test_an_exception_in_a_case_is_recorded_and_the_loop_goes_on(tmp_path, monkeypatch):
     from worker.backends import torch_gemm
-    from worker.schema import WorkerParams
+    from worker.contract.schema import WorkerParams
 
     def boom(spec, sets, out_dtype):
         raise RuntimeError("kernel exploded")
@@ -119,7 +120,7 @@ def test_an_exception_in_a_case_is_recorded_and_the_loop_goes_on(tmp_path, monke
 
 def test_a_case_with_rounds_already_timed_times_only_those_missing(tmp_path):
     """A worker stopped after a case's first round keeps it; the next one goes on from there."""
-    from worker.schema import WorkerParams
+    from worker.contract.schema import WorkerParams
 
     case = CaseSpec(backend="torch-bf16", m=16, n=64, k=128, timing=FAST)
     params = WorkerParams(run_id="r", host="h", device="cpu", cases=[case])
@@ -187,7 +188,7 @@ def test_metrics_count_fp4_scale_bytes_and_peak():
 
 
 def test_health_taints_on_clock_drop_or_new_throttling():
-    from worker.schema import HealthSnapshot
+    from worker.contract.schema import HealthSnapshot
 
     before = HealthSnapshot(sm_clock_mhz=1980, throttle_reasons=["sw_power_cap"])
     assert not assess(before, HealthSnapshot(sm_clock_mhz=1950, throttle_reasons=["sw_power_cap"])).tainted
@@ -264,7 +265,7 @@ def test_gpu_lock_serializes_and_names_the_holder(tmp_path):
 def test_noop_cases_never_import_torch(tmp_path):
     import subprocess
 
-    from worker.schema import WorkerParams
+    from worker.contract.schema import WorkerParams
 
     params = tmp_path / "p.json"
     params.write_text(
@@ -408,7 +409,7 @@ def _kept_runner(monkeypatch, budget: int):
             l2="cold",
             samples_us=[10.0],
         )
-        from worker.schema import RoundStats
+        from worker.contract.schema import RoundStats
 
         return stats.model_copy(update={"rounds": [RoundStats(median_us=10.0, n=3, rel_ci=0.0)]}), None
 

@@ -1,4 +1,4 @@
-"""`python -m worker ...`: results go to a JSONL file and the protocol channel (worker/protocol.py);
+"""`python -m worker ...`: results go to a JSONL file and the protocol channel (worker/contract/protocol.py);
 what `facts` and `check` answer goes on that channel; everything else is log.
 
   run       --params P --results R   run the cases of P without a record in R (one process)
@@ -40,12 +40,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # argparse's 2 would read as "python cannot open the script" (protocol.py)
-        from .protocol import EXIT_USAGE
+        from .contract.protocol import EXIT_USAGE
 
         return EXIT_USAGE if exc.code == 2 else int(exc.code or 0)
 
     if args.command == "run":
-        from .protocol import open_channel
+        from .contract.protocol import open_channel
 
         open_channel()  # before any code under test is imported: its name leaves the environment
         try:
@@ -53,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
 
             params = load_params(args.params)
         except ImportError as exc:  # pydantic missing: nothing can run, and retrying cannot help
-            from .protocol import EXIT_CANNOT_START
+            from .contract.protocol import EXIT_CANNOT_START
 
             print(
                 f"fleetbench: the worker cannot start with {sys.executable}: {type(exc).__name__}: {exc} "
@@ -84,12 +84,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "check":
         import json
 
+        from .contract.protocol import write_line
         from .env import readiness
-        from .protocol import write_line
 
         write_line(json.dumps(readiness()))
         return 0
-    from .protocol import write_line
+    from .contract.protocol import write_line
 
     write_line(collect_facts(detect_device(args.device)).model_dump_json())
     return 0

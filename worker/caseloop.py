@@ -1,5 +1,4 @@
-"""The host's side of a command over chosen cases of a stored run (`profile`, `crosscheck`): the params
-the controller sends it, and the one loop that holds this GPU's lock (and its clocks, where the host
+"""The host's side of a command over chosen cases of a stored run (`profile`, `crosscheck`): the one loop that holds this GPU's lock (and its clocks, where the host
 locks them) as a sweep does and sends one record per case on the protocol channel. What a case is made
 to do is the command's own (worker/profile.py, worker/crosscheck.py).
 """
@@ -11,29 +10,10 @@ import os
 import sys
 from typing import Callable, Optional
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel
 
-from .schema import CaseSpec
-
-
-class ControllerData(BaseModel):
-    # Params are written by the controller for this worker: nothing unknown is accepted.
-    model_config = ConfigDict(extra="forbid")
-
-
-class CasesParams(ControllerData):
-    """What every such command is asked: which cases, on which host and GPU, and how long to wait for
-    the GPU. Each command's params set its own `format` and add its `options`."""
-
-    format: int
-    run_id: str
-    host: str
-    gpu: Optional[int] = None
-    device: str = "auto"
-    lock_timeout_s: float = 600.0
-    lock_clocks: bool = False
-    cases: list[CaseSpec]
-
+from .contract.cases import CasesParams
+from .contract.schema import CaseSpec
 
 CaseWork = Callable[[CaseSpec], BaseModel]  # one case -> its record; never raises for what the case does
 
@@ -44,8 +24,8 @@ def run_each_case(params: CasesParams, purpose: str, start: Callable[[Optional[i
     protocol channel between its start and end progress lines. Returns 0, or EXIT_GPU_BUSY when another
     sweep held the GPU past the lock timeout."""
     from .clocks import CLOCK_ENV, locked_clocks
+    from .contract.protocol import EXIT_GPU_BUSY, RECORD_PREFIX, emit_progress, heartbeat, write_line
     from .gpulock import CPU, GpuLockTimeout, gpu_lock
-    from .protocol import EXIT_GPU_BUSY, RECORD_PREFIX, emit_progress, heartbeat, write_line
 
     held = contextlib.ExitStack()
     try:

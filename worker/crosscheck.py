@@ -34,20 +34,21 @@ import statistics
 import time
 import traceback
 import warnings
-from typing import Callable, Literal, Optional
+from typing import Callable, Optional
 
-from pydantic import BaseModel, ConfigDict, Field
+from .caseloop import CaseWork, run_each_case
+from .contract.crosscheck import (
+    CrosscheckOptions,
+    CrosscheckParams,
+    CrosscheckRecord,
+    FleetbenchTiming,
+    Method,
+    PeerResult,
+    Step,
+    Timed,
+)
+from .contract.schema import CaseSpec
 
-from .caseloop import CasesParams, CaseWork, ControllerData, run_each_case
-from .schema import CaseSpec
-
-# History of the crosscheck params and records (bump on any change a reader must know about):
-#   1  first version (fleetbench crosscheck, issue 30).
-CROSSCHECK_FORMAT = 1
-
-PEERS = ("flashinfer", "triton")
-PeerName = Literal["flashinfer", "triton"]
-Step = Literal["default", "statistic", "l2", "launch", "clock"]
 # Before a peer runs in its default clock state: a user's script reaches its timer after setting up,
 # with the GPU idle. Longer than the ~100 ms over which the GPU's clock follows its load (worker/timing.py).
 IDLE_S = 0.2
@@ -61,92 +62,6 @@ TARGET_SAMPLE_S = 2e-3  # one sample of fleetbench's graph, as worker/timing.py 
 PEER_DRY_RUN_MS = 200
 TRITON_REPLAY_MS = 100
 TRITON_MAX_REP_MS = 5000
-
-
-class CrosscheckOptions(ControllerData):
-    peers: list[PeerName] = Field(default_factory=lambda: list(PEERS))
-    cupti: bool = True  # fleetbench's own graph timed by CUPTI too: kernel time beside replay time
-
-
-class CrosscheckParams(CasesParams):
-    format: int = CROSSCHECK_FORMAT
-    options: CrosscheckOptions = Field(default_factory=CrosscheckOptions)
-
-
-class _Read(BaseModel):
-    model_config = ConfigDict(extra="ignore")  # a stored record is read by every later version
-
-
-class Method(_Read):
-    """How one timing was taken, factor by factor (the words the table shows)."""
-
-    l2: str = ""
-    launch: str = ""
-    clock: str = ""
-    statistic: Literal["median", "mean"] = "median"
-
-
-class Timed(_Read):
-    """One run of a timer in one setting: per-call samples in µs, as the timer gave them."""
-
-    step: Step
-    call: str  # the call as made, e.g. "bench_gpu_time(fn, cold_l2_cache=False)"
-    method: Method
-    samples_us: list[float] = Field(default_factory=list)
-    value_us: Optional[float] = None  # the method's statistic of the samples; None: the run failed
-    reason: str = ""  # why there is no value
-    notes: list[str] = Field(default_factory=list)  # what the timer warned, and how the statistic was had
-    # The median SM clock NVML read while the timer ran (the clock step only: a reading thread could slow
-    # a timer that launches call by call); None where not read.
-    sm_clock_mhz: Optional[float] = None
-
-
-class PeerResult(_Read):
-    peer: str  # "flashinfer" | "triton"
-    timer: str  # the function, e.g. "flashinfer.testing.bench_gpu_time"
-    status: Literal["ok", "unavailable", "unsupported", "failed"]
-    reason: str = ""
-    version: str = ""
-    signature: str = ""  # inspect.signature of the timer, as installed
-    runs: list[Timed] = Field(default_factory=list)
-    unmatched: list[str] = Field(default_factory=list)  # factors this timer cannot match to fleetbench's, and why
-    notes: list[str] = Field(default_factory=list)
-
-
-class FleetbenchTiming(_Read):
-    method: Method
-    timing_method: str  # Stats.method: "cuda-graph", "cuda-events", "cpu-wallclock"
-    median_us: float
-    mean_us: float
-    samples_us: list[float]
-    calls_per_sample: int
-    n_sets: int
-    settle_ms: Optional[float] = None
-    sm_clock_mhz: Optional[float] = None  # the median SM clock while fleetbench timed the case (NVML)
-    # The same case's graph, its kernels as CUPTI records them: the median over replays of the summed
-    # activity time per call, and of first start to last end per call; None with a reason when not traced.
-    kernels_us: Optional[float] = None
-    span_us: Optional[float] = None
-    kernels: list[str] = Field(default_factory=list)
-    cupti_split_by: str = ""
-    cupti_reason: str = ""
-    cupti_notes: list[str] = Field(default_factory=list)  # e.g. CUPTI left attached for later timings
-
-
-class CrosscheckRecord(_Read):
-    kind: Literal["crosscheck"] = "crosscheck"
-    format: int = CROSSCHECK_FORMAT
-    case_id: str
-    case: CaseSpec
-    status: Literal["ok", "failed", "unsupported", "unavailable"]
-    reason: str = ""
-    started_at: str = ""
-    duration_s: float = 0.0
-    device: str = ""
-    gpu_name: str = ""
-    sm_clock_locked_mhz: Optional[int] = None
-    fleetbench: Optional[FleetbenchTiming] = None
-    peers: list[PeerResult] = Field(default_factory=list)
 
 
 # -- the host's side of `fleetbench crosscheck` --------------------------------------------------------
@@ -172,7 +87,7 @@ def check_case(
 ) -> CrosscheckRecord:
     """One case timed by fleetbench and by each peer of `options` (module docstring). Never raises for
     what the case or a peer does: that is the record's status and reason."""
-    from .protocol import now_iso
+    from .contract.protocol import now_iso
 
     started, t0 = now_iso(), time.perf_counter()
 
@@ -191,7 +106,8 @@ def check_case(
         )
 
     from . import runner as sweep_runner
-    from .backends import availability_problem, support_problem
+    from .backends import availability_problem
+    from .contract.catalog import support_problem
 
     spec = sweep_runner._spec_of(case)
     if isinstance(spec, str):

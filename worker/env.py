@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from . import __version__
-from .schema import FactsRecord
+from .contract.schema import FactsRecord
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import secrets
 from typing import Callable, Optional
 
-from .schema import CaseRecord, CaseSpec
+from .contract.schema import CaseRecord, CaseSpec
 
 
 def group_key(case: CaseSpec) -> Optional[str]:
@@ -39,7 +39,7 @@ def units_of(cases: list[CaseSpec], grouped: bool) -> list[list[CaseSpec]]:
     (the oracles always: they are references, not contenders); in the order the cases come."""
     if not grouped:
         return [[c] for c in cases]
-    from .backends import ORACLE_BACKENDS
+    from .contract.catalog import ORACLE_BACKENDS
 
     units: dict[str, list[CaseSpec]] = {}
     for c in cases:

@@ -22,8 +22,9 @@ from __future__ import annotations
 import time
 from typing import Callable, NamedTuple, Optional
 
-from .schema import Stats, TimingOptions
-from .timing import SETTLE_MAX_FACTOR, TimedGraph, _enough, drifting, summarize
+from .contract.schema import Stats, TimingOptions
+from .contract.stats import summarize
+from .timing import SETTLE_MAX_FACTOR, TimedGraph, _enough, drifting
 
 
 class GroupTiming(NamedTuple):

@@ -1,7 +1,7 @@
 """Physics as a check: a case timed faster than its GPU can go, for its FLOPs and bytes, is not a result.
 
 A case's speed of light is its work at the GPU's roofs: max(flops / math peak, bytes / memory bandwidth)
-(worker/metrics.py). The roofs are the GPU's calibration (worker/calibrate.py: a 8192³ GEMM per operand
+(worker/contract/metrics.py). The roofs are the GPU's calibration (worker/calibrate.py: a 8192³ GEMM per operand
 family, a 1 GiB device-to-device copy), and where it lacks one, the GPU model's datasheet figure
 (metrics.PEAKS); the reason says which was used. A median below speed of light by more than MARGIN is
 named `impossible` (worker/integrity.py), its case `failed` and its numbers dropped.
@@ -26,8 +26,8 @@ from __future__ import annotations
 
 from typing import Optional
 
+from .contract.metrics import peaks_for
 from .integrity import IMPOSSIBLE, Finding
-from .metrics import peaks_for
 
 MARGIN = 0.5  # a case is impossible when its median is below speed of light / (1 + MARGIN)
 

@@ -28,18 +28,12 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Literal, Optional
+from typing import Optional
 
-from pydantic import BaseModel, ConfigDict, Field
+from .caseloop import CaseWork, run_each_case
+from .contract.profile import ProfiledRun, ProfileOptions, ProfileParams, ProfileRecord, ProfileStatus
+from .contract.schema import CaseSpec
 
-from .caseloop import CasesParams, CaseWork, ControllerData, run_each_case
-from .schema import CaseSpec
-
-# History of the profile params and records (bump on any change a reader must know about):
-#   1  first version (fleetbench profile, issue 32).
-PROFILE_FORMAT = 1
-
-ProfileStatus = Literal["ok", "failed", "no-ncu", "no-permission"]
 NCU_ENV = "FLEETBENCH_NCU"  # a host's env may name its ncu (an SSH session's PATH seldom has it)
 # Where Nsight Compute installs itself, after PATH; newest version first within each pattern.
 NCU_PLACES = (
@@ -63,63 +57,6 @@ PERMISSION_FIX = (
 )
 LOG_TAIL_LINES = 40
 IMPORT_TIMEOUT_S = 300.0
-
-
-class ProfileOptions(ControllerData):
-    calls: int = Field(default=3, ge=1, le=100)  # calls of the case inside the profiled range
-    kernel_regex: str = ""  # ncu --kernel-name regex: only kernels whose function name matches
-    max_kernels: int = Field(default=64, ge=1)  # ncu --launch-count: a case of many kernels stops here
-    ncu: str = ""  # the ncu to use; "" finds it (FLEETBENCH_NCU, PATH, NCU_PLACES)
-    case_timeout_s: float = Field(default=900.0, gt=0)  # one case under ncu, its import included
-
-
-class ProfileParams(CasesParams):
-    format: int = PROFILE_FORMAT
-    options: ProfileOptions = Field(default_factory=ProfileOptions)
-
-
-class ProfiledRun(BaseModel):
-    """What the profiled process says it did (written by `profile-case`, read by `profile`)."""
-
-    model_config = ConfigDict(extra="ignore")
-    status: Literal["ok", "failed"] = "failed"
-    reason: str = ""
-    device: str = ""
-    gpu_name: str = ""
-    calls: int = 0  # calls of the case inside the profiled range
-    n_sets: int = 0  # input sets the case rotates through (cold L2)
-    settle_ms: Optional[float] = None
-    # NVML's reading right before the range opened: the clock state the profiled calls started in.
-    sm_clock_mhz: Optional[int] = None
-    mem_clock_mhz: Optional[int] = None
-    throttle_reasons: list[str] = Field(default_factory=list)
-    gpu_processes: Optional[int] = None  # other compute processes on the GPU
-
-
-class ProfileRecord(BaseModel):
-    """One case profiled on one host: the verdict, the ncu used, and the report's data as ncu's own CSV
-    (its raw page), which the controller parses (orchestrator/analysis/profile.py)."""
-
-    model_config = ConfigDict(extra="ignore")  # a stored record is read by every later version
-    kind: Literal["profile"] = "profile"
-    format: int = PROFILE_FORMAT
-    case_id: str
-    case: CaseSpec
-    status: ProfileStatus
-    reason: str = ""
-    started_at: str = ""
-    duration_s: float = 0.0
-    ncu: str = ""
-    ncu_version: str = ""
-    argv: list[str] = Field(default_factory=list)  # the ncu command line, as run
-    extra_metrics: list[str] = Field(default_factory=list)  # asked beyond `--set basic` (EXTRA_METRICS, or none)
-    options: ProfileOptions = Field(default_factory=ProfileOptions)
-    report: str = ""  # the .ncu-rep on the host (the controller fetches it)
-    report_bytes: int = 0
-    report_sha256: str = ""
-    csv: str = ""  # `ncu --import REPORT --csv --page raw --print-units base`
-    log_tail: list[str] = Field(default_factory=list)  # ncu's last lines (its ==PROF== / ==ERROR== lines)
-    run: Optional[ProfiledRun] = None
 
 
 # -- finding and asking ncu ---------------------------------------------------------------------------
@@ -253,7 +190,7 @@ def profile(params_path: Path, out_dir: Path) -> int:
 def _record(
     case: CaseSpec, options: ProfileOptions, status: ProfileStatus, reason: str, started: float, **fields
 ) -> ProfileRecord:
-    from .protocol import now_iso
+    from .contract.protocol import now_iso
 
     return ProfileRecord(
         case_id=case.case_id,
@@ -271,7 +208,7 @@ def child_env() -> dict[str, str]:
     """The profiled process's environment: the worker importable, the venv's tools on PATH and FlashInfer's
     JIT settings stable, as the sweep's case loop has them (worker/supervise.py); never our channel."""
     from .buildenv import ADDED_VAR, encode_added, stable_build_env
-    from .protocol import PROTOCOL_FD_ENV
+    from .contract.protocol import PROTOCOL_FD_ENV
 
     worker_root = str(Path(__file__).resolve().parent.parent)
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [worker_root, os.environ.get("PYTHONPATH")])))
@@ -440,7 +377,8 @@ def _run_case(case: CaseSpec, params: ProfileParams, said: ProfiledRun) -> None:
     # The sweep's own preparation (runner.py): its backend lookup (a user kernel's file included) and
     # inputs. They are private there; a public hook in runner.py would serve this module better.
     from . import runner as sweep_runner
-    from .backends import availability_problem, support_problem
+    from .backends import availability_problem
+    from .contract.catalog import support_problem
     from .env import gpu_processes
     from .timing import time_cpu, time_cuda
 

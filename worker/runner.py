@@ -30,11 +30,20 @@ import traceback
 from pathlib import Path
 from typing import Callable, Optional
 
-from .backends import CATALOG, ORACLE_BACKENDS, availability_problem, support_problem
+from .backends import availability_problem
+from .contract.catalog import CATALOG, ORACLE_BACKENDS, support_problem
+from .contract.protocol import (
+    EXIT_CANNOT_START,
+    append_line,
+    done_case_ids,
+    emit_progress,
+    has_facts,
+    heartbeat,
+    now_iso,
+)
+from .contract.rounds import add_rounds, rounds_in
+from .contract.schema import CaseRecord, CaseSpec, FactsRecord, WorkerParams
 from .integrity import IntegrityFailure
-from .protocol import EXIT_CANNOT_START, append_line, done_case_ids, emit_progress, has_facts, heartbeat, now_iso
-from .rounds import add_rounds, rounds_in
-from .schema import CaseRecord, CaseSpec, FactsRecord, WorkerParams
 from .timing import LATER_WARMUP_MS
 
 # Cold-L2 rotation: input sets totalling at least this many L2 sizes, within these bounds.
@@ -170,8 +179,8 @@ class CaseRunner:
         """One round's timing: (Stats with its RoundStats, Health or None). With `guard` (an
         integrity.RoundGuard), the integrity checks around it: raises IntegrityFailure. `graph`: a kept
         timing.TimedGraph to replay; `keep(graph)` is told of one built now (worker/timing.py time_cuda)."""
+        from .contract.schema import RoundStats
         from .health import assess, cpu_counters, host_reference_us, round_environment
-        from .schema import RoundStats
         from .timing import time_cpu
 
         if guard is not None:
@@ -380,7 +389,7 @@ class CaseRunner:
     def _metrics(self, case: CaseSpec, spec, median_us: float):
         import torch
 
-        from .metrics import gemm_metrics, moe_metrics
+        from .contract.metrics import gemm_metrics, moe_metrics
 
         out_bytes = torch.empty((), dtype=getattr(torch, case.out_dtype)).element_size()
         # An oracle computes in fp32 whatever its family: no tensor-core peak is its speed of light.
@@ -610,7 +619,7 @@ def run_params(params: WorkerParams, results: Path) -> int:
 
 def partial_records(results: Path) -> dict[str, CaseRecord]:
     """The latest incomplete record of each case in `results` (its rounds so far)."""
-    from .schema import SCHEMA_VERSION
+    from .contract.schema import SCHEMA_VERSION
 
     partial: dict[str, CaseRecord] = {}
     if not results.exists():
@@ -788,7 +797,7 @@ def rounds_decision(records: list[CaseRecord]) -> Optional[str]:
     so their rounds stay paired) have had rounds enough: "fixed" (min_rounds == rounds, reached), "cap",
     "target" (each case's interval of its time or its work within ±round_target, and each head-to-head
     ratio's within ±pair_target), or None: another round."""
-    from .pairing import case_is_sure, pair_interval, paired_rounds
+    from .contract.pairing import case_is_sure, pair_interval, paired_rounds
 
     if not records:
         return None

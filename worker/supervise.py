@@ -7,7 +7,7 @@ while a compiler runs under the child, a first JIT build, counts against `build_
 stopped with the child and every process under it, recorded as hung, and a fresh child goes on with
 the next case: one hung kernel costs its case, not the host's sweep.
 
-The supervisor is the only writer of the protocol channel (worker/protocol.py) and of results.jsonl:
+The supervisor is the only writer of the protocol channel (worker/contract/protocol.py) and of results.jsonl:
 the child gets a pipe of its own, whose whole lines are forwarded, and a record the child sends is
 written only when it is one of the cases the supervisor gave that child. Code under test lives apart:
 the built-in backends run in one child, kernels from the user's own files in another (after it), so a
@@ -24,7 +24,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from .protocol import EXIT_CANNOT_START, EXIT_GPU_BUSY, EXIT_INCOMPLETE
+from .contract.protocol import EXIT_CANNOT_START, EXIT_GPU_BUSY, EXIT_INCOMPLETE
 
 
 def _describe_exit(code: int) -> str:
@@ -41,7 +41,7 @@ def supervise(params_path: Path, results_path: Path) -> int:
     the host-side work took (benchmarks subtract it from wall time to get the controller's overhead)."""
     import time
 
-    from .protocol import emit_progress
+    from .contract.protocol import emit_progress
 
     # From the rendered script's first line when it ran us (imports included), else from here.
     started = float(os.environ.get("FLEETBENCH_SCRIPT_STARTED") or time.time())
@@ -72,8 +72,8 @@ def _settings(params_path: Path) -> dict:
 def _supervise_locked(params_path: Path, results_path: Path) -> int:
     import contextlib
 
+    from .contract.protocol import emit_progress, heartbeat
     from .gpulock import CPU, GpuLockTimeout, gpu_lock
-    from .protocol import emit_progress, heartbeat
 
     settings = _settings(params_path)
     # None: find this process's GPU (a host without one locks its CPU); a CPU sweep locks the CPU.
@@ -223,7 +223,7 @@ def _kill_tree(child: subprocess.Popen) -> None:
 
 def _wait(child: subprocess.Popen, watch: _Watch, case_timeout_s: float, build_timeout_s: float):
     """The child's exit status, or (None, why) after stopping a step past its limit."""
-    from .protocol import emit_progress
+    from .contract.protocol import emit_progress
 
     while True:
         try:
@@ -263,7 +263,7 @@ def _keep_finished_rounds(results_path: Path, kept) -> None:
 
 
 def _rounds(record) -> int:
-    from .rounds import rounds_in
+    from .contract.rounds import rounds_in
 
     return rounds_in(record)
 
@@ -289,7 +289,7 @@ def partitions(params_path: Path) -> list[tuple[str, Path, set[str]]]:
     supervisor imports no pydantic just to split a list)."""
     import json
 
-    from .protocol import case_id_of_raw
+    from .contract.protocol import case_id_of_raw
 
     raw = json.loads(params_path.read_text(encoding="utf-8"))
     cases = raw.get("cases") or []
@@ -314,7 +314,7 @@ def accepting(results_path: Path, allowed: set[str], who: str):
     line on stderr; progress is sent on."""
     import json
 
-    from .protocol import RECORD_PREFIX, has_facts, write_line, write_record
+    from .contract.protocol import RECORD_PREFIX, has_facts, write_line, write_record
 
     def on_line(line: str) -> None:
         if not line.startswith(RECORD_PREFIX):
@@ -345,7 +345,7 @@ def _supervise_part(
 ) -> int:
     import threading
 
-    from .protocol import PROTOCOL_FD_ENV, SUPERVISED_ENV, done_case_ids, forward_lines, heartbeat
+    from .contract.protocol import PROTOCOL_FD_ENV, SUPERVISED_ENV, done_case_ids, forward_lines, heartbeat
 
     inflight = results_path.with_name(results_path.name + ".inflight")
     worker_root = str(Path(__file__).resolve().parent.parent)

@@ -30,7 +30,7 @@ import traceback
 from pathlib import Path
 from typing import Callable, Optional, Union
 
-from .backends import FP4_MIN_CC, BackendSpec
+from .contract.catalog import FP4_MIN_CC, BackendSpec
 
 USER_DIR = Path(__file__).resolve().parent / "user"
 FAMILIES = ("bf16", "fp8", "fp4")

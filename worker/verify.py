@@ -26,7 +26,7 @@ from typing import Optional
 
 import torch
 
-from .schema import Correctness
+from .contract.schema import Correctness
 
 
 @dataclass(frozen=True)
@@ -106,7 +106,7 @@ def expected_output(case, spec, oracle: torch.Tensor) -> Expected:
     """What a call of backend `spec` on `case` must return: the case's out_dtype (fp32 for the oracles,
     which compute in fp32 whatever their family), the shape of its oracle's result, on the oracle's
     device; an MoE backend may return one tensor per expert that receives tokens."""
-    from .backends import ORACLE_BACKENDS
+    from .contract.catalog import ORACLE_BACKENDS
 
     dtype = torch.float32 if case.backend in ORACLE_BACKENDS else getattr(torch, case.out_dtype)
     rows = None

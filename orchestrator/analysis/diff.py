@@ -33,8 +33,8 @@ from typing import Optional
 import numpy as np
 from scipy import stats
 
-from worker.pairing import work_per_round
-from worker.schema import CaseRecord
+from worker.contract.pairing import work_per_round
+from worker.contract.schema import CaseRecord
 
 from ..errors import InputError
 from ..runs.store import RunStore, resolve_run
@@ -325,20 +325,67 @@ class ClockSplit:
     clock_bound: bool
 
 
-def clock_split(ta, tb, time_interval: LogInterval) -> Optional[ClockSplit]:
+def clock_split(
+    ta, tb, time_interval: LogInterval, priors: tuple[Optional[float], Optional[float]] = (None, None)
+) -> Optional[ClockSplit]:
     """The clock split of two sides' timings (worker.schema.Stats), or None where a side has fewer than 2
-    rounds or a round without an in-stream clock."""
+    rounds or a round without an in-stream clock. `priors`: each side's work_prior, which moderates its
+    spread (moderated_spread); None: the case's own rounds alone."""
     wa, wb = work_per_round(ta), work_per_round(tb)
     if len(wa) < 2 or len(wb) < 2:
         return None
-    la, lb = np.log(np.asarray(wa)), np.log(np.asarray(wb))
-    sa = Spread(float(la.std(ddof=1) / math.sqrt(len(la))), len(la) - 1.0)
-    sb = Spread(float(lb.std(ddof=1) / math.sqrt(len(lb))), len(lb) - 1.0)
+    sa, sb = moderated_spread(wa, priors[0]), moderated_spread(wb, priors[1])
     work = log_ratio_interval(float(np.median(wa)), float(np.median(wb)), sa, sb)
     ca = float(np.median([r.sm_clock_stream_mhz for r in ta.rounds]))
     cb = float(np.median([r.sm_clock_stream_mhz for r in tb.rounds]))
-    bound = (work.high - work.low) <= CLOCK_BOUND_SHARE * (time_interval.high - time_interval.low)
+    own = log_ratio_interval(float(np.median(wa)), float(np.median(wb)), moderated_spread(wa), moderated_spread(wb))
+    bound = (own.high - own.low) <= CLOCK_BOUND_SHARE * (time_interval.high - time_interval.low)
     return ClockSplit(ca, cb, ca / cb, work, bound)
+
+
+# A side's cases share one GPU and one run: their work per round (time x in-stream clock) moves round to
+# round by a similar share, so each case's variance is moderated toward the side's median variance, worth
+# PRIOR_DF rounds' degrees of freedom (empirical Bayes, as limma moderates per-gene variances). Two or three
+# rounds alone give t quantiles of 4.3-12.7; docs/COMPARING.md has the measurement behind the choice.
+PRIOR_DF = 4.0
+
+
+def _log_variance(values: list[float]) -> Optional[float]:
+    if len(values) < 2 or min(values) <= 0:
+        return None
+    logs = np.log(np.asarray(values, dtype=float))
+    return float(logs.var(ddof=1))
+
+
+def work_prior(records) -> Optional[float]:
+    """The median variance of log work per round over a side's ok cases (CaseRecords) that have it, or
+    None below 3 such cases (too few to stand for the side)."""
+    found = []
+    for rec in records:
+        if rec is None or rec.status != "ok" or rec.timing is None:
+            continue
+        v = _log_variance(work_per_round(rec.timing))
+        if v is not None:
+            found.append(v)
+    return float(np.median(found)) if len(found) >= 3 else None
+
+
+def moderated_spread(values: list[float], prior: Optional[float] = None) -> Spread:
+    """The standard error of the log mean of `values` (>= 2 rounds), its variance moderated toward `prior`
+    with PRIOR_DF degrees of freedom where there is one."""
+    own = _log_variance(values)
+    d = len(values) - 1.0
+    if prior is None:
+        return Spread(math.sqrt(own / len(values)), d)
+    post = (PRIOR_DF * prior + d * own) / (PRIOR_DF + d)
+    return Spread(math.sqrt(post / len(values)), PRIOR_DF + d)
+
+
+def _work_judges(split: ClockSplit, threshold: float) -> bool:
+    """Whether a row may be judged on its work: where its time moved with the clock (clock_bound), or where
+    the sides' clocks are within half the threshold, so that time and work cannot part by more than that
+    even for a case whose time does not follow the clock (a launch-bound one)."""
+    return split.clock_bound or abs(math.log(split.clock_ratio)) <= math.log1p(threshold) / 2
 
 
 def _split_fields(split: Optional[ClockSplit]) -> dict:
@@ -373,9 +420,15 @@ def _status_text(rec: CaseRecord) -> str:
 
 
 def compare_records(
-    key: str, ra: Optional[CaseRecord], rb: Optional[CaseRecord], threshold: float, same_run: bool = False
+    key: str,
+    ra: Optional[CaseRecord],
+    rb: Optional[CaseRecord],
+    threshold: float,
+    same_run: bool = False,
+    priors: tuple[Optional[float], Optional[float]] = (None, None),
 ) -> CaseDiff:
-    """One case's row. same_run: the sides are known to be one run (its rows need no note of their own)."""
+    """One case's row. same_run: the sides are known to be one run (its rows need no note of their own).
+    priors: each side's work_prior (clock_split)."""
     case = (ra or rb).case
     base = dict(
         key=key,
@@ -474,9 +527,9 @@ def compare_records(
         )
     interval = log_ratio_interval(a_us, b_us, sa, sb)
     verdict = classify_log(interval.low, interval.high, threshold)
-    split = clock_split(ta, tb, interval)
+    split = clock_split(ta, tb, interval, priors)
     judged_on = "time"
-    if split is not None and split.clock_bound and verdict not in ("SLOWER", "FASTER"):
+    if split is not None and _work_judges(split, threshold) and verdict not in ("SLOWER", "FASTER"):
         on_work = classify_log(split.work.low, split.work.high, threshold)
         if on_work in ("SLOWER", "FASTER"):  # the time moved with the clock; its cycles did not
             verdict, judged_on = on_work, "work"
@@ -553,7 +606,8 @@ def compare_sides(a: Side, b: Side, threshold: float) -> Comparison:
         )
     same_run = a.store.dir.resolve() == b.store.dir.resolve() and [s.slot for s in a.slots] == [s.slot for s in b.slots]
     keys = list(dict.fromkeys([*ia, *ib]))
-    cases = [compare_records(k, ia.get(k), ib.get(k), threshold, same_run) for k in keys]
+    priors = (work_prior(ia.values()), work_prior(ib.values()))
+    cases = [compare_records(k, ia.get(k), ib.get(k), threshold, same_run, priors) for k in keys]
     return Comparison(
         a=a.label,
         b=b.label,

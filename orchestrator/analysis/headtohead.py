@@ -26,8 +26,8 @@ import statistics
 from dataclasses import asdict, dataclass, field
 from typing import Callable, Optional
 
-from worker.pairing import Interval, pair_interval, paired_rounds, t95
-from worker.schema import CaseRecord, CaseSpec
+from worker.contract.pairing import Interval, pair_interval, paired_rounds, t95
+from worker.contract.schema import CaseRecord, CaseSpec
 
 from ..errors import InputError
 from .merge import SlotData

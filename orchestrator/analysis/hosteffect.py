@@ -44,8 +44,8 @@ from typing import Optional
 
 import numpy as np
 
-from worker.pairing import t95, work_per_round
-from worker.schema import CaseRecord
+from worker.contract.pairing import t95, work_per_round
+from worker.contract.schema import CaseRecord
 
 from .diff import CLOCK_BOUND_SHARE, CLOCK_SHARE_OF_EFFECT, Side, calibration_deviations, classify_log
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Optional
 
-from worker.rounds import join_records, rounds_in
-from worker.schema import SCHEMA_VERSION, CaseRecord, CaseSpec, FactsRecord
+from worker.contract.rounds import join_records, rounds_in
+from worker.contract.schema import SCHEMA_VERSION, CaseRecord, CaseSpec, FactsRecord
 
 from ..errors import InputError
 from ..execution.outcome import HostOutcome
@@ -177,8 +177,8 @@ def _case_fields(case: CaseSpec) -> dict:
     """What a row says about its case beyond backend and shape (the MoE layer's routing)."""
     if case.moe is None:
         return {"workload": case.workload}
-    from worker.backends import CATALOG
-    from worker.routing import describe
+    from worker.contract.catalog import CATALOG
+    from worker.contract.routing import describe
 
     moe = case.moe
     spec = CATALOG.get(case.backend)

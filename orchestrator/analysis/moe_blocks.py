@@ -60,7 +60,7 @@ def _routing(r: Row) -> tuple:
 def block_comparisons(rows: list[Row]) -> list[BlockComparison]:
     """Each ok fused block beside every backend of its operand format (loop or grouped) whose two
     projections of the same layer are ok on the same slot, in the rows' order."""
-    from worker.backends import CATALOG
+    from worker.contract.catalog import CATALOG
 
     def family(r: Row):
         spec = CATALOG.get(r.backend)

@@ -55,7 +55,7 @@ def declare(p):
 
 
 def run(args, io: Streams) -> int:
-    from worker.crosscheck import PEERS, CrosscheckOptions
+    from worker.contract.crosscheck import PEERS, CrosscheckOptions
 
     from ..analysis.crosscheck import compare, fleetbench_view, summarize
     from ..views.crosscheck import case_text, crosscheck_document

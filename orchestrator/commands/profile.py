@@ -89,7 +89,7 @@ def declare_for_diff(p) -> None:
 
 
 def options_of(args):
-    from worker.profile import ProfileOptions
+    from worker.contract.profile import ProfileOptions
 
     return ProfileOptions(
         calls=args.calls,

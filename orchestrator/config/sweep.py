@@ -38,10 +38,10 @@ from pydantic import (
     model_validator,
 )
 
-from worker.backends import CATALOG, MOE_CATALOG
-from worker.routing import describe as describe_routing
-from worker.routing import draw_counts, read_counts_file
-from worker.schema import CaseSpec, MoeSpec, TimingOptions
+from worker.contract.catalog import CATALOG, MOE_CATALOG
+from worker.contract.routing import describe as describe_routing
+from worker.contract.routing import draw_counts, read_counts_file
+from worker.contract.schema import CaseSpec, MoeSpec, TimingOptions
 
 from ..errors import InputError
 from . import defaults

@@ -6,7 +6,7 @@ sweep's median of that case on that slot beside it (runs/crosschecks.py).
 
 from __future__ import annotations
 
-from worker.crosscheck import CrosscheckParams, CrosscheckRecord
+from worker.contract.crosscheck import CrosscheckParams, CrosscheckRecord
 
 from ..runs.crosschecks import FOLDERS, StoredCrosscheck, write_crosscheck
 from .storedcases import CaseJob, CasePlan, WorkerCommand

@@ -16,7 +16,7 @@ import io
 import time
 from typing import BinaryIO, Callable, Optional
 
-from worker import protocol
+from worker.contract import protocol
 
 from ..launchers import LaunchWatch
 from ..runs.atomicfile import append_line

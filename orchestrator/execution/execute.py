@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
 
-from worker import protocol
-from worker.schema import CaseSpec
+from worker.contract import protocol
+from worker.contract.schema import CaseSpec
 
 from ..config.inventory import Host
 from ..launchers import job_name, launcher_for

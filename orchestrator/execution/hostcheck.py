@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from worker import protocol
-from worker.backends import unknown_flashinfer_backends
+from worker.contract import protocol
+from worker.contract.catalog import unknown_flashinfer_backends
 
 from ..config.inventory import Host
 from ..launchers import job_name, launcher_for

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from worker.schema import CaseSpec
+from worker.contract.schema import CaseSpec
 
 from .. import __version__
 from ..config.inventory import Host, Inventory, select_hosts
@@ -255,7 +255,7 @@ def cases_to_finish(planned: list[CaseSpec], records: dict) -> list[CaseSpec]:
     """The cases of a job that are not done, as they should run now: missing, failed, crashed or hung
     cases in full; a case whose rounds were cut short, for the rounds it still lacks (its case id is
     the same whatever its rounds: worker/schema.py). Cases that are ok, unsupported or unavailable are done."""
-    from worker.rounds import rounds_in
+    from worker.contract.rounds import rounds_in
 
     todo = []
     for case in planned:

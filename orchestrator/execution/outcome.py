@@ -11,7 +11,7 @@ from typing import Literal, Optional
 
 from pydantic import BaseModel
 
-from worker import protocol
+from worker.contract import protocol
 
 Outcome = Literal["ok", "partial", "failed", "timeout", "stalled", "unreachable", "auth-failed", "interrupted"]
 OUTCOMES: tuple[str, ...] = (

@@ -12,8 +12,8 @@ import hashlib
 import statistics
 from typing import Optional
 
-from worker.profile import ProfileParams, ProfileRecord
-from worker.schema import Stats
+from worker.contract.profile import ProfileParams, ProfileRecord
+from worker.contract.schema import Stats
 
 from ..analysis.profile import ProfileFormatError, summary_of
 from ..runs.profiles import FOLDERS, StoredProfile, write_profile

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
-from worker import protocol
-from worker.schema import WorkerParams
+from worker.contract import protocol
+from worker.contract.schema import WorkerParams
 
 from ..config.inventory import Host
 from ..launchers import job_name, launcher_for

@@ -22,9 +22,9 @@ from typing import Any, Callable, Optional
 
 from pydantic import BaseModel
 
-from worker import protocol
-from worker.caseloop import CasesParams
-from worker.schema import CaseSpec, Stats
+from worker.contract import protocol
+from worker.contract.cases import CasesParams
+from worker.contract.schema import CaseSpec, Stats
 
 from ..config.inventory import Host, Inventory
 from ..errors import InputError

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
 
-import worker
+import worker.contract
 
 from ..runs.atomicfile import write_atomic
 from ..runs.formats import MANIFEST_VERSION
@@ -36,7 +36,7 @@ class WorkerBundle:
 def build_worker_bundle(package_dir: Path | None = None, user_kernels: Iterable[bytes] = ()) -> WorkerBundle:
     """tar.gz of worker/**/*.py, plus each user kernel file as worker/user/k<sha256[:16]>.py (where
     worker.userkernel finds it), with fixed metadata (mtime 0, uid 0, mode 0644)."""
-    root = Path(package_dir or Path(worker.__file__).parent)
+    root = Path(package_dir or Path(worker.contract.__file__).parent.parent)  # found through its one door
     entries = [
         (f"worker/{p.relative_to(root).as_posix()}", p.read_bytes())
         for p in sorted(root.rglob("*.py"))

@@ -8,7 +8,7 @@ import secrets
 from dataclasses import dataclass, replace
 from typing import Literal, Optional
 
-from worker.schema import CaseSpec
+from worker.contract.schema import CaseSpec
 
 from ..config import defaults
 from ..config.inventory import Host

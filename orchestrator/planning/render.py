@@ -12,7 +12,7 @@ from pathlib import Path
 
 import jinja2
 
-from worker.protocol import EXIT_NEEDS_SYNC, HELLO_PREFIX, PROTOCOL_FD_ENV
+from worker.contract.protocol import EXIT_NEEDS_SYNC, HELLO_PREFIX, PROTOCOL_FD_ENV
 
 from ..config.resources import templates_dir
 from ..errors import FleetbenchError

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from worker.crosscheck import CROSSCHECK_FORMAT, CrosscheckRecord
+from worker.contract.crosscheck import CROSSCHECK_FORMAT, CrosscheckRecord
 
 from .slotfolders import SlotFolders, StoredCase
 from .store import RunStore

@@ -39,7 +39,7 @@ import json
 import math
 from typing import Callable
 
-from worker.schema import IDENTITY_FIELDS, SCHEMA_VERSION, identity_hash
+from worker.contract.schema import IDENTITY_FIELDS, SCHEMA_VERSION, identity_hash
 
 from ..errors import InputError
 

@@ -11,7 +11,7 @@ from typing import Any, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from worker.schema import CaseSpec
+from worker.contract.schema import CaseSpec
 
 from ..config import defaults
 from ..errors import InputError

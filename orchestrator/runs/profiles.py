@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from worker.profile import PROFILE_FORMAT, ProfileRecord
+from worker.contract.profile import PROFILE_FORMAT, ProfileRecord
 
 from .atomicfile import write_json
 from .formats import check_version

@@ -9,7 +9,7 @@ from typing import Optional
 
 from pydantic import TypeAdapter, ValidationError
 
-from worker.schema import CaseRecord, FactsRecord, Record
+from worker.contract.schema import CaseRecord, FactsRecord, Record
 
 from .formats import NewerFormat, upgrade_record
 

@@ -19,7 +19,7 @@ import os
 from pathlib import Path
 from typing import Optional
 
-from worker.schema import CaseSpec
+from worker.contract.schema import CaseSpec
 
 from .atomicfile import is_disk_full, write_json
 from ..errors import InputError

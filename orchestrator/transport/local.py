@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 from typing import Optional
 
-from worker.protocol import LineDecoder
+from worker.contract.protocol import LineDecoder
 
 from ..config.inventory import Host
 from .base import CommandResult, LineSink, TransportError, shell_command, stall_limit

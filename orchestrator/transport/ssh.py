@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
-from worker.protocol import LineDecoder
+from worker.contract.protocol import LineDecoder
 
 from ..config.inventory import Host
 from .base import CommandResult, LineSink, StallLimit, TransportError, login_relative, shell_command, stall_limit

@@ -18,7 +18,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Optional
 
-from worker.schema import FactsRecord
+from worker.contract.schema import FactsRecord
 
 from .. import __version__
 from ..analysis.diff import across_hosts, compare_sides, resolve_side

@@ -10,8 +10,8 @@ import numpy as np
 
 from orchestrator.config.sweep import Sweep
 from orchestrator.runs.store import RunStore
-from worker.schema import CaseRecord, FactsRecord, Health, HealthSnapshot, Metrics, RoundStats
-from worker.timing import combine_rounds, summarize
+from worker.contract.schema import CaseRecord, FactsRecord, Health, HealthSnapshot, Metrics, RoundStats
+from worker.contract.stats import combine_rounds, summarize
 
 MS = [16 * (i + 1) for i in range(100)]  # x 2 backends = 200 cases
 

@@ -21,7 +21,7 @@ from typing import Callable
 import torch
 
 from .. import nvfp4
-from . import BackendSpec
+from ..contract.catalog import BackendSpec
 from .fp8 import quantize_e4m3
 
 Sets = list[tuple[torch.Tensor, torch.Tensor]]

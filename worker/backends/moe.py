@@ -23,7 +23,7 @@ from typing import Callable, Union
 
 import torch
 
-from . import BackendSpec
+from ..contract.catalog import BackendSpec
 
 MoeSet = tuple[torch.Tensor, torch.Tensor, list[int]]  # a [T, K], w [E_active, N, K], tokens per active expert
 
@@ -35,7 +35,7 @@ def active_counts(counts: list[int]) -> list[int]:
 def inputs(case, set_index: int, dev: str) -> MoeSet:
     """The case's input set `set_index`: seeded like a GEMM case's, weights made one expert at a time
     (bounded temporary memory). A fused backend's set holds a whole block (moe_fp4.block_inputs)."""
-    from . import CATALOG
+    from ..contract.catalog import CATALOG
 
     spec = CATALOG.get(case.backend)
     if spec is not None and spec.kernel == "fused":
@@ -122,7 +122,7 @@ def prepare(spec: BackendSpec, sets: list[MoeSet], out_dtype: torch.dtype) -> Ca
         run_grouped.reads = [[g[0]] for g in grouped]
         return run_grouped
     if kind == "loop":
-        from . import CATALOG
+        from ..contract.catalog import CATALOG
 
         inner = CATALOG[dense]
         module = importlib.import_module(f"worker.backends.{inner.module}")

@@ -33,7 +33,7 @@ from typing import Callable
 import torch
 
 from .. import nvfp4
-from . import BackendSpec
+from ..contract.catalog import BackendSpec
 
 # sgl-kernel's scaled_fp4_experts_quant sizes its scale buffer MODELOPT_MAX_TOKENS_PER_EXPERT * topk rows.
 SGL_MAX_TOKENS_ENV = "MODELOPT_MAX_TOKENS_PER_EXPERT"

@@ -7,7 +7,7 @@ from typing import Callable
 import torch
 
 from .. import nvfp4
-from . import BackendSpec
+from ..contract.catalog import BackendSpec
 
 Sets = list[tuple[torch.Tensor, torch.Tensor]]
 

@@ -8,7 +8,7 @@ from typing import Optional
 
 from .metrics import at_median
 from .schema import CaseRecord, Health, Stats
-from .timing import combine_rounds
+from .stats import combine_rounds
 
 
 def rounds_in(record: CaseRecord) -> int:

@@ -255,7 +255,7 @@ def done_case_ids(path: Path) -> set[str]:
     return done
 
 
-# What a case measures (worker/schema.py IDENTITY_FIELDS) with the defaults its model gives them: the
+# What a case measures (worker/contract/schema.py IDENTITY_FIELDS) with the defaults its model gives them: the
 # supervisor names a case of a params file by its id without importing pydantic.
 IDENTITY_DEFAULTS = {
     "workload": "gemm",

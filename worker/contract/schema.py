@@ -28,9 +28,9 @@ run's records: reruns use the worker the run started with):
      version was not settled (settle_ms 0).
   7  A record per finished round: a case timed in several rounds writes a record after each round that
      is not its last, with `complete: false` and its rounds so far (a run stopped midway keeps them; a
-     rerun times only the rounds still missing, and the controller joins them: worker/rounds.py). The
+     rerun times only the rounds still missing, and the controller joins them: worker/contract/rounds.py). The
      status `hung`: a case stopped at its own limit (WorkerParams.case_timeout_s) while the host went
-     on with the next one. Records travel on a channel of their own (worker/protocol.py).
+     on with the next one. Records travel on a channel of their own (worker/contract/protocol.py).
   8  TimingOptions.state (settled | burst) and cooldown_ms: a burst timing samples after an idle
      cool-down, before the power controller acts. RoundStats.timing_phases (where a round's timing went)
      and the integrity checks' results (Correctness.integrity, RoundStats.integrity_s). A record of an
@@ -102,7 +102,7 @@ class TimingOptions(_Strict):
 
 
 class MoeSpec(_Strict):
-    """An MoE layer's expert GEMMs: which tokens reach which expert (worker/routing.py). The counts are
+    """An MoE layer's expert GEMMs: which tokens reach which expert (worker/contract/routing.py). The counts are
     stored, so the record says which per-expert M ran whatever a later sampler would draw."""
 
     experts: int = Field(gt=0)
@@ -273,7 +273,7 @@ class Metrics(_Strict):
     bytes: float
     tflops: float
     tb_per_s: float
-    pct_peak_flops: Optional[float] = None  # against the datasheet (PEAKS in worker/metrics.py)
+    pct_peak_flops: Optional[float] = None  # against the datasheet (PEAKS in worker/contract/metrics.py)
     pct_peak_bw: Optional[float] = None
     # Speed of light from this GPU's calibration (facts): max(flops / measured peak math, bytes / measured
     # copy bandwidth); pct_sol = 100 * sol_us / median_us; sol_bound says which term is larger.
