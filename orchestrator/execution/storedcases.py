@@ -6,9 +6,9 @@ how that is stored.
 Per slot (a host, or one GPU of it), in the one fan-out (fanout.py): connect -> one exec, by the attempt
 runner a sweep's job uses (attempt.py), of the run's own rendered script with the command (the run's own
 worker, uploaded only when the host lacks it, as a rerun does) and the params on its stdin -> the host
-runs each case holding the GPU's lock as a sweep does (worker/caseloop.py) and sends one record per case -> the controller stores each record in the run's
-folder (runs/slotfolders.py): as it comes, or, where records name files the host wrote, after the run
-while still connected, to fetch them. A host that fails is that slot's result; the others go on. Ctrl-C
+runs each case holding the GPU's lock as a sweep does (worker/caseloop.py) and sends one record per case
+-> the controller stores each record in the run's folder (runs/slotfolders.py): as it comes, or, where
+records name files the host wrote, after the run while still connected, to fetch them. A host that fails is that slot's result; the others go on. Ctrl-C
 stops what runs on every host (the launcher's process group) and raises KeyboardInterrupt.
 """
 
