@@ -379,8 +379,21 @@ def test_every_multi_host_command_fans_out_through_the_one_pool():
         for p in (REPO / "orchestrator").rglob("*.py")
         if "ThreadPoolExecutor(" in p.read_text(encoding="utf-8")
     )
-    # fanout.py is the pool; execute.py's is a host's own GPU slots inside that host's pipeline.
-    assert pools == ["orchestrator/execution/execute.py", "orchestrator/execution/fanout.py"]
+    # fanout.py is the pool; a host's own GPU slots, inside that host's pipeline, go through it too.
+    assert pools == ["orchestrator/execution/fanout.py"]
+
+
+def test_one_attempt_runner_and_one_reader_of_the_protocols_lines():
+    """Sweeps and a stored run's cases (profile, crosscheck) run their worker through attempt.Attempt;
+    only the demultiplexer decodes what the worker prints (hostcheck reads its probe's hello alone)."""
+    readers = sorted(
+        p.name for p in (REPO / "orchestrator").rglob("*.py") if "decode_stdout(" in p.read_text(encoding="utf-8")
+    )
+    assert readers == ["demux.py", "hostcheck.py"]
+    runners = sorted(
+        p.name for p in (REPO / "orchestrator").rglob("*.py") if "Attempt(" in p.read_text(encoding="utf-8")
+    )
+    assert runners == ["execute.py", "storedcases.py"]
 
 
 def test_the_demultiplexer_routes_each_line_where_it_belongs():

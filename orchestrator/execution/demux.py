@@ -1,5 +1,6 @@
 """One attempt's output, line by line, to where each line belongs (worker/protocol.py says what crosses):
-result records to the attempt's results file, progress events to the live view, the launcher's own
+result records to the attempt's results file (or, for a command whose records have no file of their own,
+to the log and to `on_record`), progress events to the live view, the launcher's own
 lines (a scheduler's queue) to its watch, and everything else to the attempt's log, with the tail of
 stderr kept to explain a failure.
 
@@ -27,15 +28,18 @@ class StreamDemux:
     def __init__(
         self,
         log: BinaryIO,
-        results: BinaryIO,
+        results: Optional[BinaryIO],
         watch: LaunchWatch,
         on_progress: Callable[[dict], None],
         on_launcher: Callable[[str], None],
         on_write_error: Callable[[OSError], None] = lambda exc: None,
+        on_record: Callable[[str], None] = lambda payload: None,
     ):
-        """`log` and `results`: files opened unbuffered in binary ("wb", buffering=0), or text streams."""
+        """`log` and `results`: files opened unbuffered in binary ("wb", buffering=0), or text streams;
+        `results` None: records are logged and given to `on_record` instead."""
         self.log = log
         self.results = results
+        self.on_record = on_record
         self.on_write_error = on_write_error
         self.write_error: Optional[OSError] = None  # the first line that could not be written
         self.watch = watch
@@ -66,9 +70,13 @@ class StreamDemux:
         self.stderr_tail.clear()
         self.hello = False
 
+    def last_stderr(self) -> str:
+        """The last stderr line with something on it (not the launcher's), or ""."""
+        return next((line.strip() for line in reversed(self.stderr_tail) if line.strip()), "")
+
     def on_line(self, stream: str, line: str) -> None:
         kind, payload = protocol.decode_stdout(line) if stream == "stdout" else (protocol.LINE_LOG, line)
-        if kind == protocol.LINE_RECORD:
+        if kind == protocol.LINE_RECORD and self.results is not None:
             self._write(self.results, payload + "\n")
             return
         self._write(self.log, f"{time.strftime('%H:%M:%S')} {stream}: {line}\n")
@@ -83,3 +91,5 @@ class StreamDemux:
             self.hello = True
         elif kind == protocol.LINE_PROGRESS:
             self.on_progress(payload)
+        elif kind == protocol.LINE_RECORD:
+            self.on_record(payload)

@@ -7,10 +7,10 @@ trip after the handshake: the script and the worker are content-addressed on the
 lacks either (the exit status says so: worker.protocol.classify_exit) they are uploaded once and the
 command runs again. The host's results.jsonl is fetched only when the stream was cut short. A job
 silent for its stall timeout, and its wall-clock limit over all of it (both resolved in the plan:
-plan.Job), end the attempt. How the job starts and is stopped is its launcher's (orchestrator/
-launchers); what its output lines mean is the demultiplexer's (demux.py). Stopping (Ctrl-C, a stall
-or a deadline) kills the remote process group through the pid file the script wrote, then fetches
-whatever results exist.
+plan.Job), end the attempt. Running it is the one attempt runner's (attempt.py: how it starts and is
+stopped is its launcher's, orchestrator/launchers; what its output lines mean is the demultiplexer's,
+demux.py). Stopping (Ctrl-C, a stall or a deadline) kills the remote process group through the pid
+file the script wrote, then fetches whatever results exist.
 
 A full disk under the run folder stops the attempt, not the controller: the job is stopped, what was
 written stays (whole lines), and its outcome says so (failed: "disk full (ENOSPC) writing PATH ...");
@@ -22,7 +22,6 @@ from __future__ import annotations
 import collections
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor  # a host's own slots, within its pipeline
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
@@ -38,9 +37,9 @@ from ..planning.plan import Job, Plan
 from ..runs.outcome import AttemptEnd, HostOutcome, explain_stderr, judge
 from ..runs.records import parse_results
 from ..runs.store import RunStore, now_iso
-from ..transport import CommandResult, Transport, TransportError, make_transport
-from .demux import StreamDemux
-from .fanout import fan_out
+from ..transport import Transport, TransportError, make_transport
+from .attempt import Attempt, WorkerCall
+from .fanout import Running, fan_out
 from .remote import (
     CLEANUP_LIMIT_S,
     RemoteLayout,
@@ -48,8 +47,6 @@ from .remote import (
     bounded,
     job_argv,
     job_params,
-    lacks_files,
-    run_first,
     stop_job,
     sync_script,
     write_params,
@@ -79,35 +76,16 @@ EventSink = Callable[[JobEvent], None]
 
 
 @dataclass
-class _Running:
-    transport: Transport
-    host: Host
-    layout: RemoteLayout
-    slot: str
-    attempt: int
-
-    def stop(self) -> None:
-        stop_job(self.transport, self.host, self.layout, self.slot, self.attempt)
-
-
-@dataclass
 class Execution:
     """Shared state of one fan-out: the cancel flag and what is running where (to stop it)."""
 
     cancel: threading.Event = field(default_factory=threading.Event)
-    running: dict[str, _Running] = field(default_factory=dict)
-    lock: threading.Lock = field(default_factory=threading.Lock)
+    running: Running = field(default_factory=lambda: Running(CLEANUP_LIMIT_S))
 
     def stop_all(self) -> None:
         """Ctrl-C: flag every host and kill every remote process group that is running."""
         self.cancel.set()
-        with self.lock:
-            running = list(self.running.values())
-        threads = [threading.Thread(target=r.stop, daemon=True) for r in running]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(timeout=CLEANUP_LIMIT_S)
+        self.running.stop_all()
 
 
 def run_tasks(
@@ -213,10 +191,17 @@ class _HostPipeline:
                 return [self._finish(t, exc.outcome, str(exc), started_at) for t in self.tasks]
             except Exception as exc:
                 return [self._finish(t, "failed", f"{type(exc).__name__}: {exc}", started_at) for t in self.tasks]
-            if len(self.tasks) == 1:
-                return [self._run_job(transport, self.tasks[0], started_at)]
-            with ThreadPoolExecutor(max_workers=len(self.tasks)) as pool:
-                return list(pool.map(lambda t: self._run_job(transport, t, started_at), self.tasks))
+            # The host's GPU slots at once, in the one fan-out: a slot that raised (a bug) fails alone.
+            slots = fan_out(
+                self.tasks,
+                lambda t: self._run_job(transport, t, started_at),
+                parallel=len(self.tasks),
+                name_of=lambda t: t.job.slot,
+            )
+            return [
+                r.value if r.ok else self.failed_outcome(self.store, t, r.describe_error() or "failed")
+                for r, t in zip(slots, self.tasks)
+            ]
         finally:
             transport.close()
 
@@ -237,61 +222,58 @@ class _HostPipeline:
             return self._finish(task, "failed", f"{exc}; the job was not started", started_at)
         results_local = local / "results.jsonl"
         progress = {"done": 0, "current": ""}
-        argv = job_argv(job, self.script, attempt)
-        watch = self.launcher.watch(launched=time.monotonic())
+        call = WorkerCall(
+            argv=job_argv(job, self.script, attempt),
+            env=job.env,
+            params=params,
+            job_name=job_name(self.layout.run_id, slot, attempt),
+            pidfile=self.layout.pidfile(slot, attempt),
+            stall_timeout_s=job.stall_timeout_s,
+        )
 
         def on_launcher(said: str) -> None:  # the launcher's own news: waiting in a queue, or started
-            state = "queued" if watch.waiting() else "running"
-            self.emit(JobEvent(slot, state, total=len(task.cases), current=said if watch.waiting() else ""))
+            waiting = runner.watch.waiting()
+            self.emit(
+                JobEvent(
+                    slot, "queued" if waiting else "running", total=len(task.cases), current=said if waiting else ""
+                )
+            )
 
-        def on_write_error(exc: OSError) -> None:  # the disk refused a line: stop the job (in the background:
-            # this runs in the thread that reads its output, which must go on reading)
-            threading.Thread(
-                target=stop_job, args=(transport, self.host, self.layout, slot, attempt), daemon=True
-            ).start()
+        def resync() -> None:
+            self.emit(JobEvent(slot, "syncing", total=len(task.cases)))
+            self._sync(transport)
+            self.emit(JobEvent(slot, "running", total=len(task.cases)))
+
+        def count(sent: int) -> None:
+            self.bytes_uploaded += sent
 
         # Unbuffered, line by line: a line is on disk as soon as it came, and a full disk is met at once.
         with open(local / "log.txt", "wb", buffering=0) as log, open(results_local, "wb", buffering=0) as results:
-            demux = StreamDemux(
-                log, results, watch, lambda event: self._progress(task, event, progress), on_launcher, on_write_error
+            runner = Attempt(
+                transport,
+                self.host,
+                call,
+                self.execution.running,
+                log=log,
+                results=results,
+                on_progress=lambda event: self._progress(task, event, progress),
+                on_launcher=on_launcher,
             )
-
-            def launch() -> Optional[CommandResult]:
-                remaining = self.started + job.timeout_s - time.monotonic()
-                if remaining <= 0 or self.execution.cancel.is_set():
-                    return CommandResult(exit_code=-1, timed_out=remaining <= 0)
-                self.bytes_uploaded += len(params)
-                return transport.run(
-                    argv,
-                    env=job.env,
-                    timeout=remaining,
-                    on_line=demux.on_line,
-                    stdin=params,
-                    stall_timeout=self.launcher.stall_limit(watch, job.stall_timeout_s),
-                )
-
-            def resync() -> None:
-                demux.note("the host lacks this script or worker version: uploading, then starting again")
-                self.emit(JobEvent(slot, "syncing", total=len(task.cases)))
-                demux.restart()
-                self._sync(transport)
-                self.emit(JobEvent(slot, "running", total=len(task.cases)))
-
+            demux, watch = runner.lines, runner.watch
             self.emit(JobEvent(slot, "running", total=len(task.cases)))
-            with self.execution.lock:
-                self.execution.running[slot] = _Running(transport, self.host, self.layout, slot, attempt)
             try:
-                if self.launcher.upload_first:
-                    self._sync(transport)
-                result = run_first(launch, lambda r: lacks_files(r, demux.hello), resync)
+                result = runner.run(
+                    time_left=lambda: self.started + job.timeout_s - time.monotonic(),
+                    sync=lambda: self._sync(transport),
+                    resync=resync,
+                    cancel=self.execution.cancel,
+                    on_launch=count,
+                )
             except TransportError as exc:
                 return self._finish(task, exc.outcome, str(exc), started_at)
             except Exception as exc:
                 result = None
                 demux.stderr_tail.append(f"{type(exc).__name__}: {exc}")
-            finally:
-                with self.execution.lock:
-                    self.execution.running.pop(slot, None)
 
         self.emit(JobEvent(slot, "collecting", done=progress["done"], total=len(task.cases)))
         wanted = {c.case_id for c in task.cases}
@@ -305,7 +287,7 @@ class _HostPipeline:
 
             def collect() -> bool:
                 if result is not None and (result.timed_out or result.stalled):
-                    stop_job(transport, self.host, self.layout, slot, attempt)
+                    runner.stop()
                 return transport.get(results_remote, fetched_path)
 
             # One bound for stopping and fetching together: a frozen host costs its limit plus this, once.

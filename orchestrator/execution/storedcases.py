@@ -3,12 +3,12 @@
 (execution/profile.py, execution/crosscheck.py): the worker's subcommand, its limits, its record and
 how that is stored.
 
-Per slot (a host, or one GPU of it), in the one fan-out (fanout.py): connect -> one exec of the run's own
-rendered script with the command (the run's own worker, uploaded only when the host lacks it, as a rerun
-does) and the params on its stdin -> the host runs each case holding the GPU's lock as a sweep does
-(worker/caseloop.py) and sends one record per case -> the controller stores each record in the run's
-folder (runs/slotfolders.py): as it comes, or, where records name files the host wrote, after the run
-while still connected, to fetch them. A host that fails is that slot's result; the others go on. Ctrl-C
+Per slot (a host, or one GPU of it), in the one fan-out (fanout.py): connect -> one exec, by the attempt
+runner a sweep's job uses (attempt.py), of the run's own rendered script with the command (the run's own
+worker, uploaded only when the host lacks it, as a rerun does) and the params on its stdin -> the host
+runs each case holding the GPU's lock as a sweep does (worker/caseloop.py) and sends one record per case
+-> the controller stores each record in the run's folder (runs/slotfolders.py): as it comes, or, where
+records name files the host wrote, after the run while still connected, to fetch them. A host that fails is that slot's result; the others go on. Ctrl-C
 stops what runs on every host (the launcher's process group) and raises KeyboardInterrupt.
 """
 
@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import io
 import tarfile
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional
@@ -27,7 +26,7 @@ from worker.contract import protocol
 from worker.contract.cases import CasesParams
 from worker.contract.schema import CaseSpec, Stats
 
-from ..atomicfile import write_atomic
+from ..atomicfile import as_disk_full, write_atomic
 from ..config.inventory import Host, Inventory
 from ..errors import InputError
 from ..launchers import job_name, launcher_for
@@ -35,8 +34,9 @@ from ..planning.plan import slot_env
 from ..runs.slotfolders import SlotFolders, StoredCase
 from ..runs.store import RunStore
 from ..transport import Transport, TransportError, login_relative, make_transport
+from .attempt import Attempt, WorkerCall
 from .fanout import HostResult, Running, fan_out
-from .remote import RenderedScript, lacks_files, run_first, stop_remote, sync_script
+from .remote import RenderedScript, sync_script
 from .storedrun import run_host, stored_bundle
 
 START_ALLOWANCE_S = 300.0  # the worker's start (torch, a peer's import, ncu's own), beyond the cases' limits
@@ -238,74 +238,69 @@ def _run_slot(
     )
     data = params.model_dump_json().encode("utf-8")
     write_atomic(local / "params.json", data)
-    launcher = launcher_for(job.host)
     name = job_name(store.run_id, f"{job.slot}-{command.name}", number)
-    argv = worker_argv(command, job, script, remote_dir, name)
+    call = WorkerCall(
+        argv=worker_argv(command, job, script, remote_dir, name),
+        env=job.env,
+        params=data,
+        job_name=name,
+        pidfile=f"{remote_dir}/pid",
+        stall_timeout_s=job.host.stall_timeout or plan.stall_timeout_s,
+    )
     cases = {c.case_id: c for c in job.cases}
     kept: dict[str, StoredCase] = {}  # case id -> its stored result
     to_fetch: list = []  # records of a command whose files are fetched after the run
     problems: list[str] = []
-    stderr_tail: list[str] = []
-    hello = [False]
-    watch = launcher.watch(launched=time.monotonic())
     result = None
+
+    def on_record(payload: str) -> None:
+        try:
+            record = command.results.record_type.model_validate_json(payload)
+        except ValueError as exc:
+            problems.append(f"a record that cannot be read: {str(exc).splitlines()[0]}")
+            return
+        if record.case_id not in cases:
+            return
+        if command.files_on_host:
+            to_fetch.append(record)
+        else:
+            kept[record.case_id] = command.store(plan, job, number, record, transport)
+
+    def on_progress(event: dict) -> None:
+        if event.get("event") == "start":
+            case = cases.get(event.get("case_id"))
+            if case is not None:
+                doing = command.doing.format(case=case_text(case))
+                say(job.slot, f"{doing} ({event.get('done', 0) + 1}/{len(cases)})")
+        elif event.get("event") == "lock-wait":
+            say(job.slot, f"waiting for the GPU (held by {event.get('holder', '?')})")
+
     with open(local / "log.txt", "w", encoding="utf-8", buffering=1) as log:
-
-        def on_line(stream: str, line: str) -> None:
-            log.write(f"{time.strftime('%H:%M:%S')} {stream}: {line}\n")
-            if stream == "stderr":
-                said = watch.see(line, time.monotonic())
-                if said:
-                    say(job.slot, said)
-                elif line.strip():
-                    stderr_tail[:] = (stderr_tail + [line.strip()])[-5:]
-                return
-            kind, payload = protocol.decode_stdout(line)
-            if kind == protocol.LINE_HELLO:
-                hello[0] = True
-            elif kind == protocol.LINE_RECORD:
-                try:
-                    record = command.results.record_type.model_validate_json(payload)
-                except ValueError as exc:
-                    problems.append(f"a record that cannot be read: {str(exc).splitlines()[0]}")
-                    return
-                if record.case_id not in cases:
-                    return
-                if command.files_on_host:
-                    to_fetch.append(record)
-                else:
-                    kept[record.case_id] = command.store(plan, job, number, record, transport)
-            elif kind == protocol.LINE_PROGRESS and payload.get("event") == "start":
-                case = cases.get(payload.get("case_id"))
-                if case is not None:
-                    doing = command.doing.format(case=case_text(case))
-                    say(job.slot, f"{doing} ({payload.get('done', 0) + 1}/{len(cases)})")
-            elif kind == protocol.LINE_PROGRESS and payload.get("event") == "lock-wait":
-                say(job.slot, f"waiting for the GPU (held by {payload.get('holder', '?')})")
-
         transport = make_transport(job.host, accept_new=accept_new)
+        attempt = Attempt(
+            transport,
+            job.host,
+            call,
+            running,
+            log=log,
+            on_record=on_record,
+            on_progress=on_progress,
+            on_launcher=lambda said: say(job.slot, said),
+        )
         try:
             transport.connect()
-            running.add(
-                job.slot, lambda: launcher.stop(transport, name, lambda: stop_remote(transport, f"{remote_dir}/pid"))
-            )
             timeout = START_ALLOWANCE_S + lock_timeout_s + command.case_limit_s(options) * len(job.cases)
-            stall = launcher.stall_limit(watch, job.host.stall_timeout or plan.stall_timeout_s)
 
-            def launch():
-                to_fetch.clear()  # a launch again after an upload starts afresh
-                return transport.run(
-                    argv, env=job.env, timeout=timeout, on_line=on_line, stdin=data, stall_timeout=stall
-                )
-
-            def sync() -> None:
+            def resync() -> None:
                 say(job.slot, "the host lacks the run's script or worker: uploading them")
-                hello[0] = False
+                to_fetch.clear()  # the command starts afresh
                 sync_script(transport, plan.bundle_path, script)
 
-            if launcher.upload_first:
-                sync_script(transport, plan.bundle_path, script)
-            result = run_first(launch, lambda r: lacks_files(r, hello[0]), sync)
+            result = attempt.run(
+                time_left=lambda: timeout,
+                sync=lambda: sync_script(transport, plan.bundle_path, script),
+                resync=resync,
+            )
             for record in to_fetch:
                 kept[record.case_id] = command.store(plan, job, number, record, transport)
         except TransportError as exc:
@@ -316,16 +311,18 @@ def _run_slot(
                 missing=[c for cid, c in cases.items() if cid not in kept],
             )
         finally:
-            running.remove(job.slot)
             transport.close()
+    if attempt.lines.write_error is not None:
+        problems.append(f"{as_disk_full(attempt.lines.write_error, local)}; the command was stopped")
     missing = [c for cid, c in cases.items() if cid not in kept]
     error = "; ".join(problems)
     if missing:
-        error = "; ".join(filter(None, [error, _why_no_record(command, result, hello[0], stderr_tail, job)]))
+        why = _why_no_record(command, result, attempt.lines.hello, attempt.lines.last_stderr(), job)
+        error = "; ".join(filter(None, [error, why]))
     return SlotResult(job.slot, stored=list(kept.values()), error=error, missing=missing)
 
 
-def _why_no_record(command: WorkerCommand, result, hello: bool, stderr_tail: list[str], job: CaseJob) -> str:
+def _why_no_record(command: WorkerCommand, result, hello: bool, last_stderr: str, job: CaseJob) -> str:
     what = f"the host's {command.activity}"
     if result is None:
         return f"{what} did not start"
@@ -341,5 +338,6 @@ def _why_no_record(command: WorkerCommand, result, hello: bool, stderr_tail: lis
         return f"remote interpreter not found: {job.host.python}"
     if launch == protocol.LAUNCH_NOT_EXECUTABLE:
         return f"remote interpreter not executable: {job.host.python}"
-    tail = stderr_tail[-1] if stderr_tail else ""
-    return f"{what} ended (exit status {result.exit_code}) without a record" + (f": {tail}" if tail else "")
+    return f"{what} ended (exit status {result.exit_code}) without a record" + (
+        f": {last_stderr}" if last_stderr else ""
+    )
