@@ -101,6 +101,11 @@ def records_of(run_dir: str) -> tuple[dict[tuple, object], object]:
     return out, prior
 
 
+def stored_runs(runs_dir: Path, name: str) -> list[str]:
+    """The run folders of sweep `name` in runs_dir, oldest first (run ids begin with their time)."""
+    return [str(p) for p in sorted(runs_dir.iterdir()) if p.is_dir() and p.name.split("-", 2)[-1].startswith(name)]
+
+
 def flag(interval, tie: float) -> str:
     if interval is None:
         return "none"
@@ -125,10 +130,14 @@ def h2h(args) -> str:
         ],
     )
     rows, walls = [], []
-    for i in range(args.repeat):
-        pad = str(Path(args.pad).resolve()) if args.pad.endswith(".json") else args.pad
-        run_dir, wall = run(sweep, args.inventory, args.runs_dir, {"FLEETBENCH_MM_PAD": pad})
-        walls.append(wall)
+    stored = stored_runs(args.runs_dir, "see-h2h") if args.stored else []
+    for i in range(len(stored) if args.stored else args.repeat):
+        if args.stored:
+            run_dir = stored[i]
+        else:
+            pad = str(Path(args.pad).resolve()) if args.pad.endswith(".json") else args.pad
+            run_dir, wall = run(sweep, args.inventory, args.runs_dir, {"FLEETBENCH_MM_PAD": pad})
+            walls.append(wall)
         recs, prior = records_of(run_dir)
         for (backend, m, n, k), base in sorted(recs.items()):
             if backend != "mm" or base.status != "ok":
@@ -176,7 +185,9 @@ def h2h(args) -> str:
         f"≤ 0.5% in {sum(h <= 0.005 for h in halves)} of {len(halves)}"
         if halves
         else "- no intervals",
-        f"- sweep wall: {', '.join(f'{w:.1f}' for w in walls)} s (cold CLI processes)",
+        f"- sweep wall: {', '.join(f'{w:.1f}' for w in walls)} s (cold CLI processes)"
+        if walls
+        else "- judged from stored runs (--stored)",
     ]
     return "\n".join(lines)
 
@@ -195,17 +206,28 @@ def across(args) -> str:
     base = sweep_file(folder, "see-across", [{"name": "mm", "file": str(KERNELS / "mm.py")}])
     (folder / "slowed").mkdir()
     slowed = sweep_file(folder / "slowed", "see-across", [{"name": "mm", "file": str(KERNELS / "mm_pad.py")}])
-    runs = {0: [run(base, args.inventory, args.runs_dir, {})[0] for _ in range(args.repeat)]}
-    for pad in args.pads:
-        runs[pad] = [
-            run(
-                slowed,
-                args.inventory,
-                args.runs_dir,
-                {"FLEETBENCH_MM_PAD": str(Path(pad).resolve()) if pad.endswith(".json") else pad},
-            )[0]
-            for _ in range(args.repeat)
-        ]
+    if args.stored:  # the run folders of an earlier `across`, in the order it ran them: base, then each pad
+        found = stored_runs(args.runs_dir, "see-across")
+        if len(found) != args.repeat * (1 + len(args.pads)):
+            raise SystemExit(
+                f"--stored: {len(found)} see-across runs in {args.runs_dir}, expected "
+                f"{args.repeat} x {1 + len(args.pads)} (--repeat x settings)"
+            )
+        runs = {0: found[: args.repeat]}
+        for i, pad in enumerate(args.pads, 1):
+            runs[pad] = found[i * args.repeat : (i + 1) * args.repeat]
+    else:
+        runs = {0: [run(base, args.inventory, args.runs_dir, {})[0] for _ in range(args.repeat)]}
+        for pad in args.pads:
+            runs[pad] = [
+                run(
+                    slowed,
+                    args.inventory,
+                    args.runs_dir,
+                    {"FLEETBENCH_MM_PAD": str(Path(pad).resolve()) if pad.endswith(".json") else pad},
+                )[0]
+                for _ in range(args.repeat)
+            ]
     pairs = {"A/A": list(itertools.combinations(runs[0], 2))}
     for pad in args.pads:
         pairs[f"+{Path(pad).stem} columns" if pad.endswith(".json") else f"+{pad} columns"] = list(
@@ -402,6 +424,12 @@ def main(argv=None) -> int:
         default=[0.01, 0.015, 0.02, 0.03],  # 0.015: diff's default (commands/common.py DEFAULT_THRESHOLD)
         help="across: diff thresholds to count at",
     )
+    parser.add_argument(
+        "--stored",
+        action="store_true",
+        help="h2h, across: judge the run folders an earlier run left in --runs-dir instead of sweeping "
+        "(no GPU; --repeat and --pads say how `across` ran)",
+    )
     parser.add_argument("--out", type=Path, help="also write the Markdown here")
     args = parser.parse_args(argv)
     if args.what == "calibrate":
@@ -409,7 +437,7 @@ def main(argv=None) -> int:
             parser.error("calibrate needs --pad-dir")
         text = calibrate(args)
     else:
-        if args.inventory is None or args.runs_dir is None:
+        if args.runs_dir is None or (args.inventory is None and not args.stored):
             parser.error(f"{args.what} needs -i/--inventory and --runs-dir")
         args.runs_dir.mkdir(parents=True, exist_ok=True)
         text = h2h(args) if args.what == "h2h" else across(args)
