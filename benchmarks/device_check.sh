@@ -466,7 +466,8 @@ step_tradeoff() {  # VARIANTS: which (default: every one benchmarks/fidelity/tra
 step_stream_clock() { "$GPU_PY" -m benchmarks.gpu_state.stream_clock --out "$DEST/stream-clock-h200.md"; }
 step_slowdowns_calibrate() {
     "$GPU_PY" -m benchmarks.detection.see_slowdowns calibrate --targets 0.02,0.03,0.05 --pad-dir "$WORK/pads" \
-        --out "$DEST/slowdowns-calibrate-h200.md" && cp "$WORK"/pads/pads-*.json "$DEST/"
+        --out "$DEST/slowdowns-calibrate-h200.md" &&
+        for t in 2 3 5; do cp "$WORK/pads/pads-$t.json" "$DEST/slowdowns-calibrate-h200-pads-$t.json"; done
 }
 # The slowdowns steps take the calibrated paddings when slowdowns-calibrate ran before them.
 step_slowdowns_h2h() {
