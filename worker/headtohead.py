@@ -8,7 +8,7 @@ all, so bf16 read 10-16% slow beside fp8 at 256-512x2048 and 9% fast beside the 
 1024x2048 (benchmarks/RESULTS.md, issue 40). Right after, the unit's graphs (the ones just timed and
 checked) are replayed interleaved: per cycle one sample of each, in the same breath, so their ratio
 moves with neither the clock nor the power state. That paired timing is recorded beside each case's
-round (RoundStats.pair_id, paired_us); worker/pairing.py turns it into B/A with its interval.
+round (RoundStats.pair_id, paired_us); worker/contract/pairing.py turns it into B/A with its interval.
 """
 
 from __future__ import annotations

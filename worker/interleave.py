@@ -6,7 +6,7 @@ between them drowns (issue 40). Timed interleaved, they share that state: the gr
 replayed in turn, one sample (a ~2 ms replay) of each per cycle. Cycles come in twos, the second the
 first reversed (A B C, C B A), and each two rotated from the last (B C A, A C B, ...): over a two every
 pair of members trades places, so a place that reads fast or slow (first after a host sync, say)
-cancels in the two's mean; worker/pairing.py estimates per two. Settling runs the same cycles until the
+cancels in the two's mean; worker/contract/pairing.py estimates per two. Settling runs the same cycles until the
 group's per-cycle GPU time stops drifting, so the samples are taken in the state the group holds the
 GPU in; sampling ends on whole twos.
 

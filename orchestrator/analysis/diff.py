@@ -19,7 +19,7 @@ verdict against a threshold t (t either way: B at least 1 + t times slower or fa
 The same measurement on both sides (a run against itself) is SAME, whatever its noise. A p-value
 (Welch's t on the log medians) is reported beside it. Only a confirmed SLOWER makes `diff` exit 1.
 
-Cases match by case id: what is measured (worker/schema.py IDENTITY_FIELDS), never how it was timed.
+Cases match by case id: what is measured (worker/contract/schema.py IDENTITY_FIELDS), never how it was timed.
 Timing options that differ between the sides are listed as settings, beside the host facts that
 differ, before any number. Two sides that share no case compared nothing: that is an input error.
 """
@@ -367,7 +367,7 @@ class ClockSplit:
 def clock_split(
     ta, tb, time_interval: LogInterval, priors: tuple[Optional[float], Optional[float]] = (None, None)
 ) -> Optional[ClockSplit]:
-    """The clock split of two sides' timings (worker.schema.Stats), or None where a side has fewer than 2
+    """The clock split of two sides' timings (worker.contract.schema.Stats), or None where a side has fewer than 2
     rounds or a round without an in-stream clock. `priors`: each side's work_prior, which moderates its
     spread (moderated_spread); None: the case's own rounds alone."""
     wa, wb = work_per_round(ta), work_per_round(tb)

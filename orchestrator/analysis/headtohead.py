@@ -3,7 +3,7 @@ together (worker/interleave.py). Pure over stored runs; returns facts and codes,
 (orchestrator/views/versus.py words them).
 
 Per slot and shape: A µs and B µs (each case's own median of rounds), and B/A from the paired samples
-with its 95% interval (worker/pairing.py: per round the median of its twos' mean log ratios, over rounds
+with its 95% interval (worker/contract/pairing.py: per round the median of its twos' mean log ratios, over rounds
 their mean), then a winner code against a tie margin t:
   "B"        B faster: the whole interval is below 1 / (1 + t)
   "A"        A faster: the whole interval is above 1 + t

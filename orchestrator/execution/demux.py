@@ -1,4 +1,4 @@
-"""One attempt's output, line by line, to where each line belongs (worker/protocol.py says what crosses):
+"""One attempt's output, line by line, to where each line belongs (worker/contract/protocol.py says what crosses):
 result records to the attempt's results file (or, for a command whose records have no file of their own,
 to the log and to `on_record`), progress events to the live view, the launcher's own
 lines (a scheduler's queue) to its watch, and everything else to the attempt's log, with the tail of

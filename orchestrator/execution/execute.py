@@ -4,7 +4,7 @@ Per host: connect once -> per GPU slot: one exec of [python, script, supervise .
 on its stdin, streaming each output line into log.txt and the live view and each result record into
 results.jsonl -> validate -> outcome.json. In the steady state that exec is the only remote round
 trip after the handshake: the script and the worker are content-addressed on the host. When the host
-lacks either (the exit status says so: worker.protocol.classify_exit) they are uploaded once and the
+lacks either (the exit status says so: worker.contract.protocol.classify_exit) they are uploaded once and the
 command runs again. The host's results.jsonl is fetched only when the stream was cut short. A job
 silent for its stall timeout, and its wall-clock limit over all of it (both resolved in the plan:
 plan.Job), end the attempt. Running it is the one attempt runner's (attempt.py: how it starts and is

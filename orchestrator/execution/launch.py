@@ -181,7 +181,7 @@ def describe_commands(plan: Plan, scripts: dict[str, RenderedScript]) -> list[st
 def cases_to_finish(planned: list[CaseSpec], records: dict) -> list[CaseSpec]:
     """The cases of a job that are not done, as they should run now: missing, failed, crashed or hung
     cases in full; a case whose rounds were cut short, for the rounds it still lacks (its case id is
-    the same whatever its rounds: worker/schema.py). Cases that are ok, unsupported or unavailable are done."""
+    the same whatever its rounds: worker/contract/schema.py). Cases that are ok, unsupported or unavailable are done."""
     from worker.contract.rounds import rounds_in
 
     todo = []

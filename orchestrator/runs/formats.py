@@ -26,10 +26,10 @@ Manifest history (MANIFEST_VERSION, runs/<id>/manifest.json):
   8  the cases' timing options have `state` (settled | burst) and `cooldown_ms`; otherwise the shape of
      format 7. A run of an older format was settled, and its worker rejects the fields.
   9  the cases' timing options have `min_rounds`, `round_target`, `pair_target` and `head_to_head`
-     (rounds until sure, contenders timed interleaved: worker/schema.py format 9); otherwise the shape
+     (rounds until sure, contenders timed interleaved: worker/contract/schema.py format 9); otherwise the shape
      of format 8. A case of an older format was timed alone in a fixed number of rounds
      (head_to_head false, min_rounds = rounds), and its worker rejects the fields.
-Record history (results.jsonl): see SCHEMA_VERSION in worker/schema.py; upgraded here by `upgrade_record`.
+Record history (results.jsonl): see SCHEMA_VERSION in worker/contract/schema.py; upgraded here by `upgrade_record`.
 """
 
 from __future__ import annotations

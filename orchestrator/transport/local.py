@@ -131,7 +131,7 @@ class LocalTransport:
 
 
 def _pump(stream, name: str, on_line: LineSink, last_heard: list) -> None:
-    """Decode a pipe into lines exactly as the SSH connector decodes a channel (worker.protocol)."""
+    """Decode a pipe into lines exactly as the SSH connector decodes a channel (worker.contract.protocol)."""
     decoder = LineDecoder(name, on_line)
     try:
         while True:

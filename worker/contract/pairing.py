@@ -64,7 +64,7 @@ class Interval(NamedTuple):
 
 def paired_rounds(a, b) -> list[list[float]]:
     """log(B/A) of every pair, per round the two Stats were timed head-to-head in (the same pair_id, as
-    many paired samples). `a`, `b`: worker.schema.Stats."""
+    many paired samples). `a`, `b`: worker.contract.schema.Stats."""
     b_by_pair = {r.pair_id: r.paired_us for r in b.rounds if r.pair_id and r.paired_us}
     out = []
     for r in a.rounds:
