@@ -76,18 +76,23 @@ def paired(a: CaseRecord, b: CaseRecord, prior: Optional[float] = None) -> Optio
     return pair_interval(paired_rounds(a.timing, b.timing), prior)
 
 
-def pair_prior(slot: SlotData) -> Optional[float]:
-    """The median between-round variance of every two contenders' paired ratio on a slot (worker/contract/
-    pairing.py pair_interval's prior): what the worker's rounds until sure moderated with, over the whole run."""
-    by_shape: dict[tuple, list[CaseRecord]] = {}
+def _paired_by_shape(slot: SlotData) -> dict[tuple, list[tuple[CaseSpec, CaseRecord]]]:
+    """A slot's ok cases that were timed head-to-head in some round, by shape (shape_of)."""
+    by_shape: dict[tuple, list[tuple[CaseSpec, CaseRecord]]] = {}
     for case in slot.planned:
         rec = slot.records.get(case.case_id, (None, None))[1]
         if _usable(rec) and any(r.pair_id for r in rec.timing.rounds):
-            by_shape.setdefault(shape_of(case), []).append(rec)
+            by_shape.setdefault(shape_of(case), []).append((case, rec))
+    return by_shape
+
+
+def pair_prior(slot: SlotData) -> Optional[float]:
+    """The median between-round variance of every two contenders' paired ratio on a slot (worker/contract/
+    pairing.py pair_interval's prior): what the worker's rounds until sure moderated with, over the whole run."""
     found = []
-    for members in by_shape.values():
-        for i, x in enumerate(members):
-            for y in members[i + 1 :]:
+    for members in _paired_by_shape(slot).values():
+        for i, (_, x) in enumerate(members):
+            for _, y in members[i + 1 :]:
                 v = pair_round_variance(paired_rounds(x.timing, y.timing))
                 if v is not None:
                     found.append(v)
@@ -418,12 +423,7 @@ def pair_index(slots: list[SlotData]) -> PairIndex:
     index = PairIndex()
     for slot in slots:
         prior = pair_prior(slot)
-        by_shape: dict[tuple, list[tuple[CaseSpec, CaseRecord]]] = {}
-        for case in slot.planned:
-            rec = slot.records.get(case.case_id, (None, None))[1]
-            if _usable(rec) and any(r.pair_id for r in rec.timing.rounds):
-                by_shape.setdefault(shape_of(case), []).append((case, rec))
-        for members in by_shape.values():
+        for members in _paired_by_shape(slot).values():
             for i, (cx, rx) in enumerate(members):
                 for cy, ry in members[i + 1 :]:
                     iv = paired(rx, ry, prior)

@@ -88,35 +88,35 @@ def twos(logs: list[float]) -> list[float]:
     return [(logs[i] + logs[i + 1]) / 2 for i in range(0, len(logs) - 1, 2)]
 
 
-def _per_round(rounds: list[list[float]]) -> list[float]:
-    """Each round's estimate of log(B/A): the median of its twos (rounds of at least 3 twos)."""
-    return [statistics.median(t) for t in map(twos, rounds) if len(t) >= 3]
+def _kept_twos(rounds: list[list[float]]) -> list[list[float]]:
+    """Each round's twos (`twos`), for the rounds of at least 3 twos: those that estimate B/A."""
+    return [t for t in map(twos, rounds) if len(t) >= 3]
 
 
 def pair_round_variance(rounds: list[list[float]]) -> Optional[float]:
-    """The variance between the rounds' estimates of log(B/A); None below 2 such rounds."""
-    per_round = _per_round(rounds)
+    """The variance between the rounds' estimates of log(B/A) (each the median of its twos); None below 2
+    such rounds."""
+    per_round = [statistics.median(t) for t in _kept_twos(rounds)]
     return statistics.variance(per_round) if len(per_round) >= 2 else None
 
 
 def pair_interval(rounds: list[list[float]], prior: Optional[float] = None) -> Optional[Interval]:
     """B/A and its 95% interval from the log ratios of each round's cycles (module docstring); None
     without a round of at least 3 twos. `prior`: the run's median pair_round_variance, toward which the
-    between-round variance is moderated (`moderated`): two rounds alone give t with 1 degree of freedom."""
+    between-round variance is moderated (`moderate`): two rounds alone give t with 1 degree of freedom."""
     pairs = sum(len(r) for r in rounds)
-    rounds = [t for t in map(twos, rounds) if len(t) >= 3]
+    rounds = _kept_twos(rounds)
     if not rounds:
         return None
     per_round = [statistics.median(r) for r in rounds]
     point = statistics.fmean(per_round)
     within = math.sqrt(sum(_median_se(r) ** 2 for r in rounds)) / len(rounds)
     own = statistics.variance(per_round) if len(per_round) >= 2 else None
-    if prior is None:
-        between, df = (math.sqrt(own / len(rounds)) if own is not None else 0.0), len(rounds) - 1
+    if own is None and prior is None:  # one round and nothing to borrow: its pairs' own scatter alone
+        between, df = 0.0, 0.0
     else:
-        d = len(rounds) - 1
-        between = math.sqrt((PRIOR_DF * prior + d * (own or 0.0)) / (PRIOR_DF + d) / len(rounds))
-        df = PRIOR_DF + d
+        var, df = moderate(own, len(rounds), prior)
+        between = math.sqrt(var)
     half = t95(df) * between if between > within else 1.96 * within
     return Interval(math.exp(point), math.exp(point - half), math.exp(point + half), len(rounds), pairs)
 
@@ -134,16 +134,20 @@ def log_variance(values: list[float]) -> Optional[float]:
     return statistics.variance([math.log(v) for v in values])
 
 
+def moderate(own: Optional[float], n: int, prior: Optional[float]) -> tuple[float, float]:
+    """(the variance of a mean of n rounds, its degrees of freedom) from their own variance `own` (None: a
+    single round), moderated toward `prior` with PRIOR_DF degrees of freedom where there is one."""
+    d = n - 1.0
+    if prior is None:
+        return own / n, d
+    return (PRIOR_DF * prior + d * (own or 0.0)) / (PRIOR_DF + d) / n, PRIOR_DF + d
+
+
 def moderated(values: list[float], prior: Optional[float] = None) -> Optional[tuple[float, float]]:
     """(the variance of the mean of the logs of `values`, its degrees of freedom), the case's own variance
-    moderated toward `prior` with PRIOR_DF degrees of freedom where there is one; None below 2 values."""
+    moderated toward `prior` (`moderate`); None below 2 values."""
     own = log_variance(values)
-    if own is None:
-        return None
-    d = len(values) - 1.0
-    if prior is None:
-        return own / len(values), d
-    return (PRIOR_DF * prior + d * own) / (PRIOR_DF + d) / len(values), PRIOR_DF + d
+    return None if own is None else moderate(own, len(values), prior)
 
 
 def median_prior(variances: list[float]) -> Optional[float]:
