@@ -35,7 +35,7 @@ from orchestrator.views.profile import explain
 from worker.contract.profile import ProfiledRun, ProfileOptions
 from worker.contract.schema import CaseRecord, CaseSpec, FactsRecord, RoundStats, TimingOptions
 from worker.contract.stats import summarize as summarize_samples
-from worker.profile import NCU_PLACES, classify_ncu_output, ncu_argv
+from worker.tools.profile import NCU_PLACES, classify_ncu_output, ncu_argv
 
 GEMM = "void cutlass::Kernel2<cutlass_80_tensorop_bf16_s16816gemm_relu_bf16_64x64_64x4_tn_align8>(T1::Params)"
 COPY = "void at::native::elementwise_kernel<128, 2, at::native::gpu_kernel_impl<at::native::direct_copy_kernel_cuda(at::TensorIteratorBase &)::[lambda() (instance 3)]::operator ()() const::[lambda() (instance 8)]::operator ()() const::[lambda(c10::BFloat16) (instance 1)]>(at::TensorIteratorBase &, const T1 &)::[lambda(int) (instance 1)]>(int, T3)"

@@ -26,9 +26,9 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from worker import timing
 from worker.contract.schema import CaseSpec, TimingOptions
-from worker.runner import CaseRunner
+from worker.measure import timing
+from worker.sweep.runner import CaseRunner
 
 L2_BYTES = 50 * 2**20
 COMPUTE_US = 10.0
@@ -96,7 +96,7 @@ class SimGraph:
 
 
 def install(monkeypatch, gpu: SimGpu) -> None:
-    """Point the torch.cuda calls that worker.timing makes at the simulation."""
+    """Point the torch.cuda calls that worker.measure.timing makes at the simulation."""
     from contextlib import contextmanager
 
     class Event:
@@ -148,7 +148,7 @@ def sweep_in_fresh_process(
     monkeypatch, cases: list[CaseSpec], heat: dict | None = None, tau_us: float | None = None
 ) -> dict[str, float]:
     """Each case timed as the worker times it (its input-set count from CaseRunner, its warm-up,
-    probe, capture, settling and replays from worker.timing), in one simulated process: case id ->
+    probe, capture, settling and replays from worker.measure.timing), in one simulated process: case id ->
     median us. `heat` (case id -> steady slowdown) with `tau_us` models the clock and power state."""
     gpu = SimGpu(tau_us)
     heat = heat or {}
@@ -241,7 +241,7 @@ def test_every_round_runs_the_lightest_case_first_whatever_order_the_sweep_lists
     import random
 
     from worker.contract.schema import CaseSpec
-    from worker.runner import round_order
+    from worker.sweep.runner import round_order
 
     todo = [CaseSpec(backend=b, m=m, n=2048, k=6144) for m in (16, 64, 256, 1024) for b in ("torch-bf16", "torch-fp8")]
     load = {c.case_id: c.m / 1024 * (0.5 if c.backend == "torch-fp8" else 1.0) for c in todo}
@@ -256,8 +256,8 @@ def test_every_round_runs_the_lightest_case_first_whatever_order_the_sweep_lists
 def test_rounds_are_ranked_by_measured_load_once_measured(tmp_path, monkeypatch):
     """Round 1 is ranked by each case's math at the calibrated peak (a prediction); later rounds by what
     round 1 measured: a case that turned out slow (light load) moves ahead of one that ran at its peak."""
-    from worker import runner as runner_mod
     from worker.contract.schema import Calibration, CaseRecord, CaseSpec, RoundStats, Stats, TimingOptions
+    from worker.sweep import runner as runner_mod
 
     opts = TimingOptions(rounds=2)
     big = CaseSpec(backend="torch-bf16", m=1024, n=2048, k=6144, timing=opts)
@@ -309,10 +309,10 @@ def test_rounds_are_ranked_by_measured_load_once_measured(tmp_path, monkeypatch)
 
 
 def test_light_cases_settle_briefly_and_heavy_ones_and_their_successors_fully():
-    """Settling lasts as long as the GPU state needs (worker/timing.py): a light case after a light one
+    """Settling lasts as long as the GPU state needs (worker/measure/timing.py): a light case after a light one
     runs at the clock it found; a heavy case (or one of unknown load) reads its burst clock until the power
     controller acts; a light case right after a heavy one waits for the clock to climb back."""
-    from worker import timing
+    from worker.measure import timing
 
     timing._LAST_HEAVY = False
     assert timing.settle_floor(100.0, 0.1) == timing.LIGHT_SETTLE_MS
@@ -442,8 +442,8 @@ def test_health_is_judged_over_the_samples_not_over_the_settling(monkeypatch, cl
 def test_burst_samples_after_a_cool_down_and_stop_before_the_power_controller_acts(monkeypatch):
     """`timing.state: burst` idles `cooldown_ms`, tells `settled` (the health reading then is the burst
     clock), and samples for at most BURST_GPU_MS of GPU time, never settling."""
-    from worker import timing
     from worker.contract.schema import TimingOptions
+    from worker.measure import timing
 
     slept, events = [], []
     monkeypatch.setattr(timing.time, "sleep", lambda s: (slept.append(s), events.append("sleep")))
@@ -463,9 +463,9 @@ def test_cupti_mode_samples_the_kernels_of_the_timed_graph_and_keeps_its_replay_
     """`timing.mode: cupti` times the same graph by CUPTI's trace right after its event-timed samples: each
     sample is a call's summed kernel time; the replay median stays beside it (the difference is launch
     gaps), and the settling is the replay timing's."""
-    from worker import cupti, timing
     from worker.contract.schema import TimingOptions
     from worker.contract.stats import summarize
+    from worker.measure import cupti, timing
 
     monkeypatch.setattr(timing, "last_notes", [])
     asked = {}
@@ -542,11 +542,11 @@ def test_a_later_round_replays_the_graph_its_first_round_built_and_reads_the_sam
 
 @pytest.mark.parametrize("mode", ["graph", "cupti"])
 def test_crosscheck_settles_and_traces_the_graph_fleetbench_timed_without_capturing_it_again(monkeypatch, mode):
-    """worker/crosscheck.py CaseBench: fleetbench's timing of the case builds its graph once; settling
+    """worker/tools/crosscheck.py CaseBench: fleetbench's timing of the case builds its graph once; settling
     before a peer (and CUPTI) replays that graph, so no capture follows the timing, in `timing.mode: cupti`
     too, whose figure is named for what it is (kernel time, not a replay; never per-call events)."""
-    from worker import cupti
-    from worker.crosscheck import CaseBench
+    from worker.measure import cupti
+    from worker.tools.crosscheck import CaseBench
 
     monkeypatch.setattr(cupti, "available", lambda: None)
     monkeypatch.setattr(

@@ -47,7 +47,7 @@ CONDITIONS = [
 
 
 def _runner():
-    from worker.runner import CaseRunner
+    from worker.sweep.runner import CaseRunner
 
     return CaseRunner("cuda")
 
@@ -291,9 +291,9 @@ def main() -> int:
     ap.add_argument("--dump", type=Path)
     ap.add_argument("--timeline", action="store_true")
     args = ap.parse_args()
-    from worker.buildenv import adopt_build_env
+    from worker.host.buildenv import adopt_build_env
 
-    adopt_build_env()  # FlashInfer's JIT modules as the sweeps build them (worker/buildenv.py)
+    adopt_build_env()  # FlashInfer's JIT modules as the sweeps build them (worker/host/buildenv.py)
     shape = (args.backend, args.m, args.n, args.k)
     if args.clocks:
         clocks(*shape)

@@ -54,13 +54,13 @@ class Row:
     tflops: Optional[float] = None
     tb_per_s: Optional[float] = None
     pct_peak: Optional[float] = None  # % of the datasheet's peak math for the case's operand family
-    sol_us: Optional[float] = None  # speed of light at this GPU's measured peaks (worker/calibrate.py)
+    sol_us: Optional[float] = None  # speed of light at this GPU's measured peaks (worker/measure/calibrate.py)
     pct_sol: Optional[float] = None  # 100 * sol_us / median_us
     sol_bound: Optional[str] = None  # math | memory: which peak sets sol_us
     rel_err: Optional[float] = None
     cosine: Optional[float] = None
     verdict: Optional[str] = None
-    integrity: Optional[str] = None  # "pass", or the integrity checks failed, "+"-joined (worker/integrity.py)
+    integrity: Optional[str] = None  # "pass", or the integrity checks failed, "+"-joined (worker/check/integrity.py)
     tainted: Optional[bool] = None
     attempt: Optional[int] = None
     case_id: str = ""

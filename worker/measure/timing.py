@@ -14,7 +14,7 @@ fresh side stream. Every case is then measured in the state that any process usi
 (a serving engine) is in. The first graph timing of a process still read low with that alone (what
 exactly flips the state is not isolated), so each process's first graph timing is a discarded priming
 pass. A later round of a case replays the graph its first round built (TimedGraph, kept by
-worker/runner.py): a graph keeps the speed it was captured with for as long as it lives (RESULTS.md,
+worker/sweep/runner.py): a graph keeps the speed it was captured with for as long as it lives (RESULTS.md,
 "It is the graph, not the moment"), so its rounds differ by what the GPU does, not by their captures.
 
 A case must not read what the case before it left behind either: a large GEMM reads slower after a
@@ -37,8 +37,8 @@ import statistics
 import time
 from typing import Callable, NamedTuple, Optional
 
-from .contract.schema import Stats, TimingOptions
-from .contract.stats import median_ci, summarize
+from ..contract.schema import Stats, TimingOptions
+from ..contract.stats import median_ci, summarize
 
 # One sample (one graph replay) should last long enough that event resolution, replay
 # jitter and the replay's launch cost vanish next to it.
@@ -99,7 +99,7 @@ def time_cpu(fn: Callable[[int], object], n_sets: int, opts: TimingOptions) -> S
 
 class TimedGraph:
     """A case's timed CUDA graph: `calls` back-to-back calls rotating through `n_sets` input sets, and the
-    events a sample is timed by. Built once for a case (worker/runner.py keeps it across the case's
+    events a sample is timed by. Built once for a case (worker/sweep/runner.py keeps it across the case's
     rounds), replayed by every round."""
 
     def __init__(self, graph, calls: int, n_sets: int, stream, per_call_s: float):
@@ -141,12 +141,12 @@ def time_cuda(
     there judge the samples, not the settling, which may rightly lower the clock). `timed_once(run)` is
     called once before settling with `run()`: exactly what one timed sample runs (a replay of the timed
     graph; in events mode one call on input set 0), ended as the timer ends it (the timed stream's end
-    event), returning the input set of its last call, so worker/integrity.py can check that what is timed
+    event), returning the input set of its last call, so worker/check/integrity.py can check that what is timed
     does the work. `load(per_call_us)`: the share of the GPU's tensor peak a call at that speed uses
     (None: unknown), which sets how long the case settles at least (module docstring).
     Graph modes: `graph`, a TimedGraph an earlier round of the case built, is replayed as it is (no
     warm-up, no capture: settling runs it into its steady state); otherwise one is built, and `keep(it)`
-    is told of it so a later round can replay it. `clock` (a worker/streamclock.py StreamClock): the SM
+    is told of it so a later round can replay it. `clock` (a worker/measure/streamclock.py StreamClock): the SM
     clock of the samples' window, read in the stream, is left in `clock.window_mhz` (graph modes)."""
     import torch
 
@@ -230,7 +230,7 @@ def build_graph(
     # (100+ us per eager call) would otherwise get a graph of a handful of calls, and the replay's own
     # launch cost (a few us) would land on every one of them.
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    cps = opts.calls_per_sample  # a later round of a case gets its first round's (worker/runner.py again)
+    cps = opts.calls_per_sample  # a later round of a case gets its first round's (worker/sweep/runner.py again)
     if not cps:
         probe_calls = max(PROBE_CALLS, n_sets if opts.l2 == "cold" else 1)
         probe = _capture(fn, probe_calls, n_sets, capture_stream)
@@ -261,7 +261,7 @@ def build_graph(
 def _kernel_time(graph, cps: int, opts: TimingOptions, replayed: Stats) -> Stats:
     """Mode cupti: right after the event-timed samples (the GPU in the state they were taken in), as many
     replays of the same graph traced by CUPTI; each sample is a call's summed kernel time
-    (worker/cupti.py). The replay median stays beside it: their difference is the launch gaps."""
+    (worker/measure/cupti.py). The replay median stays beside it: their difference is the launch gaps."""
     from . import cupti
 
     t0 = time.perf_counter()
