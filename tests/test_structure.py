@@ -1,7 +1,8 @@
 """The shape of the code, checked: the controller's layers (each package imports only the ones below it)
-and no import cycle among its packages; the worker's rooms, on floors the same way; no import cycle among the project's modules; each command imports
-only what it uses; no process of fleetbench outlives a command; the host contract lives in
-worker/contract/protocol.py and the controller matches no message text; the outcome judgement as a table."""
+and no import cycle among its packages; the worker's rooms, on floors the same way; no import cycle among
+the project's modules; each command imports only what it uses; no process of fleetbench outlives a
+command; the host contract lives in worker/contract/protocol.py and the controller matches no message
+text; the outcome judgement as a table."""
 
 from __future__ import annotations
 

@@ -411,7 +411,9 @@ def _kept_runner(monkeypatch, budget: int):
         )
         from worker.contract.schema import RoundStats
 
-        return stats.model_copy(update={"rounds": [RoundStats(median_us=10.0, n=3, rel_ci=0.0)]}), None
+        return runner_mod.RoundTiming(
+            stats.model_copy(update={"rounds": [RoundStats(median_us=10.0, n=3, rel_ci=0.0)]}), None
+        )
 
     monkeypatch.setattr(r, "_prepare", prepare)
     monkeypatch.setattr(r, "_time", time_)

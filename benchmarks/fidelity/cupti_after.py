@@ -3,7 +3,7 @@
 
 Kineto keeps CUPTI attached after a torch.profiler session unless TEARDOWN_CUPTI=1 (pytorch#146604).
 worker/measure/cupti.py asks for the teardown; this measures why it must. Per variant, one fresh process, as
-the worker times (worker/measure/timing.py time_cuda: graph replay, cold-L2 rotation, settled):
+the worker times (worker/measure/timing.py Timer.time_cuda: graph replay, cold-L2 rotation, settled):
 
     before     each case timed, nothing traced yet in the process
     after 1    each case timed again, after one CUPTI trace of the first case (cupti.kernel_samples_us)
@@ -68,13 +68,13 @@ def child(spec: str) -> None:
         prepared.append((case, fn, sets, n_sets))
 
     def time_all() -> list[float]:
-        return [timing.time_cuda(fn, n_sets, case.timing).median_us for case, fn, _, n_sets in prepared]
+        return [runner.timer.time_cuda(fn, n_sets, case.timing).stats.median_us for case, fn, _, n_sets in prepared]
 
     out = {"teardown_env": None, "phases": {}, "trace_s": [], "notes": []}
     out["phases"]["before"] = time_all()
     case, fn, _, n_sets = prepared[0]
-    cps = timing.time_cuda(fn, n_sets, case.timing).calls_per_sample
-    graph = timing._capture(fn, cps, n_sets, timing._capture_stream())
+    cps = runner.timer.time_cuda(fn, n_sets, case.timing).stats.calls_per_sample
+    graph = timing._capture(fn, cps, n_sets, runner.timer.capture_stream())
     for i in (1, 2):
         t0 = time.perf_counter()
         got = cupti.kernel_samples_us(graph.replay, cps, 10)

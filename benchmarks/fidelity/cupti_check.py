@@ -3,7 +3,7 @@
 the kernels of a CUDA graph (issue 30)?
 
 For each seed case of `--backends` that runs on this GPU, in one process, as the worker does: prepare,
-time it (worker/measure/timing.py time_cuda: graph replay, cold-L2 rotation, settled), capture the same graph
+time it (worker/measure/timing.py Timer.time_cuda: graph replay, cold-L2 rotation, settled), capture the same graph
 of `calls_per_sample` calls, settle again, and read that graph's kernels with kernel_samples_us. Also, per
 case, one eager call under the profiler: its kernels must be the graph's kernels of one call.
 
@@ -130,9 +130,9 @@ def main() -> int:
             skipped.append(f"{case.backend} {case.m}x{case.n}x{case.k}: {why}")
             continue
         fn, sets, n_sets = runner._prepare(case, _spec_of(case))
-        stats = timing.time_cuda(fn, n_sets, case.timing)
+        stats = runner.timer.time_cuda(fn, n_sets, case.timing).stats
         cps = stats.calls_per_sample
-        graph = timing._capture(fn, cps, n_sets, timing._capture_stream())
+        graph = timing._capture(fn, cps, n_sets, runner.timer.capture_stream())
         graph.replay()
         torch.cuda.synchronize()
         if first:

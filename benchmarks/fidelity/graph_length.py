@@ -7,7 +7,7 @@ the case's own input sets), each reporting the median per-call time, the median 
 last 3 replays, the wall time its capture left the GPU idle right before its replays, and the median SM
 clock NVML read while it ran:
 
-    fleetbench      worker/measure/timing.py time_cuda, as a sweep times it (~2 ms graphs, back to back)
+    fleetbench      worker/measure/timing.py Timer.time_cuda, as a sweep times it (~2 ms graphs, back to back)
     long graph      fleetbench's events around one replay of a graph of ~20 ms of calls, 10 replays
                     (Triton's method, written out), on fleetbench's capture stream
     long, side      the same on a fresh side stream (where do_bench_cudagraph captures)
@@ -120,7 +120,6 @@ def main() -> int:
     import torch
 
     from worker.host.health import ClockSampler
-    from worker.measure import timing
     from worker.sweep.runner import CaseRunner, _spec_of
 
     if not torch.cuda.is_available():
@@ -149,9 +148,9 @@ def main() -> int:
         for rep in range(1, args.repeat + 1):
             got: dict[str, Timed] = {}
             with ClockSampler(probe) as clock:
-                stats = timing.time_cuda(fn, n_sets, case.timing)
+                stats = runner.timer.time_cuda(fn, n_sets, case.timing).stats
             got["fleetbench"] = Timed(stats.samples_us, 0.0, clock.median_mhz)
-            for key, stream in (("long graph", timing._capture_stream()), ("long, side", torch.cuda.Stream())):
+            for key, stream in (("long graph", runner.timer.capture_stream()), ("long, side", torch.cuda.Stream())):
                 with ClockSampler(probe) as clock:
                     times, idle = long_graph(fn, n_sets, stats.median_us, stream)
                 got[key] = Timed(times, idle, clock.median_mhz)

@@ -58,7 +58,7 @@ def _timed(runner, backend, m, n, k, budget=0.3) -> float:
 
     case = CaseSpec(backend=backend, m=m, n=n, k=k, timing=TimingOptions(budget_s=budget, rounds=1))
     fn, sets, n_sets = runner._prepare(case, CATALOG[case.backend])
-    stats, _ = runner._time(case, fn, n_sets)
+    stats = runner._time(case, fn, n_sets).stats
     del fn, sets
     return round(stats.median_us, 3)
 

@@ -41,7 +41,7 @@ def timed(runner, m, n, k, settle_ms=None):
         opts = opts.model_copy(update={"settle_ms": settle_ms})
     case = CaseSpec(backend="torch-bf16", m=m, n=n, k=k, timing=opts)
     fn, sets, n_sets = runner._prepare(case, CATALOG[case.backend])
-    stats, _ = runner._time(case, fn, n_sets)
+    stats = runner._time(case, fn, n_sets).stats
     del fn, sets
     return stats
 
@@ -58,7 +58,7 @@ def trace(runner, m, n, k, ms: float, nvml, handle):
     opts = TimingOptions(budget_s=0.3, rounds=1)
     case = CaseSpec(backend="torch-bf16", m=m, n=n, k=k, timing=opts)
     fn, sets, n_sets = runner._prepare(case, CATALOG[case.backend])
-    stream = timing._capture_stream()
+    stream = runner.timer.capture_stream()
     timing._warm_up(fn, n_sets, opts, stream)
     probe = timing._capture(fn, n_sets, n_sets, stream)
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)

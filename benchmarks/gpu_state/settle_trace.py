@@ -94,7 +94,7 @@ def trace_case(runner, case, ms: float, nvml: Nvml) -> dict:
 
     t0 = time.perf_counter()
     fn, sets, n_sets = runner._prepare(case, _spec_of(case))
-    stream = timing._capture_stream()
+    stream = runner.timer.capture_stream()
     timing._warm_up(fn, n_sets, case.timing, stream)
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     probe_calls = max(timing.PROBE_CALLS, n_sets)
@@ -155,11 +155,10 @@ def trace_main(args) -> int:
     nvml = Nvml()
     cases = [c for c in seed_cases(args.backends.split(",")) if runnable(runner, c)]
     # The process's priming pass and first graphs, out of the way as in the worker.
-    from worker.measure.timing import time_cuda
     from worker.sweep.runner import _spec_of
 
     fn, _, n_sets = runner._prepare(cases[0], _spec_of(cases[0]))
-    time_cuda(fn, n_sets, cases[0].timing)
+    runner.timer.time_cuda(fn, n_sets, cases[0].timing)
     del fn
     traces = {}
     lines = []
@@ -206,11 +205,12 @@ DECODE = """
 import sys, time, statistics, torch
 from worker.sweep.runner import CaseRunner, _spec_of
 from worker.contract.schema import CaseSpec, TimingOptions
-from worker.measure.timing import time_cuda
 cond = {cond!r}
 backend, shape = {case!r}.split(":")
 M, N, K = (int(x) for x in shape.split("x"))
 runner = CaseRunner("cuda")
+def time_cuda(*args, **kwargs):  # the sweep's timing, on the process's one Timer (the runner's)
+    return runner.timer.time_cuda(*args, **kwargs).stats
 opts = TimingOptions(budget_s=0.3, rounds=1)
 def kernels(run):
     # the kernels one timed replay runs (torch.profiler): name, count, mean us

@@ -1,6 +1,6 @@
 """Pure analysis of a stored run: one row per planned (slot, case), where each case stands over its attempts.
 
-A case's records are joined across attempts (worker/rounds.py: rounds timed apart become one result; a
+A case's records are joined across attempts (worker/contract/rounds.py: rounds timed apart become one result; a
 later failure never hides a complete result). A case with no record in any attempt still gets a row
 (status `missing`) whose reason is the host's outcome, and one whose rounds were cut short gets a row
 `incomplete` with what it has, so a table never silently drops what did not run.

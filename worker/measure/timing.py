@@ -13,7 +13,9 @@ the case ran eagerly on two streams: its warm-up on the process's one capture st
 fresh side stream. Every case is then measured in the state that any process using more than one stream
 (a serving engine) is in. The first graph timing of a process still read low with that alone (what
 exactly flips the state is not isolated), so each process's first graph timing is a discarded priming
-pass. A later round of a case replays the graph its first round built (TimedGraph, kept by
+pass. What a process's timings share (the capture stream, whether it is primed, whether the last case
+was heavy) is its Timer: one per process, held by whoever times there (the case runner), never a module
+global. A later round of a case replays the graph its first round built (TimedGraph, kept by
 worker/sweep/runner.py): a graph keeps the speed it was captured with for as long as it lives (RESULTS.md,
 "It is the graph, not the moment"), so its rounds differ by what the GPU does, not by their captures.
 
@@ -22,10 +24,11 @@ heavy neighbour (the GPU's clock and power state follow the load of the last ~10
 benchmarks/gpu_state/neighbour.py). So before its samples every timing settles: it replays its own graph, and
 on until its per-call time stops drifting (`settle`), so it is sampled in its own steady state whatever
 ran before. How long at least depends on the GPU state the case needs (benchmarks/gpu_state/settle_trace.py): a
-case that drives the tensor cores hard enough to meet the power limit (`load` >= HEAVY_LOAD of the
-calibrated peak) reads its burst clock for the first 50-80 ms, until the power controller acts, so it
-settles at least `settle_ms`; so does any case right after such a case (the clock climbs back). A light
-case after a light one runs at the clock it found, which is its own: LIGHT_SETTLE_MS is enough.
+case that drives the tensor cores hard enough to meet the power limit (`load` >= Tuning.heavy_load of
+the calibrated peak) reads its burst clock until the power controller acts, so it settles at least
+`settle_ms`; so does any case right after such a case (the clock climbs back). A light case after a
+light one runs at the clock it found, which is its own: Tuning.light_settle_ms is enough. The per-GPU
+values are data (worker/measure/tuning.py).
 The replays that end settling were judged drift-free against those before them, in the state the
 samples are taken in, so they are the first samples (Settled).
 """
@@ -39,6 +42,7 @@ from typing import Callable, NamedTuple, Optional
 
 from ..contract.schema import Stats, TimingOptions
 from ..contract.stats import median_ci, summarize
+from .tuning import TUNING, Tuning
 
 # One sample (one graph replay) should last long enough that event resolution, replay
 # jitter and the replay's launch cost vanish next to it.
@@ -49,14 +53,19 @@ PROBE_CALLS = 16
 # the middle third's; a kernel that never stops drifting is sampled after SETTLE_MAX_FACTOR x settle_ms.
 SETTLE_TOL = 0.005
 SETTLE_MAX_FACTOR = 10
-# A case at or above this share of the calibrated tensor peak met the H200's power limit; below it none did
-# (benchmarks/RESULTS.md, "Settling as long as the GPU state needs").
-HEAVY_LOAD = 0.35
-LIGHT_SETTLE_MS = 10.0
 # A later round of a case warms up briefly: JIT builds, autotuning and lazy allocations happened in round 1.
 LATER_WARMUP_MS = 5.0
-# Burst samples end before the H200's power controller acts on a heavy load (50-80 ms: settle_trace.py).
-BURST_GPU_MS = 40.0
+
+
+class Timing(NamedTuple):
+    """What one timing gave: its Stats; the wall seconds of its phases (warmup_s, capture_s, settle_s or
+    cooldown_s, samples_s, cupti_s), which the runner records with the round: where a sweep's time goes
+    (benchmarks/cost/sweep_cost.py); and what it has to say beside its numbers (mode cupti: CUPTI left
+    attached, a trace taken again), which the runner puts in the case's reason."""
+
+    stats: Stats
+    phases: dict[str, float]
+    notes: tuple[str, ...] = ()
 
 
 def _enough(samples: list[float], opts: TimingOptions, started: float) -> bool:
@@ -125,140 +134,196 @@ class TimedGraph:
         return (self.calls - 1) % self.n_sets
 
 
-def time_cuda(
-    fn: Callable[[int], object],
-    n_sets: int,
-    opts: TimingOptions,
-    settled: Optional[Callable[[], None]] = None,
-    timed_once: Optional[Callable[[Callable[[], int]], None]] = None,
-    load: Optional[Callable[[float], Optional[float]]] = None,
-    graph: Optional[TimedGraph] = None,
-    keep: Optional[Callable[[TimedGraph], None]] = None,
-    clock=None,
-) -> Stats:
-    """CUDA timing by graph replay or per-call events; `fn(i)` runs the kernel on input set i.
-    `settled()` is called once the case has settled, just before its samples (health readings taken
-    there judge the samples, not the settling, which may rightly lower the clock). `timed_once(run)` is
-    called once before settling with `run()`: exactly what one timed sample runs (a replay of the timed
-    graph; in events mode one call on input set 0), ended as the timer ends it (the timed stream's end
-    event), returning the input set of its last call, so worker/check/integrity.py can check that what is timed
-    does the work. `load(per_call_us)`: the share of the GPU's tensor peak a call at that speed uses
-    (None: unknown), which sets how long the case settles at least (module docstring).
-    Graph modes: `graph`, a TimedGraph an earlier round of the case built, is replayed as it is (no
-    warm-up, no capture: settling runs it into its steady state); otherwise one is built, and `keep(it)`
-    is told of it so a later round can replay it. `clock` (a worker/measure/streamclock.py StreamClock): the SM
-    clock of the samples' window, read in the stream, is left in `clock.window_mhz` (graph modes)."""
-    import torch
+class Timer:
+    """One process's CUDA timing (module docstring): the one stream every graph is captured on, whether
+    the process's discarded priming pass ran, and whether its last timing was of a heavy case
+    (settle_floor), with the per-GPU Tuning its timings use. A process has one, held by what times
+    there (worker/sweep/runner.py CaseRunner), so a case's number depends on no other object's history."""
 
-    last_phases.clear()
-    last_notes.clear()
-    stream = torch.cuda.current_stream()
-    if opts.mode == "cupti":
-        from .cupti import available
+    def __init__(self, tuning: Tuning = TUNING):
+        self.tuning = tuning
+        self.primed = False  # the priming pass ran (module docstring)
+        self.last_heavy = False  # the last timing was of a heavy case (settle_floor)
+        self._capture_stream = None
 
-        problem = available()
-        if problem:
-            raise RuntimeError(f"timing.mode cupti cannot run here: {problem}")
-    if opts.mode == "events":
-        _warm_up(fn, n_sets, opts, stream)
+    def capture_stream(self):
+        """The one stream of this process that every graph is captured on (module docstring)."""
+        if self._capture_stream is None:
+            import torch
+
+            self._capture_stream = torch.cuda.Stream()
+        return self._capture_stream
+
+    def time_cuda(
+        self,
+        fn: Callable[[int], object],
+        n_sets: int,
+        opts: TimingOptions,
+        settled: Optional[Callable[[], None]] = None,
+        timed_once: Optional[Callable[[Callable[[], int]], None]] = None,
+        load: Optional[Callable[[float], Optional[float]]] = None,
+        graph: Optional[TimedGraph] = None,
+        keep: Optional[Callable[[TimedGraph], None]] = None,
+        clock=None,
+    ) -> Timing:
+        """CUDA timing by graph replay or per-call events; `fn(i)` runs the kernel on input set i.
+        `settled()` is called once the case has settled, just before its samples (health readings taken
+        there judge the samples, not the settling, which may rightly lower the clock). `timed_once(run)` is
+        called once before settling with `run()`: exactly what one timed sample runs (a replay of the timed
+        graph; in events mode one call on input set 0), ended as the timer ends it (the timed stream's end
+        event), returning the input set of its last call, so worker/check/integrity.py can check that what
+        is timed does the work. `load(per_call_us)`: the share of the GPU's tensor peak a call at that speed
+        uses (None: unknown), which sets how long the case settles at least (module docstring).
+        Graph modes: `graph`, a TimedGraph an earlier round of the case built, is replayed as it is (no
+        warm-up, no capture: settling runs it into its steady state); otherwise one is built, and `keep(it)`
+        is told of it so a later round can replay it. `clock` (a worker/measure/streamclock.py StreamClock):
+        the SM clock of the samples' window, read in the stream, is left in `clock.window_mhz` (graph
+        modes). Returns the Timing: its Stats, its phases' wall seconds and its notes."""
+        import torch
+
+        stream = torch.cuda.current_stream()
+        if opts.mode == "cupti":
+            from .cupti import available
+
+            problem = available()
+            if problem:
+                raise RuntimeError(f"timing.mode cupti cannot run here: {problem}")
+        if opts.mode == "events":
+            _warm_up(fn, n_sets, opts, stream)
+            if timed_once is not None:
+                end_once = torch.cuda.Event()
+
+                def one_call() -> int:
+                    fn(0)
+                    end_once.record(stream)
+                    end_once.synchronize()
+                    return 0
+
+                timed_once(one_call)
+            return self._time_events(fn, n_sets, opts, settled)
+        if graph is None:
+            graph, built = self.build_graph(fn, n_sets, opts, stream, load)
+            if keep is not None:
+                keep(graph)
+        else:
+            built = {"warmup_s": 0.0, "capture_s": 0.0}
         if timed_once is not None:
-            end_once = torch.cuda.Event()
+            timed_once(graph.replay_once)
+        if opts.state == "burst":
+            self.last_heavy = False  # idled for the burst: the clock climbs back
+            sampled = _burst_sample(graph.replay_us, graph.calls, opts, settled, "cuda-graph", self.tuning.burst_gpu_ms)
+        else:
+            share = load(graph.per_call_s * 1e6) if load is not None else None
+            floor = self.settle_floor(opts.settle_ms, share)
+            sampled = _settle_and_sample(graph.replay_us, graph.calls, opts, settled, "cuda-graph", floor, clock=clock)
+        timed = Timing(sampled.stats, {**built, **sampled.phases})
+        if opts.mode != "cupti":
+            return timed
+        traced = _kernel_time(graph.graph, graph.calls, opts, timed.stats)
+        return Timing(traced.stats, {**timed.phases, **traced.phases}, traced.notes)
 
-            def one_call() -> int:
-                fn(0)
-                end_once.record(stream)
-                end_once.synchronize()
-                return 0
+    def build_graph(
+        self,
+        fn: Callable[[int], object],
+        n_sets: int,
+        opts: TimingOptions,
+        stream,
+        load: Optional[Callable[[float], Optional[float]]] = None,
+    ) -> tuple[TimedGraph, dict[str, float]]:
+        """Warm the case up and capture its timed graph, sized so one replay lasts ~TARGET_SAMPLE_S; events
+        on `stream` time it. Returns the graph and the wall seconds it took (warmup_s, capture_s)."""
+        import torch
 
-            timed_once(one_call)
-        return _time_events(fn, n_sets, opts, settled)
-    if graph is None:
-        graph = build_graph(fn, n_sets, opts, stream, load)
-        if keep is not None:
-            keep(graph)
-    else:
-        last_phases.update(warmup_s=0.0, capture_s=0.0)
-    if timed_once is not None:
-        timed_once(graph.replay_once)
-    if opts.state == "burst":
-        stats = _burst_sample(graph.replay_us, graph.calls, opts, settled, "cuda-graph")
-    else:
-        share = load(graph.per_call_s * 1e6) if load is not None else None
-        stats = _settle_and_sample(
-            graph.replay_us, graph.calls, opts, settled, "cuda-graph", settle_floor(opts.settle_ms, share), clock=clock
-        )
-    if opts.mode != "cupti":
-        return stats
-    return _kernel_time(graph.graph, graph.calls, opts, stats)
+        # Warm up on the stream the graphs are captured on (a library's lazy per-stream state then exists
+        # before capture), and call once on a fresh stream: the module docstring says why.
+        if not self.primed:  # the module docstring says why the first graph timing of a process is discarded
+            self.primed = True
+            self.time_cuda(
+                fn,
+                n_sets,
+                opts.model_copy(
+                    update={"budget_s": 0.05, "min_samples": 3, "max_samples": 5, "settle_ms": 0.0, "mode": "graph"}
+                ),
+                load=load,
+            )
+        t0 = time.perf_counter()
+        capture_stream = self.capture_stream()
+        side = torch.cuda.Stream()
+        for s in (side, capture_stream):
+            s.wait_stream(stream)
+        with torch.cuda.stream(side):
+            fn(0)
+        _warm_up(fn, n_sets, opts, capture_stream)
+        warmed = time.perf_counter()
 
-
-def build_graph(
-    fn: Callable[[int], object],
-    n_sets: int,
-    opts: TimingOptions,
-    stream,
-    load: Optional[Callable[[float], Optional[float]]] = None,
-) -> TimedGraph:
-    """Warm the case up and capture its timed graph, sized so one replay lasts ~TARGET_SAMPLE_S; events
-    on `stream` time it. Records warmup_s and capture_s in last_phases."""
-    import torch
-
-    # Warm up on the stream the graphs are captured on (a library's lazy per-stream state then exists
-    # before capture), and call once on a fresh stream: the module docstring says why.
-    global _PRIMED
-    if not _PRIMED:  # the module docstring says why the first graph timing of a process is discarded
-        _PRIMED = True
-        time_cuda(
-            fn,
-            n_sets,
-            opts.model_copy(
-                update={"budget_s": 0.05, "min_samples": 3, "max_samples": 5, "settle_ms": 0.0, "mode": "graph"}
-            ),
-            load=load,
-        )
-    t0 = time.perf_counter()
-    capture_stream = _capture_stream()
-    side = torch.cuda.Stream()
-    for s in (side, capture_stream):
-        s.wait_stream(stream)
-    with torch.cuda.stream(side):
-        fn(0)
-    _warm_up(fn, n_sets, opts, capture_stream)
-    warmed = time.perf_counter()
-
-    # Size the graph from a short graph, not from eager calls: a library with heavy Python dispatch
-    # (100+ us per eager call) would otherwise get a graph of a handful of calls, and the replay's own
-    # launch cost (a few us) would land on every one of them.
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    cps = opts.calls_per_sample  # a later round of a case gets its first round's (worker/sweep/runner.py again)
-    if not cps:
-        probe_calls = max(PROBE_CALLS, n_sets if opts.l2 == "cold" else 1)
-        probe = _capture(fn, probe_calls, n_sets, capture_stream)
-        probe.replay()
+        # Size the graph from a short graph, not from eager calls: a library with heavy Python dispatch
+        # (100+ us per eager call) would otherwise get a graph of a handful of calls, and the replay's own
+        # launch cost (a few us) would land on every one of them.
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        cps = opts.calls_per_sample  # a later round of a case gets its first round's (worker/sweep/runner.py again)
+        if not cps:
+            probe_calls = max(PROBE_CALLS, n_sets if opts.l2 == "cold" else 1)
+            probe = _capture(fn, probe_calls, n_sets, capture_stream)
+            probe.replay()
+            start.record(stream)
+            probe.replay()
+            end.record(stream)
+            end.synchronize()
+            per_call_s = start.elapsed_time(end) / 1e3 / probe_calls
+            del probe
+            cps = max(1, min(MAX_CALLS_PER_SAMPLE, math.ceil(TARGET_SAMPLE_S / max(per_call_s, 1e-7))))
+        if opts.l2 == "cold":
+            # Whole rotations only: a replay then starts on set 0, last used a full rotation ago, and never on
+            # a set that the previous replay's last calls left in L2.
+            cps = -(-cps // n_sets) * n_sets
+        graph = _capture(fn, cps, n_sets, capture_stream)
+        graph.replay()
         start.record(stream)
-        probe.replay()
+        graph.replay()
         end.record(stream)
         end.synchronize()
-        per_call_s = start.elapsed_time(end) / 1e3 / probe_calls
-        del probe
-        cps = max(1, min(MAX_CALLS_PER_SAMPLE, math.ceil(TARGET_SAMPLE_S / max(per_call_s, 1e-7))))
-    if opts.l2 == "cold":
-        # Whole rotations only: a replay then starts on set 0, last used a full rotation ago, and never on
-        # a set that the previous replay's last calls left in L2.
-        cps = -(-cps // n_sets) * n_sets
-    graph = _capture(fn, cps, n_sets, capture_stream)
-    graph.replay()
-    start.record(stream)
-    graph.replay()
-    end.record(stream)
-    end.synchronize()
-    per_call_s = start.elapsed_time(end) / 1e3 / cps  # the case's load (settle_floor), from a whole replay
-    last_phases.clear()
-    last_phases.update(warmup_s=warmed - t0, capture_s=time.perf_counter() - warmed)
-    return TimedGraph(graph, cps, n_sets, stream, per_call_s)
+        per_call_s = start.elapsed_time(end) / 1e3 / cps  # the case's load (settle_floor), from a whole replay
+        phases = {"warmup_s": warmed - t0, "capture_s": time.perf_counter() - warmed}
+        return TimedGraph(graph, cps, n_sets, stream, per_call_s), phases
+
+    def settle_floor(self, settle_ms: float, load: Optional[float]) -> float:
+        """The least GPU time a case settles (module docstring): `settle_ms` for a heavy case (or one of
+        unknown load) and for any case right after a heavy one, Tuning.light_settle_ms otherwise."""
+        heavy = load is None or load >= self.tuning.heavy_load
+        floor = settle_ms if heavy or self.last_heavy else min(settle_ms, self.tuning.light_settle_ms)
+        self.last_heavy = heavy
+        return floor
+
+    def _time_events(
+        self,
+        fn: Callable[[int], object],
+        n_sets: int,
+        opts: TimingOptions,
+        settled: Optional[Callable[[], None]] = None,
+    ) -> Timing:
+        """One event pair around each call: includes launch overhead; honest only for large GEMMs."""
+        import torch
+
+        stream = torch.cuda.current_stream()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        i = 0
+
+        def call_us() -> float:
+            nonlocal i
+            start.record(stream)
+            fn(i % n_sets)
+            end.record(stream)
+            end.synchronize()
+            i += 1
+            return start.elapsed_time(end) * 1e3
+
+        if opts.state == "burst":
+            self.last_heavy = False  # idled for the burst: the clock climbs back
+            return _burst_sample(call_us, 1, opts, settled, "cuda-events", self.tuning.burst_gpu_ms)
+        return _settle_and_sample(call_us, 1, opts, settled, "cuda-events")
 
 
-def _kernel_time(graph, cps: int, opts: TimingOptions, replayed: Stats) -> Stats:
+def _kernel_time(graph, cps: int, opts: TimingOptions, replayed: Stats) -> Timing:
     """Mode cupti: right after the event-timed samples (the GPU in the state they were taken in), as many
     replays of the same graph traced by CUPTI; each sample is a call's summed kernel time
     (worker/measure/cupti.py). The replay median stays beside it: their difference is the launch gaps."""
@@ -266,43 +331,37 @@ def _kernel_time(graph, cps: int, opts: TimingOptions, replayed: Stats) -> Stats
 
     t0 = time.perf_counter()
     traced = cupti.kernel_samples_us(graph.replay, cps, max(opts.min_samples, min(replayed.n, opts.max_samples)))
-    last_phases["cupti_s"] = time.perf_counter() - t0
-    last_notes.extend(traced.notes)
+    phases = {"cupti_s": time.perf_counter() - t0}
     stats = summarize(traced.per_call_us, method="cupti", calls_per_sample=cps, l2=opts.l2)
-    return stats.model_copy(update={"settle_ms": replayed.settle_ms, "replay_median_us": round(replayed.median_us, 4)})
+    stats = stats.model_copy(update={"settle_ms": replayed.settle_ms, "replay_median_us": round(replayed.median_us, 4)})
+    return Timing(stats, phases, tuple(traced.notes))
 
 
 def _burst_sample(
-    batch_us: Callable[[], float], calls: int, opts: TimingOptions, settled: Optional[Callable[[], None]], method: str
-) -> Stats:
+    batch_us: Callable[[], float],
+    calls: int,
+    opts: TimingOptions,
+    settled: Optional[Callable[[], None]],
+    method: str,
+    gpu_ms: float = TUNING.burst_gpu_ms,
+) -> Timing:
     """The burst number (TimingOptions.state): idle for `cooldown_ms` so the clock climbs back, then
-    samples for at most BURST_GPU_MS of GPU time, before the power controller reacts to the load."""
-    global _LAST_HEAVY
+    samples for at most `gpu_ms` of GPU time (Tuning.burst_gpu_ms), before the power controller reacts
+    to the load."""
     t0 = time.perf_counter()
     time.sleep(opts.cooldown_ms / 1e3)
-    _LAST_HEAVY = False
     if settled is not None:
         settled()
-    last_phases["cooldown_s"] = time.perf_counter() - t0
+    phases = {"cooldown_s": time.perf_counter() - t0}
     samples: list[float] = []
     spent_ms = 0.0
     started = time.perf_counter()
-    while spent_ms < BURST_GPU_MS and not _enough(samples, opts, started):
+    while spent_ms < gpu_ms and not _enough(samples, opts, started):
         samples.append(batch_us())
         spent_ms += samples[-1] * calls / 1e3
-    last_phases["samples_s"] = time.perf_counter() - started
+    phases["samples_s"] = time.perf_counter() - started
     stats = summarize(samples, method=method, calls_per_sample=calls, l2=opts.l2)
-    return stats.model_copy(update={"settle_ms": 0.0})
-
-
-def settle_floor(settle_ms: float, load: Optional[float]) -> float:
-    """The least GPU time a case settles (module docstring): `settle_ms` for a heavy case (or one of
-    unknown load) and for any case right after a heavy one, LIGHT_SETTLE_MS otherwise."""
-    global _LAST_HEAVY
-    heavy = load is None or load >= HEAVY_LOAD
-    floor = settle_ms if heavy or _LAST_HEAVY else min(settle_ms, LIGHT_SETTLE_MS)
-    _LAST_HEAVY = heavy
-    return floor
+    return Timing(stats.model_copy(update={"settle_ms": 0.0}), phases)
 
 
 def _settle_and_sample(
@@ -313,7 +372,7 @@ def _settle_and_sample(
     method: str,
     floor_ms: Optional[float] = None,
     clock=None,
-) -> Stats:
+) -> Timing:
     """Settle (`settle`, at least `floor_ms`, default `settle_ms`), tell `settled`, then take samples
     (`batch_us()`: the per-call time of one timed batch of `calls` calls) until the interval is narrow
     enough or the budget is spent. The settled tail (Settled) is the first of the samples. `clock`: a
@@ -335,13 +394,13 @@ def _settle_and_sample(
     if settled is not None:
         settled()
     started = done.tail_started if done.tail else time.perf_counter()
-    last_phases["settle_s"] = started - t0
+    phases = {"settle_s": started - t0}
     samples = done.tail[-opts.max_samples :]
     first_stamp = settle_end - len(samples)  # the stamp before the first sample's batch
     tail_ms = sum(samples) * calls / 1e3  # a tail beyond max_samples: its first batches count as settling
     while not _enough(samples, opts, started):
         samples.append(batch_us())
-    last_phases["samples_s"] = time.perf_counter() - started
+    phases["samples_s"] = time.perf_counter() - started
     if clock is not None:
         end = clock.stamp()
         import torch
@@ -349,7 +408,7 @@ def _settle_and_sample(
         torch.cuda.synchronize()
         clock.window_mhz = clock.mhz(stamps[first_stamp], end) if first_stamp < len(stamps) else None
     stats = summarize(samples, method=method, calls_per_sample=calls, l2=opts.l2)
-    return stats.model_copy(update={"settle_ms": round(done.spent_ms - tail_ms, 1)})
+    return Timing(stats.model_copy(update={"settle_ms": round(done.spent_ms - tail_ms, 1)}), phases)
 
 
 class Settled(NamedTuple):
@@ -401,27 +460,6 @@ def _settle(
     return Settled(spent_ms, [], time.perf_counter())
 
 
-_CAPTURE_STREAM = None
-_PRIMED = False
-# Wall seconds of the last graph timing's phases (warmup_s, capture_s, settle_s or cooldown_s, samples_s),
-# which the runner records with the round: where a sweep's time goes (benchmarks/cost/sweep_cost.py).
-last_phases: dict[str, float] = {}
-# What the last timing has to say beside its numbers (mode cupti: CUPTI left attached, a trace taken
-# again), which the runner puts in the case's reason.
-last_notes: list[str] = []
-_LAST_HEAVY = False  # whether this process's last timing was of a heavy case (settle_floor)
-
-
-def _capture_stream():
-    """The one stream of this process that every graph is captured on (module docstring)."""
-    global _CAPTURE_STREAM
-    if _CAPTURE_STREAM is None:
-        import torch
-
-        _CAPTURE_STREAM = torch.cuda.Stream()
-    return _CAPTURE_STREAM
-
-
 def _warm_up(fn: Callable[[int], object], n_sets: int, opts: TimingOptions, stream) -> None:
     """Eager calls on `stream` for `warmup_ms` (at least 3): JIT builds, autotuners and lazy workspace
     allocations happen here, untimed."""
@@ -450,27 +488,3 @@ def _capture(fn: Callable[[int], object], calls: int, n_sets: int, stream):
             fn(i % n_sets)
     torch.cuda.synchronize()
     return graph
-
-
-def _time_events(
-    fn: Callable[[int], object], n_sets: int, opts: TimingOptions, settled: Optional[Callable[[], None]] = None
-) -> Stats:
-    """One event pair around each call: includes launch overhead; honest only for large GEMMs."""
-    import torch
-
-    stream = torch.cuda.current_stream()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    i = 0
-
-    def call_us() -> float:
-        nonlocal i
-        start.record(stream)
-        fn(i % n_sets)
-        end.record(stream)
-        end.synchronize()
-        i += 1
-        return start.elapsed_time(end) * 1e3
-
-    if opts.state == "burst":
-        return _burst_sample(call_us, 1, opts, settled, "cuda-events")
-    return _settle_and_sample(call_us, 1, opts, settled, "cuda-events")

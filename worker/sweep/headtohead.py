@@ -17,6 +17,7 @@ import secrets
 from typing import Callable, Optional
 
 from ..contract.schema import CaseRecord, CaseSpec
+from ..measure.tuning import TUNING, Tuning
 
 
 def group_key(case: CaseSpec) -> Optional[str]:
@@ -49,17 +50,13 @@ def units_of(cases: list[CaseSpec], grouped: bool) -> list[list[CaseSpec]]:
     return list(units.values())
 
 
-# Cycles a head-to-head timing samples per round (after it settles): 6 twos, ~12 x 2 ms per member. Its
-# interval over the rounds reached ±0.03-0.5% on the H200 (benchmarks/RESULTS.md, issue 40).
-PAIRED_CYCLES = 12
-
-
-def duel(runner, records: list[CaseRecord], spec_of: Callable) -> list[CaseRecord]:
+def duel(runner, records: list[CaseRecord], spec_of: Callable, tuning: Tuning = TUNING) -> list[CaseRecord]:
     """`records` (a unit's ok records after this round, each case timed on its own) with this round paired:
-    the graphs `runner` keeps for them replayed interleaved (worker/measure/interleave.py), each case's samples of
-    it in its latest round's `paired_us` under one `pair_id`. A case whose graph is not kept (beyond the
-    keep budget, or a one-round sweep) stays unpaired; with fewer than two left, nothing is timed."""
-    from ..measure import timing
+    the graphs `runner` keeps for them replayed interleaved (worker/measure/interleave.py), each case's samples
+    of it in its latest round's `paired_us` under one `pair_id`. A case whose graph is not kept (beyond the
+    keep budget, or a one-round sweep) stays unpaired; with fewer than two left, nothing is timed. `tuning`:
+    the group's settling floor (as Timer.settle_floor) and its cycles (Tuning.paired_cycles: 6 twos, ~12 x
+    2 ms per member)."""
     from ..measure.interleave import time_group
 
     kept = [(i, runner.kept.get(r.case_id)) for i, r in enumerate(records)]
@@ -73,15 +70,15 @@ def duel(runner, records: list[CaseRecord], spec_of: Callable) -> list[CaseRecor
         loads.append(
             None if isinstance(spec, str) else runner.load_share(records[i].case, spec, k.graph.per_call_s * 1e6)
         )
-    heavy = any(v is None or v >= timing.HEAVY_LOAD for v in loads)
-    floor = opts.settle_ms if heavy else min(opts.settle_ms, timing.LIGHT_SETTLE_MS)
+    heavy = any(v is None or v >= tuning.heavy_load for v in loads)
+    floor = opts.settle_ms if heavy else min(opts.settle_ms, tuning.light_settle_ms)
     group = time_group(
         [k.graph for _, k in members],
         opts,
         floor,
         None,
         getattr(runner, "clock", None),
-        cycles=max(PAIRED_CYCLES, opts.min_samples),
+        cycles=max(tuning.paired_cycles, opts.min_samples),
     )
     pair_id = secrets.token_hex(6)
     out = list(records)

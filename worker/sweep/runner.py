@@ -13,7 +13,7 @@ caches, works on a side stream, returns a lazy result, writes into its inputs or
 `failed`, its reason naming the check, and its numbers dropped). A case that raises is recorded as failed
 (with the traceback tail) and the loop goes on.
 A record is appended, flushed and fsynced as each round ends (`complete: false` until the last one,
-worker/rounds.py), so a dying or stopped host loses at most the round in flight, and a case that has
+worker/contract/rounds.py), so a dying or stopped host loses at most the round in flight, and a case that has
 rounds already (a restart after a crash, a later attempt) times only those still missing. The case
 and round in flight are kept in `<results>.inflight` for the supervisor, which names a crash and stops
 a round past its limit (worker/sweep/supervise.py).
@@ -28,7 +28,7 @@ import sys
 import time
 import traceback
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable, NamedTuple, Optional
 
 from ..backends import availability_problem
 from ..check.integrity import IntegrityFailure
@@ -43,14 +43,11 @@ from ..contract.protocol import (
     now_iso,
 )
 from ..contract.rounds import add_rounds, rounds_in
-from ..contract.schema import CaseRecord, CaseSpec, FactsRecord, WorkerParams
-from ..measure.timing import LATER_WARMUP_MS
+from ..contract.schema import CaseRecord, CaseSpec, FactsRecord, Health, Stats, WorkerParams
+from ..measure.timing import LATER_WARMUP_MS, Timer
 
 # Cold-L2 rotation: input sets totalling at least this many L2 sizes, within these bounds.
 COLD_L2_FACTOR = 3
-# What a light GEMM costs beyond its math on the H200 (launch, prologue, epilogue: ~8 us at M=16): ranks
-# round 1 by load before any case is measured (round_order).
-EXPECTED_FIXED_US = 8.0
 MAX_SETS = 64
 # What a case's first round built (inputs, timed graph) is kept for its later rounds while everything kept
 # stays within this share of the GPU's memory; a case beyond it builds its own in each round.
@@ -77,13 +74,23 @@ def append_record(path: Path, record: CaseRecord | FactsRecord) -> None:
     append_line(path, record.model_dump_json())
 
 
+class RoundTiming(NamedTuple):
+    """One round's timing (CaseRunner._time): its Stats with its one RoundStats, its Health (None without
+    NVML), and what the timing says beside its numbers (timing.Timing.notes)."""
+
+    stats: Stats
+    health: Optional[Health]
+    notes: tuple[str, ...] = ()
+
+
 class CaseRunner:
-    """Holds what every case on this device shares: device facts and the NVML probe."""
+    """Holds what every case on this device shares: device facts, the NVML probe and the process's Timer."""
 
     def __init__(self, device_wanted: str = "auto"):
         from ..host.env import detect_device
 
         self.device = detect_device(device_wanted)
+        self.timer = Timer()  # this process's CUDA timing (worker/measure/timing.py) and its Tuning
         self.calibration = None  # this GPU's measured peaks (worker/measure/calibrate.py), for speed of light
         self.probe = None
         self.l2 = None  # the L2 persistence settings (worker/check/integrity.py), where the driver has them
@@ -175,13 +182,13 @@ class CaseRunner:
         fn = module.prepare(spec, sets, getattr(torch, case.out_dtype))
         return fn, sets, n_sets
 
-    def _time(self, case: CaseSpec, fn, n_sets: int, guard=None, graph=None, keep=None):
-        """One round's timing: (Stats with its RoundStats, Health or None). With `guard` (an
-        integrity.RoundGuard), the integrity checks around it: raises IntegrityFailure. `graph`: a kept
-        timing.TimedGraph to replay; `keep(graph)` is told of one built now (worker/measure/timing.py time_cuda)."""
+    def _time(self, case: CaseSpec, fn, n_sets: int, guard=None, graph=None, keep=None) -> RoundTiming:
+        """One round's timing (RoundTiming). With `guard` (an integrity.RoundGuard), the integrity checks
+        around it: raises IntegrityFailure. `graph`: a kept timing.TimedGraph to replay; `keep(graph)` is
+        told of one built now (worker/measure/timing.py Timer.time_cuda)."""
         from ..contract.schema import RoundStats
         from ..host.health import assess, cpu_counters, host_reference_us, round_environment
-        from ..measure.timing import time_cpu
+        from ..measure.timing import Timing, time_cpu
 
         if guard is not None:
             guard.before_timing()
@@ -198,7 +205,7 @@ class CaseRunner:
                 before = self.probe.snapshot() if self.probe else None
 
             spec = _spec_of(case)
-            stats = self._time_cuda(
+            timed = self._time_cuda(
                 case,
                 fn,
                 n_sets,
@@ -210,7 +217,8 @@ class CaseRunner:
                 clock=getattr(self, "clock", None),
             )
         else:
-            stats = time_cpu(guard.watched if guard else fn, n_sets, case.timing)
+            timed = Timing(time_cpu(guard.watched if guard else fn, n_sets, case.timing), {})
+        stats = timed.stats
         timing_s = time.perf_counter() - t_timing
         after = self.probe.snapshot() if self.probe else None
         health = assess(before, after) if before is not None and after is not None else None
@@ -219,9 +227,7 @@ class CaseRunner:
             from ..host.env import gpu_processes
 
             env["gpu_processes"] = gpu_processes()
-        from ..measure import timing as timing_mod
-
-        phases = {k: round(v, 4) for k, v in timing_mod.last_phases.items()} if self.device.device == "cuda" else None
+        phases = {k: round(v, 4) for k, v in timed.phases.items()} if self.device.device == "cuda" else None
         clock = getattr(self, "clock", None)
         stream_mhz = clock.window_mhz if clock is not None and case.timing.mode != "events" else None
         one = RoundStats(
@@ -238,7 +244,7 @@ class CaseRunner:
         if guard is not None:
             guard.after_timing()
             self._physics(case, stats.median_us)
-        return stats.model_copy(update={"rounds": [one]}), health
+        return RoundTiming(stats.model_copy(update={"rounds": [one]}), health, timed.notes)
 
     def _physics(self, case: CaseSpec, median_us: float) -> None:
         """Raises IntegrityFailure (`impossible`) when a round's median is faster than this GPU can go for
@@ -255,17 +261,14 @@ class CaseRunner:
         if found is not None:
             raise IntegrityFailure([found])
 
-    @staticmethod
-    def _time_cuda(case: CaseSpec, fn, n_sets: int, settled, guard, load=None, graph=None, keep=None, clock=None):
+    def _time_cuda(self, case: CaseSpec, fn, n_sets: int, settled, guard, load=None, graph=None, keep=None, clock=None):
         import torch
-
-        from ..measure.timing import time_cuda
 
         before = torch.cuda.current_stream()
         if clock is not None:
             clock.window_mhz = None
         try:
-            return time_cuda(
+            return self.timer.time_cuda(
                 guard.watched if guard else fn,
                 n_sets,
                 case.timing,
@@ -317,7 +320,7 @@ class CaseRunner:
         kept = self.kept.get(case.case_id)
         if kept is not None:  # the graph round 1 captured: settling runs it into the case's steady state
             guard = self._guard(case, spec, kept.fn, kept.sets, first_round=False, watched=kept.watched)
-            stats, health = self._time(case, kept.fn, kept.n_sets, guard, graph=kept.graph)
+            stats, health, _ = self._time(case, kept.fn, kept.n_sets, guard, graph=kept.graph)
             return self._costs(stats, prepare_s=0.0, integrity_s=guard.seconds), health, time.perf_counter() - t0
         before = self._allocated()
         fn, sets, n_sets = self._prepare(case, spec)
@@ -333,7 +336,7 @@ class CaseRunner:
             }
         )
         built = []
-        stats, health = self._time(case.model_copy(update={"timing": warm}), fn, n_sets, guard, keep=built.append)
+        stats, health, _ = self._time(case.model_copy(update={"timing": warm}), fn, n_sets, guard, keep=built.append)
         self._keep(case, fn, sets, n_sets, guard, built, before)
         del fn, sets
         return self._costs(stats, prepare_s=prepared - t0, integrity_s=guard.seconds), health, time.perf_counter() - t0
@@ -379,7 +382,7 @@ class CaseRunner:
 
     def load_share(self, case: CaseSpec, spec, per_call_us: float) -> Optional[float]:
         """The share of the calibrated tensor peak a call of `per_call_us` uses: how hard it drives the GPU
-        towards its power limit (worker/measure/timing.py settle_floor). An oracle computes in fp32 off the tensor
+        towards its power limit (worker/measure/timing.py Timer.settle_floor). An oracle computes in fp32 off the tensor
         cores: 0. None where there is no calibrated peak."""
         if case.backend in ORACLE_BACKENDS:
             return 0.0
@@ -433,7 +436,7 @@ class CaseRunner:
         guard = self._guard(case, spec, fn, sets, first_round=True)
         built = []
         try:
-            stats, health = self._time(case, fn, n_sets, guard, keep=built.append)
+            stats, health, notes = self._time(case, fn, n_sets, guard, keep=built.append)
         except IntegrityFailure as exc:  # caught around the timing: its numbers are not a result
             check = with_integrity(check, exc.findings)
             return record("failed", failure_reason(check), correctness=check)
@@ -443,10 +446,8 @@ class CaseRunner:
         )
         metrics = self._metrics(case, spec, stats.median_us)
         del fn, sets
-        from ..measure import timing as timing_mod
-
-        notes = "; ".join(dict.fromkeys(timing_mod.last_notes)) if self.device.device == "cuda" else ""
-        return record("ok", notes, timing=stats, metrics=metrics, correctness=check, health=health)
+        reason = "; ".join(dict.fromkeys(notes)) if self.device.device == "cuda" else ""
+        return record("ok", reason, timing=stats, metrics=metrics, correctness=check, health=health)
 
     def _references(self, case: CaseSpec, spec, one_set):
         """(oracle, bf16 product or None, Thresholds): what an output of input set `one_set` is judged by,
@@ -728,7 +729,7 @@ def _run_cases(
             share = runner.load_share(case, spec, rec.timing.median_us)
         else:
             at_peak = runner.math_us(case, spec)
-            share = runner.load_share(case, spec, (at_peak or 0.0) + EXPECTED_FIXED_US)
+            share = runner.load_share(case, spec, (at_peak or 0.0) + runner.timer.tuning.expected_fixed_us)
         return 1.0 if share is None else share  # a family without a calibrated peak: as heavy
 
     def mark(case: CaseSpec, what: str) -> None:
@@ -768,7 +769,7 @@ def _run_cases(
             if len(timed) > 1:
                 mark(timed[0].case, "head-to-head with " + ", ".join(r.case.backend for r in timed[1:]))
                 try:
-                    timed = duel(runner, timed, _spec_of)
+                    timed = duel(runner, timed, _spec_of, runner.timer.tuning)
                 except Exception as exc:  # the pairing is beside the numbers: without it, the rounds stand unpaired
                     print(
                         f"fleetbench: the head-to-head timing of {', '.join(r.case.backend for r in timed)} "

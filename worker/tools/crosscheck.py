@@ -124,7 +124,7 @@ def check_case(
             return record(
                 "ok", "", fleetbench=_time_on_cpu(fn, n_sets, case), peers=[_not_on_cpu(p) for p in options.peers]
             )
-        bench = CaseBench(fn, n_sets, case, probe=runner.probe)
+        bench = CaseBench(fn, n_sets, case, probe=runner.probe, timer=runner.timer)
         ours = bench.fleetbench(options.cupti)
         peers = [_peer(p, bench) for p in options.peers]
         bench.release()
@@ -181,8 +181,11 @@ class CaseBench:
     """A prepared case on the GPU: `fn(i)` runs it on input set i. Holds fleetbench's graph of the case
     once timed (for CUPTI and for settling before a peer) and the words for fleetbench's own method."""
 
-    def __init__(self, fn: Callable[[int], object], n_sets: int, case: CaseSpec, probe=None):
+    def __init__(self, fn: Callable[[int], object], n_sets: int, case: CaseSpec, probe=None, timer=None):
+        from ..measure.timing import Timer
+
         self.fn, self.n_sets, self.case = fn, n_sets, case
+        self.timer = timer if timer is not None else Timer()  # the process's (the runner's), or one of its own
         self.graph = None
         self.calls = 1  # calls in self.graph
         self.ours: Optional[FleetbenchTiming] = None
@@ -221,7 +224,7 @@ class CaseBench:
 
         built = []
         with ClockSampler(self.probe) as clock:
-            stats = timing.time_cuda(self.fn, self.n_sets, self.case.timing, keep=built.append)
+            stats = self.timer.time_cuda(self.fn, self.n_sets, self.case.timing, keep=built.append).stats
         if built:  # graph and cupti modes: the timed graph serves CUPTI and settling before a peer
             self.graph, self.calls = built[0].graph, built[0].calls
             launch = (
@@ -233,7 +236,7 @@ class CaseBench:
             self.calls = max(1, math.ceil(TARGET_SAMPLE_S / max(stats.median_us * 1e-6, 1e-7)))
             self.calls = -(-self.calls // self.n_sets) * self.n_sets
             launch = "per-call CUDA events"
-            self.graph = timing._capture(self.fn, self.calls, self.n_sets, timing._capture_stream())
+            self.graph = timing._capture(self.fn, self.calls, self.n_sets, self.timer.capture_stream())
             self.graph.replay()
             torch.cuda.synchronize()
         settled = f"settled ({stats.settle_ms or 0:g} ms)" if self.settles else "as found (settle_ms 0)"

@@ -379,7 +379,7 @@ def _run_case(case: CaseSpec, params: ProfileParams, said: ProfiledRun) -> None:
     from ..backends import availability_problem
     from ..contract.catalog import support_problem
     from ..host.env import gpu_processes
-    from ..measure.timing import time_cpu, time_cuda
+    from ..measure.timing import time_cpu
     from ..sweep import runner as sweep_runner
 
     runner = sweep_runner.CaseRunner(params.device)
@@ -428,7 +428,7 @@ def _run_case(case: CaseSpec, params: ProfileParams, said: ProfiledRun) -> None:
             torch.cuda.profiler.stop()
         said.calls = calls
 
-    stats = time_cuda(fn, n_sets, opts, settled=profiled_range)
+    stats = runner.timer.time_cuda(fn, n_sets, opts, settled=profiled_range).stats
     said.settle_ms = stats.settle_ms
     said.gpu_processes = gpu_processes()
     said.status = "ok" if said.calls else "failed"
