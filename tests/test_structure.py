@@ -216,6 +216,20 @@ def test_each_worker_room_imports_only_the_floors_below_it():
     assert wrong == [], "imports against the worker's floors:\n" + "\n".join(wrong)
 
 
+def test_no_module_rebinds_its_own_state():
+    """No module-level mutable state (STYLE.md): a `global` statement is how a module rebinds state of its
+    own between calls (the worker's timing once kept its capture stream, priming and last phases so; a
+    process's Timer holds them now). None in the controller or the worker."""
+    found = sorted(
+        f"{p.relative_to(REPO)}:{node.lineno} global {', '.join(node.names)}"
+        for pkg in PACKAGES
+        for p in (REPO / pkg).rglob("*.py")
+        for node in ast.walk(ast.parse(p.read_text(encoding="utf-8")))
+        if isinstance(node, ast.Global)
+    )
+    assert found == []
+
+
 def _modules_after(argv: list[str], tmp_path: Path) -> tuple[int, set[str]]:
     code = (
         "import json, sys\nfrom orchestrator.cli import main\n"
