@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Optional
 
-from ..analysis.noise import NOISY_REL_CI, plus_minus
+from ..analysis.noise import NOISY_REL_CI
 from .output import Document, Section
 
 if TYPE_CHECKING:  # `history` draws documents without loading the run readers (pydantic)
@@ -58,6 +58,12 @@ def interval_text(low: Optional[float], high: Optional[float]) -> str:
     if not (low > 0 and math.isfinite(high)) or high / low > READABLE_INTERVAL:
         return "too wide to read"
     return f"{ratio_text(low)}–{ratio_text(high)}"
+
+
+def plus_minus(rel: float, decimals: int = 0) -> str:
+    """A CI half-width relative to its median, `±12%`; beyond ±100% the exact width says nothing more
+    (the rounds disagree wildly; JSON keeps the number)."""
+    return f"±{rel:.{decimals}%}" if rel <= 1 else "wider than ±100%"
 
 
 def _note(row: Row) -> str:
@@ -175,6 +181,16 @@ def _pivot_cell(row: Optional[Row], speedup: Optional[float], best: bool = False
     return text
 
 
+def block_text(c) -> str:
+    """A fused MoE block against the two projections it replaces (analysis/moe_blocks.py BlockComparison)."""
+    return (
+        f"{c.slot} {c.label}: {c.fused_backend} block {c.fused_us:.4g} µs against "
+        f"{c.composed_backend} w13 ({2 * c.intermediate}x{c.hidden}) {c.w13_us:.4g} µs + "
+        f"w2 ({c.hidden}x{c.intermediate}) {c.w2_us:.4g} µs = {c.composed_us:.4g} µs "
+        f"(x{c.speedup:.2f}; SwiGLU and requantization not in the composition)"
+    )
+
+
 def pivot_document(rows: list[Row], baseline: Optional[str] = None, per_host: bool = False, pairs=None) -> Document:
     """Per shape, each backend's median latency and TFLOPS (and speedup over `baseline`) side by side; by
     default one line per shape for the whole fleet (the median over hosts), with per_host one per host.
@@ -242,7 +258,7 @@ def pivot_document(rows: list[Row], baseline: Optional[str] = None, per_host: bo
         {f"{r.backend}: {_SHORT.get(r.status, r.status)}* = {r.reason}" for r in rows if r.status != "ok" and r.reason}
     )
     # A fused MoE block is compared with its two projections, never with one GEMM (analysis/moe_blocks.py).
-    notes += [c.text() for c in block_comparisons(rows if per_host else fleet_rows(rows))]
+    notes += [block_text(c) for c in block_comparisons(rows if per_host else fleet_rows(rows))]
     notes += [
         f"{b}: {status} on every host and shape ({reason}); not shown"
         for b, status, reason in sorted({(b, s, why) for b, s, why in nowhere})
