@@ -4,6 +4,7 @@ the inventory and the stored runs. Pure: data in, documents out; output.write pr
 from __future__ import annotations
 
 import math
+from dataclasses import asdict
 from typing import TYPE_CHECKING, Optional
 
 from ..analysis.noise import NOISY_REL_CI
@@ -572,6 +573,49 @@ def host_check_document(statuses, skew: list[str]) -> Document:
     )
 
 
+# history note code (analysis/history.py NOTE_*, named here as strings: `show` and `diff` draw their tables
+# without importing the history index) -> its words; NOTE_LINK's are the runs folder's own (runs/store.py).
+HISTORY_NOTE_WORDS = {
+    "index-rebuilt": "the history index was rebuilt from the run folders: {because}",
+    "run-left-out": "run folder {run_id} left out: {problem}",
+    "run-problem": "run {run_id}: {problem}",
+    "no-step": "no step found in {series} series",
+    "too-few-runs": "{series} series {has} too few runs to judge ({runs}; a step needs at least {needs})",
+}
+
+
+def history_note_text(note) -> str:
+    """One note of a history (analysis/history.py Note: a NOTE_* code and its facts) in words."""
+    from ..runs.store import link_note
+
+    f = note.facts
+    if note.code == "link":
+        return link_note(f["link"], f["target"])
+    words = dict(f)
+    if note.code == "too-few-runs":
+        words["has"] = "has" if f["series"] == 1 else "have"
+        words["runs"] = f"{f['fewest']}" if f["fewest"] == f["most"] else f"{f['fewest']} to {f['most']}"
+    return HISTORY_NOTE_WORDS[note.code].format(**words)
+
+
+def history_notes(hist) -> list[str]:
+    """A history's notes (runs left out and why; what --steps could not judge) in words."""
+    return [history_note_text(n) for n in hist.notes]
+
+
+def step_text(point) -> str:
+    """A history point's step mark: `step ×1.100` on the first point at a new level, else ""."""
+    return "" if point.step_ratio is None else f"step ×{point.step_ratio:.3f}"
+
+
+def point_record(point) -> dict:
+    """A history point as JSON data: its fields with its step mark in words."""
+    out = point.as_dict()
+    del out["step_ratio"]
+    out["step"] = step_text(point)
+    return out
+
+
 def history_document(hist) -> Document:
     """Points oldest first per series; steps marked on the first point at a new level and listed."""
     rows = [
@@ -589,7 +633,7 @@ def history_document(hist) -> Document:
             "" if p.pct_sol is None else f"{p.pct_sol:.0f}%",
             p.torch or "",
             p.flashinfer or "",
-            p.step,
+            step_text(p),
         ]
         for p in hist.points
     ]
@@ -660,8 +704,15 @@ def history_document(hist) -> Document:
             )
         )
     notes = [] if hist.points else ["no stored result matches this selection"]
-    points = [p.as_dict() for p in hist.points]
-    return Document(sections, data=hist.as_dict(points), records=points, notes=notes, kind="history")
+    points = [point_record(p) for p in hist.points]
+    data = {
+        "threshold": hist.threshold,
+        "index": hist.index,
+        "points": points,
+        "steps": [asdict(s) for s in hist.steps],
+        "notes": history_notes(hist),
+    }
+    return Document(sections, data=data, records=points, notes=notes, kind="history")
 
 
 def runs_document(entries: list[dict]) -> Document:
