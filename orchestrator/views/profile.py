@@ -7,6 +7,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Optional
 
 from ..analysis import profile as analysis
+from ..runs import ncureport
 from .output import Document, Section
 from .tables import US_DIGITS, significant
 
@@ -48,6 +49,29 @@ def case_text(case) -> str:
     return f"{case.backend} {case.m}x{case.n}x{case.k}"
 
 
+# limit code (runs/ncureport.py LIMIT_*) -> its words
+LIMIT_WORDS = {
+    ncureport.LIMIT_MAX_KERNELS: "ncu stopped at {max_kernels} kernels (--max-kernels): the calls are not all profiled",
+    ncureport.LIMIT_INDIVISIBLE: "{launches} kernel launches do not divide into {calls} calls: no time per call",
+    ncureport.LIMIT_KERNEL_FILTER: "only kernels whose name matches {regex!r} (--kernel)",
+}
+
+
+def limit_text(limit) -> str:
+    """What a profile's summary leaves out (runs/ncureport.py Limit, or its stored dict) in words."""
+    code, facts = (limit["code"], limit["facts"]) if isinstance(limit, dict) else (limit.code, limit.facts)
+    return LIMIT_WORDS[code].format(**facts)
+
+
+def summary_notes(summary: Optional[dict]) -> list[str]:
+    """A stored summary's notes in words: its limits (STORED_PROFILE_FORMAT 2), or the notes a format 1
+    file stored already worded."""
+    summary = summary or {}
+    if "limits" in summary:
+        return [limit_text(x) for x in summary["limits"]]
+    return list(summary.get("notes", []))
+
+
 def _clocks(p) -> tuple:
     """(ncu's SM MHz over the call's kernels, time-weighted; µs per call at the sweep's SM clock)."""
     summary = p.summary or {}
@@ -81,7 +105,7 @@ def profile_entry(p) -> dict:
         if at_sweep_clock and p.sweep_median_us
         else None,
         "kernels": summary.get("kernels", []),
-        "notes": summary.get("notes", []),
+        "notes": summary_notes(summary),
         "run": p.record.run.model_dump(mode="json") if p.record.run else None,
         "ncu": p.record.ncu,
         "ncu_version": p.record.ncu_version,
@@ -114,7 +138,7 @@ def profile_document(profiles: list) -> Document:
                 ]
             )
         entry = profile_entry(p)
-        note = p.record.reason or p.problem or "; ".join(summary.get("notes", [])) or f"stored in {p.path.parent}"
+        note = p.record.reason or p.problem or "; ".join(summary_notes(summary)) or f"stored in {p.path.parent}"
         call_rows.append(
             [
                 p.slot,
@@ -270,7 +294,7 @@ def cause_text(cause) -> str:
     f = cause.facts
     words = dict(f)
     if cause.code == analysis.CAUSE_CANNOT_COMPARE:
-        words["notes"] = "; ".join(f["notes"]) or "a side has no kernel"
+        words["notes"] = "; ".join(limit_text(x) for x in f["limits"]) or "a side has no kernel"
     if "only_a" in f:
         words.update(listed_a=_listed(f["only_a"]), listed_b=_listed(f["only_b"]))
     if "moved" in f:
