@@ -732,6 +732,29 @@ def across_hosts(side: Side, threshold: float, z_limit: float = OUTLIER_Z) -> Fl
     return report
 
 
+def reference_slot(side: Side, case_id: str, fleet_median_us: float, outlier: str) -> Optional[str]:
+    """The slot whose median of `case_id` is closest to the fleet median (not the outlier), or None."""
+    best = None
+    for s in side.slots:
+        found = s.records.get(case_id)
+        rec = found[1] if found else None
+        if s.slot == outlier or rec is None or rec.status != "ok" or not rec.timing or rec.timing.median_us <= 0:
+            continue
+        distance = abs(math.log(rec.timing.median_us / fleet_median_us))
+        if best is None or distance < best[0]:
+            best = (distance, s.slot)
+    return best[1] if best else None
+
+
+def slowdowns_to_profile(side: Side, report: FleetReport, limit: int) -> list[tuple[HostDeviation, Optional[str]]]:
+    """What `diff --across-hosts --profile` profiles: the outlier hosts' cases slower than the fleet (a
+    slowdown is what is to be explained), furthest first, at most `limit`; each with the slot closest to
+    the fleet median in that case (reference_slot; None when no other host ran it)."""
+    outliers = {slot for slot, h in report.hosts.items() if h["outlier"]}
+    flagged = [d for d in report.deviations if d.slot in outliers and d.robust_z > 0][:limit]
+    return [(d, reference_slot(side, d.case_key, d.fleet_median_us, d.slot)) for d in flagged]
+
+
 def calibration_deviations(side: Side, threshold: float) -> list[dict]:
     """Per measured peak (TFLOPS per operand family, copy TB/s), each calibrated host against the fleet
     median of that peak over the hosts with the same GPU model; flagged when more than `threshold` below

@@ -350,3 +350,51 @@ def explain(a, b, a_run=None, b_run=None) -> CounterDiff:
     """Why B is slower than A as far as the counters tell (analysis/profile.py diagnose), in words: two
     ProfileSummary and what each profiled process said (ProfiledRun)."""
     return counter_diff(analysis.diagnose(a, b, a_run, b_run))
+
+
+# -- a flagged case of `diff --across-hosts --profile` ---------------------------------------------------
+def flagged_comparison(d, ref, a, b, case) -> dict:
+    """One flagged case's counter diff as stored and shown: `d` the outlier's deviation
+    (analysis/diff.py HostDeviation), `ref` the median host's slot (None: no other host ran the case),
+    `a` / `b` the StoredProfile of the median and the flagged host (None: none came back), `case` its
+    CaseSpec. Its `cause` says why when the two cannot be compared."""
+    entry = {
+        "case_id": d.case_key,
+        "case": case_text(case),
+        "label": case.label,
+        "b_slot": d.slot,
+        "a_slot": ref,
+        "sweep_b_us": d.median_us,
+        "fleet_median_us": d.fleet_median_us,
+        "sweep_a_us": a.sweep_median_us if a else None,
+        "robust_z": d.robust_z,
+        "sweep_ratio": d.median_us / a.sweep_median_us if a and a.sweep_median_us else None,
+        "a_profile": str(a.path) if a else None,
+        "b_profile": str(b.path) if b else None,
+        "a_us": None,
+        "b_us": None,
+        "ratio": None,
+        "details": [],
+        "kernels": [],
+    }
+    why = _not_comparable(a, b, ref)
+    if not why:
+        try:
+            a_summary, b_summary = ncureport.summary_of(a.record), ncureport.summary_of(b.record)
+            entry.update(explain(a_summary, b_summary, a.record.run, b.record.run).as_dict())
+        except ncureport.ProfileFormatError as exc:
+            why = f"ncu's CSV cannot be read: {exc}"
+    if why:
+        entry["cause"] = f"not profiled: {why}"
+    return entry
+
+
+def _not_comparable(a, b, ref) -> str:
+    if ref is None:
+        return "no other host ran the case"
+    for side, p in (("the median host", a), ("the flagged host", b)):
+        if p is None:
+            return f"{side} gave no profile"
+        if p.record.status != "ok":
+            return f"{side} ({p.slot}): {p.record.reason}"
+    return ""
