@@ -67,10 +67,43 @@ def plus_minus(rel: float, decimals: int = 0) -> str:
     return f"±{rel:.{decimals}%}" if rel <= 1 else "wider than ±100%"
 
 
+# row note code (analysis/merge.py ROW_*) -> its words
+ROW_NOTE_WORDS = {
+    "not-run": "not run",
+    "host-ended": "host {outcome}: {error}",
+    "cut-short": "{rounds} of {planned} rounds timed before attempt {attempt} ended{host}",
+    "other-software": "attempt {attempt} on other software: {changed}",
+}
+
+
+def row_note_text(note) -> str:
+    """One note of a row (analysis/merge.py RowNote: a ROW_* code and its facts) in words."""
+    f = note.facts
+    if note.code == "host-ended":
+        return ROW_NOTE_WORDS[note.code].format(**f).rstrip(": ")
+    if note.code == "cut-short":
+        return ROW_NOTE_WORDS[note.code].format(**f, host=f" (host {f['outcome']})" if f["outcome"] else "")
+    return ROW_NOTE_WORDS[note.code].format(**f)
+
+
+def row_reason(row: Row) -> str:
+    """Why a row is what it is, as shown and stored: what the host said, then the row's notes in words."""
+    return "; ".join(filter(None, [row.reason, *(row_note_text(n) for n in row.notes)]))
+
+
+def row_record(row: Row) -> dict:
+    """A row as JSON data: its fields, its reason in words (row_reason)."""
+    out = row.as_dict()
+    out["reason"] = row_reason(row)
+    del out["notes"]
+    return out
+
+
 def _note(row: Row) -> str:
     parts = []
-    if row.reason:
-        parts.append(row.reason)
+    reason = row_reason(row)
+    if reason:
+        parts.append(reason)
     if row.tainted:
         parts.append("TAINTED: GPU throttled during timing")
     if row.rel_ci is not None and row.rel_ci > NOISY_REL_CI:
@@ -151,7 +184,7 @@ def rows_document(rows: list[Row], title: str = "") -> Document:
         if any(r.pct_sol is not None for r in rows)
         else "",
     )
-    data = [r.as_dict() for r in rows]
+    data = [row_record(r) for r in rows]
     return Document([section], data=data, records=data, kind="rows")
 
 
@@ -209,7 +242,7 @@ def pivot_document(rows: list[Row], baseline: Optional[str] = None, per_host: bo
     if baseline is not None and baseline not in all_backends:
         raise InputError(f"--baseline {baseline!r} is not in this run (backends: {', '.join(all_backends)})")
     ran = {r.backend for r in rows if r.status not in ("unsupported", "unavailable")}
-    nowhere = sorted({(r.backend, r.status, r.reason) for r in rows if r.backend not in ran})
+    nowhere = sorted({(r.backend, r.status, row_reason(r)) for r in rows if r.backend not in ran})
     rows = [r for r in rows if r.backend in ran]
     backends, pivot = pivot_by_backend(rows if per_host else fleet_rows(rows))
     records = []
@@ -256,7 +289,11 @@ def pivot_document(rows: list[Row], baseline: Optional[str] = None, per_host: bo
         records[len(body) - 1]["best"] = best
         records[len(body) - 1]["best_by"] = basis
     notes = sorted(
-        {f"{r.backend}: {_SHORT.get(r.status, r.status)}* = {r.reason}" for r in rows if r.status != "ok" and r.reason}
+        {
+            f"{r.backend}: {_SHORT.get(r.status, r.status)}* = {row_reason(r)}"
+            for r in rows
+            if r.status != "ok" and row_reason(r)
+        }
     )
     # A fused MoE block is compared with its two projections, never with one GEMM (analysis/moe_blocks.py).
     notes += [block_text(c) for c in block_comparisons(rows if per_host else fleet_rows(rows))]
