@@ -221,6 +221,7 @@ def across(args) -> str:
         "|---|---:|---:|" + "---:|" * (len(args.thresholds) + 1),
     ]
     per_shape: dict[tuple, list] = {}  # (comparison, m, n) -> [(verdict at the default, B/A, work B/A)]
+    effects: dict[str, list] = {}  # comparison -> per pair, mm's effect over all its cases at the default
     for name, compared in pairs.items():
         cells, slower, faster, ratios = 0, {t: 0 for t in args.thresholds}, 0, []
         for a, b in compared:
@@ -236,11 +237,32 @@ def across(args) -> str:
                         cells += 1
                         faster += c.verdict == "FASTER"
                         ratios.append(c.ratio)
+                if math.isclose(t, DEFAULT_THRESHOLD):
+                    effects.setdefault(name, []).extend(b for b in cmp.by_backend() if b["backend"] == "mm")
         geo = math.exp(statistics.fmean(math.log(r) for r in ratios)) if ratios else float("nan")
         lines.append(
             f"| {name} | {cells} | {geo:.4f} | "
             + " | ".join(str(slower[t]) for t in args.thresholds)
             + f" | {faster} |"
+        )
+    lines += [
+        "",
+        f"mm's effect over all its cases (diff's per-backend line, at {DEFAULT_THRESHOLD:.1%}): per pair, B/A "
+        "[95% interval by t over the cases] and its verdict",
+        "",
+        "| comparison | pairs SLOWER | per pair |",
+        "|---|---:|---|",
+    ]
+    for name, found in effects.items():
+        lines.append(
+            f"| {name} | {sum(b['effect_verdict'] == 'SLOWER' for b in found)} of {len(found)} | "
+            + "; ".join(
+                "—"
+                if b["effect_ratio"] is None
+                else f"{b['effect_ratio']:.4f} [{b['effect_low']:.4f}, {b['effect_high']:.4f}] {b['effect_verdict']}"
+                for b in found
+            )
+            + " |"
         )
     lines += [
         "",

@@ -127,9 +127,15 @@ def run(args, io: Streams) -> int:
             f"regression: {c.backend} {c.m}x{c.n}x{c.k} ({c.label}) B/A {ratio_text(c.ratio)} "
             f"(95% CI {interval_text(c.ci_low, c.ci_high)})"
         )
+    slower_backends = cmp.backend_regressions
+    for b in slower_backends:
+        io.problem(
+            f"regression: {b['backend']} over its {b['compared']} cases B/A {ratio_text(b['effect_ratio'])} "
+            f"(95% CI {interval_text(b['effect_low'], b['effect_high'])})"
+        )
     if args.format != "table":  # the table carries it as its title; other formats get it on stderr
         io.problem(comparison_summary(cmp))
-    return EXIT_FAILED if cmp.regressions else EXIT_OK
+    return EXIT_FAILED if cmp.regressions or slower_backends else EXIT_OK
 
 
 def profile_flagged(args, side, report, fleet_doc, io: Streams) -> int:

@@ -334,6 +334,11 @@ def comparison_summary(cmp) -> str:
         text += f"; {noisy} noisy (a side's CI beyond ±{NOISY_REL_CI:.0%})"
     if tainted:
         text += f"; {tainted} tainted (the GPU throttled while timing)"
+    changed = [b for b in cmp.by_backend() if b["effect_verdict"] in ("SLOWER", "FASTER")]
+    if changed:
+        text += "; over all cases: " + ", ".join(
+            f"{b['backend']} {b['effect_verdict']} {ratio_text(b['effect_ratio'])}" for b in changed
+        )
     return text
 
 
@@ -342,7 +347,7 @@ UNCHANGED = ("SAME", "NOT-RUN")
 
 def comparison_document(cmp, only_changed: bool = False) -> Document:
     """Facts and settings that differ, then one row per case (with only_changed, none that is SAME or
-    was run on neither side), then per backend the geometric mean of B/A. A µs and B µs are the medians
+    was run on neither side), then per backend the geometric mean of B/A and its effect over all cases. A µs and B µs are the medians
     B/A is the ratio of."""
     summary = comparison_summary(cmp)
     shown = [c for c in cmp.cases if not (only_changed and c.verdict in UNCHANGED)]
@@ -396,20 +401,39 @@ def comparison_document(cmp, only_changed: bool = False) -> Document:
     backends = cmp.by_backend()
     sections.append(
         Section(
-            ["backend", "cases compared", "geomean B/A", "slower", "faster", "not ok"],
+            [
+                "backend",
+                "cases compared",
+                "geomean B/A",
+                "over all cases",
+                "95% CI",
+                "verdict",
+                "slower",
+                "faster",
+                "not ok",
+            ],
             [
                 [
                     b["backend"],
                     str(b["compared"]),
                     ratio_text(b["geomean_ratio"]),
+                    ratio_text(b["effect_ratio"]) if b["effect_ratio"] is not None else "-",
+                    interval_text(b["effect_low"], b["effect_high"]) if b["effect_ratio"] is not None else "-",
+                    b["effect_verdict"] or "-",
                     str(b["slower"]),
                     str(b["faster"]),
                     str(b["not_ok"]),
                 ]
                 for b in backends
             ],
-            title="per backend (geometric mean of B/A over the cases timed on both sides)",
-            right=("cases compared", "geomean B/A", "slower", "faster", "not ok"),
+            title=(
+                "per backend (geometric mean of B/A over the cases timed on both sides; over all cases: the same "
+                "with each row's work where its clock split allows, its 95% interval over the cases, and its "
+                "verdict)"
+            ),
+            styles={5: _VERDICT_STYLE},
+            right=("cases compared", "geomean B/A", "over all cases", "slower", "faster", "not ok"),
+            optional=("95% CI",),
         )
     )
     data = {
