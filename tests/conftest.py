@@ -7,13 +7,10 @@ from pathlib import Path
 
 import pytest
 import yaml
+from support.ci import require
+from support.signals import interruptible
 
-sys.path.insert(0, str(Path(__file__).parent))
-
-from support.ci import require  # noqa: E402
-from support.signals import interruptible  # noqa: E402
-
-from benchmarks.harness.sshfleet import SshFleet, sshd_available, start_fleet  # noqa: E402
+from benchmarks.harness.sshfleet import SshFleet, sshd_available, start_fleet
 
 REPO = Path(__file__).resolve().parent.parent
 # A correct kernel that fails as FLEETBENCH_TEST_FAULT says (tests/kernels/faulty.py), as a sweep backend.
@@ -160,7 +157,7 @@ def sweep_file(tmp_path) -> Path:
 def slurm_cluster(tmp_path_factory):
     """A real one-node Slurm cluster (munged, slurmctld, slurmd) started for the session, stopped after.
     In CI a missing Slurm is a failure, not a skip."""
-    from slurmcluster import slurm_available, start_cluster
+    from support.slurmcluster import slurm_available, start_cluster
 
     why = slurm_available()
     require(not why, f"{why}; `make test` installs it")

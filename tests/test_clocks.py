@@ -13,8 +13,8 @@ import time
 from pathlib import Path
 
 import pytest
-from cli_output import cli_json
 from conftest import REPO, kernel_sweep
+from support.cli_output import cli_json
 from support.signals import interruptible
 
 FAKE_GPU = "GPU-00000000-fake-0000-0000-000000000000"

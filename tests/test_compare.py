@@ -13,8 +13,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from cli_output import cli_json, md_rows
 from support.browser import chromium, headless
+from support.cli_output import cli_json, md_rows
 from support.syntheticruns import TAINT, in_rounds, make_run
 
 from orchestrator.analysis.diff import classify, resolve_side

@@ -8,8 +8,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from cli_output import cli_json
 from conftest import FAULTY
+from support.cli_output import cli_json
 
 from orchestrator.cli import main
 from orchestrator.config.inventory import load_inventory, select_hosts

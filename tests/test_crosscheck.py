@@ -16,8 +16,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
-from cli_output import cli_json
-from storedruns import write_ok_attempt
+from support.cli_output import cli_json
+from support.storedruns import write_ok_attempt
 
 from benchmarks.harness.polling import wait_until
 from orchestrator.analysis import crosscheck as judgement

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from cli_output import cli_json
+from support.cli_output import cli_json
 
 from orchestrator.cli import main
 from orchestrator.config.inventory import load_inventory, select_hosts

@@ -11,8 +11,8 @@ import time
 
 import pytest
 import yaml
-from cli_output import cli_json
 from conftest import FAULTY, cases_ended, processes_under, set_host_field, slow_sweep, start_cli, write_sweep
+from support.cli_output import cli_json
 
 from benchmarks.harness.polling import wait_until
 from orchestrator.cli import main

@@ -104,7 +104,7 @@ def prepare(a, b, out_dtype):
 
 def test_runs_counts_cases_by_status_and_names_a_run_whose_manifest_is_gone(tmp_path, capsys, local_inventory):
     import yaml
-    from cli_output import cli_json
+    from support.cli_output import cli_json
 
     (tmp_path / "zeros.py").write_text(ZEROS)
     sweep = tmp_path / "one.yaml"

@@ -9,8 +9,8 @@ import json
 import shutil
 from pathlib import Path
 
-from cli_output import cli_json
 from conftest import write_sweep
+from support.cli_output import cli_json
 
 from orchestrator.cli import main
 from orchestrator.runs.store import resolve_run

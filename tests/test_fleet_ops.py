@@ -7,8 +7,8 @@ import io
 import json
 
 import yaml
-from cli_output import cli_json
 from conftest import write_sweep
+from support.cli_output import cli_json
 
 from orchestrator.cli import main
 from orchestrator.runs.store import resolve_run

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Callable
 
 import pytest
-from cli_output import cli_json
+from support.cli_output import cli_json
 
 from orchestrator.analysis.diff import compare_sides, resolve_side
 from orchestrator.analysis.merge import merged_rows

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from cli_output import cli_json
+from support.cli_output import cli_json
 from support.syntheticruns import make_run
 
 from orchestrator.analysis.steps import detect_steps

@@ -14,7 +14,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from cli_output import cli_json
+from support.cli_output import cli_json
 
 from orchestrator.cli import main
 from orchestrator.ops.provision import pinned_versions

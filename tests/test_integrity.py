@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-from cli_output import cli_json
 from conftest import REPO, kernel_sweep
+from support.cli_output import cli_json
 
 from orchestrator.cli import main
 from worker.check import integrity

@@ -12,8 +12,8 @@ import io
 from contextlib import redirect_stdout
 
 import pytest
-from cli_output import cli_json
 from conftest import REPO, kernel_sweep
+from support.cli_output import cli_json
 from test_integrity import CONVERTS_AND_SAYS, CPU_CHEATS, HONEST, cheat_source
 
 from orchestrator.cli import main

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import json
 
-from cli_output import cli_json
 from conftest import kernel_sweep
+from support.cli_output import cli_json
 
 from orchestrator.cli import main
 

@@ -12,8 +12,8 @@ import sys
 import time
 from pathlib import Path
 
-from cli_output import cli_json
 from conftest import REPO, kernel_sweep, start_cli
+from support.cli_output import cli_json
 
 
 def worker_children(workdir: Path) -> list[int]:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from cli_output import cli_json
+from support.cli_output import cli_json
 
 from orchestrator.cli import main
 from orchestrator.config.sweep import load_sweep

@@ -17,9 +17,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
-from cli_output import cli_json
 from conftest import processes_under, start_cli
-from storedruns import write_ok_attempt
+from support.cli_output import cli_json
+from support.storedruns import write_ok_attempt
 
 from orchestrator.analysis import profile as ap
 from orchestrator.analysis.profile import at_clock_us

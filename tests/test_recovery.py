@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from cli_output import cli_json
 from conftest import REPO, kernel_sweep, processes_under, start_cli
+from support.cli_output import cli_json
 
 from orchestrator.cli import main
 from orchestrator.execution.launch import cases_to_finish

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from cli_output import cli_json
+from support.cli_output import cli_json
 from support.syntheticruns import make_run
 
 from orchestrator import atomicfile

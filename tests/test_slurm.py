@@ -1,4 +1,4 @@
-"""Hosts behind Slurm, against a real Slurm (tests/slurmcluster.py: munged, slurmctld and slurmd on this
+"""Hosts behind Slurm, against a real Slurm (tests/support/slurmcluster.py: munged, slurmctld and slurmd on this
 machine, CPU jobs): a sweep runs under srun and merges like any run; a job cancelled from outside ends
 `failed` with Slurm's reason and `rerun --failed` completes it; Ctrl-C leaves no job behind; `hosts
 --check` reports the partition."""
@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from cli_output import cli_json
 from conftest import REPO, cases_ended, processes_under, set_host_field, slow_sweep, start_cli
+from support.cli_output import cli_json
 
 from benchmarks.harness.polling import wait_until
 from orchestrator.cli import main

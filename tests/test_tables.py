@@ -191,7 +191,7 @@ def test_a_narrow_table_says_what_it_left_out_and_what_every_row_shares(stored_r
 
 def test_cpu_rows_give_tflops_and_microseconds_with_meaningful_digits(stored_runs, capsys):
     """A CPU's 0.0733 TFLOPS is not `0.0`: three significant digits, whatever the magnitude."""
-    from cli_output import md_rows
+    from support.cli_output import md_rows
 
     from orchestrator.analysis.merge import merged_rows
     from orchestrator.cli import main

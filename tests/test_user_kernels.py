@@ -7,8 +7,8 @@ import json
 from pathlib import Path
 
 import yaml
-from cli_output import cli_json
 from conftest import kernel_sweep
+from support.cli_output import cli_json
 
 from orchestrator.cli import main
 from orchestrator.planning.bundle import build_worker_bundle

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from cli_output import cli_json, md_rows
+from support.cli_output import cli_json, md_rows
 
 from orchestrator.analysis.headtohead import judge, pair_index, pivot_best
 from orchestrator.analysis.merge import merged_rows
