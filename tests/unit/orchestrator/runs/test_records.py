@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from orchestrator.runs.records import parse_line
-from worker.contract.schema import CaseSpec, Stats
+from support.files import write
+
+from orchestrator.runs.records import parse_line, parse_results
+from worker.contract.schema import SCHEMA_VERSION, CaseSpec, Stats
 from worker.sweep import runner as runner_mod
 
 
@@ -25,3 +27,26 @@ def test_records_round_trip_through_the_controller_parser():
         samples_us=[1.0],
     )
     assert Stats.model_validate_json(stats.model_dump_json()) == stats
+
+
+def test_bad_result_lines_are_problems_not_crashes(tmp_path):
+    good = '{"kind":"case","schema_version":3}'
+    path = write(
+        tmp_path / "results.jsonl",
+        "\n".join(
+            [
+                "not json",
+                '{"x": 1}',
+                '{"kind":"facts","schema_version":99}',
+                good,
+                '{"kind":"facts","schema_version":1,',
+            ]
+        ),
+    )
+    parsed = parse_results(path)
+    assert parsed.cases == [] and len(parsed.problems) == 5
+    assert "not JSON" in parsed.problems[0]
+    assert "no schema_version" in parsed.problems[1]
+    assert f"newer than this fleetbench reads ({SCHEMA_VERSION}): upgrade fleetbench" in parsed.problems[2]
+    assert "invalid record" in parsed.problems[3]
+    assert "truncated" in parsed.problems[4]
