@@ -1,17 +1,21 @@
 """The case runner on the CPU (worker/sweep/runner.py): what it runs and refuses, a record per round,
-a failing case recorded while the loop goes on, rounds already timed kept, graphs kept between rounds."""
+a failing case recorded while the loop goes on, rounds already timed kept, graphs kept between rounds;
+when a unit's rounds stop (sure, at the cap, or a fixed count)."""
 
 from __future__ import annotations
 
 import json
+import random
 import sys
 
 import pytest
 import torch
+from support.roundrecords import rounds_record
 
 from orchestrator.runs.records import parse_line
 from worker.contract.schema import CaseSpec, Stats, TimingOptions
 from worker.sweep import runner as runner_mod
+from worker.sweep.runner import rounds_decision
 
 # Exactly 3 rounds (min_rounds == rounds): the tests below count the records a case writes.
 FAST = TimingOptions(budget_s=0.05, warmup_ms=1, min_samples=3, max_samples=10, min_rounds=3)
@@ -211,3 +215,51 @@ def test_out_of_memory_with_graphs_kept_frees_them_and_tries_the_round_once_more
     calls.clear()
     with pytest.raises(OutOfMemoryError):  # nothing kept to free: the error is the round's
         r.again(case, 8)
+
+
+def test_rounds_stop_when_sure_at_the_cap_or_at_a_fixed_count():
+    opts = TimingOptions(rounds=4, min_rounds=2, round_target=0.01)
+    assert rounds_decision([rounds_record([(10.0, None, None)], opts)]) is None  # below min_rounds
+    assert rounds_decision([rounds_record([(10.0, None, None), (10.01, None, None)], opts)]) == "target"
+    apart = [(10.0, None, None), (11.0, None, None)]
+    assert rounds_decision([rounds_record(apart, opts)]) is None  # 10% apart: another round
+    assert rounds_decision([rounds_record(apart * 2, opts)]) == "cap"
+    fixed = TimingOptions(rounds=3, min_rounds=3)
+    assert rounds_decision([rounds_record(apart[:1] * 3, fixed)]) == "fixed"
+
+
+def test_a_power_capped_case_whose_cycles_hold_still_is_sure_though_its_time_moves():
+    opts = TimingOptions(rounds=4, min_rounds=2, round_target=0.01)
+    # time x clock: 10.0 x 1500 and 11.0 x 1363.6 are the same 15000 cycles
+    moved = [(10.0, 1500.0, None), (11.0, 15000.0 / 11.0, None)]
+    assert rounds_decision([rounds_record(moved, opts)]) == "target"
+    moved_no_clock = [(10.0, None, None), (11.0, None, None)]
+    assert rounds_decision([rounds_record(moved_no_clock, opts)]) is None
+
+
+def test_a_run_whose_rounds_agree_lends_a_two_round_case_the_confidence_its_own_two_rounds_lack():
+    from worker.contract.pairing import log_variance, median_prior, work_per_round
+
+    opts = TimingOptions(rounds=3, min_rounds=2, round_target=0.02)
+    # 0.5% apart in time and in work: t with 1 degree of freedom makes that ±3.2%, not sure
+    case = rounds_record([(10.0, 1850.0, None), (10.05, 1850.0, None)], opts)
+    assert rounds_decision([case]) is None
+    quiet = [rounds_record([(8.0 + i, 1850.0, None), ((8.0 + i) * 1.001, 1850.0, None)], opts) for i in range(5)]
+    prior = median_prior([log_variance(work_per_round(r.timing)) for r in quiet])
+    assert rounds_decision([case], prior) == "target"
+    # a run whose rounds move 5% makes the case less sure, not more
+    noisy = [rounds_record([(8.0 + i, 1850.0, None), ((8.0 + i) * 1.05, 1850.0, None)], opts) for i in range(5)]
+    assert rounds_decision([case], median_prior([log_variance(work_per_round(r.timing)) for r in noisy])) is None
+
+
+def test_contenders_stop_together_only_when_their_head_to_head_interval_is_narrow_enough():
+    opts = TimingOptions(rounds=4, min_rounds=2, round_target=0.05, pair_target=0.005)
+    rng = random.Random(3)
+    a_s = [[10.0 * (1 + rng.gauss(0, 0.001)) for _ in range(20)] for _ in range(2)]
+    b_close = [[x * 1.02 for x in r] for r in a_s]
+    a = rounds_record([(10.0, None, "p1"), (10.0, None, "p2")], opts, samples=a_s)
+    b = rounds_record([(10.2, None, "p1"), (10.2, None, "p2")], opts, backend="torch-fp8", samples=b_close)
+    assert rounds_decision([a, b]) == "target"
+    b_noisy = [[x * (1.02 + rng.gauss(0, 0.05)) for x in r] for r in a_s]
+    b = rounds_record([(10.2, None, "p1"), (10.2, None, "p2")], opts, backend="torch-fp8", samples=b_noisy)
+    assert rounds_decision([a, b]) is None
