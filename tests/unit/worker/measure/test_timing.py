@@ -1,144 +1,22 @@
-"""Order independence of the worker's GPU timing, on the CPU: a simulated `torch.cuda` with a
-deterministic clock stands in for the GPU (issue 21).
-
-The simulation models what was measured on an H200 (benchmarks/gpu_state/first_case.py) and what cold-L2 timing
-must defeat:
-- every kernel call costs `COMPUTE_US`, plus `MISS_US` when its input set is not in a 50 MB LRU "L2";
-- between consecutive nodes of a graph the GPU spends `GAP_US`, but only `FIRST_GAP_US` while the
-  process has run the library eagerly on at most one stream other than the default one (on the H200,
-  cuBLAS graphs read ~1 us per call low in that state, and normal for the rest of the process once a
-  second such stream had run it: RESULTS.md, issue 21).
-- optionally (`SimGpu(tau_us=...)`), a clock and power state that follows the load: a call is slower by
-  `throttle`, which relaxes towards the running kernel's own `heat` with time constant `tau_us` (on the
-  H200 a large GEMM read up to 5% slower after a heavy case than after light ones).
-A sweep timed forward, reversed and shuffled in a fresh "process" each must give every case the same
-median, and the first case of a process must read what it reads anywhere else.
-"""
+"""Order independence of the worker's GPU timing (worker/measure/timing.py), on the CPU, with the simulated
+`torch.cuda` of tests/support/simcuda.py standing in for the GPU (issue 21): a sweep timed forward, reversed
+and shuffled in a fresh "process" each must give every case the same median, and the first case of a process
+must read what it reads anywhere else. Settling, sampling, CUPTI mode and a kept graph's later rounds too."""
 
 from __future__ import annotations
 
-import itertools
 import math
 import random
-from collections import OrderedDict
 from types import SimpleNamespace
 
 import pytest
 import torch
+from support.simcuda import COMPUTE_US, GAP_US, L2_BYTES, MISS_US, SERIAL, SimGpu, graphs_counted, install
 
 from worker.contract.schema import CaseSpec, TimingOptions
 from worker.measure import timing
 from worker.measure.tuning import TUNING, Tuning
 from worker.sweep.runner import CaseRunner
-
-L2_BYTES = 50 * 2**20
-COMPUTE_US = 10.0
-MISS_US = 2.0
-GAP_US = 1.0
-FIRST_GAP_US = 0.0
-
-
-class SimGpu:
-    """The state of one simulated process: its clock, L2, streams and the graph being captured."""
-
-    def __init__(self, tau_us: float | None = None):
-        self.tau_us = tau_us  # None: no clock/power state
-        self.throttle = 0.0
-        self.now_us = 0.0
-        self.l2: OrderedDict = OrderedDict()  # input set id -> bytes, least recently used first
-        self.default = self.current = SimStream(self)
-        self.capturing: list | None = None
-        self.eager_streams: set = set()  # non-default streams that ran the library eagerly
-
-    def touch(self, set_id, nbytes: int, heat: float = 0.0) -> float:
-        """Cost of one call on this input set, updating the LRU (and the clock state, when modelled)."""
-        hit = set_id in self.l2
-        self.l2.pop(set_id, None)
-        self.l2[set_id] = nbytes
-        while sum(self.l2.values()) > L2_BYTES:
-            self.l2.popitem(last=False)
-        cost = COMPUTE_US + (0.0 if hit else MISS_US)
-        if self.tau_us is None:
-            return cost
-        cost *= 1 + self.throttle
-        self.throttle += (heat - self.throttle) * -math.expm1(-cost / self.tau_us)
-        return cost
-
-    def call(self, set_id, nbytes: int, heat: float = 0.0) -> None:
-        if self.capturing is not None:
-            self.capturing.append((set_id, nbytes, heat))
-        else:  # eager: runs now, and the library has now run on this stream
-            if self.current is not self.default:
-                self.eager_streams.add(self.current.serial)
-            self.now_us += self.touch(set_id, nbytes, heat) + GAP_US
-
-
-_SERIAL = itertools.count()  # ids of simulated streams and input sets: id() of a freed object is reused
-
-
-class SimStream:
-    def __init__(self, gpu: SimGpu):
-        self.gpu = gpu
-        self.serial = next(_SERIAL)
-
-    def wait_stream(self, other) -> None:
-        pass
-
-
-class SimGraph:
-    def __init__(self, gpu: SimGpu):
-        self.gpu = gpu
-        self.nodes: list = []
-        self.gap_us = GAP_US
-
-    def replay(self) -> None:
-        for set_id, nbytes, heat in self.nodes:
-            self.gpu.now_us += self.gpu.touch(set_id, nbytes, heat) + self.gap_us
-
-
-def install(monkeypatch, gpu: SimGpu) -> None:
-    """Point the torch.cuda calls that worker.measure.timing makes at the simulation."""
-    from contextlib import contextmanager
-
-    class Event:
-        def __init__(self, enable_timing=False):
-            self.at = None
-
-        def record(self, stream=None):
-            self.at = gpu.now_us
-
-        def synchronize(self):
-            pass
-
-        def elapsed_time(self, end) -> float:
-            return (end.at - self.at) / 1e3  # ms, as torch reports it
-
-    @contextmanager
-    def stream(s):
-        before, gpu.current = gpu.current, s
-        try:
-            yield
-        finally:
-            gpu.current = before
-
-    @contextmanager
-    def graph(g, stream=None):
-        s = stream or gpu.current
-        g.gap_us = GAP_US if len(gpu.eager_streams) > 1 else FIRST_GAP_US
-        gpu.capturing, before, gpu.current = g.nodes, gpu.current, s
-        try:
-            yield
-        finally:
-            gpu.capturing, gpu.current = None, before
-
-    monkeypatch.setattr(torch.cuda, "current_stream", lambda *a: gpu.current)
-    monkeypatch.setattr(torch.cuda, "Stream", lambda *a, **k: SimStream(gpu))
-    monkeypatch.setattr(torch.cuda, "stream", stream)
-    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: None)
-    monkeypatch.setattr(torch.cuda, "Event", Event)
-    monkeypatch.setattr(torch.cuda, "CUDAGraph", lambda *a, **k: SimGraph(gpu))
-    monkeypatch.setattr(torch.cuda, "graph", graph)
-
 
 SHAPES = [(16, 2048, 6144), (64, 2048, 6144), (256, 2048, 6144), (1024, 2048, 6144), (16, 768, 6144), (128, 768, 6144)]
 
@@ -160,7 +38,7 @@ def sweep_in_fresh_process(
     for case in cases:
         n_sets = runner._input_sets(case, "bf16")
         per_set = (case.m + case.n) * case.k * 2
-        sets = [next(_SERIAL) for _ in range(n_sets)]  # fresh allocations: never in the simulated L2 yet
+        sets = [next(SERIAL) for _ in range(n_sets)]  # fresh allocations: never in the simulated L2 yet
         h = heat.get(case.case_id, 0.0)
         timed = timer.time_cuda(
             lambda i, sets=sets, per_set=per_set, h=h: gpu.call(sets[i], per_set, h), n_sets, case.timing
@@ -233,80 +111,6 @@ def test_cold_l2_rotation_spans_enough_sets_that_no_call_hits(monkeypatch):
         case = CaseSpec(backend="torch-bf16", m=m, n=n, k=k, timing=opts)
         medians = sweep_in_fresh_process(monkeypatch, [case])
         assert medians[case.case_id] == pytest.approx(COMPUTE_US + GAP_US + MISS_US, rel=1e-9), (m, n, k)
-
-
-def test_every_round_runs_the_lightest_case_first_whatever_order_the_sweep_lists():
-    """A case's predecessor is the same in every run of a sweep (forward, reversed or shuffled in the
-    file), so no round's value depends on the order the user wrote: light cases first, the heaviest last,
-    ties by case id."""
-    import random
-
-    from worker.contract.schema import CaseSpec
-    from worker.sweep.runner import round_order
-
-    todo = [CaseSpec(backend=b, m=m, n=2048, k=6144) for m in (16, 64, 256, 1024) for b in ("torch-bf16", "torch-fp8")]
-    load = {c.case_id: c.m / 1024 * (0.5 if c.backend == "torch-fp8" else 1.0) for c in todo}
-    shuffled = list(todo)
-    random.Random(7).shuffle(shuffled)
-    orders = [round_order(o, lambda c: load[c.case_id]) for o in (todo, todo[::-1], shuffled)]
-    assert orders[0] == orders[1] == orders[2]
-    assert [load[c.case_id] for c in orders[0]] == sorted(load.values())
-    assert orders[0][-1].m == 1024 and orders[0][-1].backend == "torch-bf16"
-
-
-def test_rounds_are_ranked_by_measured_load_once_measured(tmp_path, monkeypatch):
-    """Round 1 is ranked by each case's math at the calibrated peak (a prediction); later rounds by what
-    round 1 measured: a case that turned out slow (light load) moves ahead of one that ran at its peak."""
-    from worker.contract.schema import Calibration, CaseRecord, CaseSpec, RoundStats, Stats, TimingOptions
-    from worker.sweep import runner as runner_mod
-
-    opts = TimingOptions(rounds=2)
-    big = CaseSpec(backend="torch-bf16", m=1024, n=2048, k=6144, timing=opts)
-    small = CaseSpec(backend="torch-bf16", m=16, n=2048, k=6144, timing=opts)
-    oracle = CaseSpec(backend="reference-nvfp4", m=1024, n=2048, k=6144, timing=opts)
-    r = runner_mod.CaseRunner("cpu")
-    r.calibration = Calibration(key="k", measured_at="t", cached=False, tflops={"bf16": 800.0}, tb_s=4.0)
-    seen: list[tuple[int, str]] = []
-    measured = {big.case_id: 1000.0, small.case_id: 12.0, oracle.case_id: 700.0}  # big: far off its peak
-
-    def run(case):
-        seen.append((1, case.case_id))
-        stats = Stats(
-            method="cpu-wallclock",
-            median_us=measured[case.case_id],
-            p10_us=1,
-            p90_us=1,
-            mean_us=1,
-            stdev_us=0,
-            n=3,
-            rel_ci=0.0,
-            calls_per_sample=1,
-            l2="hot",
-            samples_us=[1.0],
-        )
-        return CaseRecord(
-            case_id=case.case_id,
-            case=case,
-            status="ok",
-            started_at="t",
-            duration_s=0.0,
-            timing=stats.model_copy(update={"rounds": [RoundStats(median_us=stats.median_us, n=3, rel_ci=0.0)]}),
-        )
-
-    def again(case, calls_per_sample=0):
-        seen.append((2, case.case_id))
-        rec = run(case)
-        seen.pop()
-        return rec.timing, None, 0.0
-
-    monkeypatch.setattr(r, "run", run)
-    monkeypatch.setattr(r, "again", again)
-    runner_mod._run_cases(r, [big, oracle, small], set(), 3, tmp_path / "r.jsonl", tmp_path / "inflight")
-    first = [cid for rnd, cid in seen if rnd == 1]
-    second = [cid for rnd, cid in seen if rnd == 2]
-    assert first == [oracle.case_id, small.case_id, big.case_id]  # the oracle is off the tensor cores: 0
-    # at 800 TFLOPS big's math takes 32 us: 0.8 of the peak predicted, 0.03 measured; small's 0.04
-    assert second == [oracle.case_id, big.case_id, small.case_id]
 
 
 def test_light_cases_settle_briefly_and_heavy_ones_and_their_successors_fully():
@@ -419,29 +223,6 @@ def test_the_settled_tail_is_the_first_of_the_samples_and_a_drifting_one_is_not(
     assert stats.settle_ms == pytest.approx(settled.spent_ms, abs=0.1)
 
 
-@pytest.mark.parametrize("clocks, tainted", [((1980, 1500, 1490), False), ((1980, 1980, 1500), True)])
-def test_health_is_judged_over_the_samples_not_over_the_settling(monkeypatch, clocks, tainted):
-    """Settling lets a heavy GEMM bring the GPU to its power-limited clock (1980 -> ~1500 MHz on the
-    H200); that fall is the state the case is measured in, not a throttled measurement. A fall during
-    the samples still taints. Snapshots: before the warm-up, after settling, after the samples."""
-    from worker.contract.schema import HealthSnapshot
-
-    gpu = SimGpu()
-    install(monkeypatch, gpu)
-    runner = CaseRunner.__new__(CaseRunner)
-    runner.device = SimpleNamespace(device="cuda", l2_bytes=L2_BYTES)
-    readings = iter(clocks)
-    runner.probe = SimpleNamespace(snapshot=lambda: HealthSnapshot(sm_clock_mhz=next(readings)))
-    runner.timer = timing.Timer()
-    case = CaseSpec(
-        backend="torch-bf16", m=64, n=256, k=256, timing=TimingOptions(warmup_ms=0, budget_s=1, rounds=1, settle_ms=5)
-    )
-    sets = [object() for _ in range(4)]
-    stats, health, _ = runner._time(case, lambda i: gpu.call(id(sets[i]), 1 << 20), len(sets))
-    assert health.tainted is tainted and stats.settle_ms >= 5
-    assert health.before.sm_clock_mhz == clocks[1]
-
-
 def test_burst_samples_after_a_cool_down_and_stop_before_the_power_controller_acts(monkeypatch):
     """`timing.state: burst` idles `cooldown_ms`, tells `settled` (the health reading then is the burst
     clock), and samples for at most Tuning.burst_gpu_ms of GPU time, never settling."""
@@ -500,33 +281,6 @@ def test_cupti_mode_samples_the_kernels_of_the_timed_graph_and_keeps_its_replay_
     assert timed.notes == ("CUPTI stays attached",) and "cupti_s" in timed.phases  # the runner: the case's reason
 
 
-def graphs_counted(monkeypatch, **timing_fields):
-    """A simulated GPU whose every CUDA graph is counted: (gpu, graphs built, a cold-L2 torch-bf16 case
-    with `timing_fields`, its input sets, its call on set i)."""
-    gpu = SimGpu()
-    install(monkeypatch, gpu)
-    graphs = []
-    real_graph = torch.cuda.CUDAGraph
-    monkeypatch.setattr(torch.cuda, "CUDAGraph", lambda *a, **k: graphs.append(real_graph()) or graphs[-1])
-    runner = CaseRunner.__new__(CaseRunner)
-    runner.device = SimpleNamespace(device="cuda", l2_bytes=L2_BYTES)
-    case = CaseSpec(
-        backend="torch-bf16",
-        m=64,
-        n=2048,
-        k=6144,
-        timing=TimingOptions(l2="cold", warmup_ms=0, budget_s=5, **timing_fields),
-    )
-    n_sets = runner._input_sets(case, "bf16")
-    sets = [next(_SERIAL) for _ in range(n_sets)]
-    per_set = (case.m + case.n) * case.k * 2
-
-    def fn(i):
-        return gpu.call(sets[i], per_set)
-
-    return gpu, graphs, case, n_sets, fn
-
-
 def test_a_later_round_replays_the_graph_its_first_round_built_and_reads_the_same(monkeypatch):
     """A case's first round builds its timed graph (warm-up, probe, capture) and hands it to `keep`; a later
     round given that graph replays it without warming up or capturing again, settles it and reads what a
@@ -543,44 +297,3 @@ def test_a_later_round_replays_the_graph_its_first_round_built_and_reads_the_sam
     assert all(t.phases["warmup_s"] == t.phases["capture_s"] == 0.0 for t in later)
     assert [t.stats.median_us for t in later] == pytest.approx([first.stats.median_us] * 2, rel=1e-9)
     assert all(t.stats.calls_per_sample == first.stats.calls_per_sample for t in later)
-
-
-@pytest.mark.parametrize("mode", ["graph", "cupti"])
-def test_crosscheck_settles_and_traces_the_graph_fleetbench_timed_without_capturing_it_again(monkeypatch, mode):
-    """worker/tools/crosscheck.py CaseBench: fleetbench's timing of the case builds its graph once; settling
-    before a peer (and CUPTI) replays that graph, so no capture follows the timing, in `timing.mode: cupti`
-    too, whose figure is named for what it is (kernel time, not a replay; never per-call events)."""
-    from worker.measure import cupti
-    from worker.tools.crosscheck import CaseBench
-
-    monkeypatch.setattr(cupti, "available", lambda: None)
-    monkeypatch.setattr(
-        cupti,
-        "kernel_samples_us",
-        lambda replay, calls, replays, lead_in_ms=0: cupti.KernelSamples(
-            per_call_us=[9.0] * replays, span_us=[9.5] * replays, kernels=["gemm"], split_by="launch", notes=[]
-        ),
-    )
-    gpu, graphs, case, n_sets, fn = graphs_counted(monkeypatch, mode=mode, rounds=1)
-    timed_with = []  # graphs built when fleetbench's timing returned
-    real_time_cuda = timing.Timer.time_cuda
-
-    def time_cuda(*args, **kwargs):
-        timed = real_time_cuda(*args, **kwargs)
-        timed_with.append(len(graphs))
-        return timed
-
-    monkeypatch.setattr(timing.Timer, "time_cuda", time_cuda)
-    bench = CaseBench(fn, n_sets, case)
-    ours = bench.fleetbench(cupti=False)
-    built = len(graphs)
-    assert built == timed_with[-1]  # nothing captured after the timing
-    assert bench.graph is graphs[-1] and bench.calls == ours.calls_per_sample == len(bench.graph.nodes)
-    assert ours.method.launch == (
-        f"graph replay of {ours.calls_per_sample} calls"
-        if mode == "graph"
-        else f"kernel time (CUPTI) of a graph of {ours.calls_per_sample} calls, no launch gaps"
-    )
-    before = gpu.now_us
-    bench.settle()
-    assert len(graphs) == built and gpu.now_us - before >= case.timing.settle_ms * 1e3  # replayed, not captured

@@ -1,21 +1,25 @@
 """The case runner on the CPU (worker/sweep/runner.py): what it runs and refuses, a record per round,
 a failing case recorded while the loop goes on, rounds already timed kept, graphs kept between rounds;
-when a unit's rounds stop (sure, at the cap, or a fixed count)."""
+when a unit's rounds stop (sure, at the cap, or a fixed count); the order of a round's cases; health judged
+over the samples, on the simulated `torch.cuda` of tests/support/simcuda.py."""
 
 from __future__ import annotations
 
 import json
 import random
 import sys
+from types import SimpleNamespace
 
 import pytest
 import torch
 from support.roundrecords import rounds_record
+from support.simcuda import L2_BYTES, SimGpu, install
 
 from orchestrator.runs.records import parse_line
 from worker.contract.schema import CaseSpec, Stats, TimingOptions
+from worker.measure import timing
 from worker.sweep import runner as runner_mod
-from worker.sweep.runner import rounds_decision
+from worker.sweep.runner import CaseRunner, rounds_decision
 
 # Exactly 3 rounds (min_rounds == rounds): the tests below count the records a case writes.
 FAST = TimingOptions(budget_s=0.05, warmup_ms=1, min_samples=3, max_samples=10, min_rounds=3)
@@ -263,3 +267,100 @@ def test_contenders_stop_together_only_when_their_head_to_head_interval_is_narro
     b_noisy = [[x * (1.02 + rng.gauss(0, 0.05)) for x in r] for r in a_s]
     b = rounds_record([(10.2, None, "p1"), (10.2, None, "p2")], opts, backend="torch-fp8", samples=b_noisy)
     assert rounds_decision([a, b]) is None
+
+
+def test_every_round_runs_the_lightest_case_first_whatever_order_the_sweep_lists():
+    """A case's predecessor is the same in every run of a sweep (forward, reversed or shuffled in the
+    file), so no round's value depends on the order the user wrote: light cases first, the heaviest last,
+    ties by case id."""
+    import random
+
+    from worker.contract.schema import CaseSpec
+    from worker.sweep.runner import round_order
+
+    todo = [CaseSpec(backend=b, m=m, n=2048, k=6144) for m in (16, 64, 256, 1024) for b in ("torch-bf16", "torch-fp8")]
+    load = {c.case_id: c.m / 1024 * (0.5 if c.backend == "torch-fp8" else 1.0) for c in todo}
+    shuffled = list(todo)
+    random.Random(7).shuffle(shuffled)
+    orders = [round_order(o, lambda c: load[c.case_id]) for o in (todo, todo[::-1], shuffled)]
+    assert orders[0] == orders[1] == orders[2]
+    assert [load[c.case_id] for c in orders[0]] == sorted(load.values())
+    assert orders[0][-1].m == 1024 and orders[0][-1].backend == "torch-bf16"
+
+
+def test_rounds_are_ranked_by_measured_load_once_measured(tmp_path, monkeypatch):
+    """Round 1 is ranked by each case's math at the calibrated peak (a prediction); later rounds by what
+    round 1 measured: a case that turned out slow (light load) moves ahead of one that ran at its peak."""
+    from worker.contract.schema import Calibration, CaseRecord, CaseSpec, RoundStats, Stats, TimingOptions
+    from worker.sweep import runner as runner_mod
+
+    opts = TimingOptions(rounds=2)
+    big = CaseSpec(backend="torch-bf16", m=1024, n=2048, k=6144, timing=opts)
+    small = CaseSpec(backend="torch-bf16", m=16, n=2048, k=6144, timing=opts)
+    oracle = CaseSpec(backend="reference-nvfp4", m=1024, n=2048, k=6144, timing=opts)
+    r = runner_mod.CaseRunner("cpu")
+    r.calibration = Calibration(key="k", measured_at="t", cached=False, tflops={"bf16": 800.0}, tb_s=4.0)
+    seen: list[tuple[int, str]] = []
+    measured = {big.case_id: 1000.0, small.case_id: 12.0, oracle.case_id: 700.0}  # big: far off its peak
+
+    def run(case):
+        seen.append((1, case.case_id))
+        stats = Stats(
+            method="cpu-wallclock",
+            median_us=measured[case.case_id],
+            p10_us=1,
+            p90_us=1,
+            mean_us=1,
+            stdev_us=0,
+            n=3,
+            rel_ci=0.0,
+            calls_per_sample=1,
+            l2="hot",
+            samples_us=[1.0],
+        )
+        return CaseRecord(
+            case_id=case.case_id,
+            case=case,
+            status="ok",
+            started_at="t",
+            duration_s=0.0,
+            timing=stats.model_copy(update={"rounds": [RoundStats(median_us=stats.median_us, n=3, rel_ci=0.0)]}),
+        )
+
+    def again(case, calls_per_sample=0):
+        seen.append((2, case.case_id))
+        rec = run(case)
+        seen.pop()
+        return rec.timing, None, 0.0
+
+    monkeypatch.setattr(r, "run", run)
+    monkeypatch.setattr(r, "again", again)
+    runner_mod._run_cases(r, [big, oracle, small], set(), 3, tmp_path / "r.jsonl", tmp_path / "inflight")
+    first = [cid for rnd, cid in seen if rnd == 1]
+    second = [cid for rnd, cid in seen if rnd == 2]
+    assert first == [oracle.case_id, small.case_id, big.case_id]  # the oracle is off the tensor cores: 0
+    # at 800 TFLOPS big's math takes 32 us: 0.8 of the peak predicted, 0.03 measured; small's 0.04
+    assert second == [oracle.case_id, big.case_id, small.case_id]
+
+
+@pytest.mark.parametrize("clocks, tainted", [((1980, 1500, 1490), False), ((1980, 1980, 1500), True)])
+def test_health_is_judged_over_the_samples_not_over_the_settling(monkeypatch, clocks, tainted):
+    """Settling lets a heavy GEMM bring the GPU to its power-limited clock (1980 -> ~1500 MHz on the
+    H200); that fall is the state the case is measured in, not a throttled measurement. A fall during
+    the samples still taints. Snapshots: before the warm-up, after settling, after the samples."""
+    from worker.contract.schema import HealthSnapshot
+
+    gpu = SimGpu()
+    install(monkeypatch, gpu)
+    runner = CaseRunner.__new__(CaseRunner)
+    runner.device = SimpleNamespace(device="cuda", l2_bytes=L2_BYTES)
+    readings = iter(clocks)
+    runner.probe = SimpleNamespace(snapshot=lambda: HealthSnapshot(sm_clock_mhz=next(readings)))
+    runner.timer = timing.Timer()
+    case = CaseSpec(
+        backend="torch-bf16", m=64, n=256, k=256, timing=TimingOptions(warmup_ms=0, budget_s=1, rounds=1, settle_ms=5)
+    )
+    sets = [object() for _ in range(4)]
+    stats, health, _ = runner._time(case, lambda i: gpu.call(id(sets[i]), 1 << 20), len(sets))
+    assert health.tainted is tainted and stats.settle_ms >= 5
+    assert health.before.sm_clock_mhz == clocks[1]
