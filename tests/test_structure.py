@@ -2,7 +2,7 @@
 and no import cycle among its packages; no command imports another; the worker's rooms, on floors the same
 way; no import cycle among the project's modules; each command imports only what it uses; no process of
 fleetbench outlives a command; the host contract lives in worker/contract/protocol.py and the controller
-matches no message text; the outcome judgement as a table."""
+matches no message text."""
 
 from __future__ import annotations
 
@@ -14,9 +14,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from orchestrator.runs.outcome import AttemptEnd, judge
-from worker.contract import protocol
 
 REPO = Path(__file__).resolve().parent.parent
 PACKAGES = ("orchestrator", "worker")
@@ -368,98 +365,6 @@ def test_the_launcher_takes_its_constants_from_the_protocol():
     assert "@@fleetbench" not in template and "= 5" not in template
 
 
-# -- the outcome judgement, as a table ------------------------------------------------------------------
-JUDGEMENTS = [
-    # (what was observed, outcome, words the error must hold)
-    (AttemptEnd(total=4, done=4), "ok", ""),
-    (AttemptEnd(total=4, done=4, exit_code=3), "ok", ""),  # every case has a record: the host did its work
-    (AttemptEnd(total=4, done=2, cancelled=True), "interrupted", "interrupted; 2 of 4"),
-    (AttemptEnd(total=4, done=4, cancelled=True), "ok", ""),
-    (AttemptEnd(total=4, done=0, started=False, stderr_tail="OSError: boom"), "failed", "OSError: boom"),
-    (AttemptEnd(total=4, done=1, started=False), "partial", "could not be started"),
-    (AttemptEnd(total=4, done=1, timed_out=True, exit_code=-1, timeout_s=30), "timeout", "30 s limit; 3 of 4"),
-    (AttemptEnd(total=4, done=0, exit_code=-1), "unreachable", "connection lost"),
-    (AttemptEnd(total=4, done=3, exit_code=-1), "partial", "connection lost during the run; 1 of 4"),
-    (
-        AttemptEnd(total=4, done=0, exit_code=127, hello_seen=False, python="/v/bin/python"),
-        "failed",
-        "remote interpreter not found: /v/bin/python",
-    ),
-    (
-        AttemptEnd(total=4, done=0, exit_code=126, hello_seen=False, python="/v/bin/python"),
-        "failed",
-        "not executable: /v/bin/python",
-    ),
-    (AttemptEnd(total=4, done=0, exit_code=127, hello_seen=True, stderr_tail="x"), "failed", "x; 4 of 4"),
-    (
-        AttemptEnd(total=4, done=0, exit_code=protocol.EXIT_GPU_BUSY, stderr_tail="GPU 0 is locked by run r1"),
-        "failed",
-        "GPU 0 is locked by run r1",
-    ),
-    (AttemptEnd(total=4, done=0, exit_code=1, fetched=None), "failed", "results could not be fetched"),
-    (
-        AttemptEnd(total=4, done=2, exit_code=protocol.EXIT_INCOMPLETE, stderr_tail="giving up"),
-        "partial",
-        "giving up; 2 of 4",
-    ),
-    (AttemptEnd(total=4, done=0, exit_code=1), "failed", "exit status 1; 4 of 4"),
-]
-
-
-@pytest.mark.parametrize("end, outcome, words", JUDGEMENTS)
-def test_judge(end, outcome, words):
-    got, error = judge(end)
-    assert got == outcome and words in error and (error == "") == (outcome == "ok")
-
-
-# -- the protocol ---------------------------------------------------------------------------------------
-def test_stdout_lines_decode_into_their_kinds():
-    assert protocol.decode_stdout(protocol.RECORD_PREFIX + '{"a":1}') == ("record", '{"a":1}')
-    assert protocol.decode_stdout("half a line" + protocol.RECORD_PREFIX + "{}") == ("record", "{}")
-    assert protocol.decode_stdout(protocol.PROGRESS_PREFIX + '{"done":1}') == ("progress", {"done": 1})
-    assert protocol.decode_stdout(protocol.PROGRESS_PREFIX + "not json") == (
-        "log",
-        protocol.PROGRESS_PREFIX + "not json",
-    )
-    assert protocol.decode_stdout(protocol.HELLO_PREFIX + "abc") == ("hello", "abc")
-    assert protocol.decode_stdout("Building gemm module") == ("log", "Building gemm module")
-
-
-def test_line_decoder_joins_chunks_split_anywhere_even_inside_a_character():
-    lines = []
-    decoder = protocol.LineDecoder("stdout", lambda stream, line: lines.append((stream, line)))
-    data = "µs first\r\nsecond line\nthird".encode()
-    for i in range(len(data)):  # one byte at a time: every split point, inside the 2-byte µ too
-        decoder.feed(data[i : i + 1])
-    decoder.close()
-    assert lines == [("stdout", "µs first"), ("stdout", "second line"), ("stdout", "third")]
-
-
-@pytest.mark.parametrize(
-    "code, hello, meaning",
-    [
-        (0, True, protocol.LAUNCH_OK),
-        (2, False, protocol.LAUNCH_NEEDS_SYNC),
-        (2, True, protocol.LAUNCH_OTHER),
-        (5, True, protocol.LAUNCH_NEEDS_SYNC),
-        (5, False, protocol.LAUNCH_NEEDS_SYNC),
-        (127, False, protocol.LAUNCH_NO_INTERPRETER),
-        (126, False, protocol.LAUNCH_NOT_EXECUTABLE),
-        (4, True, protocol.LAUNCH_GPU_BUSY),
-        (3, True, protocol.LAUNCH_INCOMPLETE),
-        (-1, False, protocol.LAUNCH_OTHER),
-    ],
-)
-def test_exit_statuses_mean_one_thing(code, hello, meaning):
-    assert protocol.classify_exit(code, hello) == meaning
-
-
-def test_a_worker_usage_error_does_not_read_as_a_missing_script():
-    from worker.__main__ import main as worker_main
-
-    assert worker_main(["no-such-command"]) == protocol.EXIT_USAGE != protocol.EXIT_PYTHON_CANNOT_OPEN
-
-
 def test_history_reads_the_index_without_the_ssh_stack_torch_or_plots(tmp_path, stored_runs):
     import shutil
 
@@ -506,24 +411,6 @@ def test_one_attempt_runner_and_one_reader_of_the_protocols_lines():
         p.name for p in (REPO / "orchestrator").rglob("*.py") if "Attempt(" in p.read_text(encoding="utf-8")
     )
     assert runners == ["execute.py", "storedcases.py"]
-
-
-def test_the_demultiplexer_routes_each_line_where_it_belongs():
-    import io
-
-    from orchestrator.execution.demux import StreamDemux
-    from orchestrator.launchers import LaunchWatch
-
-    log, results, events, news = io.StringIO(), io.StringIO(), [], []
-    demux = StreamDemux(log, results, LaunchWatch(), events.append, news.append)
-    demux.on_line("stdout", "@@fleetbench-launcher abc")
-    demux.on_line("stdout", '@@fleetbench-record {"kind":"case"}')
-    demux.on_line("stdout", '@@fleetbench-progress {"event":"start"}')
-    demux.on_line("stderr", '@@fleetbench-record {"forged":true}')  # stderr is log, whatever it says
-    demux.on_line("stderr", "Traceback: boom")
-    assert demux.hello and results.getvalue() == '{"kind":"case"}\n' and events == [{"event": "start"}]
-    assert "stderr: @@fleetbench-record" in log.getvalue() and list(demux.stderr_tail)[-1] == "Traceback: boom"
-    assert news == []
 
 
 def test_the_controller_reaches_the_worker_through_its_one_door_which_needs_only_stdlib_and_pydantic():
