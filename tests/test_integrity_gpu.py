@@ -13,8 +13,8 @@ from contextlib import redirect_stdout
 
 import pytest
 from conftest import REPO, kernel_sweep
+from support.cheatkernels import CONVERTS_AND_SAYS, CPU_CHEATS, HONEST, cheat_source
 from support.cli_output import cli_json
-from test_integrity import CONVERTS_AND_SAYS, CPU_CHEATS, HONEST, cheat_source
 
 from orchestrator.cli import main
 
