@@ -23,7 +23,7 @@ import types
 
 import pytest
 import torch
-from test_fp4_contracts import (
+from support.fp4standins import (
     FI_RECORD,
     FI_VERSION,
     SGL_RECORD,
