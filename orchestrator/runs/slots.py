@@ -66,7 +66,7 @@ def load_slots(store: RunStore) -> list[SlotData]:
         problems: list[str] = [n for n in manifest.format_notes if n.startswith(f"job {slot}:")]
         for attempt in attempts:
             results = store.attempt_dir(slot, attempt) / "results.jsonl"
-            parsed = parse_results(results)
+            parsed = parse_results(results, store)
             if parsed.newer is not None:
                 raise InputError(
                     f"run {store.run_id} ({results.relative_to(store.dir)}): "
