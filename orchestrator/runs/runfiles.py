@@ -30,9 +30,10 @@ class LinkInRun(InputError):
 
 
 def _parts(run_dir: Path, path: Path) -> tuple[str, ...]:
-    parts = Path(path).relative_to(run_dir).parts  # ValueError: not inside the run (a bug of the caller)
-    if not parts or ".." in parts:
-        raise ValueError(f"{path} is not a file inside the run folder {run_dir}")
+    """The names from `run_dir` down to `path`; ValueError for a path outside it."""
+    parts = Path(path).relative_to(run_dir).parts
+    if ".." in parts:
+        raise ValueError(f"{path} is not inside the run folder {run_dir}")
     return parts
 
 
@@ -58,6 +59,8 @@ def open_fd(run_dir: Path, path: Path, flags: int, mode: int = 0o666) -> int:
     LinkInRun naming the first link on the way, OSError as os.open does (FileNotFoundError included)."""
     run_dir = Path(run_dir)
     parts = _parts(run_dir, Path(path))
+    if not parts:
+        raise IsADirectoryError(errno.EISDIR, "the run folder itself", str(path))
     fd = os.open(run_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
         for i, name in enumerate(parts[:-1]):

@@ -123,7 +123,7 @@ class RunStore:
 
     def write_manifest(self, manifest: dict) -> None:
         self._manifest = None
-        write_json(self.manifest_path, {"manifest_version": MANIFEST_VERSION, **manifest})
+        self.write_json(self.manifest_path, {"manifest_version": MANIFEST_VERSION, **manifest})
 
     def planned_cases(self) -> dict[str, CaseSpec]:
         """Every case the run planned, by case id, as stored (never re-expanded from the sweep)."""
