@@ -30,10 +30,9 @@ import traceback
 from pathlib import Path
 from typing import Callable, Optional, Union
 
-from .contract.catalog import FP4_MIN_CC, BackendSpec
+from .contract.catalog import FAMILIES, FP4_MIN_CC, BackendSpec
 
 USER_DIR = Path(__file__).resolve().parent / "user"
-FAMILIES = ("bf16", "fp8", "fp4")
 _LOADED: dict[str, Union["UserKernel", str]] = {}
 
 
