@@ -147,4 +147,4 @@ def _user_families(facts: FactsRecord) -> tuple[str, ...]:
 
 
 def _us(x: float) -> str:
-    return f"{x:.2f}" if x < 100 else f"{x:.0f}"
+    return f"{x:.3g}" if x < 0.01 else f"{x:.2f}" if x < 100 else f"{x:.0f}"
