@@ -85,6 +85,26 @@ def file_for(sha256: str) -> Path:
     return USER_DIR / f"k{sha256[:16]}.py"
 
 
+def declared_family(sha256: str) -> Optional[str]:
+    """The FAMILY the file declares as a literal at its top level (`FAMILY = "bf16"`), read without running
+    it; None where it declares none that way (or the file is missing or does not parse)."""
+    import ast
+
+    try:
+        tree = ast.parse(file_for(sha256).read_bytes())
+    except (OSError, SyntaxError, ValueError):
+        return None
+    family = None
+    for node in tree.body:
+        targets = (
+            node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
+        )
+        if any(isinstance(t, ast.Name) and t.id == "FAMILY" for t in targets):
+            value = node.value
+            family = value.value if isinstance(value, ast.Constant) and value.value in FAMILIES else None
+    return family
+
+
 def load(name: str, sha256: str) -> Union[UserKernel, str]:
     """The user kernel `name` in file `sha256`, or why it cannot run (a one-line problem)."""
     key = f"{name}:{sha256}"
