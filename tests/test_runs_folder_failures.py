@@ -359,6 +359,19 @@ def test_prune_removes_a_run_holding_links_and_nothing_they_lead_to(tmp_path, in
     assert (second / "manifest.json").is_file()
 
 
+def test_prune_keeps_a_run_whose_lock_is_a_link_and_says_why(tmp_path, capsys):
+    runs, outside = tmp_path / "runs", tmp_path / "elsewhere"
+    old = make_run(runs, "20261201-000000-x-0001", {"h": 1.0}, seed=1, ms=[16]).dir
+    make_run(runs, "20261202-000000-x-0002", {"h": 1.0}, seed=2, ms=[16])
+    outside.write_text("not a lock")
+    (old / ".lock").symlink_to(outside)
+    assert main(["prune", "--keep", "1", "--local-only", "--runs-dir", str(runs)]) == 1
+    captured = capsys.readouterr()
+    no_traceback(captured.err)
+    assert f"{old.name}: {old / '.lock'} {REFUSED}: kept" in captured.err.splitlines()
+    assert (old / "manifest.json").is_file() and outside.read_text() == "not a lock"
+
+
 # -- a run written by a newer fleetbench ------------------------------------------------------------------
 def test_a_run_with_records_of_a_newer_format_is_named_and_never_appended_to(tmp_path, inventory, capsys):
     runs = tmp_path / "runs"
