@@ -71,7 +71,8 @@
 # seed1.md and runs.tar.gz (every run folder and every command's stdout/stderr).
 #
 # Environment: GPU_PY (the device's Python), SWEEP (default sweeps/glm5_tp8.yaml), INTERRUPT_AFTER
-# (seconds before the SIGINT of `interrupt`, default 6), WORK (default /tmp/device-check), SKIP_WHEELS,
+# (seconds before the SIGINT of `interrupt`, default 6), REF_PASSES (fidelity-runs' reference passes, default
+# 3), WORK (default /tmp/device-check), SKIP_WHEELS,
 # SIZES and REPS (fanout, default 8,32,64 and 3), CPROFILE (cost), BYTECODE (1: bytecode cached, see
 # setup), VARIANTS (tradeoff).
 set -u
@@ -249,7 +250,7 @@ drop_order_scratch() { rm -f "$1"/params-* "$1"/results-*; }
 step_fidelity() { "$GPU_PY" -m benchmarks.fidelity.fidelity --repeat 2 --no-sweep --out "$DEST/fidelity"; }
 step_fidelity_runs() {  # run `seed` first, in the same call
     "$GPU_PY" -m benchmarks.fidelity.fidelity --runs "$(run_dir_of "$WORK/seed1.err")" "$(run_dir_of "$WORK/seed2.err")" \
-        --out "$DEST/fidelity-runs-h200.md"
+        --reference-passes "${REF_PASSES:-3}" --out "$DEST/fidelity-runs-h200.md"
 }
 step_order() { "$GPU_PY" -m benchmarks.gpu_state.order --repeat 3 --out "$DEST/order"; drop_order_scratch "$DEST/order"; }
 step_order_bf16() {

@@ -558,3 +558,24 @@ def test_rounds_worlds_apart_give_a_finite_interval_not_an_overflow():
     row = compare_records("k", a, b, 0.03)
     assert row.verdict == "UNSTABLE" and 0 < row.ci_low < row.ci_high < float("inf")
     json.dumps(row.as_dict(), allow_nan=False)
+
+
+def test_a_backend_slower_everywhere_by_less_than_any_case_can_resolve_is_slower_over_all_its_cases(tmp_path, capsys):
+    # 12 shapes, 3 rounds whose medians spread 1%: no one case's interval can hold a 3% change apart
+    # from ±1.5%, but over 12 cases it is plain; identical runs stay SAME over all cases.
+    twelve = [16 * (i + 1) for i in range(12)]
+    make_run(tmp_path, "a", {"h": 1.0}, seed=41, ms=twelve, rounds=3, round_sigma=0.01, samples=30)
+    make_run(tmp_path, "a2", {"h": 1.0}, seed=42, ms=twelve, rounds=3, round_sigma=0.01, samples=30)
+    make_run(tmp_path, "b", {"h": 1.03}, seed=43, ms=twelve, rounds=3, round_sigma=0.01, samples=30)
+    assert main(["diff", "a", "a2", "--runs-dir", str(tmp_path), "--format", "json"]) == 0
+    same = {b["backend"]: b for b in cli_json(capsys.readouterr().out)["backends"]}
+    assert {b["effect_verdict"] for b in same.values()} == {"SAME"}
+    assert main(["diff", "a", "b", "--runs-dir", str(tmp_path), "--format", "json"]) == 1
+    captured = capsys.readouterr()
+    slower = {b["backend"]: b for b in cli_json(captured.out)["backends"]}
+    assert sum(b["slower"] for b in slower.values()) < 12  # most cases alone cannot say
+    for b in slower.values():
+        assert b["effect_verdict"] == "SLOWER" and b["effect_low"] < 1.03 < b["effect_high"]
+        assert b["effect_low"] <= b["effect_ratio"] <= b["effect_high"] and b["effect_on_work"] == 0
+        assert f"regression: {b['backend']} over its 12 cases B/A" in captured.err
+    assert "over all cases: torch-bf16 SLOWER" in captured.err

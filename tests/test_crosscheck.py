@@ -29,7 +29,7 @@ from orchestrator.execution.launch import prepare_run
 from orchestrator.planning.plan import build_plan, new_run_id
 from orchestrator.runs.crosschecks import load_crosschecks
 from orchestrator.runs.store import RunStore
-from orchestrator.views.crosscheck import compare_peer
+from orchestrator.views.crosscheck import compare_peer, summary_text
 from worker import crosscheck as xc
 from worker.contract.crosscheck import CrosscheckOptions, CrosscheckRecord, FleetbenchTiming, Method, PeerResult, Timed
 from worker.contract.schema import CaseRecord, CaseSpec, FactsRecord, TimingOptions
@@ -341,7 +341,7 @@ def test_the_summary_counts_cells_within_tolerance_and_attributed_gaps():
     cs.append(judged(bench, PeerResult(peer="flashinfer", timer="t", status="unavailable", reason="not here")))
     (s,) = summarize(cs)
     assert (s.compared, s.agree_matched, s.raw_gaps, s.raw_gaps_attributed, s.not_compared) == (3, 2, 2, 1, 1)
-    assert s.line(0.02, 0.03).startswith(
+    assert summary_text(s, 0.02, 0.03).startswith(
         "flashinfer: 2 of 3 cells (67%) within 2% of fleetbench once the methods "
         "match; 2 raw gaps beyond 3%, 1 of them attributed; 1 not compared"
     )
@@ -404,7 +404,7 @@ def test_a_matched_gap_the_clock_explains_is_attributed_to_it(peer_mhz, verdict,
     assert (s.agree_matched, s.agree_at_clock) == (0, int(verdict == "attributed"))
     if verdict == "attributed":
         assert c.at_fleetbench_clock_ratio == pytest.approx(1.0)
-        assert "1 more at fleetbench's SM clock (the same cycles)" in s.line(0.02, 0.03)
+        assert "1 more at fleetbench's SM clock (the same cycles)" in summary_text(s, 0.02, 0.03)
 
 
 @pytest.mark.parametrize(
@@ -432,7 +432,7 @@ def test_a_matched_gap_where_fleetbench_now_strayed_from_its_own_sweep_says_so(s
     (s,) = summarize([c])
     assert (s.agree_matched, s.agree_at_clock, s.agree_with_sweep) == (0, 0, int(verdict == "attributed"))
     if verdict == "attributed":
-        assert "1 more within it of fleetbench's sweep median" in s.line(0.02, 0.03)
+        assert "1 more within it of fleetbench's sweep median" in summary_text(s, 0.02, 0.03)
 
 
 @pytest.mark.parametrize(

@@ -351,3 +351,16 @@ def test_history_steps_says_when_it_finds_no_step_and_when_runs_are_too_few(tmp_
         "1 series has too few runs to judge (2; a step needs at least 3)",
     ]
     assert err.splitlines() == [f"note: {n}" for n in cli_json(out)["notes"]]
+
+
+def test_every_history_note_the_analysis_returns_has_its_words():
+    from orchestrator.analysis import history as analysis
+    from orchestrator.views.tables import HISTORY_NOTE_WORDS, history_note_text
+
+    codes = {v for k, v in vars(analysis).items() if k.startswith("NOTE_")}
+    assert codes == set(HISTORY_NOTE_WORDS) | {analysis.NOTE_LINK}
+    assert history_note_text(analysis.Note(analysis.NOTE_LINK, {"link": Path("runs/x"), "target": "/y"})) == (
+        "runs/x is a symbolic link (to /y), not a run folder: left alone"
+    )
+    too_few = analysis.Note(analysis.NOTE_TOO_FEW_RUNS, {"series": 3, "fewest": 1, "most": 2, "needs": 3})
+    assert history_note_text(too_few) == "3 series have too few runs to judge (1 to 2; a step needs at least 3)"

@@ -28,10 +28,17 @@ from orchestrator.config.inventory import load_inventory
 from orchestrator.config.sweep import Sweep
 from orchestrator.execution.launch import prepare_run
 from orchestrator.planning.plan import build_plan, new_run_id
-from orchestrator.runs.ncureport import ProfileFormatError, convert, parse_ncu_csv, short_name, summarize
+from orchestrator.runs.ncureport import (
+    LIMIT_MAX_KERNELS,
+    ProfileFormatError,
+    convert,
+    parse_ncu_csv,
+    short_name,
+    summarize,
+)
 from orchestrator.runs.profiles import latest_fleet, load_profiles
 from orchestrator.runs.store import RunStore
-from orchestrator.views.profile import explain
+from orchestrator.views.profile import explain, limit_text, profile_entry
 from worker.contract.profile import ProfiledRun, ProfileOptions
 from worker.contract.schema import CaseRecord, CaseSpec, FactsRecord, RoundStats, TimingOptions
 from worker.contract.stats import summarize as summarize_samples
@@ -386,7 +393,15 @@ def test_a_summary_adds_up_each_call_and_says_when_it_cannot():
     assert s.per_call_us == pytest.approx(20.0) and [k.per_call for k in s.kernels] == [1.0, 1.0]
     assert s.kernels[0].smem_bytes == 73728.0 and s.kernels[0].dram_gb_s == pytest.approx(34e6 / 14.0 / 1e3)
     capped = summarize([launch("gemm", 14.0)] * 4, calls=3, max_kernels=4)
-    assert capped.per_call_us is None and "--max-kernels" in capped.notes[0]
+    assert capped.per_call_us is None and [(x.code, x.facts) for x in capped.limits] == [
+        (LIMIT_MAX_KERNELS, {"max_kernels": 4})
+    ]
+    assert limit_text(capped.limits[0]) == "ncu stopped at 4 kernels (--max-kernels): the calls are not all profiled"
+    odd = summarize([launch("gemm", 14.0)] * 4, calls=3, kernel_regex="gemm")
+    assert [limit_text(x) for x in odd.limits] == [
+        "4 kernel launches do not divide into 3 calls: no time per call",
+        "only kernels whose name matches 'gemm' (--kernel)",
+    ]
 
 
 def test_a_profile_at_the_sweeps_clock_is_its_sm_cycles_over_that_clock():
@@ -421,6 +436,14 @@ def test_a_profile_at_the_sweeps_clock_is_its_sm_cycles_over_that_clock():
 def test_the_counter_diff_names_the_likely_cause(a, b, words):
     diff = explain(profile_of(*a), profile_of(*b))
     assert words in diff.cause, diff.cause
+
+
+def test_a_side_without_a_time_per_call_is_not_compared_and_says_why():
+    capped = summarize([launch("gemm", 14.0)] * 4, calls=3, max_kernels=4)
+    assert explain(profile_of(("gemm", 14.0)), capped).cause == (
+        "cannot compare: ncu stopped at 4 kernels (--max-kernels): the calls are not all profiled"
+    )
+    assert explain(profile_of(("gemm", 14.0)), profile_of()).cause == "cannot compare: a side has no kernel"
 
 
 @pytest.mark.parametrize(
@@ -494,6 +517,7 @@ def test_a_case_is_profiled_with_the_runs_own_worker_stored_and_shown(tmp_path, 
     assert entry["kernels"][0]["short"].startswith("cutlass_80_tensorop") and entry["kernels"][0]["per_call"] == 1.0
     assert entry["run"]["calls"] == 3 and entry["run"]["device"] == "cpu"  # the profiled process ran the case
     assert entry["ncu_version"] == "2025.3.1.0"
+    assert entry["notes"] == ["only kernels whose name matches 'gemm' (--kernel)"]
     (capture,) = captures(tmp_path, "h1")
     assert capture[capture.index("--kernel-name") + 1] == "regex:gemm" and "--clock-control" in capture
     assert capture[capture.index("profile-case") - 2 : capture.index("profile-case")] == ["-m", "worker"]
@@ -506,6 +530,14 @@ def test_a_case_is_profiled_with_the_runs_own_worker_stored_and_shown(tmp_path, 
     table = capsys.readouterr().out
     assert "cutlass_80_tensorop" in table and "14.24" in table and "1755" in table and "1485" in table
     assert len(load_profiles(store)[0]) == 2
+    # The summary keeps what it leaves out as codes; a format 1 file's notes, stored as words, read as they are.
+    assert stored.summary["limits"] == [{"code": "kernel-filter", "facts": {"regex": "gemm"}}]
+    doc = json.loads(stored.path.read_text())
+    doc["format"], doc["summary"]["notes"] = 1, ["only kernels whose name matches 'gemm' (--kernel)"]
+    del doc["summary"]["limits"]
+    stored.path.write_text(json.dumps(doc))
+    old = next(p for p in load_profiles(store)[0] if p.path == stored.path)
+    assert profile_entry(old)["notes"] == entry["notes"]
 
 
 def test_an_ncu_without_the_extra_metrics_or_base_units_still_profiles(tmp_path, capsys):

@@ -1,7 +1,8 @@
 """The shape of the code, checked: the controller's layers (each package imports only the ones below it)
-and no import cycle among its packages; no import cycle among the project's modules; each command imports
-only what it uses; no process of fleetbench outlives a command; the host contract lives in
-worker/contract/protocol.py and the controller matches no message text; the outcome judgement as a table."""
+and no import cycle among its packages; no command imports another; no import cycle among the project's
+modules; each command imports only what it uses; no process of fleetbench outlives a command; the host
+contract lives in worker/contract/protocol.py and the controller matches no message text; the outcome
+judgement as a table."""
 
 from __future__ import annotations
 
@@ -133,6 +134,51 @@ def test_each_controller_package_imports_only_the_layers_below_it():
         if imported not in MAY_IMPORT[unit] | (set() if unit in LEAVES else LEAVES)
     )
     assert wrong == [], "imports against the layers:\n" + "\n".join(wrong)
+
+
+# Within commands/: a command's module imports no other command; what several share lives in the shared
+# modules below (or in a lower layer), and cli.py alone assembles the commands.
+COMMAND_SHARED = {"common", "storedcases"}
+
+
+def _command_imports(root: Path = REPO) -> list[str]:
+    """`where imports what` for each import of one command's module by another module of commands/."""
+    package = root / "orchestrator" / "commands"
+    shared = {f"orchestrator.commands.{m}" for m in COMMAND_SHARED} | {"orchestrator.commands"}
+    wrong = {}
+    for path in sorted(package.glob("*.py")):
+        module = f"orchestrator.commands.{path.stem}" if path.stem != "__init__" else "orchestrator.commands"
+        for line, target in _import_lines(path, module):
+            parts = target.split(".")
+            if parts[:2] != ["orchestrator", "commands"] or len(parts) < 3:
+                continue
+            named = ".".join(parts[:3])
+            if named not in shared and named != module and (package / f"{parts[2]}.py").exists():
+                wrong.setdefault(f"orchestrator/commands/{path.name}:{line} imports {named}", None)
+    return list(wrong)
+
+
+def test_no_command_imports_another_command():
+    wrong = _command_imports()
+    assert wrong == [], "a command imports another (share it through common, storedcases or a lower layer):\n" + (
+        "\n".join(wrong)
+    )
+
+
+def test_a_command_importing_another_is_caught_at_module_level_and_inside_a_function(tmp_path):
+    package = tmp_path / "orchestrator" / "commands"
+    package.mkdir(parents=True)
+    for name in ("__init__", "common", "storedcases", "profile"):
+        (package / f"{name}.py").write_text("")
+    (package / "diff.py").write_text(
+        "from .common import Streams\nfrom .storedcases import one_run\n"
+        "def declare(p):\n    from .profile import declare_for_diff\n"
+        "def run(args, io):\n    from orchestrator.commands import profile\n"
+    )
+    assert _command_imports(tmp_path) == [
+        "orchestrator/commands/diff.py:4 imports orchestrator.commands.profile",
+        "orchestrator/commands/diff.py:6 imports orchestrator.commands.profile",
+    ]
 
 
 def test_no_import_cycle_among_the_controllers_packages():

@@ -247,3 +247,14 @@ def test_a_record_for_years_refuses_a_number_json_cannot_hold(tmp_path):
     with pytest.raises(ValueError):
         write_json(tmp_path / "m.json", {"timeout": math.inf})
     assert not (tmp_path / "m.json").exists()
+
+
+def test_every_row_note_the_merge_returns_has_its_words():
+    from orchestrator.analysis import merge
+    from orchestrator.views.tables import ROW_NOTE_WORDS, row_note_text
+
+    assert {v for k, v in vars(merge).items() if k.startswith("ROW_")} == set(ROW_NOTE_WORDS)
+    ended = merge.RowNote(merge.ROW_HOST_ENDED, {"outcome": "failed", "error": ""})
+    assert row_note_text(ended) == "host failed"
+    cut = merge.RowNote(merge.ROW_CUT_SHORT, {"rounds": 2, "planned": 5, "attempt": 1, "outcome": "stalled"})
+    assert row_note_text(cut) == "2 of 5 rounds timed before attempt 1 ended (host stalled)"

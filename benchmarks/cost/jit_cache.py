@@ -23,7 +23,7 @@ from pathlib import Path
 
 import yaml
 
-from benchmarks.harness import ROOT
+from benchmarks.harness.coldrun import cold_run
 from benchmarks.harness.sshfleet import start_fleet
 
 SWEEP = {
@@ -79,42 +79,18 @@ def main() -> int:
     try:
         for i, host in enumerate(["shell", "shell", "ssh0", "ssh0", "shell"], 1):
             started = time.time()
-            t0 = time.perf_counter()
-            proc = subprocess.run(
-                [
-                    sys.executable,
-                    "-m",
-                    "orchestrator.cli",
-                    "run",
-                    str(sweep),
-                    "-i",
-                    str(inv),
-                    "-l",
-                    host,
-                    "--runs-dir",
-                    str(runs),
-                    "--format",
-                    "json",
-                ],
-                capture_output=True,
-                text=True,
-                cwd=ROOT,
-            )
-            wall = time.perf_counter() - t0
-            run_dir = sorted(p for p in runs.iterdir() if p.is_dir())[-1]
-            records = [
-                json.loads(line)
-                for f in run_dir.glob(f"hosts/{host}/**/results.jsonl")
-                for line in f.read_text().splitlines()
-            ]
+            run = cold_run(sweep, inv, runs, extra=("-l", host))
+            found = run.run_dir.glob(f"hosts/{host}/**/results.jsonl") if run.run_dir else []
+            records = [json.loads(line) for f in found for line in f.read_text().splitlines()]
             facts = next((r for r in records if r.get("kind") == "facts"), {})
             row = next((r for r in records if r.get("kind") == "case"), {})
             note = "; ".join(n for n in facts.get("notes", []) if n.startswith("the worker set"))
-            log = "".join(f.read_text(errors="replace") for f in run_dir.glob(f"hosts/{host}/**/log.txt"))
+            logs = run.run_dir.glob(f"hosts/{host}/**/log.txt") if run.run_dir else []
+            log = "".join(f.read_text(errors="replace") for f in logs)
             note += f" [log: {log.count('Building')} 'Building' lines]"
             lines.append(
-                f"| {i} | {host} | {proc.returncode} | {wall:.1f} | {row.get('duration_s', '')} | "
-                f"{row.get('status', proc.stderr.strip()[-200:])} {row.get('reason', '')[:80]} | {note} |"
+                f"| {i} | {host} | {run.returncode} | {run.wall_s:.1f} | {row.get('duration_s', '')} | "
+                f"{row.get('status', run.stderr.strip()[-200:])} {row.get('reason', '')[:80]} | {note} |"
             )
             print(lines[-1], flush=True)
             kept.append(

@@ -28,6 +28,7 @@ from benchmarks.harness import ROOT as REPO
 from orchestrator.analysis.merge import merged_rows
 from orchestrator.runs.slots import load_slots
 from orchestrator.runs.store import RunStore
+from orchestrator.views.tables import row_reason
 
 
 def write_inventory(path: Path, site: str) -> None:
@@ -98,11 +99,11 @@ def report_run(args, inventory: Path) -> int:
     if flagged:
         print("| backend | shape | status | integrity | reason |\n|---|---|---|---|---|")
         for r in flagged:
-            print(f"| {r.backend} | {r.m}x{r.n}x{r.k} | {r.status} | {r.integrity} | {r.reason[:200]} |")
+            print(f"| {r.backend} | {r.m}x{r.n}x{r.k} | {r.status} | {r.integrity} | {row_reason(r)[:200]} |")
         print()
     other = [r for r in rows if r.status not in ("ok", "unsupported", "unavailable") and r not in flagged]
     for r in other:
-        print(f"- not ok: {r.backend} {r.m}x{r.n}x{r.k} {r.status}: {r.reason[:200]}")
+        print(f"- not ok: {r.backend} {r.m}x{r.n}x{r.k} {r.status}: {row_reason(r)[:200]}")
     integrity_s, in_rounds, by_backend = 0.0, 0.0, collections.Counter()
     n_rounds = 0
     for slot in slots:

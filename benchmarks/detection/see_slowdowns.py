@@ -30,9 +30,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import math
-import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -40,7 +38,8 @@ from pathlib import Path
 
 import yaml
 
-from benchmarks.harness import KERNELS, ROOT
+from benchmarks.harness import KERNELS
+from benchmarks.harness.coldrun import cold_run
 
 TIMING = {"mode": "graph", "l2": "cold", "target_rel_ci": 0.01, "budget_s": 0.3}  # the seed sweep's
 
@@ -57,33 +56,13 @@ def sweep_file(folder: Path, name: str, backends: list[dict]) -> Path:
 
 def run(sweep: Path, inventory: Path, runs: Path, env: dict) -> tuple[str, float]:
     """One cold CLI sweep: (its run folder, wall seconds)."""
-    before = {p for p in runs.iterdir()} if runs.exists() else set()
-    t0 = time.perf_counter()
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "orchestrator.cli",
-            "run",
-            str(sweep),
-            "-i",
-            str(inventory),
-            "--runs-dir",
-            str(runs),
-            "--format",
-            "json",
-        ],
-        capture_output=True,
-        text=True,
-        env={**os.environ, **env},
-        cwd=ROOT,
+    done = cold_run(sweep, inventory, runs, env=env)
+    if done.run_dir is None:
+        raise SystemExit(f"the sweep did not start (exit {done.returncode}): {done.stderr[-2000:]}")
+    print(
+        f"{sweep.stem}: exit {done.returncode}, {done.wall_s:.1f} s, {done.run_dir.name}", file=sys.stderr, flush=True
     )
-    wall = time.perf_counter() - t0
-    new = sorted(p for p in runs.iterdir() if p not in before and p.is_dir())
-    if not new:
-        raise SystemExit(f"the sweep did not start (exit {proc.returncode}): {proc.stderr[-2000:]}")
-    print(f"{sweep.stem}: exit {proc.returncode}, {wall:.1f} s, {new[-1].name}", file=sys.stderr, flush=True)
-    return str(new[-1]), wall
+    return str(done.run_dir), done.wall_s
 
 
 def records_of(run_dir: str) -> tuple[dict[tuple, object], object]:
@@ -242,6 +221,7 @@ def across(args) -> str:
         "|---|---:|---:|" + "---:|" * (len(args.thresholds) + 1),
     ]
     per_shape: dict[tuple, list] = {}  # (comparison, m, n) -> [(verdict at the default, B/A, work B/A)]
+    effects: dict[str, list] = {}  # comparison -> per pair, mm's effect over all its cases at the default
     for name, compared in pairs.items():
         cells, slower, faster, ratios = 0, {t: 0 for t in args.thresholds}, 0, []
         for a, b in compared:
@@ -257,11 +237,32 @@ def across(args) -> str:
                         cells += 1
                         faster += c.verdict == "FASTER"
                         ratios.append(c.ratio)
+                if math.isclose(t, DEFAULT_THRESHOLD):
+                    effects.setdefault(name, []).extend(b for b in cmp.by_backend() if b["backend"] == "mm")
         geo = math.exp(statistics.fmean(math.log(r) for r in ratios)) if ratios else float("nan")
         lines.append(
             f"| {name} | {cells} | {geo:.4f} | "
             + " | ".join(str(slower[t]) for t in args.thresholds)
             + f" | {faster} |"
+        )
+    lines += [
+        "",
+        f"mm's effect over all its cases (diff's per-backend line, at {DEFAULT_THRESHOLD:.1%}): per pair, B/A "
+        "[95% interval by t over the cases] and its verdict",
+        "",
+        "| comparison | pairs SLOWER | per pair |",
+        "|---|---:|---|",
+    ]
+    for name, found in effects.items():
+        lines.append(
+            f"| {name} | {sum(b['effect_verdict'] == 'SLOWER' for b in found)} of {len(found)} | "
+            + "; ".join(
+                "—"
+                if b["effect_ratio"] is None
+                else f"{b['effect_ratio']:.4f} [{b['effect_low']:.4f}, {b['effect_high']:.4f}] {b['effect_verdict']}"
+                for b in found
+            )
+            + " |"
         )
     lines += [
         "",

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -24,6 +23,7 @@ from pathlib import Path
 import yaml
 
 from benchmarks.harness import ROOT
+from benchmarks.harness.coldrun import cli, cold_run
 from benchmarks.harness.sshfleet import start_fleet
 
 TIMING = {"mode": "graph", "l2": "cold", "target_rel_ci": 0.01, "budget_s": 0.3}  # the seed sweep's
@@ -60,62 +60,14 @@ def main() -> int:
     )
     md = [f"# The slow host: {args.hosts} sshd hosts on one GPU, {slow} running mm_pad (~+2%), the others mm", ""]
     try:
-        t0 = time.perf_counter()
-        proc = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "orchestrator.cli",
-                "run",
-                str(sweep),
-                "-i",
-                str(inv),
-                "--runs-dir",
-                str(base / "runs"),
-                "--format",
-                "json",
-            ],
-            capture_output=True,
-            text=True,
-            cwd=ROOT,
-        )
-        md.append(f"`fleetbench run` (every host): exit {proc.returncode}, {time.perf_counter() - t0:.1f} s")
-        stored = [line.rsplit(" stored in ", 1)[1] for line in proc.stderr.splitlines() if " stored in " in line]
-        if not stored:
-            md += ["", "no run was stored:", "```", proc.stderr[-3000:], "```"]
+        run = cold_run(sweep, inv, base / "runs")
+        md.append(f"`fleetbench run` (every host): exit {run.returncode}, {run.wall_s:.1f} s")
+        if run.run_dir is None:
+            md += ["", "no run was stored:", "```", run.stderr[-3000:], "```"]
             return 1
-        diff = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "orchestrator.cli",
-                "diff",
-                stored[-1],
-                "--across-hosts",
-                "--threshold",
-                args.threshold,
-            ],
-            capture_output=True,
-            text=True,
-            cwd=ROOT,
-        )
-        as_json = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "orchestrator.cli",
-                "diff",
-                stored[-1],
-                "--across-hosts",
-                "--threshold",
-                args.threshold,
-                "--format",
-                "json",
-            ],
-            capture_output=True,
-            text=True,
-            cwd=ROOT,
-        )
+        stored = str(run.run_dir)
+        across = ("diff", stored, "--across-hosts", "--threshold", args.threshold)
+        diff, as_json = cli(*across), cli(*across, "--format", "json")
         md += [
             "",
             f"`fleetbench diff RUN --across-hosts --threshold {args.threshold}`: exit {diff.returncode}",
@@ -129,9 +81,9 @@ def main() -> int:
         import tarfile
 
         with tarfile.open(args.out.with_suffix(".runs.tar.gz"), "w:gz") as tar:  # the run folder, to read again
-            tar.add(stored[-1], arcname=Path(stored[-1]).name)
+            tar.add(stored, arcname=run.run_dir.name)
         hosts = json.loads(as_json.stdout)["host_effects"]["hosts"]
-        truth = true_effect(stored[-1], slow)
+        truth = true_effect(stored, slow)
         ok = True
         for h in hosts:
             e = h["effect"]

@@ -16,15 +16,13 @@ Needs a CUDA GPU for the reference; the runs go where the inventory says.
 from __future__ import annotations
 
 import argparse
-import re
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 import yaml
 
 from benchmarks.harness import ROOT
+from benchmarks.harness.coldrun import cold_run
 
 VARIANTS: dict[str, dict] = {
     "default": {},
@@ -45,32 +43,6 @@ def sweep_with(sweep: Path, name: str, overrides: dict, into: Path) -> Path:
     path = into / f"{doc['name']}.yaml"
     path.write_text(yaml.safe_dump(doc, sort_keys=False), encoding="utf-8")
     return path
-
-
-def run_cold(sweep: Path, inventory: Path, runs_dir: Path) -> tuple[float, int, Path | None, str]:
-    """(wall s, exit code, run folder, stderr tail) of one `fleetbench run` in a fresh process."""
-    t0 = time.perf_counter()
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "orchestrator.cli",
-            "run",
-            str(sweep),
-            "-i",
-            str(inventory),
-            "--runs-dir",
-            str(runs_dir),
-            "--format",
-            "json",
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-    )
-    wall = time.perf_counter() - t0
-    stored = re.findall(r" stored in (\S+)", done.stderr)
-    return wall, done.returncode, Path(stored[-1]) if stored else None, done.stderr[-600:]
 
 
 def inside(run: Path) -> tuple[float, int]:
@@ -113,12 +85,14 @@ def main() -> int:
     done = [(f"as stored: {run.name}", None, None, run) for run in args.also]
     for name in names:
         path = sweep_with(args.sweep, name, VARIANTS[name], args.runs_dir / "tradeoff-sweeps")
-        wall, rc, run, err = run_cold(path, args.inventory, args.runs_dir)
-        print(f"{name}: exit {rc}, wall {wall:.1f} s, run {run}", file=sys.stderr, flush=True)
-        if run is None:
-            print(err, file=sys.stderr)
+        cold = cold_run(path, args.inventory, args.runs_dir)
+        print(
+            f"{name}: exit {cold.returncode}, wall {cold.wall_s:.1f} s, run {cold.run_dir}", file=sys.stderr, flush=True
+        )
+        if cold.run_dir is None:
+            print(cold.stderr[-600:], file=sys.stderr)
             return 1
-        done.append((name, wall, rc, run))
+        done.append((name, cold.wall_s, cold.returncode, cold.run_dir))
     from benchmarks.fidelity import runs_against_reference
 
     md, ratios = runs_against_reference([run for *_, run in done], args.reference_settle_ms, args.reference_passes)

@@ -1,5 +1,6 @@
 """What the benchmark scripts share with each other and with the tests: where the repo is, how a script
-hands over what it measured, and (in `benchmarks.harness.sshfleet`) the loopback sshd fleet."""
+hands over what it measured, (in `benchmarks.harness.coldrun`) a sweep run by a fresh CLI process and the
+run folder it left, and (in `benchmarks.harness.sshfleet`) the loopback sshd fleet."""
 
 from __future__ import annotations
 

@@ -271,6 +271,8 @@ def compare(stored: list, tolerance: float = TOLERANCE, gap: float = GAP) -> lis
 
 @dataclass
 class PeerSummary:
+    """A peer's cells counted (views/crosscheck.py words it)."""
+
     peer: str
     compared: int  # cells with a raw and a matched figure
     agree_matched: int  # ... whose matched figure is within the tolerance
@@ -282,25 +284,6 @@ class PeerSummary:
     raw_gaps_attributed: int
     not_compared: int
     reasons: list[str]  # why not, each once
-
-    def line(self, tolerance: float, gap: float) -> str:
-        if not self.compared:
-            return f"{self.peer}: not compared ({'; '.join(self.reasons) or 'no record'})"
-        share = 100.0 * self.agree_matched / self.compared
-        at_clock = (
-            f", {self.agree_at_clock} more at fleetbench's SM clock (the same cycles)" if self.agree_at_clock else ""
-        )
-        if self.agree_with_sweep:
-            at_clock += (
-                f", {self.agree_with_sweep} more within it of fleetbench's sweep median (fleetbench's own "
-                "timing now strayed from it)"
-            )
-        text = (
-            f"{self.peer}: {self.agree_matched} of {self.compared} cells ({share:.0f}%) within "
-            f"{tolerance:.0%} of fleetbench once the methods match{at_clock}; {self.raw_gaps} raw gaps beyond "
-            f"{gap:.0%}, {self.raw_gaps_attributed} of them attributed"
-        )
-        return text + (f"; {self.not_compared} not compared" if self.not_compared else "")
 
 
 def summarize(comparisons: list[PeerComparison], gap: float = GAP, tolerance: float = TOLERANCE) -> list[PeerSummary]:

@@ -17,7 +17,9 @@ verdict against a threshold t (t either way: B at least 1 + t times slower or fa
              steal time): is it the kernel, or the machine? Not a regression until a stable re-run
              says so.
 The same measurement on both sides (a run against itself) is SAME, whatever its noise. A p-value
-(Welch's t on the log medians) is reported beside it. Only a confirmed SLOWER makes `diff` exit 1.
+(Welch's t on the log medians) is reported beside it. Per backend, its effect over all its cases has an
+interval and a verdict of its own (backend_effect): a backend 2-3% slower everywhere is SLOWER even where
+no one case's rounds can say so. Only a confirmed SLOWER (a case's, or a backend's) makes `diff` exit 1.
 
 Cases match by case id: what is measured (worker/contract/schema.py IDENTITY_FIELDS), never how it was timed.
 Timing options that differ between the sides are listed as settings, beside the host facts that
@@ -33,7 +35,7 @@ from typing import Optional
 import numpy as np
 from scipy import stats
 
-from worker.contract.pairing import log_variance, median_prior, moderated, work_per_round
+from worker.contract.pairing import log_variance, median_prior, moderated, t95, work_per_round
 from worker.contract.schema import CaseRecord
 
 from ..errors import InputError
@@ -186,9 +188,12 @@ class Comparison:
         return {v: n for v, n in found.items() if n}
 
     def by_backend(self) -> list[dict]:
-        """Per backend: the cases timed on both sides, the geometric mean of their B/A ratios, and how
-        many were confirmed slower or faster (the line a release note would quote)."""
+        """Per backend: the cases timed on both sides, the geometric mean of their B/A ratios, how many
+        were confirmed slower or faster, and the backend's effect over all its cases (backend_effect):
+        the line a release note would quote."""
         out: dict[str, dict] = {}
+        logs: dict[str, list[float]] = {}
+        on_work: dict[str, int] = {}
         for c in self.cases:
             row = out.setdefault(
                 c.backend, {"backend": c.backend, "compared": 0, "log_sum": 0.0, "slower": 0, "faster": 0, "not_ok": 0}
@@ -196,6 +201,9 @@ class Comparison:
             if c.ratio is not None:
                 row["compared"] += 1
                 row["log_sum"] += math.log(c.ratio)
+                work = admissible_work(c, self.threshold)
+                logs.setdefault(c.backend, []).append(math.log(work if work is not None else c.ratio))
+                on_work[c.backend] = on_work.get(c.backend, 0) + (work is not None)
             row["slower"] += c.verdict == "SLOWER"
             row["faster"] += c.verdict == "FASTER"
             row["not_ok"] += c.verdict == "NOT-OK"
@@ -203,8 +211,63 @@ class Comparison:
         for row in out.values():
             log_sum = row.pop("log_sum")
             row["geomean_ratio"] = math.exp(log_sum / row["compared"]) if row["compared"] else None
+            effect = backend_effect(logs.get(row["backend"], []), self.threshold)
+            row.update(
+                effect_ratio=effect and effect.ratio,
+                effect_low=effect and effect.low,
+                effect_high=effect and effect.high,
+                effect_verdict=effect and effect.verdict,
+                effect_on_work=on_work.get(row["backend"], 0),
+            )
             rows.append(row)
         return rows
+
+    @property
+    def backend_regressions(self) -> list[dict]:
+        """The backends slower over all their cases (backend_effect), whether or not a case is flagged."""
+        return [b for b in self.by_backend() if b["effect_verdict"] == "SLOWER"]
+
+
+# A backend's effect needs this many cases: its interval is by t over them (df = cases - 1).
+MIN_EFFECT_CASES = 3
+
+
+@dataclass
+class BackendEffect:
+    """A backend's B/A over all its cases compared (geometric mean) with its 95% interval and verdict."""
+
+    ratio: float
+    low: float
+    high: float
+    cases: int
+    verdict: str
+
+
+def admissible_work(c: CaseDiff, threshold: float) -> Optional[float]:
+    """A row's work ratio (cycles per call, B/A) where its work may stand for its time (_work_judges: the
+    time moved with the clock, or the clocks are within half the threshold), whatever its verdict; None:
+    the row counts by its time."""
+    if c.work_ratio is None or c.clock_ratio is None or c.clock_bound is None:
+        return None
+    if c.clock_bound or abs(math.log(c.clock_ratio)) <= math.log1p(threshold) / 2:
+        return c.work_ratio
+    return None
+
+
+def backend_effect(log_ratios: list[float], threshold: float) -> Optional[BackendEffect]:
+    """What one backend's change is over all its cases: the mean of their log B/A (each row's work where
+    admissible_work allows, else its time) with a 95% interval by t from their spread over the cases,
+    judged against ±threshold as a case is (classify_log). A change of 2-3% everywhere that no single
+    case's rounds can resolve is plain over a dozen cases (docs/COMPARING.md); a change in one case
+    alone widens the interval rather than moving the verdict. None below MIN_EFFECT_CASES cases."""
+    n = len(log_ratios)
+    if n < MIN_EFFECT_CASES:
+        return None
+    mean = float(np.mean(log_ratios))
+    half = t95(n - 1) * float(np.std(log_ratios, ddof=1)) / math.sqrt(n)
+    return BackendEffect(
+        _exp(mean), _exp(mean - half), _exp(mean + half), n, classify_log(mean - half, mean + half, threshold)
+    )
 
 
 class NothingCompared(InputError):
@@ -730,6 +793,29 @@ def across_hosts(side: Side, threshold: float, z_limit: float = OUTLIER_Z) -> Fl
     report.deviations.sort(key=lambda d: -abs(d.robust_z))
     report.calibration = calibration_deviations(side, threshold)
     return report
+
+
+def reference_slot(side: Side, case_id: str, fleet_median_us: float, outlier: str) -> Optional[str]:
+    """The slot whose median of `case_id` is closest to the fleet median (not the outlier), or None."""
+    best = None
+    for s in side.slots:
+        found = s.records.get(case_id)
+        rec = found[1] if found else None
+        if s.slot == outlier or rec is None or rec.status != "ok" or not rec.timing or rec.timing.median_us <= 0:
+            continue
+        distance = abs(math.log(rec.timing.median_us / fleet_median_us))
+        if best is None or distance < best[0]:
+            best = (distance, s.slot)
+    return best[1] if best else None
+
+
+def slowdowns_to_profile(side: Side, report: FleetReport, limit: int) -> list[tuple[HostDeviation, Optional[str]]]:
+    """What `diff --across-hosts --profile` profiles: the outlier hosts' cases slower than the fleet (a
+    slowdown is what is to be explained), furthest first, at most `limit`; each with the slot closest to
+    the fleet median in that case (reference_slot; None when no other host ran it)."""
+    outliers = {slot for slot, h in report.hosts.items() if h["outlier"]}
+    flagged = [d for d in report.deviations if d.slot in outliers and d.robust_z > 0][:limit]
+    return [(d, reference_slot(side, d.case_key, d.fleet_median_us, d.slot)) for d in flagged]
 
 
 def calibration_deviations(side: Side, threshold: float) -> list[dict]:

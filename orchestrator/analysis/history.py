@@ -11,12 +11,12 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import statistics
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Optional
 
 from ..errors import InputError
 from ..runs.index import LARGEST_INTEGER, RunIndex
-from ..runs.store import links_notes
+from ..runs.store import runs_folder_links
 from .steps import MIN_POINTS, detect_steps
 
 
@@ -103,10 +103,27 @@ class Point:
     flashinfer: Optional[str]
     gpu_name: Optional[str]
     case_id: str
-    step: str = ""  # "" | "step ×1.10" on the first point at a new level
+    step_ratio: Optional[float] = None  # on the first point at a new level: the step's ratio (views word it)
 
     def as_dict(self) -> dict:
         return dict(self.__dict__)  # flat fields: asdict's deep copy cost a second per 10,000 points
+
+
+# What the history says beside its points (History.notes); views/tables.py words each.
+NOTE_INDEX_REBUILT = "index-rebuilt"  # because: why the index was rebuilt from the run folders
+NOTE_LINK = "link"  # link, target: a symbolic link in the runs folder, left alone
+NOTE_RUN_LEFT_OUT = "run-left-out"  # run_id, problem: a run folder that cannot be read
+NOTE_RUN_PROBLEM = "run-problem"  # run_id, problem: a run held only in part
+NOTE_NO_STEP = "no-step"  # series: how many series were judged, none with a step
+NOTE_TOO_FEW_RUNS = "too-few-runs"  # series, fewest, most, needs: series too short to judge
+
+
+@dataclass
+class Note:
+    """One of the NOTE_* codes and the facts its words need."""
+
+    code: str
+    facts: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -128,20 +145,11 @@ class History:
     steps: list[SeriesSteps]
     threshold: float
     index: dict  # what refreshing the index did (RunIndex.counts)
-    notes: list[str] = field(default_factory=list)  # runs left out and why; what --steps could not judge
+    notes: list[Note] = field(default_factory=list)  # runs left out and why; what --steps could not judge
 
     @property
     def new_regressions(self) -> list[SeriesSteps]:
         return [s for s in self.steps if s.new_slower]
-
-    def as_dict(self, points: Optional[list[dict]] = None) -> dict:
-        return {
-            "threshold": self.threshold,
-            "index": self.index,
-            "points": points if points is not None else [p.as_dict() for p in self.points],
-            "steps": [asdict(s) for s in self.steps],
-            "notes": self.notes,
-        }
 
 
 def history(index: RunIndex, sel: Selection, threshold: float, with_steps: bool) -> History:
@@ -169,7 +177,7 @@ def history(index: RunIndex, sel: Selection, threshold: float, with_steps: bool)
             lengths.append(len(series))
             steps = detect_steps([p.median_us for p in series], threshold)
             for s in steps:
-                series[s.index].step = f"step ×{s.ratio:.3f}"
+                series[s.index].step_ratio = s.ratio
             if steps:
                 last = steps[-1]
                 p0 = series[0]
@@ -193,35 +201,31 @@ def history(index: RunIndex, sel: Selection, threshold: float, with_steps: bool)
     return History(points=points, steps=found, threshold=threshold, index=dict(index.counts), notes=notes)
 
 
-def index_notes(index: RunIndex) -> list[str]:
-    """One line per stored run the history leaves out (or holds only in part), with the reason; and
+def index_notes(index: RunIndex) -> list[Note]:
+    """One note per stored run the history leaves out (or holds only in part), with the reason; and
     whether the index had to be rebuilt."""
-    notes = (
-        [f"the history index was rebuilt from the run folders: {index.rebuilt_because}"]
-        if index.rebuilt_because
-        else []
-    )
-    notes += links_notes(index.runs_dir)
+    notes = [Note(NOTE_INDEX_REBUILT, {"because": index.rebuilt_because})] if index.rebuilt_because else []
+    notes += [Note(NOTE_LINK, {"link": link, "target": target}) for link, target in runs_folder_links(index.runs_dir)]
     for run in index.runs():
         if run["state"] == "unreadable":
-            notes.append(f"run folder {run['run_id']} left out: {run['problem']}")
+            notes.append(Note(NOTE_RUN_LEFT_OUT, {"run_id": run["run_id"], "problem": run["problem"]}))
         elif run["problem"]:
-            notes.append(f"run {run['run_id']}: {run['problem']}")
+            notes.append(Note(NOTE_RUN_PROBLEM, {"run_id": run["run_id"], "problem": run["problem"]}))
     return notes
 
 
-def steps_notes(series_lengths: list[int], series_with_steps: int) -> list[str]:
+def steps_notes(series_lengths: list[int], series_with_steps: int) -> list[Note]:
     """What --steps says beside the steps it found: the series it judged without finding one, and the
     series too short to judge."""
     short = [n for n in series_lengths if n < MIN_POINTS]
     notes = []
     if series_lengths and not series_with_steps:
-        notes.append(f"no step found in {len(series_lengths)} series")
+        notes.append(Note(NOTE_NO_STEP, {"series": len(series_lengths)}))
     if short:
-        runs = f"{min(short)}" if min(short) == max(short) else f"{min(short)} to {max(short)}"
         notes.append(
-            f"{len(short)} series {'has' if len(short) == 1 else 'have'} too few runs to judge "
-            f"({runs}; a step needs at least {MIN_POINTS})"
+            Note(
+                NOTE_TOO_FEW_RUNS, {"series": len(short), "fewest": min(short), "most": max(short), "needs": MIN_POINTS}
+            )
         )
     return notes
 

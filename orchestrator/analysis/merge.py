@@ -8,7 +8,7 @@ later failure never hides a complete result). A case with no record in any attem
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Optional
 
 from worker.contract.rounds import rounds_in
@@ -16,6 +16,20 @@ from worker.contract.schema import CaseSpec
 
 from ..runs.slots import SlotData, load_slots
 from ..runs.store import RunStore
+
+# Why a row is not a whole result, beyond its record's own words (Row.notes); views/tables.py words each.
+ROW_NOT_RUN = "not-run"  # the case has no record, and its host's attempt ended ok
+ROW_HOST_ENDED = "host-ended"  # outcome, error: the case has no record; how its host's attempt ended
+ROW_CUT_SHORT = "cut-short"  # rounds, planned, attempt, outcome ("" when that attempt ended ok): rounds cut short
+ROW_OTHER_SOFTWARE = "other-software"  # attempt, changed: the row's numbers are that attempt's alone
+
+
+@dataclass
+class RowNote:
+    """One of the ROW_* codes and the facts its words need."""
+
+    code: str
+    facts: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -31,7 +45,7 @@ class Row:
     n: int
     k: int
     status: str
-    reason: str
+    reason: str  # what the host said of the case (its record's), where the row keeps it; shown with `notes`
     workload: str = "gemm"
     experts: Optional[int] = None  # MoE layer: experts, top_k, routing and what it drew
     top_k: Optional[int] = None
@@ -64,6 +78,7 @@ class Row:
     tainted: Optional[bool] = None
     attempt: Optional[int] = None
     case_id: str = ""
+    notes: list[RowNote] = field(default_factory=list)  # views/tables.py words them after `reason`
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -97,9 +112,9 @@ def merged_rows(store: RunStore, slots: Optional[list[SlotData]] = None) -> list
         for case in data.planned:
             found = data.records.get(case.case_id)
             if found is None:
-                why = "not run"
+                why = RowNote(ROW_NOT_RUN)
                 if data.outcome is not None and data.outcome.outcome != "ok":
-                    why = f"host {data.outcome.outcome}: {data.outcome.error}".rstrip(": ")
+                    why = RowNote(ROW_HOST_ENDED, {"outcome": data.outcome.outcome, "error": data.outcome.error})
                 rows.append(
                     Row(
                         run_id=store.run_id,
@@ -113,7 +128,8 @@ def merged_rows(store: RunStore, slots: Optional[list[SlotData]] = None) -> list
                         n=case.n,
                         k=case.k,
                         status="missing",
-                        reason=why,
+                        reason="",
+                        notes=[why],
                         case_id=case.case_id,
                         **_case_fields(case),
                     )
@@ -121,15 +137,23 @@ def merged_rows(store: RunStore, slots: Optional[list[SlotData]] = None) -> list
                 continue
             attempt, rec = found
             t, mt, c = rec.timing, rec.metrics, rec.correctness
-            status, reason = rec.status, rec.reason
+            status, reason, notes = rec.status, rec.reason, []
             if rec.status == "ok" and not rec.complete:
-                status = "incomplete"
-                reason = f"{rounds_in(rec)} of {case.timing.rounds} rounds timed before attempt {attempt} ended"
-                if data.outcome is not None and data.outcome.attempt == attempt and data.outcome.outcome != "ok":
-                    reason += f" (host {data.outcome.outcome})"
+                status, reason = "incomplete", ""
+                ended = data.outcome is not None and data.outcome.attempt == attempt and data.outcome.outcome != "ok"
+                notes.append(
+                    RowNote(
+                        ROW_CUT_SHORT,
+                        {
+                            "rounds": rounds_in(rec),
+                            "planned": case.timing.rounds,
+                            "attempt": attempt,
+                            "outcome": data.outcome.outcome if ended else "",
+                        },
+                    )
+                )
             if attempt in data.changed:  # a rerun on other software: this row's numbers are that attempt's alone
-                changed = f"attempt {attempt} on other software: {data.changed[attempt]}"
-                reason = "; ".join(filter(None, [reason, changed]))
+                notes.append(RowNote(ROW_OTHER_SOFTWARE, {"attempt": attempt, "changed": data.changed[attempt]}))
             rows.append(
                 Row(
                     run_id=store.run_id,
@@ -144,6 +168,7 @@ def merged_rows(store: RunStore, slots: Optional[list[SlotData]] = None) -> list
                     k=case.k,
                     status=status,
                     reason=reason,
+                    notes=notes,
                     median_us=t.median_us if t else None,
                     rounds=rounds_in(rec) if t else None,
                     rounds_stop=t.rounds_stop if t else None,
@@ -234,6 +259,7 @@ def fleet_rows(rows: list[Row]) -> list[Row]:
                 k=first.k,
                 status=first.status,
                 reason=first.reason,
+                notes=first.notes,
                 workload=first.workload,
                 experts=first.experts,
                 top_k=first.top_k,

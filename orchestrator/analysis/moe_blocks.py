@@ -19,6 +19,8 @@ from .merge import Row
 
 @dataclass(frozen=True)
 class BlockComparison:
+    """A fused block and the two projections it replaces (views/tables.py words it)."""
+
     slot: str
     label: str  # the fused row's label
     m: int  # the layer's tokens
@@ -41,14 +43,6 @@ class BlockComparison:
 
     def as_dict(self) -> dict:
         return dict(asdict(self), composed_us=self.composed_us, speedup=self.speedup)
-
-    def text(self) -> str:
-        return (
-            f"{self.slot} {self.label}: {self.fused_backend} block {self.fused_us:.4g} µs against "
-            f"{self.composed_backend} w13 ({2 * self.intermediate}x{self.hidden}) {self.w13_us:.4g} µs + "
-            f"w2 ({self.hidden}x{self.intermediate}) {self.w2_us:.4g} µs = {self.composed_us:.4g} µs "
-            f"(x{self.speedup:.2f}; SwiGLU and requantization not in the composition)"
-        )
 
 
 def _routing(r: Row) -> tuple:

@@ -28,7 +28,7 @@ MEMORY_BOUND_PCT = 60.0  # DRAM (or the memory system) this busy: the kernel wai
 SAME_UNDER_NCU = 0.03  # kernels within this of each other under ncu: their own execution is not slower
 
 # The likely cause of B's slower time (CounterFindings.cause.code); views/profile.py words each.
-CAUSE_CANNOT_COMPARE = "cannot-compare"  # notes: why a side has no time per call
+CAUSE_CANNOT_COMPARE = "cannot-compare"  # limits: why a side has no time per call (runs/ncureport.py Limit)
 CAUSE_DIFFERENT_KERNEL = "different-kernel"  # only_a, only_b: [(kernel, µs per call)]
 CAUSE_MORE_KERNELS = "more-kernels"  # only_b
 CAUSE_FEWER_KERNELS = "fewer-kernels"  # only_a
@@ -138,7 +138,7 @@ def _cause(
     """The likely cause, and the counters that moved of the kernel that carries the effect."""
     ca, cb = _per_call(a), _per_call(b)
     if not ca or not cb:
-        return Finding(CAUSE_CANNOT_COMPARE, {"notes": a.notes + b.notes}), []
+        return Finding(CAUSE_CANNOT_COMPARE, {"limits": a.limits + b.limits}), []
     ka, kb = {k.name: k for k in a.kernels}, {k.name: k for k in b.kernels}
     only_a, only_b = [n for n in ca if n not in cb], [n for n in cb if n not in ca]
     if only_a or only_b:

@@ -4,8 +4,19 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..errors import EXIT_FAILED, EXIT_OK, InputError
-from .common import Streams, opt_format, opt_runs_dir, opt_threshold, parse_threshold
+from ..errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, InputError
+from .common import (
+    Streams,
+    opt_accept_new,
+    opt_format,
+    opt_inventory,
+    opt_parallel,
+    opt_runs_dir,
+    opt_threshold,
+    parse_threshold,
+    positive_int,
+)
+from .storedcases import declare_profiling, plan_on_hosts, profile_options, report_problems, run_on_hosts
 
 HELP = "compare two runs or hosts with statistics, or hosts against the fleet"
 EPILOG = (
@@ -16,6 +27,7 @@ EPILOG = (
     "cases and names a host whose interval lies beyond the threshold (on stderr too); it exits 0 "
     "whatever it names, as it does for outliers."
 )
+DEFAULT_PROFILE_LIMIT = 3
 
 
 def declare(p):
@@ -30,9 +42,29 @@ def declare(p):
     opt_threshold(p)
     opt_format(p)
     opt_runs_dir(p)
-    from .profile import declare_for_diff
+    declare_for_profile(p)
 
-    declare_for_diff(p)
+
+def declare_for_profile(p) -> None:
+    """--profile and how it profiles (the options of `fleetbench profile`: storedcases.declare_profiling)."""
+    group = p.add_argument_group("profiling the outliers (--across-hosts --profile)")
+    group.add_argument(
+        "--profile",
+        action="store_true",
+        help="profile each flagged case of an outlier host, and the same case on the host closest to "
+        "the fleet median, under ncu; print the counter diff and the likely cause",
+    )
+    group.add_argument(
+        "--profile-limit",
+        type=positive_int,
+        default=DEFAULT_PROFILE_LIMIT,
+        metavar="N",
+        help=f"the N flagged cases furthest from the fleet (default: {DEFAULT_PROFILE_LIMIT})",
+    )
+    declare_profiling(group)
+    opt_inventory(group, "hosts file (default: the one the run was started with)")
+    opt_parallel(group)
+    opt_accept_new(group)
 
 
 def with_host_effects(document, effects):
@@ -79,8 +111,6 @@ def run(args, io: Streams) -> int:
                     f"{1 - c['ratio']:.0%} below the fleet median {c['fleet_median']:.2f} ({c['gpu_name']})"
                 )
         if args.profile:
-            from .profile import profile_flagged
-
             return profile_flagged(args, side_a, report, document, io)
         return EXIT_OK
     if not args.b:
@@ -97,6 +127,60 @@ def run(args, io: Streams) -> int:
             f"regression: {c.backend} {c.m}x{c.n}x{c.k} ({c.label}) B/A {ratio_text(c.ratio)} "
             f"(95% CI {interval_text(c.ci_low, c.ci_high)})"
         )
+    slower_backends = cmp.backend_regressions
+    for b in slower_backends:
+        io.problem(
+            f"regression: {b['backend']} over its {b['compared']} cases B/A {ratio_text(b['effect_ratio'])} "
+            f"(95% CI {interval_text(b['effect_low'], b['effect_high'])})"
+        )
     if args.format != "table":  # the table carries it as its title; other formats get it on stderr
         io.problem(comparison_summary(cmp))
-    return EXIT_FAILED if cmp.regressions else EXIT_OK
+    return EXIT_FAILED if cmp.regressions or slower_backends else EXIT_OK
+
+
+def profile_flagged(args, side, report, fleet_doc, io: Streams) -> int:
+    """Profile the flagged cases of the outlier hosts (at most --profile-limit, furthest first) and the
+    same cases on the host closest to the fleet median; print and store the counter diffs."""
+    from ..analysis.diff import slowdowns_to_profile
+    from ..execution.profile import PROFILE
+    from ..runs.profiles import write_fleet
+    from ..views.output import write
+    from ..views.profile import counter_diff_document, flagged_comparison
+
+    pairs = slowdowns_to_profile(side, report, args.profile_limit)
+    if not pairs:
+        if args.format in ("json", "csv"):
+            fleet_doc.data["profiles"] = []
+            io.write(write(fleet_doc, args.format, io.width()))
+        io.problem("--profile: no outlier host is slower than the fleet in any case, so nothing to profile")
+        return EXIT_OK
+    wanted: dict[str, list[str]] = {}
+    for d, ref in pairs:
+        for slot in filter(None, (d.slot, ref)):
+            if d.case_key not in wanted.setdefault(slot, []):
+                wanted[slot].append(d.case_key)
+    plan = plan_on_hosts(side.store, args, wanted, PROFILE)
+    try:
+        results = run_on_hosts(plan, PROFILE, profile_options(args), args, io)
+    except KeyboardInterrupt:
+        io.problem(
+            f"interrupted: ncu was stopped on the hosts; what came back is stored in {side.store.dir / 'profiles'}"
+        )
+        return EXIT_INTERRUPTED
+    by_key = {(p.slot, p.case_id): p for r in results for p in r.stored}
+    comparisons = []
+    for d, ref in pairs:
+        a, b = by_key.get((ref, d.case_key)), by_key.get((d.slot, d.case_key))
+        case = (b or a).record.case if (a or b) else side.store.planned_cases()[d.case_key]
+        comparisons.append(flagged_comparison(d, ref, a, b, case))
+    path = write_fleet(side.store, comparisons, report.threshold)
+    if args.format == "json":
+        fleet_doc.data["profiles"] = comparisons
+        io.write(write(fleet_doc, "json", io.width()))
+    else:
+        io.write(write(counter_diff_document(comparisons), args.format, io.width()))
+    bad = report_problems(results, io)
+    for c in comparisons:
+        io.problem(f"{c['b_slot']}: {c['case']}: {c['cause']}")
+    io.problem(f"counter diffs stored in {path}")
+    return EXIT_FAILED if bad else EXIT_OK

@@ -66,7 +66,7 @@ def run(args, io: Streams) -> int:
     from ..analysis.history import Selection, history, parse_when
     from ..runs.index import RunIndex
     from ..views.output import write
-    from ..views.tables import history_document
+    from ..views.tables import history_document, history_notes
 
     versions = {}
     for item in args.versions:
@@ -99,7 +99,7 @@ def run(args, io: Streams) -> int:
     finally:
         index.close()
     io.write(write(history_document(hist), args.format, io.width()))
-    for note in hist.notes:
+    for note in history_notes(hist):
         io.problem(f"note: {note}")
     for s in hist.new_regressions:
         last = s.steps[-1]

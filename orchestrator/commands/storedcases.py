@@ -1,4 +1,5 @@
-"""What `profile` and `crosscheck` share on the command line: naming cases of a stored run, running a
+"""What `profile`, `crosscheck` and `diff --across-hosts --profile` share on the command line: naming cases
+of a stored run, how a case is profiled (the options `profile` and `diff --profile` share), running a
 worker command over them on their own hosts (execution/storedcases.py), and a line per problem. The
 execution stack is imported only when something runs."""
 
@@ -8,7 +9,7 @@ import fnmatch
 from pathlib import Path
 
 from ..errors import InputError
-from .common import Streams, positive_int, run_inventory
+from .common import Streams, positive_int, run_inventory, seconds
 
 
 def declare_selection(p, targets_help: str) -> None:
@@ -22,6 +23,45 @@ def declare_selection(p, targets_help: str) -> None:
     p.add_argument("--n", type=positive_int, help="cases of this N")
     p.add_argument("--k", type=positive_int, help="cases of this K")
     p.add_argument("--label", help="cases whose label contains this")
+
+
+def declare_profiling(p) -> None:
+    """The options of how a case is profiled (shared by `profile` and `diff --profile`)."""
+    p.add_argument("--calls", type=positive_int, default=3, help="calls of the case profiled (default: 3)")
+    p.add_argument(
+        "--kernel",
+        metavar="REGEX",
+        default="",
+        help="only kernels whose function name matches (ncu --kernel-name regex:REGEX; default: every kernel)",
+    )
+    p.add_argument(
+        "--max-kernels",
+        type=positive_int,
+        default=64,
+        help="stop after this many kernel launches (ncu --launch-count; default: 64)",
+    )
+    p.add_argument(
+        "--ncu",
+        metavar="PATH",
+        default="",
+        help="ncu on the hosts (default: $FLEETBENCH_NCU of the host's env, PATH, then where Nsight "
+        "Compute installs itself)",
+    )
+    p.add_argument("--timeout", type=seconds, default=900.0, help="seconds one case may take under ncu (default: 900)")
+    p.add_argument("--lock-timeout", type=seconds, help="seconds to wait for a busy GPU (default: the run's)")
+
+
+def profile_options(args):
+    """The ProfileOptions the profiling options ask for (declare_profiling)."""
+    from worker.contract.profile import ProfileOptions
+
+    return ProfileOptions(
+        calls=args.calls,
+        kernel_regex=args.kernel,
+        max_kernels=args.max_kernels,
+        ncu=args.ncu,
+        case_timeout_s=args.timeout,
+    )
 
 
 def one_run(args, command: str, forms: str):

@@ -223,6 +223,21 @@ class KernelSummary:
         return (self.grid, self.block, self.registers, self.smem_bytes)
 
 
+# What a summary leaves out, and why it may have no time per call (ProfileSummary.limits); views/profile.py
+# words each.
+LIMIT_MAX_KERNELS = "max-kernels"  # max_kernels: ncu stopped there (--max-kernels), not every call profiled
+LIMIT_INDIVISIBLE = "indivisible"  # launches, calls: the launches do not divide into the calls
+LIMIT_KERNEL_FILTER = "kernel-filter"  # regex: only the kernels whose name matches it (--kernel)
+
+
+@dataclass
+class Limit:
+    """One of the LIMIT_* codes and the facts its words need."""
+
+    code: str
+    facts: dict = field(default_factory=dict)
+
+
 @dataclass
 class ProfileSummary:
     """A profiled case: its kernels, and per call of the case the kernels' time added up (`per_call_us`,
@@ -233,7 +248,7 @@ class ProfileSummary:
     calls: int
     launches: int
     per_call_us: Optional[float]
-    notes: list[str] = field(default_factory=list)
+    limits: list[Limit] = field(default_factory=list)
     per_call_cycles: Optional[float] = None
 
     def as_dict(self) -> dict:
@@ -250,15 +265,15 @@ def summarize(launches: list[dict], calls: int, max_kernels: int = 0, kernel_reg
     groups: dict[str, list[dict]] = {}
     for launch in launches:
         groups.setdefault(launch["name"], []).append(launch)
-    notes = []
+    limits = []
     complete = bool(launches) and calls > 0 and all(len(g) % calls == 0 for g in groups.values())
     if max_kernels and len(launches) >= max_kernels:
         complete = False
-        notes.append(f"ncu stopped at {max_kernels} kernels (--max-kernels): the calls are not all profiled")
+        limits.append(Limit(LIMIT_MAX_KERNELS, {"max_kernels": max_kernels}))
     elif launches and not complete:
-        notes.append(f"{len(launches)} kernel launches do not divide into {calls} calls: no time per call")
+        limits.append(Limit(LIMIT_INDIVISIBLE, {"launches": len(launches), "calls": calls}))
     if kernel_regex:
-        notes.append(f"only kernels whose name matches {kernel_regex!r} (--kernel)")
+        limits.append(Limit(LIMIT_KERNEL_FILTER, {"regex": kernel_regex}))
     kernels = []
     for name, group in groups.items():
 
@@ -306,7 +321,12 @@ def summarize(launches: list[dict], calls: int, max_kernels: int = 0, kernel_reg
         if all(k.sm_mhz for k in kernels):
             cycles = sum(k.time_us * k.sm_mhz * k.per_call for k in kernels)  # µs x MHz
     return ProfileSummary(
-        kernels=kernels, calls=calls, launches=len(launches), per_call_us=per_call, notes=notes, per_call_cycles=cycles
+        kernels=kernels,
+        calls=calls,
+        launches=len(launches),
+        per_call_us=per_call,
+        limits=limits,
+        per_call_cycles=cycles,
     )
 
 

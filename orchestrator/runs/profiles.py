@@ -13,6 +13,9 @@ The folders, and the file around each record: runs/slotfolders.py.
 
 Stored profile history (STORED_PROFILE_FORMAT; the host's record has its own, worker/profile.py):
   1  first version (issue 32).
+  2  the summary's notes as codes and facts (`limits`: [{code, facts}], runs/ncureport.py LIMIT_*), worded
+     when shown (views/profile.py); a format 1 summary's `notes`, already words, are shown as stored
+     (issue 42).
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from .formats import check_version
 from .slotfolders import SlotFolders, StoredCase
 from .store import RunStore
 
-STORED_PROFILE_FORMAT = 1
+STORED_PROFILE_FORMAT = 2
 FLEET_FORMAT = 1
 FOLDERS = SlotFolders("profile", STORED_PROFILE_FORMAT, ProfileRecord, PROFILE_FORMAT)
 

@@ -268,12 +268,14 @@ def runs_folder_links(runs_dir: Path) -> list[tuple[Path, str]]:
     return sorted((p, _link_target(p)) for p in _entries(runs_dir) if p.is_symlink())
 
 
+def link_note(link: Path, target: str) -> str:
+    """A symbolic link in the runs folder (runs_folder_links), said to be left alone."""
+    return f"{link} is a symbolic link (to {target}), not a run folder: left alone"
+
+
 def links_notes(runs_dir: Path) -> list[str]:
     """One note per symbolic link in the runs folder, saying it was left alone."""
-    return [
-        f"{link} is a symbolic link (to {target}), not a run folder: left alone"
-        for link, target in runs_folder_links(runs_dir)
-    ]
+    return [link_note(link, target) for link, target in runs_folder_links(runs_dir)]
 
 
 def _has_manifest(run_dir: Path) -> bool:

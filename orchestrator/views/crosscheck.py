@@ -130,7 +130,7 @@ def crosscheck_document(
                 optional=("call",),
             )
         )
-    notes = [s.line(tolerance, gap) for s in summaries]
+    notes = [summary_text(s, tolerance, gap) for s in summaries]
     versions = {(c.peer, c.timer, c.version) for c in comparisons if c.version}
     notes += [f"{peer}: {timer} of {peer} {version}" for peer, timer, version in sorted(versions)]
     notes += list(dict.fromkeys(f"{c.peer}: {n}" for c in comparisons for n in c.notes))
@@ -165,6 +165,26 @@ WHY_WORDS = {
     analysis.WHY_AGREES: "{causes}",
 }
 STEPS_ADD_UP = "no single step moved it by 1%: the steps add up"  # a raw gap no single step names
+
+
+def summary_text(s, tolerance: float, gap: float) -> str:
+    """A peer's cells counted (analysis.crosscheck.PeerSummary) in one line: how many agree once the methods
+    match, and how many raw gaps were attributed."""
+    if not s.compared:
+        return f"{s.peer}: not compared ({'; '.join(s.reasons) or 'no record'})"
+    share = 100.0 * s.agree_matched / s.compared
+    at_clock = f", {s.agree_at_clock} more at fleetbench's SM clock (the same cycles)" if s.agree_at_clock else ""
+    if s.agree_with_sweep:
+        at_clock += (
+            f", {s.agree_with_sweep} more within it of fleetbench's sweep median (fleetbench's own "
+            "timing now strayed from it)"
+        )
+    text = (
+        f"{s.peer}: {s.agree_matched} of {s.compared} cells ({share:.0f}%) within "
+        f"{tolerance:.0%} of fleetbench once the methods match{at_clock}; {s.raw_gaps} raw gaps beyond "
+        f"{gap:.0%}, {s.raw_gaps_attributed} of them attributed"
+    )
+    return text + (f"; {s.not_compared} not compared" if s.not_compared else "")
 
 
 def _pct(x: float) -> str:

@@ -29,6 +29,7 @@ from ..planning.render import template_environment
 from ..runs.profiles import latest_fleet
 from ..runs.store import now_iso
 from .diffnotes import worded_comparison
+from .tables import step_text
 
 REPORT_TEMPLATE = "report.html.j2"
 MAX_PLOTTED_CASES = 40
@@ -329,7 +330,7 @@ def chart_history(runs_dir: Path, rows: list[Row], threshold: float) -> list[dic
                     {
                         "name": host,
                         "points": [
-                            {"x": runs.index(p.run_id), "y": p.median_us, "run": p.run_id, "step": p.step or ""}
+                            {"x": runs.index(p.run_id), "y": p.median_us, "run": p.run_id, "step": step_text(p)}
                             for p in pts
                         ],
                     }

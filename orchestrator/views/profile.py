@@ -7,6 +7,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Optional
 
 from ..analysis import profile as analysis
+from ..runs import ncureport
 from .output import Document, Section
 from .tables import US_DIGITS, significant
 
@@ -48,6 +49,29 @@ def case_text(case) -> str:
     return f"{case.backend} {case.m}x{case.n}x{case.k}"
 
 
+# limit code (runs/ncureport.py LIMIT_*) -> its words
+LIMIT_WORDS = {
+    ncureport.LIMIT_MAX_KERNELS: "ncu stopped at {max_kernels} kernels (--max-kernels): the calls are not all profiled",
+    ncureport.LIMIT_INDIVISIBLE: "{launches} kernel launches do not divide into {calls} calls: no time per call",
+    ncureport.LIMIT_KERNEL_FILTER: "only kernels whose name matches {regex!r} (--kernel)",
+}
+
+
+def limit_text(limit) -> str:
+    """What a profile's summary leaves out (runs/ncureport.py Limit, or its stored dict) in words."""
+    code, facts = (limit["code"], limit["facts"]) if isinstance(limit, dict) else (limit.code, limit.facts)
+    return LIMIT_WORDS[code].format(**facts)
+
+
+def summary_notes(summary: Optional[dict]) -> list[str]:
+    """A stored summary's notes in words: its limits (STORED_PROFILE_FORMAT 2), or the notes a format 1
+    file stored already worded."""
+    summary = summary or {}
+    if "limits" in summary:
+        return [limit_text(x) for x in summary["limits"]]
+    return list(summary.get("notes", []))
+
+
 def _clocks(p) -> tuple:
     """(ncu's SM MHz over the call's kernels, time-weighted; µs per call at the sweep's SM clock)."""
     summary = p.summary or {}
@@ -81,7 +105,7 @@ def profile_entry(p) -> dict:
         if at_sweep_clock and p.sweep_median_us
         else None,
         "kernels": summary.get("kernels", []),
-        "notes": summary.get("notes", []),
+        "notes": summary_notes(summary),
         "run": p.record.run.model_dump(mode="json") if p.record.run else None,
         "ncu": p.record.ncu,
         "ncu_version": p.record.ncu_version,
@@ -114,7 +138,7 @@ def profile_document(profiles: list) -> Document:
                 ]
             )
         entry = profile_entry(p)
-        note = p.record.reason or p.problem or "; ".join(summary.get("notes", [])) or f"stored in {p.path.parent}"
+        note = p.record.reason or p.problem or "; ".join(summary_notes(summary)) or f"stored in {p.path.parent}"
         call_rows.append(
             [
                 p.slot,
@@ -270,7 +294,7 @@ def cause_text(cause) -> str:
     f = cause.facts
     words = dict(f)
     if cause.code == analysis.CAUSE_CANNOT_COMPARE:
-        words["notes"] = "; ".join(f["notes"]) or "a side has no kernel"
+        words["notes"] = "; ".join(limit_text(x) for x in f["limits"]) or "a side has no kernel"
     if "only_a" in f:
         words.update(listed_a=_listed(f["only_a"]), listed_b=_listed(f["only_b"]))
     if "moved" in f:
@@ -326,3 +350,51 @@ def explain(a, b, a_run=None, b_run=None) -> CounterDiff:
     """Why B is slower than A as far as the counters tell (analysis/profile.py diagnose), in words: two
     ProfileSummary and what each profiled process said (ProfiledRun)."""
     return counter_diff(analysis.diagnose(a, b, a_run, b_run))
+
+
+# -- a flagged case of `diff --across-hosts --profile` ---------------------------------------------------
+def flagged_comparison(d, ref, a, b, case) -> dict:
+    """One flagged case's counter diff as stored and shown: `d` the outlier's deviation
+    (analysis/diff.py HostDeviation), `ref` the median host's slot (None: no other host ran the case),
+    `a` / `b` the StoredProfile of the median and the flagged host (None: none came back), `case` its
+    CaseSpec. Its `cause` says why when the two cannot be compared."""
+    entry = {
+        "case_id": d.case_key,
+        "case": case_text(case),
+        "label": case.label,
+        "b_slot": d.slot,
+        "a_slot": ref,
+        "sweep_b_us": d.median_us,
+        "fleet_median_us": d.fleet_median_us,
+        "sweep_a_us": a.sweep_median_us if a else None,
+        "robust_z": d.robust_z,
+        "sweep_ratio": d.median_us / a.sweep_median_us if a and a.sweep_median_us else None,
+        "a_profile": str(a.path) if a else None,
+        "b_profile": str(b.path) if b else None,
+        "a_us": None,
+        "b_us": None,
+        "ratio": None,
+        "details": [],
+        "kernels": [],
+    }
+    why = _not_comparable(a, b, ref)
+    if not why:
+        try:
+            a_summary, b_summary = ncureport.summary_of(a.record), ncureport.summary_of(b.record)
+            entry.update(explain(a_summary, b_summary, a.record.run, b.record.run).as_dict())
+        except ncureport.ProfileFormatError as exc:
+            why = f"ncu's CSV cannot be read: {exc}"
+    if why:
+        entry["cause"] = f"not profiled: {why}"
+    return entry
+
+
+def _not_comparable(a, b, ref) -> str:
+    if ref is None:
+        return "no other host ran the case"
+    for side, p in (("the median host", a), ("the flagged host", b)):
+        if p is None:
+            return f"{side} gave no profile"
+        if p.record.status != "ok":
+            return f"{side} ({p.slot}): {p.record.reason}"
+    return ""

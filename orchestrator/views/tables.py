@@ -4,9 +4,10 @@ the inventory and the stored runs. Pure: data in, documents out; output.write pr
 from __future__ import annotations
 
 import math
+from dataclasses import asdict
 from typing import TYPE_CHECKING, Optional
 
-from ..analysis.noise import NOISY_REL_CI, plus_minus
+from ..analysis.noise import NOISY_REL_CI
 from .output import Document, Section
 
 if TYPE_CHECKING:  # `history` draws documents without loading the run readers (pydantic)
@@ -60,10 +61,49 @@ def interval_text(low: Optional[float], high: Optional[float]) -> str:
     return f"{ratio_text(low)}–{ratio_text(high)}"
 
 
+def plus_minus(rel: float, decimals: int = 0) -> str:
+    """A CI half-width relative to its median, `±12%`; beyond ±100% the exact width says nothing more
+    (the rounds disagree wildly; JSON keeps the number)."""
+    return f"±{rel:.{decimals}%}" if rel <= 1 else "wider than ±100%"
+
+
+# row note code (analysis/merge.py ROW_*) -> its words
+ROW_NOTE_WORDS = {
+    "not-run": "not run",
+    "host-ended": "host {outcome}: {error}",
+    "cut-short": "{rounds} of {planned} rounds timed before attempt {attempt} ended{host}",
+    "other-software": "attempt {attempt} on other software: {changed}",
+}
+
+
+def row_note_text(note) -> str:
+    """One note of a row (analysis/merge.py RowNote: a ROW_* code and its facts) in words."""
+    f = note.facts
+    if note.code == "host-ended":
+        return ROW_NOTE_WORDS[note.code].format(**f).rstrip(": ")
+    if note.code == "cut-short":
+        return ROW_NOTE_WORDS[note.code].format(**f, host=f" (host {f['outcome']})" if f["outcome"] else "")
+    return ROW_NOTE_WORDS[note.code].format(**f)
+
+
+def row_reason(row: Row) -> str:
+    """Why a row is what it is, as shown and stored: what the host said, then the row's notes in words."""
+    return "; ".join(filter(None, [row.reason, *(row_note_text(n) for n in row.notes)]))
+
+
+def row_record(row: Row) -> dict:
+    """A row as JSON data: its fields, its reason in words (row_reason)."""
+    out = row.as_dict()
+    out["reason"] = row_reason(row)
+    del out["notes"]
+    return out
+
+
 def _note(row: Row) -> str:
     parts = []
-    if row.reason:
-        parts.append(row.reason)
+    reason = row_reason(row)
+    if reason:
+        parts.append(reason)
     if row.tainted:
         parts.append("TAINTED: GPU throttled during timing")
     if row.rel_ci is not None and row.rel_ci > NOISY_REL_CI:
@@ -144,7 +184,7 @@ def rows_document(rows: list[Row], title: str = "") -> Document:
         if any(r.pct_sol is not None for r in rows)
         else "",
     )
-    data = [r.as_dict() for r in rows]
+    data = [row_record(r) for r in rows]
     return Document([section], data=data, records=data, kind="rows")
 
 
@@ -175,6 +215,16 @@ def _pivot_cell(row: Optional[Row], speedup: Optional[float], best: bool = False
     return text
 
 
+def block_text(c) -> str:
+    """A fused MoE block against the two projections it replaces (analysis/moe_blocks.py BlockComparison)."""
+    return (
+        f"{c.slot} {c.label}: {c.fused_backend} block {c.fused_us:.4g} µs against "
+        f"{c.composed_backend} w13 ({2 * c.intermediate}x{c.hidden}) {c.w13_us:.4g} µs + "
+        f"w2 ({c.hidden}x{c.intermediate}) {c.w2_us:.4g} µs = {c.composed_us:.4g} µs "
+        f"(x{c.speedup:.2f}; SwiGLU and requantization not in the composition)"
+    )
+
+
 def pivot_document(rows: list[Row], baseline: Optional[str] = None, per_host: bool = False, pairs=None) -> Document:
     """Per shape, each backend's median latency and TFLOPS (and speedup over `baseline`) side by side; by
     default one line per shape for the whole fleet (the median over hosts), with per_host one per host.
@@ -192,7 +242,7 @@ def pivot_document(rows: list[Row], baseline: Optional[str] = None, per_host: bo
     if baseline is not None and baseline not in all_backends:
         raise InputError(f"--baseline {baseline!r} is not in this run (backends: {', '.join(all_backends)})")
     ran = {r.backend for r in rows if r.status not in ("unsupported", "unavailable")}
-    nowhere = sorted({(r.backend, r.status, r.reason) for r in rows if r.backend not in ran})
+    nowhere = sorted({(r.backend, r.status, row_reason(r)) for r in rows if r.backend not in ran})
     rows = [r for r in rows if r.backend in ran]
     backends, pivot = pivot_by_backend(rows if per_host else fleet_rows(rows))
     records = []
@@ -239,10 +289,14 @@ def pivot_document(rows: list[Row], baseline: Optional[str] = None, per_host: bo
         records[len(body) - 1]["best"] = best
         records[len(body) - 1]["best_by"] = basis
     notes = sorted(
-        {f"{r.backend}: {_SHORT.get(r.status, r.status)}* = {r.reason}" for r in rows if r.status != "ok" and r.reason}
+        {
+            f"{r.backend}: {_SHORT.get(r.status, r.status)}* = {row_reason(r)}"
+            for r in rows
+            if r.status != "ok" and row_reason(r)
+        }
     )
     # A fused MoE block is compared with its two projections, never with one GEMM (analysis/moe_blocks.py).
-    notes += [c.text() for c in block_comparisons(rows if per_host else fleet_rows(rows))]
+    notes += [block_text(c) for c in block_comparisons(rows if per_host else fleet_rows(rows))]
     notes += [
         f"{b}: {status} on every host and shape ({reason}); not shown"
         for b, status, reason in sorted({(b, s, why) for b, s, why in nowhere})
@@ -280,6 +334,11 @@ def comparison_summary(cmp) -> str:
         text += f"; {noisy} noisy (a side's CI beyond ±{NOISY_REL_CI:.0%})"
     if tainted:
         text += f"; {tainted} tainted (the GPU throttled while timing)"
+    changed = [b for b in cmp.by_backend() if b["effect_verdict"] in ("SLOWER", "FASTER")]
+    if changed:
+        text += "; over all cases: " + ", ".join(
+            f"{b['backend']} {b['effect_verdict']} {ratio_text(b['effect_ratio'])}" for b in changed
+        )
     return text
 
 
@@ -288,7 +347,7 @@ UNCHANGED = ("SAME", "NOT-RUN")
 
 def comparison_document(cmp, only_changed: bool = False) -> Document:
     """Facts and settings that differ, then one row per case (with only_changed, none that is SAME or
-    was run on neither side), then per backend the geometric mean of B/A. A µs and B µs are the medians
+    was run on neither side), then per backend the geometric mean of B/A and its effect over all cases. A µs and B µs are the medians
     B/A is the ratio of."""
     summary = comparison_summary(cmp)
     shown = [c for c in cmp.cases if not (only_changed and c.verdict in UNCHANGED)]
@@ -342,20 +401,39 @@ def comparison_document(cmp, only_changed: bool = False) -> Document:
     backends = cmp.by_backend()
     sections.append(
         Section(
-            ["backend", "cases compared", "geomean B/A", "slower", "faster", "not ok"],
+            [
+                "backend",
+                "cases compared",
+                "geomean B/A",
+                "over all cases",
+                "95% CI",
+                "verdict",
+                "slower",
+                "faster",
+                "not ok",
+            ],
             [
                 [
                     b["backend"],
                     str(b["compared"]),
                     ratio_text(b["geomean_ratio"]),
+                    ratio_text(b["effect_ratio"]) if b["effect_ratio"] is not None else "-",
+                    interval_text(b["effect_low"], b["effect_high"]) if b["effect_ratio"] is not None else "-",
+                    b["effect_verdict"] or "-",
                     str(b["slower"]),
                     str(b["faster"]),
                     str(b["not_ok"]),
                 ]
                 for b in backends
             ],
-            title="per backend (geometric mean of B/A over the cases timed on both sides)",
-            right=("cases compared", "geomean B/A", "slower", "faster", "not ok"),
+            title=(
+                "per backend (geometric mean of B/A over the cases timed on both sides; over all cases: the same "
+                "with each row's work where its clock split allows, its 95% interval over the cases, and its "
+                "verdict)"
+            ),
+            styles={5: _VERDICT_STYLE},
+            right=("cases compared", "geomean B/A", "over all cases", "slower", "faster", "not ok"),
+            optional=("95% CI",),
         )
     )
     data = {
@@ -556,6 +634,49 @@ def host_check_document(statuses, skew: list[str]) -> Document:
     )
 
 
+# history note code (analysis/history.py NOTE_*, named here as strings: `show` and `diff` draw their tables
+# without importing the history index) -> its words; NOTE_LINK's are the runs folder's own (runs/store.py).
+HISTORY_NOTE_WORDS = {
+    "index-rebuilt": "the history index was rebuilt from the run folders: {because}",
+    "run-left-out": "run folder {run_id} left out: {problem}",
+    "run-problem": "run {run_id}: {problem}",
+    "no-step": "no step found in {series} series",
+    "too-few-runs": "{series} series {has} too few runs to judge ({runs}; a step needs at least {needs})",
+}
+
+
+def history_note_text(note) -> str:
+    """One note of a history (analysis/history.py Note: a NOTE_* code and its facts) in words."""
+    from ..runs.store import link_note
+
+    f = note.facts
+    if note.code == "link":
+        return link_note(f["link"], f["target"])
+    words = dict(f)
+    if note.code == "too-few-runs":
+        words["has"] = "has" if f["series"] == 1 else "have"
+        words["runs"] = f"{f['fewest']}" if f["fewest"] == f["most"] else f"{f['fewest']} to {f['most']}"
+    return HISTORY_NOTE_WORDS[note.code].format(**words)
+
+
+def history_notes(hist) -> list[str]:
+    """A history's notes (runs left out and why; what --steps could not judge) in words."""
+    return [history_note_text(n) for n in hist.notes]
+
+
+def step_text(point) -> str:
+    """A history point's step mark: `step ×1.100` on the first point at a new level, else ""."""
+    return "" if point.step_ratio is None else f"step ×{point.step_ratio:.3f}"
+
+
+def point_record(point) -> dict:
+    """A history point as JSON data: its fields with its step mark in words."""
+    out = point.as_dict()
+    del out["step_ratio"]
+    out["step"] = step_text(point)
+    return out
+
+
 def history_document(hist) -> Document:
     """Points oldest first per series; steps marked on the first point at a new level and listed."""
     rows = [
@@ -573,7 +694,7 @@ def history_document(hist) -> Document:
             "" if p.pct_sol is None else f"{p.pct_sol:.0f}%",
             p.torch or "",
             p.flashinfer or "",
-            p.step,
+            step_text(p),
         ]
         for p in hist.points
     ]
@@ -644,8 +765,15 @@ def history_document(hist) -> Document:
             )
         )
     notes = [] if hist.points else ["no stored result matches this selection"]
-    points = [p.as_dict() for p in hist.points]
-    return Document(sections, data=hist.as_dict(points), records=points, notes=notes, kind="history")
+    points = [point_record(p) for p in hist.points]
+    data = {
+        "threshold": hist.threshold,
+        "index": hist.index,
+        "points": points,
+        "steps": [asdict(s) for s in hist.steps],
+        "notes": history_notes(hist),
+    }
+    return Document(sections, data=data, records=points, notes=notes, kind="history")
 
 
 def runs_document(entries: list[dict]) -> Document:
