@@ -460,12 +460,13 @@ def recover_attempts(
                     stop_job(transport, host, layout, job.slot, attempt)
                     local = store.attempt_dir(job.slot, attempt) / "results.jsonl"
                     fetched = local.with_name("results.recovered")
+                    store.exists(fetched)  # LinkInRun for a link left there: a copy is never written through one
                     remote = layout.results(job.slot, attempt)  # bound below: a thread past its limit lives on
                     if not bounded(lambda src=remote, dst=fetched: transport.get(src, dst), CLEANUP_LIMIT_S):
                         fetched.unlink(missing_ok=True)  # a copy cut short (a full disk) is no copy
                         continue
                     old = store.read_bytes(local) if store.exists(local) else b""
-                    new = fetched.read_bytes()
+                    new = store.read_bytes(fetched)
                     if len(new) > len(old) and new.startswith(old):
                         fetched.replace(local)
                         recovered[job.slot] = recovered.get(job.slot, 0) + new[len(old) :].count(b"\n")
