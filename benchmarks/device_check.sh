@@ -436,7 +436,7 @@ step_startup() {  # what a worker's start-up costs, with and without bytecode on
     pyc=$(find "$venv" "$SITE" -name '*.pyc' 2>/dev/null | wc -l)
     py=$(find "$venv" "$SITE" -name '*.py' 2>/dev/null | wc -l)
     echo "startup: $pyc .pyc beside $py .py files under $venv and $SITE"
-    local t0 imports='import torch, flashinfer, worker.runner, pydantic'
+    local t0 imports='import torch, flashinfer, worker.sweep.runner, pydantic'
     for i in 1 2; do
         t0=$(now); env -u PYTHONPYCACHEPREFIX PYTHONDONTWRITEBYTECODE="$ORIG_DWB" "$GPU_PY" -c "$imports"
         echo "startup: $imports, as the machine has them, $i: $(elapsed "$t0" "$(now)") s"

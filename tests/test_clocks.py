@@ -273,7 +273,7 @@ def test_hosts_check_says_whether_a_host_with_clocks_lock_can_lock(tmp_path, def
 
 
 def test_the_lock_probe_names_root_when_the_worker_is_not_root(monkeypatch, tmp_path):
-    from worker import clocks
+    from worker.host import clocks
 
     bindir, _ = refusing_stand_in(tmp_path)
     monkeypatch.setenv("PATH", f"{bindir}:{os.environ['PATH']}")

@@ -30,11 +30,11 @@ from orchestrator.planning.plan import build_plan, new_run_id
 from orchestrator.runs.crosschecks import load_crosschecks
 from orchestrator.runs.store import RunStore
 from orchestrator.views.crosscheck import compare_peer, summary_text
-from worker import crosscheck as xc
 from worker.contract.crosscheck import CrosscheckOptions, CrosscheckRecord, FleetbenchTiming, Method, PeerResult, Timed
 from worker.contract.schema import CaseRecord, CaseSpec, FactsRecord, TimingOptions
 from worker.contract.stats import summarize as summarize_samples
-from worker.crosscheck import CaseBench
+from worker.tools import crosscheck as xc
+from worker.tools.crosscheck import CaseBench
 
 # The stand-ins' model of one call of the case: 10 µs of kernels; FlashInfer's flush leaves L2 dirty
 # (+5%); per-call events add 2 µs of launch; a GPU timed from idle runs at its burst clock (-4%), and so
@@ -361,7 +361,7 @@ class FakeNvml:
 
 
 def test_the_clock_a_timer_ran_at_is_read_while_it_runs_in_the_clock_step_only(monkeypatch):
-    from worker.health import ClockSampler, NvmlProbe
+    from worker.host.health import ClockSampler, NvmlProbe
 
     nvml = FakeNvml([1980, 1750, 1750, 1750, 1750])
     with ClockSampler(NvmlProbe(None, nvml), interval_s=0.001) as clock:
@@ -581,7 +581,7 @@ def test_a_host_that_cannot_start_fails_alone_with_one_line(tmp_path, capsys):
 
 
 def test_a_case_the_worker_cannot_run_is_its_record(tmp_path):
-    from worker.runner import CaseRunner
+    from worker.sweep.runner import CaseRunner
 
     runner = CaseRunner("cpu")
     record = xc.check_case(runner, CaseSpec(backend="no-such-backend", m=1, n=1, k=1), CrosscheckOptions())

@@ -1,4 +1,4 @@
-"""CUPTI timing's building block (worker/cupti.py) on the CPU: the trace of graph replays, as kineto hands
+"""CUPTI timing's building block (worker/measure/cupti.py) on the CPU: the trace of graph replays, as kineto hands
 it over, split into replays (by each activity's cudaGraphLaunch, else by count), summed per call, and
 refused when it cannot be attributed. The trace comes from fakes shaped like torch's _KinetoEvent; the
 lent GPU's real trace is read by benchmarks/fidelity/cupti_check.py."""
@@ -12,8 +12,8 @@ from types import SimpleNamespace
 import pytest
 from torch.autograd import DeviceType
 
-from worker import cupti
-from worker.cupti import CuptiError, DeviceActivity, read_trace, split_replays
+from worker.measure import cupti
+from worker.measure.cupti import CuptiError, DeviceActivity, read_trace, split_replays
 
 QUANT = "void nvfp4::quantize_kernel<(int)16>(...)"
 GEMM = "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize64x64x64_warpgroupsize1x1x1_execute_segment_k_off_kernel"

@@ -168,7 +168,7 @@ def test_a_cpu_host_is_locked_like_a_gpu_and_a_second_run_waits_for_it(tmp_path,
 
     from conftest import start_cli, write_sweep
 
-    from worker.gpulock import CPU, gpu_lock
+    from worker.host.gpulock import CPU, gpu_lock
 
     sweep = write_sweep(tmp_path / "s.yaml", backends=("torch-bf16",))
     runs = tmp_path / "runs"

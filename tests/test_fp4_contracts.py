@@ -25,11 +25,11 @@ import torch
 from support.ci import require
 
 from orchestrator.ops.provision import pinned_versions
-from worker import nvfp4
 from worker.backends import flashinfer_mm_fp4_backends
 from worker.backends.fp8 import dequantized_product
+from worker.check import nvfp4
+from worker.check.verify import THRESHOLDS, verdict
 from worker.contract.catalog import CATALOG
-from worker.verify import THRESHOLDS, verdict
 
 CONTRACTS = Path(__file__).parent / "contracts"
 SGL_RECORD = CONTRACTS / "sgl_kernel-0.3.21.json"

@@ -37,12 +37,12 @@ from test_fp4_contracts import (
     fp4_product,
 )
 
-from worker import nvfp4
 from worker.backends import moe, moe_fp4
+from worker.check import nvfp4
+from worker.check.verify import THRESHOLDS, verdict
 from worker.contract.catalog import CATALOG, support_problem
 from worker.contract.routing import draw_counts
 from worker.contract.schema import CaseSpec, MoeSpec, TimingOptions
-from worker.verify import THRESHOLDS, verdict
 
 FI_GROUPED, SGL_GROUPED, FI_FUSED = (
     "moe-grouped-flashinfer-fp4",
@@ -367,7 +367,7 @@ def _case(name: str, out_dtype: str = "bfloat16") -> CaseSpec:
 
 
 def _runner(monkeypatch, fake, cc=RTX_PRO_6000):
-    import worker.runner as runner_module
+    import worker.sweep.runner as runner_module
 
     monkeypatch.setitem(sys.modules, fake.library, fake)
     monkeypatch.setattr(runner_module, "availability_problem", lambda spec: None)  # the stand-in is "installed"

@@ -11,7 +11,7 @@ from cli_output import cli_json
 from conftest import REPO, kernel_sweep
 
 from orchestrator.cli import main
-from worker import integrity
+from worker.check import integrity
 
 CHEATS = (REPO / "tests" / "kernels" / "cheats.py").read_text()
 HONEST = """import torch
@@ -91,7 +91,7 @@ def test_honest_kernels_are_never_flagged(cheat_run, backend):
 
 def test_a_kernel_that_converts_its_input_without_saying_so_is_told_how(cheat_run):
     """Its result cannot follow a change of `a` it never reads again: flagged, and the reason names the
-    way in (worker/userkernel.py: `reads`)."""
+    way in (worker/backends/userkernel.py: `reads`)."""
     rows, _ = cheat_run
     row = rows["converts-silently"]
     assert row["integrity"] == "cached" and "names what its call reads as `reads`" in row["reason"], row
@@ -113,8 +113,8 @@ def test_diff_and_the_table_name_the_failed_check(cheat_run, capsys):
 def test_sign_flips_are_exact_and_undo_themselves_in_every_operand_format():
     """bf16 negated, e4m3 by its sign bit, packed e2m1 by both sign bits of each byte: the product with a
     flipped A is the exact negation, and a second flip restores every bit."""
-    from worker import nvfp4
     from worker.backends.fp8 import quantize_e4m3
+    from worker.check import nvfp4
 
     gen = torch.Generator().manual_seed(5)
     a = torch.randn((16, 64), generator=gen).to(torch.bfloat16)
@@ -138,8 +138,8 @@ def test_sign_flips_are_exact_and_undo_themselves_in_every_operand_format():
 def test_sign_flips_leave_torchs_version_counter_where_it_was():
     """The flips are raw writes into the same storage: a kernel caching on `(a.data_ptr(), a._version)`
     (tests/kernels/cheats.py by-version) sees no change, in every operand format, views included."""
-    from worker import nvfp4
     from worker.backends.fp8 import quantize_e4m3
+    from worker.check import nvfp4
 
     gen = torch.Generator().manual_seed(7)
     a = torch.randn((16, 64), generator=gen).to(torch.bfloat16)
@@ -158,7 +158,7 @@ def test_every_builtin_backend_that_runs_here_says_what_its_call_reads():
     from worker.backends import availability_problem
     from worker.contract.catalog import CATALOG, support_problem
     from worker.contract.schema import CaseSpec, MoeSpec
-    from worker.runner import CaseRunner
+    from worker.sweep.runner import CaseRunner
 
     runner = CaseRunner("cpu")
     checked = []

@@ -177,7 +177,7 @@ def test_a_loop_that_pairs_tokens_with_the_wrong_expert_fails_the_check():
     from worker.backends import moe
     from worker.contract.catalog import CATALOG
     from worker.contract.schema import CaseSpec, MoeSpec
-    from worker.runner import CaseRunner
+    from worker.sweep.runner import CaseRunner
 
     case = CaseSpec(
         workload="moe",

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from worker import nvfp4
+from worker.check import nvfp4
 
 CODE_VALUES = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0]
 

@@ -1,5 +1,5 @@
 """Head-to-head timing and rounds until sure, without a GPU (issue 40): the interleaved order, settling
-and sampling of worker/interleave.py on stand-in graphs whose speed follows a shared simulated clock;
+and sampling of worker/measure/interleave.py on stand-in graphs whose speed follows a shared simulated clock;
 the paired interval of worker/contract/pairing.py; the stamp kernel's arithmetic; when a unit stops its rounds."""
 
 from __future__ import annotations
@@ -9,10 +9,10 @@ import random
 
 import pytest
 
-from worker import interleave, streamclock
 from worker.contract import pairing
 from worker.contract.schema import CaseRecord, CaseSpec, RoundStats, Stats, TimingOptions
-from worker.runner import rounds_decision
+from worker.measure import interleave, streamclock
+from worker.sweep.runner import rounds_decision
 
 
 class SharedGpu:
@@ -171,7 +171,7 @@ def test_contenders_stop_together_only_when_their_head_to_head_interval_is_narro
 def test_a_units_graphs_are_paired_after_their_own_round_and_a_case_without_a_kept_graph_is_not():
     from types import SimpleNamespace
 
-    from worker.headtohead import duel, units_of
+    from worker.sweep.headtohead import duel, units_of
 
     opts = TimingOptions(rounds=3, settle_ms=1.0)
     cases = [CaseSpec(backend=b, m=64, n=256, k=512, timing=opts) for b in ("torch-bf16", "torch-fp8", "mm")]

@@ -1,6 +1,7 @@
 """Physics as a check (issue 41): a case timed faster than its GPU's speed of light, beyond the margin,
-is `impossible` (worker/physics.py); an honest one never is. The controller judges a user kernel's record
-again outside its process (worker/contract/physics.py recheck), never more strictly than the worker did. The numbers are the H200's: its calibration
+is `impossible` (worker/check/physics.py); an honest one never is. The controller judges a user kernel's
+record again outside its process (worker/contract/physics.py recheck), never more strictly than the worker
+did. The numbers are the H200's: its calibration
 (benchmarks/results/calibration-h200.json) and the version-keyed cache of issue 41 (1.12 / 1.37 / 3.46 µs
 for 16 / 256 / 1024 x 2048 x 6144 bf16: 534%, 591% and 934% of speed of light)."""
 
@@ -8,12 +9,12 @@ from __future__ import annotations
 
 import pytest
 
-from worker import integrity
+from worker.check import integrity
+from worker.check.physics import MARGIN, impossible, roofs
 from worker.contract.metrics import gemm_metrics, moe_metrics
 from worker.contract.physics import recheck
 from worker.contract.schema import Calibration, CaseSpec, FactsRecord, RoundStats
 from worker.contract.stats import summarize
-from worker.physics import MARGIN, impossible, roofs
 
 H200 = "NVIDIA H200"
 CAL = Calibration(

@@ -42,7 +42,7 @@ from orchestrator.views.profile import explain, limit_text, profile_entry
 from worker.contract.profile import ProfiledRun, ProfileOptions
 from worker.contract.schema import CaseRecord, CaseSpec, FactsRecord, RoundStats, TimingOptions
 from worker.contract.stats import summarize as summarize_samples
-from worker.profile import NCU_PLACES, classify_ncu_output, ncu_argv
+from worker.tools.profile import NCU_PLACES, classify_ncu_output, ncu_argv
 
 GEMM = "void cutlass::Kernel2<cutlass_80_tensorop_bf16_s16816gemm_relu_bf16_64x64_64x4_tn_align8>(T1::Params)"
 COPY = "void at::native::elementwise_kernel<128, 2, at::native::gpu_kernel_impl<at::native::direct_copy_kernel_cuda(at::TensorIteratorBase &)::[lambda() (instance 3)]::operator ()() const::[lambda() (instance 8)]::operator ()() const::[lambda(c10::BFloat16) (instance 1)]>(at::TensorIteratorBase &, const T1 &)::[lambda(int) (instance 1)]>(int, T3)"
@@ -676,3 +676,25 @@ def test_over_ssh_a_dead_host_fails_alone_and_the_live_one_is_profiled(fleet, tm
     (entry,) = cli_json(out)
     assert entry["slot"] == "ssh0" and entry["status"] == "ok" and entry["report"]
     assert any(line.startswith("ssh1: unreachable") for line in err.splitlines()), err
+
+
+@pytest.mark.parametrize(
+    "names, has",
+    [
+        (["worker/__main__.py", "worker/tools/profile.py"], True),  # a worker in rooms
+        (["worker/__main__.py", "worker/profile.py"], True),  # a run made before the worker had rooms
+        (["worker/__main__.py", "worker/runner.py"], False),  # a run made before `profile` existed
+    ],
+)
+def test_a_stored_runs_worker_has_the_command_wherever_its_version_kept_it(names, has):
+    import io
+    import tarfile
+
+    from orchestrator.execution.storedcases import worker_has_command
+
+    raw = io.BytesIO()
+    with tarfile.open(fileobj=raw, mode="w:gz") as tar:
+        for name in names:
+            tar.addfile(tarfile.TarInfo(name), io.BytesIO(b""))
+    assert worker_has_command(raw.getvalue(), "profile") is has
+    assert worker_has_command(b"not an archive", "profile") is False

@@ -1,4 +1,4 @@
-"""Speed of light: the calibration (worker/calibrate.py) and the metrics and views built on it.
+"""Speed of light: the calibration (worker/measure/calibrate.py) and the metrics and views built on it.
 
 The GPU measurements themselves run on a GPU (benchmarks/RESULTS.md, issue 16); here a fake `measure`
 stands in for them so the cache, the failure paths and the arithmetic are pinned down exactly."""
@@ -13,9 +13,9 @@ import pytest
 from orchestrator.analysis.merge import Row
 from orchestrator.runs.formats import params_for_worker
 from orchestrator.views.tables import pivot_document, rows_document
-from worker.calibrate import calibrate
 from worker.contract.metrics import gemm_metrics, speed_of_light
 from worker.contract.schema import Calibration
+from worker.measure.calibrate import calibrate
 
 GPU = SimpleNamespace(device="cuda")
 SHEET = {"bf16": 989.4, "fp8": 1978.9, "tb_s": 4.8}
@@ -232,7 +232,7 @@ def test_the_oracles_get_no_speed_of_light():
     """The references compute in fp32 whatever their operand family: a tensor-core roof is not theirs."""
     from worker.contract.catalog import CATALOG
     from worker.contract.schema import CaseSpec
-    from worker.runner import CaseRunner
+    from worker.sweep.runner import CaseRunner
 
     runner = CaseRunner("cpu")
     runner.calibration = Calibration(
@@ -273,9 +273,9 @@ def test_the_calibration_and_the_facts_come_before_any_user_code_runs(tmp_path, 
     running it, so its code cannot touch what judges it before the facts are written."""
     import builtins
 
-    from worker import runner as runner_module
-    from worker import userkernel
+    from worker.backends import userkernel
     from worker.contract.schema import CaseSpec
+    from worker.sweep import runner as runner_module
 
     monkeypatch.setattr(userkernel, "USER_DIR", tmp_path)
     sha = "b" * 64
@@ -283,7 +283,9 @@ def test_the_calibration_and_the_facts_come_before_any_user_code_runs(tmp_path, 
         'import builtins\nbuiltins.FLEETBENCH_USER_CODE_RAN = True\nFAMILY: str = "fp8"\ndef prepare(a, b, o): ...\n'
     )
     asked = []
-    monkeypatch.setattr("worker.calibrate.calibrate", lambda device, families, mode, **kw: asked.append(families))
+    monkeypatch.setattr(
+        "worker.measure.calibrate.calibrate", lambda device, families, mode, **kw: asked.append(families)
+    )
     cases = [
         CaseSpec(backend="torch-bf16", m=16, n=64, k=128),
         CaseSpec(backend="mine", m=16, n=64, k=128, kernel_sha256=sha),

@@ -1,8 +1,8 @@
 """The shape of the code, checked: the controller's layers (each package imports only the ones below it)
-and no import cycle among its packages; no command imports another; no import cycle among the project's
-modules; each command imports only what it uses; no process of fleetbench outlives a command; the host
-contract lives in worker/contract/protocol.py and the controller matches no message text; the outcome
-judgement as a table."""
+and no import cycle among its packages; no command imports another; the worker's rooms, on floors the same
+way; no import cycle among the project's modules; each command imports only what it uses; no process of
+fleetbench outlives a command; the host contract lives in worker/contract/protocol.py and the controller
+matches no message text; the outcome judgement as a table."""
 
 from __future__ import annotations
 
@@ -207,6 +207,72 @@ def test_no_import_cycle_among_the_controllers_packages():
     for unit in sorted(edges):
         if unit not in state:
             visit(unit)
+
+
+# -- the worker's rooms ---------------------------------------------------------------------------------
+# __main__ > tools > sweep > measure > host > backends > check > contract: each room of worker/ (a
+# sub-package, or a module beside them) and the rooms it may import, module-level and function-local
+# alike; every one may import the package's own __init__ (`worker`: __version__).
+WORKER_MAY_IMPORT = {
+    "__main__": {"tools", "sweep", "measure", "host", "backends", "check", "contract"},  # `python -m worker`
+    "tools": {"sweep", "measure", "host", "backends", "check", "contract"},  # profile, crosscheck
+    "sweep": {"measure", "host", "backends", "check", "contract"},  # a job's cases, round by round
+    "measure": {"host", "backends", "check", "contract"},  # timing, pairing, clocks in the stream, peaks
+    "host": {"backends", "check", "contract"},  # facts, NVML, locks, clock lock, build env, caches
+    "backends": {"check", "contract"},  # one module per library, the user's files
+    "check": {"contract"},  # the oracle, integrity, physics
+    "contract": set(),  # the one door (its own test below: stdlib and pydantic only)
+    "worker": set(),
+}
+
+
+def _worker_room(module: str) -> str:
+    """The room of worker/ (sub-package or top-level module) that `module` belongs to."""
+    parts = module.split(".")
+    if len(parts) > 1 and ((REPO / "worker" / parts[1]).is_dir() or (REPO / "worker" / f"{parts[1]}.py").exists()):
+        return parts[1]
+    return "worker"  # the package's own __init__, or a name it defines (__version__)
+
+
+def _worker_imports() -> list[tuple[str, str, str]]:
+    """(importing room, imported room, where and what) for each import between rooms of worker/."""
+    found = []
+    for path in sorted((REPO / "worker").rglob("*.py")):
+        module = _module_name(path)
+        for line, target in _import_lines(path, module):
+            if target.split(".")[0] == "worker" and _worker_room(target) != _worker_room(module):
+                found.append((_worker_room(module), _worker_room(target), f"{path.relative_to(REPO)}:{line} {target}"))
+    return found
+
+
+def test_every_worker_room_has_its_place_in_the_floors():
+    rooms = {_worker_room(_module_name(p)) for p in (REPO / "worker").rglob("*.py")}
+    assert rooms == set(WORKER_MAY_IMPORT), "place each room in WORKER_MAY_IMPORT: " + str(
+        sorted(rooms ^ set(WORKER_MAY_IMPORT))
+    )
+
+
+def test_each_worker_room_imports_only_the_floors_below_it():
+    wrong = sorted(
+        f"{where} ({room} may not import {imported})"
+        for room, imported, where in _worker_imports()
+        if imported not in WORKER_MAY_IMPORT[room] | {"worker"}
+    )
+    assert wrong == [], "imports against the worker's floors:\n" + "\n".join(wrong)
+
+
+def test_no_module_rebinds_its_own_state():
+    """No module-level mutable state (STYLE.md): a `global` statement is how a module rebinds state of its
+    own between calls (the worker's timing once kept its capture stream, priming and last phases so; a
+    process's Timer holds them now). None in the controller or the worker."""
+    found = sorted(
+        f"{p.relative_to(REPO)}:{node.lineno} global {', '.join(node.names)}"
+        for pkg in PACKAGES
+        for p in (REPO / pkg).rglob("*.py")
+        for node in ast.walk(ast.parse(p.read_text(encoding="utf-8")))
+        if isinstance(node, ast.Global)
+    )
+    assert found == []
 
 
 def _modules_after(argv: list[str], tmp_path: Path) -> tuple[int, set[str]]:

@@ -26,9 +26,10 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from worker import timing
 from worker.contract.schema import CaseSpec, TimingOptions
-from worker.runner import CaseRunner
+from worker.measure import timing
+from worker.measure.tuning import TUNING, Tuning
+from worker.sweep.runner import CaseRunner
 
 L2_BYTES = 50 * 2**20
 COMPUTE_US = 10.0
@@ -96,7 +97,7 @@ class SimGraph:
 
 
 def install(monkeypatch, gpu: SimGpu) -> None:
-    """Point the torch.cuda calls that worker.timing makes at the simulation."""
+    """Point the torch.cuda calls that worker.measure.timing makes at the simulation."""
     from contextlib import contextmanager
 
     class Event:
@@ -137,8 +138,6 @@ def install(monkeypatch, gpu: SimGpu) -> None:
     monkeypatch.setattr(torch.cuda, "Event", Event)
     monkeypatch.setattr(torch.cuda, "CUDAGraph", lambda *a, **k: SimGraph(gpu))
     monkeypatch.setattr(torch.cuda, "graph", graph)
-    monkeypatch.setattr(timing, "_CAPTURE_STREAM", None)  # a fresh process
-    monkeypatch.setattr(timing, "_PRIMED", False)
 
 
 SHAPES = [(16, 2048, 6144), (64, 2048, 6144), (256, 2048, 6144), (1024, 2048, 6144), (16, 768, 6144), (128, 768, 6144)]
@@ -148,23 +147,25 @@ def sweep_in_fresh_process(
     monkeypatch, cases: list[CaseSpec], heat: dict | None = None, tau_us: float | None = None
 ) -> dict[str, float]:
     """Each case timed as the worker times it (its input-set count from CaseRunner, its warm-up,
-    probe, capture, settling and replays from worker.timing), in one simulated process: case id ->
-    median us. `heat` (case id -> steady slowdown) with `tau_us` models the clock and power state."""
+    probe, capture, settling and replays from worker.measure.timing), in one simulated process (a fresh
+    Timer: its capture stream, priming pass and last load are the process's): case id -> median us.
+    `heat` (case id -> steady slowdown) with `tau_us` models the clock and power state."""
     gpu = SimGpu(tau_us)
     heat = heat or {}
     install(monkeypatch, gpu)
     runner = CaseRunner.__new__(CaseRunner)
     runner.device = SimpleNamespace(device="cuda", l2_bytes=L2_BYTES)
+    timer = timing.Timer()
     medians = {}
     for case in cases:
         n_sets = runner._input_sets(case, "bf16")
         per_set = (case.m + case.n) * case.k * 2
         sets = [next(_SERIAL) for _ in range(n_sets)]  # fresh allocations: never in the simulated L2 yet
         h = heat.get(case.case_id, 0.0)
-        stats = timing.time_cuda(
+        timed = timer.time_cuda(
             lambda i, sets=sets, per_set=per_set, h=h: gpu.call(sets[i], per_set, h), n_sets, case.timing
         )
-        medians[case.case_id] = stats.median_us
+        medians[case.case_id] = timed.stats.median_us
     return medians
 
 
@@ -195,25 +196,25 @@ def test_the_simulation_catches_a_worker_that_favours_the_first_case_or_times_an
     as on the H200; warming up on the capture stream alone reads every case low (the order agrees, but
     a process with more than one stream never sees those numbers)."""
 
-    def time_cuda_variant(fn, n_sets, opts):
+    def time_cuda_variant(timer, fn, n_sets, opts):
         if variant.startswith("warm-up on the current"):
             timing._warm_up(fn, n_sets, opts, torch.cuda.current_stream())
             with torch.cuda.stream(torch.cuda.Stream()):
                 fn(0)
             capture = torch.cuda.Stream()
         else:
-            capture = timing._capture_stream()
+            capture = timer.capture_stream()
             timing._warm_up(fn, n_sets, opts, capture)
         g = timing._capture(fn, -(-64 // n_sets) * n_sets, n_sets, capture)
         start, end = torch.cuda.Event(), torch.cuda.Event()
         start.record()
         g.replay()
         end.record()
-        return SimpleNamespace(median_us=start.elapsed_time(end) * 1e3 / len(g.nodes))
+        return SimpleNamespace(stats=SimpleNamespace(median_us=start.elapsed_time(end) * 1e3 / len(g.nodes)))
 
     opts = TimingOptions(l2="cold", warmup_ms=0, budget_s=5, rounds=1)
     cases = [CaseSpec(backend="torch-bf16", m=m, n=n, k=k, timing=opts) for m, n, k in SHAPES[:2]]
-    monkeypatch.setattr(timing, "time_cuda", time_cuda_variant)
+    monkeypatch.setattr(timing.Timer, "time_cuda", time_cuda_variant)
     forward = sweep_in_fresh_process(monkeypatch, cases)
     backward = sweep_in_fresh_process(monkeypatch, cases[::-1])
     normal = COMPUTE_US + GAP_US + MISS_US
@@ -241,7 +242,7 @@ def test_every_round_runs_the_lightest_case_first_whatever_order_the_sweep_lists
     import random
 
     from worker.contract.schema import CaseSpec
-    from worker.runner import round_order
+    from worker.sweep.runner import round_order
 
     todo = [CaseSpec(backend=b, m=m, n=2048, k=6144) for m in (16, 64, 256, 1024) for b in ("torch-bf16", "torch-fp8")]
     load = {c.case_id: c.m / 1024 * (0.5 if c.backend == "torch-fp8" else 1.0) for c in todo}
@@ -256,8 +257,8 @@ def test_every_round_runs_the_lightest_case_first_whatever_order_the_sweep_lists
 def test_rounds_are_ranked_by_measured_load_once_measured(tmp_path, monkeypatch):
     """Round 1 is ranked by each case's math at the calibrated peak (a prediction); later rounds by what
     round 1 measured: a case that turned out slow (light load) moves ahead of one that ran at its peak."""
-    from worker import runner as runner_mod
     from worker.contract.schema import Calibration, CaseRecord, CaseSpec, RoundStats, Stats, TimingOptions
+    from worker.sweep import runner as runner_mod
 
     opts = TimingOptions(rounds=2)
     big = CaseSpec(backend="torch-bf16", m=1024, n=2048, k=6144, timing=opts)
@@ -309,20 +310,21 @@ def test_rounds_are_ranked_by_measured_load_once_measured(tmp_path, monkeypatch)
 
 
 def test_light_cases_settle_briefly_and_heavy_ones_and_their_successors_fully():
-    """Settling lasts as long as the GPU state needs (worker/timing.py): a light case after a light one
+    """Settling lasts as long as the GPU state needs (worker/measure/timing.py): a light case after a light one
     runs at the clock it found; a heavy case (or one of unknown load) reads its burst clock until the power
-    controller acts; a light case right after a heavy one waits for the clock to climb back."""
-    from worker import timing
-
-    timing._LAST_HEAVY = False
-    assert timing.settle_floor(100.0, 0.1) == timing.LIGHT_SETTLE_MS
-    assert timing.settle_floor(100.0, 0.2) == timing.LIGHT_SETTLE_MS
-    assert timing.settle_floor(100.0, timing.HEAVY_LOAD) == 100.0
-    assert timing.settle_floor(100.0, 0.1) == 100.0  # right after the heavy one
-    assert timing.settle_floor(100.0, 0.1) == timing.LIGHT_SETTLE_MS
-    assert timing.settle_floor(100.0, None) == 100.0  # unknown load: as heavy
-    assert timing.settle_floor(0.0, 0.1) == 0.0  # settling off stays off
-    timing._LAST_HEAVY = False
+    controller acts; a light case right after a heavy one waits for the clock to climb back. What the last
+    case was is the process's Timer's, and the values are its Tuning's."""
+    timer = timing.Timer()
+    assert timer.settle_floor(100.0, 0.1) == TUNING.light_settle_ms
+    assert timer.settle_floor(100.0, 0.2) == TUNING.light_settle_ms
+    assert timer.settle_floor(100.0, TUNING.heavy_load) == 100.0
+    assert timer.settle_floor(100.0, 0.1) == 100.0  # right after the heavy one
+    assert timer.settle_floor(100.0, 0.1) == TUNING.light_settle_ms
+    assert timer.settle_floor(100.0, None) == 100.0  # unknown load: as heavy
+    assert timer.settle_floor(0.0, 0.1) == 0.0  # settling off stays off
+    assert timing.Timer().settle_floor(100.0, 0.1) == TUNING.light_settle_ms  # another process: its own history
+    other = timing.Timer(Tuning(heavy_load=0.05, light_settle_ms=20.0))  # a GPU tuned otherwise
+    assert other.settle_floor(100.0, 0.04) == 20.0 and other.settle_floor(100.0, 0.1) == 100.0
 
 
 @pytest.mark.parametrize("settle_ms", [0.0, 100.0])
@@ -395,22 +397,22 @@ def test_the_settled_tail_is_the_first_of_the_samples_and_a_drifting_one_is_not(
     opts = TimingOptions(min_samples=10, max_samples=200, target_rel_ci=0.01, budget_s=5, settle_ms=100.0)
     # A heavy case: 100 ms of 1 ms batches, the thirds agree at the 100th; its tail (33) is enough samples.
     steady, state = kernel(lambda t: 10.0)
-    stats = timing._settle_and_sample(steady, 100, opts, None, "cuda-graph")
+    stats = timing._settle_and_sample(steady, 100, opts, None, "cuda-graph").stats
     assert (stats.n, state["batches"]) == (33, 100)
     assert stats.settle_ms == pytest.approx(67.0, abs=0.01)
     # With fewer samples allowed than the tail holds, the tail's first batches count as settling.
     steady, state = kernel(lambda t: 10.0)
     few = opts.model_copy(update={"max_samples": 20})
-    stats = timing._settle_and_sample(steady, 100, few, None, "cuda-graph")
+    stats = timing._settle_and_sample(steady, 100, few, None, "cuda-graph").stats
     assert (stats.n, state["batches"]) == (20, 100) and stats.settle_ms == pytest.approx(80.0, abs=0.01)
     # A light one: 10 ms of 2 ms batches, settled at the 6th; its tail of 2 and 8 more make the 10 samples.
     light, state = kernel(lambda t: 20.0)
-    stats = timing._settle_and_sample(light, 100, opts, None, "cuda-graph", floor_ms=10.0)
+    stats = timing._settle_and_sample(light, 100, opts, None, "cuda-graph", floor_ms=10.0).stats
     assert (stats.n, state["batches"]) == (10, 14)
     assert stats.settle_ms == pytest.approx(8.0, abs=0.01)
     # One that never stops drifting: every sample is taken after settling gave up.
     drifting, state = kernel(lambda t: 10.0 * (1 + t / 1e5))
-    stats = timing._settle_and_sample(drifting, 100, opts, None, "cuda-graph")
+    stats = timing._settle_and_sample(drifting, 100, opts, None, "cuda-graph").stats
     alone, settling = kernel(lambda t: 10.0 * (1 + t / 1e5))
     settled = timing._settle(alone, 100, 100.0)
     assert settled.tail == [] and state["batches"] == settling["batches"] + stats.n
@@ -430,19 +432,19 @@ def test_health_is_judged_over_the_samples_not_over_the_settling(monkeypatch, cl
     runner.device = SimpleNamespace(device="cuda", l2_bytes=L2_BYTES)
     readings = iter(clocks)
     runner.probe = SimpleNamespace(snapshot=lambda: HealthSnapshot(sm_clock_mhz=next(readings)))
+    runner.timer = timing.Timer()
     case = CaseSpec(
         backend="torch-bf16", m=64, n=256, k=256, timing=TimingOptions(warmup_ms=0, budget_s=1, rounds=1, settle_ms=5)
     )
     sets = [object() for _ in range(4)]
-    stats, health = runner._time(case, lambda i: gpu.call(id(sets[i]), 1 << 20), len(sets))
+    stats, health, _ = runner._time(case, lambda i: gpu.call(id(sets[i]), 1 << 20), len(sets))
     assert health.tainted is tainted and stats.settle_ms >= 5
     assert health.before.sm_clock_mhz == clocks[1]
 
 
 def test_burst_samples_after_a_cool_down_and_stop_before_the_power_controller_acts(monkeypatch):
     """`timing.state: burst` idles `cooldown_ms`, tells `settled` (the health reading then is the burst
-    clock), and samples for at most BURST_GPU_MS of GPU time, never settling."""
-    from worker import timing
+    clock), and samples for at most Tuning.burst_gpu_ms of GPU time, never settling."""
     from worker.contract.schema import TimingOptions
 
     slept, events = [], []
@@ -454,20 +456,20 @@ def test_burst_samples_after_a_cool_down_and_stop_before_the_power_controller_ac
         return 50.0  # 100 calls of 50 us: 5 ms of GPU time a batch
 
     opts = TimingOptions(state="burst", cooldown_ms=300.0, min_samples=50, max_samples=200, budget_s=10.0)
-    stats = timing._burst_sample(batch_us, calls, opts, lambda: events.append("settled"), "cuda-graph")
+    timed = timing._burst_sample(batch_us, calls, opts, lambda: events.append("settled"), "cuda-graph", 40.0)
     assert slept == [0.3] and events[:2] == ["sleep", "settled"]
-    assert stats.n == timing.BURST_GPU_MS / 5.0 and stats.settle_ms == 0.0  # stopped by GPU time, not by n
+    assert timed.stats.n == 40.0 / 5.0 and timed.stats.settle_ms == 0.0  # stopped by GPU time, not by n
+    assert set(timed.phases) == {"cooldown_s", "samples_s"}
 
 
 def test_cupti_mode_samples_the_kernels_of_the_timed_graph_and_keeps_its_replay_time_beside(monkeypatch):
     """`timing.mode: cupti` times the same graph by CUPTI's trace right after its event-timed samples: each
     sample is a call's summed kernel time; the replay median stays beside it (the difference is launch
     gaps), and the settling is the replay timing's."""
-    from worker import cupti, timing
     from worker.contract.schema import TimingOptions
     from worker.contract.stats import summarize
+    from worker.measure import cupti
 
-    monkeypatch.setattr(timing, "last_notes", [])
     asked = {}
 
     def traced(replay, calls_per_replay, replays, lead_in_ms=cupti.LEAD_IN_MS):
@@ -490,11 +492,12 @@ def test_cupti_mode_samples_the_kernels_of_the_timed_graph_and_keeps_its_replay_
     replayed = summarize([10.0, 10.2, 10.1], method="cuda-graph", calls_per_sample=64, l2="cold")
     replayed = replayed.model_copy(update={"settle_ms": 12.5})
     opts = TimingOptions(mode="cupti", min_samples=12)
-    stats = timing._kernel_time(graph, 64, opts, replayed)
+    timed = timing._kernel_time(graph, 64, opts, replayed)
+    stats = timed.stats
     assert asked == {"replay": graph.replay, "calls": 64, "replays": 12}
     assert stats.method == "cupti" and stats.median_us == 9.0 and stats.n == 12
     assert stats.replay_median_us == 10.1 and stats.settle_ms == 12.5 and stats.calls_per_sample == 64
-    assert timing.last_notes == ["CUPTI stays attached"]  # the runner puts it in the case's reason
+    assert timed.notes == ("CUPTI stays attached",) and "cupti_s" in timed.phases  # the runner: the case's reason
 
 
 def graphs_counted(monkeypatch, **timing_fields):
@@ -530,23 +533,25 @@ def test_a_later_round_replays_the_graph_its_first_round_built_and_reads_the_sam
     fresh build reads."""
     gpu, graphs, case, n_sets, fn = graphs_counted(monkeypatch, rounds=3)
     kept = []
-    first = timing.time_cuda(fn, n_sets, case.timing, keep=kept.append)
+    timer = timing.Timer()
+    first = timer.time_cuda(fn, n_sets, case.timing, keep=kept.append)
     built = len(graphs)
     assert len(kept) == 1 and built >= 2  # the priming pass's, the probe's, the timed graph
-    later = [timing.time_cuda(fn, n_sets, case.timing, graph=kept[0]) for _ in range(2)]
+    assert list(first.phases) == ["warmup_s", "capture_s", "settle_s", "samples_s"]
+    later = [timer.time_cuda(fn, n_sets, case.timing, graph=kept[0]) for _ in range(2)]
     assert len(graphs) == built  # nothing captured again
-    assert timing.last_phases["warmup_s"] == timing.last_phases["capture_s"] == 0.0
-    assert [s.median_us for s in later] == pytest.approx([first.median_us] * 2, rel=1e-9)
-    assert all(s.calls_per_sample == first.calls_per_sample for s in later)
+    assert all(t.phases["warmup_s"] == t.phases["capture_s"] == 0.0 for t in later)
+    assert [t.stats.median_us for t in later] == pytest.approx([first.stats.median_us] * 2, rel=1e-9)
+    assert all(t.stats.calls_per_sample == first.stats.calls_per_sample for t in later)
 
 
 @pytest.mark.parametrize("mode", ["graph", "cupti"])
 def test_crosscheck_settles_and_traces_the_graph_fleetbench_timed_without_capturing_it_again(monkeypatch, mode):
-    """worker/crosscheck.py CaseBench: fleetbench's timing of the case builds its graph once; settling
+    """worker/tools/crosscheck.py CaseBench: fleetbench's timing of the case builds its graph once; settling
     before a peer (and CUPTI) replays that graph, so no capture follows the timing, in `timing.mode: cupti`
     too, whose figure is named for what it is (kernel time, not a replay; never per-call events)."""
-    from worker import cupti
-    from worker.crosscheck import CaseBench
+    from worker.measure import cupti
+    from worker.tools.crosscheck import CaseBench
 
     monkeypatch.setattr(cupti, "available", lambda: None)
     monkeypatch.setattr(
@@ -558,14 +563,14 @@ def test_crosscheck_settles_and_traces_the_graph_fleetbench_timed_without_captur
     )
     gpu, graphs, case, n_sets, fn = graphs_counted(monkeypatch, mode=mode, rounds=1)
     timed_with = []  # graphs built when fleetbench's timing returned
-    real_time_cuda = timing.time_cuda
+    real_time_cuda = timing.Timer.time_cuda
 
     def time_cuda(*args, **kwargs):
-        stats = real_time_cuda(*args, **kwargs)
+        timed = real_time_cuda(*args, **kwargs)
         timed_with.append(len(graphs))
-        return stats
+        return timed
 
-    monkeypatch.setattr(timing, "time_cuda", time_cuda)
+    monkeypatch.setattr(timing.Timer, "time_cuda", time_cuda)
     bench = CaseBench(fn, n_sets, case)
     ours = bench.fleetbench(cupti=False)
     built = len(graphs)

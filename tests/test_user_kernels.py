@@ -184,11 +184,11 @@ def test_an_output_other_than_asked_fails_with_a_sentence_naming_expected_and_ac
 
 
 def test_the_output_contract_in_the_verdict_names_both_for_any_backend():
-    """worker/verify.py verdict: without an expected dtype, the oracle's shape and device; with one, the
+    """worker/check/verify.py verdict: without an expected dtype, the oracle's shape and device; with one, the
     dtype too, its values never compared."""
     import torch
 
-    from worker.verify import THRESHOLDS, Expected, verdict
+    from worker.check.verify import THRESHOLDS, Expected, verdict
 
     ref = torch.randn((16, 64))
     good = verdict(ref.to(torch.bfloat16), ref, None, THRESHOLDS["bf16"])
@@ -211,9 +211,9 @@ def test_an_moe_loops_per_expert_outputs_are_each_held_to_the_contract():
     import pytest
     import torch
 
-    from worker import integrity
     from worker.backends import moe
-    from worker.verify import Expected, WrongOutput
+    from worker.check import integrity
+    from worker.check.verify import Expected, WrongOutput
 
     rows = (3, 5)
     a = torch.randn((8, 32)).to(torch.bfloat16)
@@ -258,14 +258,14 @@ def test_an_moe_loops_per_expert_outputs_are_each_held_to_the_contract():
 
 
 def test_every_builtin_backend_that_runs_here_keeps_the_output_contract():
-    """What worker/verify.py expected_output asks of each built-in (its case's out_dtype, fp32 for the
+    """What worker/check/verify.py expected_output asks of each built-in (its case's out_dtype, fp32 for the
     oracles; the oracle's shape; per expert for an MoE loop) is what each returns."""
-    from worker import integrity
     from worker.backends import availability_problem
+    from worker.check import integrity
+    from worker.check.verify import THRESHOLDS, expected_output
     from worker.contract.catalog import CATALOG, support_problem
     from worker.contract.schema import CaseSpec, MoeSpec
-    from worker.runner import CaseRunner
-    from worker.verify import THRESHOLDS, expected_output
+    from worker.sweep.runner import CaseRunner
 
     runner = CaseRunner("cpu")
     checked = []

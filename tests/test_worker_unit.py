@@ -10,13 +10,13 @@ import pytest
 import torch
 
 from orchestrator.runs.records import parse_line
-from worker import runner as runner_mod
+from worker.check.verify import THRESHOLDS, verdict
 from worker.contract.catalog import CATALOG, support_problem
 from worker.contract.metrics import gemm_metrics
 from worker.contract.schema import IDENTITY_FIELDS, CaseSpec, Stats, TimingOptions
 from worker.contract.stats import median_ci, quantile, summarize
-from worker.health import assess, decode_reasons
-from worker.verify import THRESHOLDS, verdict
+from worker.host.health import assess, decode_reasons
+from worker.sweep import runner as runner_mod
 
 # Exactly 3 rounds (min_rounds == rounds): the tests below count the records a case writes.
 FAST = TimingOptions(budget_s=0.05, warmup_ms=1, min_samples=3, max_samples=10, min_rounds=3)
@@ -155,7 +155,7 @@ def test_zeros_wrong_layout_and_nan_fail_loudly():
 
 
 def test_fp4_thresholds_accept_nvfp4_error_and_reject_a_wrong_scale():
-    from worker import nvfp4
+    from worker.check import nvfp4
 
     torch.manual_seed(0)
     a, b = torch.randn(64, 512), torch.randn(128, 512)
@@ -247,7 +247,7 @@ def test_records_round_trip_through_the_controller_parser():
 
 
 def test_gpu_lock_serializes_and_names_the_holder(tmp_path):
-    from worker.gpulock import GpuLockTimeout, gpu_lock
+    from worker.host.gpulock import GpuLockTimeout, gpu_lock
 
     with gpu_lock("run-A", "host1", 0, lock_dir=tmp_path, ids=["GPU-1234"]) as held:
         assert held == "GPU-1234"
@@ -274,7 +274,7 @@ def test_noop_cases_never_import_torch(tmp_path):
         ).model_dump_json()
     )
     code = (
-        "import sys; from pathlib import Path; from worker.runner import load_params, run_params; "
+        "import sys; from pathlib import Path; from worker.sweep.runner import load_params, run_params; "
         f"run_params(load_params(Path({str(params)!r})), Path({str(tmp_path / 'r.jsonl')!r})); "
         "print('torch' in sys.modules)"
     )
@@ -287,7 +287,7 @@ def test_noop_cases_never_import_torch(tmp_path):
 def test_cuda_home_is_the_same_for_a_shell_and_an_ssh_session(tmp_path):
     """FlashInfer's JIT build files name the toolkit's path; a shell (PATH through a symlink) and an SSH
     session (another PATH) must give the worker the same one, or each rebuilds the other's modules."""
-    from worker.buildenv import stable_build_env
+    from worker.host.buildenv import stable_build_env
 
     real = tmp_path / "cuda-13.0"
     (real / "bin").mkdir(parents=True)
@@ -312,7 +312,7 @@ def test_a_tool_running_flashinfer_itself_takes_the_workers_build_variables(tmp_
     """A benchmark that calls FlashInfer in its own process (or starts `python -m worker run` itself) from
     the H200's shell (CUDA_HOME through a symlink) rebuilt the JIT module the sweeps had built, and the next
     sweep rebuilt it back (~25 s each): adopt_build_env gives it the worker child's variables."""
-    from worker.buildenv import adopt_build_env
+    from worker.host.buildenv import adopt_build_env
 
     real = tmp_path / "cuda-13.0"
     (real / "bin").mkdir(parents=True)
@@ -329,7 +329,7 @@ def test_a_tool_running_flashinfer_itself_takes_the_workers_build_variables(tmp_
 def test_a_session_without_the_compiler_variables_gets_the_hosts_last_ones(tmp_path):
     """Measured on the H200: its shell sets CC/CXX, an SSH session does not, and FlashInfer rebuilt its
     JIT module (~40 s) at every switch because the compiler in the build file changed."""
-    from worker.buildenv import describe_added, encode_added, record_path, stable_build_env
+    from worker.host.buildenv import describe_added, encode_added, record_path, stable_build_env
 
     gcc = tmp_path / "opt-gcc" / "gcc"
     gcc.parent.mkdir()
@@ -411,7 +411,9 @@ def _kept_runner(monkeypatch, budget: int):
         )
         from worker.contract.schema import RoundStats
 
-        return stats.model_copy(update={"rounds": [RoundStats(median_us=10.0, n=3, rel_ci=0.0)]}), None
+        return runner_mod.RoundTiming(
+            stats.model_copy(update={"rounds": [RoundStats(median_us=10.0, n=3, rel_ci=0.0)]}), None
+        )
 
     monkeypatch.setattr(r, "_prepare", prepare)
     monkeypatch.setattr(r, "_time", time_)

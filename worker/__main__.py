@@ -5,9 +5,10 @@ what `facts` and `check` answer goes on that channel; everything else is log.
   supervise --params P --results R   the same, restarting the worker after a crash
   facts     [--device auto|cpu|cuda] print this host's facts as one JSON line
   check                              print facts plus readiness details (disk, GPU processes) as JSON
-  profile   --params P --out D       profile the cases of P under ncu, one record each (worker/profile.py)
+  profile   --params P --out D       profile the cases of P under ncu, one record each (worker/tools/profile.py)
   profile-case --params P --case ID --out F   the process ncu profiles: one case, warmed and settled
-  crosscheck --params P              time the cases of P beside FlashInfer's and Triton's timers (worker/crosscheck.py)
+  crosscheck --params P              time the cases of P beside FlashInfer's and Triton's timers
+                                     (worker/tools/crosscheck.py)
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
 
         open_channel()  # before any code under test is imported: its name leaves the environment
         try:
-            from .runner import load_params, run_params
+            from .sweep.runner import load_params, run_params
 
             params = load_params(args.params)
         except ImportError as exc:  # pydantic missing: nothing can run, and retrying cannot help
@@ -64,28 +65,28 @@ def main(argv: list[str] | None = None) -> int:
             return EXIT_CANNOT_START
         return run_params(params, args.results)
     if args.command == "supervise":
-        from .supervise import supervise
+        from .sweep.supervise import supervise
 
         return supervise(args.params, args.results)
     if args.command == "profile":
-        from .profile import profile
+        from .tools.profile import profile
 
         return profile(args.params, args.out)
     if args.command == "profile-case":
-        from .profile import run_profiled_case
+        from .tools.profile import run_profiled_case
 
         return run_profiled_case(args.params, args.case, args.out)
     if args.command == "crosscheck":
-        from .crosscheck import crosscheck
+        from .tools.crosscheck import crosscheck
 
         return crosscheck(args.params)
-    from .env import collect_facts, detect_device
+    from .host.env import collect_facts, detect_device
 
     if args.command == "check":
         import json
 
         from .contract.protocol import write_line
-        from .env import readiness
+        from .host.env import readiness
 
         write_line(json.dumps(readiness()))
         return 0

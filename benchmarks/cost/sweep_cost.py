@@ -122,9 +122,9 @@ def main() -> int:
 def profile_worker(params: Path, top: int) -> None:
     """The worker of `params` run in this process under cProfile (imports included), into a scratch
     results file; prints its `top` functions by cumulative and by own time."""
-    from worker.buildenv import adopt_build_env
+    from worker.host.buildenv import adopt_build_env
 
-    adopt_build_env()  # FlashInfer's JIT modules as the sweeps build them (worker/buildenv.py)
+    adopt_build_env()  # FlashInfer's JIT modules as the sweeps build them (worker/host/buildenv.py)
     import cProfile
     import io
     import pstats
@@ -139,7 +139,7 @@ def profile_worker(params: Path, top: int) -> None:
         prof = cProfile.Profile()
         t0 = time.perf_counter()
         prof.enable()
-        from worker.runner import load_params, run_params
+        from worker.sweep.runner import load_params, run_params
 
         run_params(load_params(params), Path(scratch) / "results.jsonl")
         prof.disable()

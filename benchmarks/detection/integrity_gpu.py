@@ -1,7 +1,7 @@
 """The integrity checks of issue 31 on a real sweep: one cold-CLI run of a sweep (default the seed sweep) on
 this machine's `local` host, then what the checks found and what they cost. Prints Markdown: the
 statuses, every row whose integrity is not `pass` (an honest backend flagged would be listed here), and
-the checks' time (each round's `integrity_s`, worker/integrity.py) against the sweep's wall time and
+the checks' time (each round's `integrity_s`, worker/check/integrity.py) against the sweep's wall time and
 against the time of its timed rounds.
 
     python -m benchmarks.detection.integrity_gpu --work /tmp/integrity [--sweep sweeps/glm5_tp8.yaml] [--site /tmp/site]

@@ -1,4 +1,4 @@
-"""This GPU's measured peaks (worker/calibrate.py, what speed of light is computed from), twice, with the
+"""This GPU's measured peaks (worker/measure/calibrate.py, what speed of light is computed from), twice, with the
 host's cache in a fresh folder: the first call measures bf16, fp8 and the copy bandwidth, the second must
 read them back from the cache (says `cached`, announces nothing, same peaks). An FP4 family that cannot
 run here (compute capability below 10.0) is a problem that is never announced.
@@ -22,8 +22,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
-    from worker.calibrate import calibrate
-    from worker.env import detect_device
+    from worker.host.env import detect_device
+    from worker.measure.calibrate import calibrate
 
     try:
         device = detect_device("cuda")

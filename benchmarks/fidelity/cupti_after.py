@@ -2,15 +2,15 @@
 """Does reading kernels with CUPTI slow what a process times afterwards (issue 30)?
 
 Kineto keeps CUPTI attached after a torch.profiler session unless TEARDOWN_CUPTI=1 (pytorch#146604).
-worker/cupti.py asks for the teardown; this measures why it must. Per variant, one fresh process, as
-the worker times (worker/timing.py time_cuda: graph replay, cold-L2 rotation, settled):
+worker/measure/cupti.py asks for the teardown; this measures why it must. Per variant, one fresh process, as
+the worker times (worker/measure/timing.py Timer.time_cuda: graph replay, cold-L2 rotation, settled):
 
     before     each case timed, nothing traced yet in the process
     after 1    each case timed again, after one CUPTI trace of the first case (cupti.kernel_samples_us)
     after 2    the same after a second trace: a re-initialised CUPTI must leave again
 
 Variants: `attached` (TEARDOWN_CUPTI=0: kineto's default, what a plain torch.profiler user gets) and
-`teardown` (worker/cupti.py as it is: TEARDOWN_CUPTI=1 where the CUDA version allows it). Each trace's
+`teardown` (worker/measure/cupti.py as it is: TEARDOWN_CUPTI=1 where the CUDA version allows it). Each trace's
 wall time is printed too: a torn-down CUPTI is initialised again by the next trace.
 
     python -m benchmarks.fidelity.cupti_after [--cases torch-fp8:16x768x6144,...] [--out FILE.md]
@@ -58,8 +58,8 @@ def child(spec: str) -> None:
     """One process: times before and after each trace, as JSON on stdout."""
     import torch
 
-    from worker import cupti, timing
-    from worker.runner import CaseRunner, _spec_of
+    from worker.measure import cupti, timing
+    from worker.sweep.runner import CaseRunner, _spec_of
 
     runner = CaseRunner("cuda")
     prepared = []
@@ -68,13 +68,13 @@ def child(spec: str) -> None:
         prepared.append((case, fn, sets, n_sets))
 
     def time_all() -> list[float]:
-        return [timing.time_cuda(fn, n_sets, case.timing).median_us for case, fn, _, n_sets in prepared]
+        return [runner.timer.time_cuda(fn, n_sets, case.timing).stats.median_us for case, fn, _, n_sets in prepared]
 
     out = {"teardown_env": None, "phases": {}, "trace_s": [], "notes": []}
     out["phases"]["before"] = time_all()
     case, fn, _, n_sets = prepared[0]
-    cps = timing.time_cuda(fn, n_sets, case.timing).calls_per_sample
-    graph = timing._capture(fn, cps, n_sets, timing._capture_stream())
+    cps = runner.timer.time_cuda(fn, n_sets, case.timing).stats.calls_per_sample
+    graph = timing._capture(fn, cps, n_sets, runner.timer.capture_stream())
     for i in (1, 2):
         t0 = time.perf_counter()
         got = cupti.kernel_samples_us(graph.replay, cps, 10)
@@ -93,15 +93,15 @@ def main() -> int:
     ap.add_argument("--out", type=Path)
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
-    from worker.buildenv import adopt_build_env
+    from worker.host.buildenv import adopt_build_env
 
-    adopt_build_env()  # FlashInfer's JIT modules as the sweeps build them (worker/buildenv.py)
+    adopt_build_env()  # FlashInfer's JIT modules as the sweeps build them (worker/host/buildenv.py)
     if args.child:
         child(args.cases)
         return 0
     import torch
 
-    from worker import cupti
+    from worker.measure import cupti
 
     problem = cupti.available()
     if problem:

@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
-"""Does CUPTI timing (worker/cupti.py) agree with event-timed graph replay, and how does kineto report
+"""Does CUPTI timing (worker/measure/cupti.py) agree with event-timed graph replay, and how does kineto report
 the kernels of a CUDA graph (issue 30)?
 
 For each seed case of `--backends` that runs on this GPU, in one process, as the worker does: prepare,
-time it (worker/timing.py time_cuda: graph replay, cold-L2 rotation, settled), capture the same graph
+time it (worker/measure/timing.py Timer.time_cuda: graph replay, cold-L2 rotation, settled), capture the same graph
 of `calls_per_sample` calls, settle again, and read that graph's kernels with kernel_samples_us. Also, per
 case, one eager call under the profiler: its kernels must be the graph's kernels of one call.
 
@@ -40,7 +40,7 @@ def seed_cases(backends: list[str]):
 def runnable(runner, case) -> str:
     from worker.backends import availability_problem
     from worker.contract.catalog import support_problem
-    from worker.runner import _spec_of
+    from worker.sweep.runner import _spec_of
 
     spec = _spec_of(case)
     return (
@@ -51,7 +51,7 @@ def runnable(runner, case) -> str:
 
 
 def kineto_report(replay, calls: int) -> list[str]:
-    """How kineto reports one traced replay of a graph: what a reader needs to trust worker/cupti.py."""
+    """How kineto reports one traced replay of a graph: what a reader needs to trust worker/measure/cupti.py."""
     import torch
     from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
@@ -87,7 +87,7 @@ def eager_kernels(fn) -> list[str]:
     import torch
     from torch.profiler import ProfilerActivity, profile
 
-    from worker.cupti import read_trace
+    from worker.measure.cupti import read_trace
 
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
@@ -103,13 +103,13 @@ def main() -> int:
     ap.add_argument("--replays", type=int, default=20)
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
-    from worker.buildenv import adopt_build_env
+    from worker.host.buildenv import adopt_build_env
 
-    adopt_build_env()  # FlashInfer's JIT modules as the sweeps build them (worker/buildenv.py)
+    adopt_build_env()  # FlashInfer's JIT modules as the sweeps build them (worker/host/buildenv.py)
     import torch
 
-    from worker import cupti, timing
-    from worker.runner import CaseRunner, _spec_of
+    from worker.measure import cupti, timing
+    from worker.sweep.runner import CaseRunner, _spec_of
 
     problem = cupti.available()
     if problem:
@@ -130,9 +130,9 @@ def main() -> int:
             skipped.append(f"{case.backend} {case.m}x{case.n}x{case.k}: {why}")
             continue
         fn, sets, n_sets = runner._prepare(case, _spec_of(case))
-        stats = timing.time_cuda(fn, n_sets, case.timing)
+        stats = runner.timer.time_cuda(fn, n_sets, case.timing).stats
         cps = stats.calls_per_sample
-        graph = timing._capture(fn, cps, n_sets, timing._capture_stream())
+        graph = timing._capture(fn, cps, n_sets, runner.timer.capture_stream())
         graph.replay()
         torch.cuda.synchronize()
         if first:

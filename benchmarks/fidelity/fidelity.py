@@ -140,7 +140,7 @@ def compare(shapes, backends, repeat: int, reference_settle_ms: float = 300.0):
     from worker.backends import availability_problem
     from worker.contract.catalog import CATALOG
     from worker.contract.schema import CaseSpec, TimingOptions
-    from worker.runner import CaseRunner
+    from worker.sweep.runner import CaseRunner
 
     runner = CaseRunner("cuda")
     rows = []
@@ -223,7 +223,7 @@ def runs_against_reference(
     within = [0] * len(run_dirs)
     counted = [0] * len(run_dirs)
     ratios: list[list[float]] = [[] for _ in run_dirs]
-    if medians:  # the first graph timing of a process reads low (worker/timing.py): the reference's too
+    if medians:  # the first graph timing of a process reads low (worker/measure/timing.py): the reference's too
         reference_us(*min(medians), True, settle_ms=reference_settle_ms)
     refs: dict[tuple, list[float]] = {}
     for p in range(passes):
@@ -337,9 +337,9 @@ def main() -> int:
         help="with --runs: timings of the reference per case, one per pass over every case (default 3)",
     )
     args = ap.parse_args()
-    from worker.buildenv import adopt_build_env
+    from worker.host.buildenv import adopt_build_env
 
-    adopt_build_env()  # FlashInfer's JIT modules as the sweeps build them (worker/buildenv.py)
+    adopt_build_env()  # FlashInfer's JIT modules as the sweeps build them (worker/host/buildenv.py)
     if args.runs:
         md = against_runs(args.runs, args.reference_settle_ms, args.reference_passes)
         if args.out.suffix == ".md":
@@ -347,7 +347,7 @@ def main() -> int:
         print(md)
         return 0
     args.out.mkdir(parents=True, exist_ok=True)
-    from worker.env import collect_facts, detect_device
+    from worker.host.env import collect_facts, detect_device
 
     facts = collect_facts(detect_device("cuda")).model_dump()
     backends = [b for b in args.backends.split(",") if b]

@@ -7,7 +7,7 @@ the case's own input sets), each reporting the median per-call time, the median 
 last 3 replays, the wall time its capture left the GPU idle right before its replays, and the median SM
 clock NVML read while it ran:
 
-    fleetbench      worker/timing.py time_cuda, as a sweep times it (~2 ms graphs, back to back)
+    fleetbench      worker/measure/timing.py Timer.time_cuda, as a sweep times it (~2 ms graphs, back to back)
     long graph      fleetbench's events around one replay of a graph of ~20 ms of calls, 10 replays
                     (Triton's method, written out), on fleetbench's capture stream
     long, side      the same on a fresh side stream (where do_bench_cudagraph captures)
@@ -55,7 +55,7 @@ def long_graph(fn, n_sets: int, per_call_us: float, stream, replays: int = 10, r
 
     import torch
 
-    from worker import timing
+    from worker.measure import timing
 
     calls = max(n_sets, int(rep_ms * 1e3 / per_call_us))
     calls = -(-calls // n_sets) * n_sets
@@ -81,7 +81,7 @@ def replica(call, n_sets: int, whole: bool, rep_ms: float = 20.0) -> tuple:
 
     import torch
 
-    from worker.crosscheck import eager_ms
+    from worker.tools.crosscheck import eager_ms
 
     with torch.cuda.stream(torch.cuda.Stream()):
         estimate_ms = eager_ms(call)  # its warm-up call, then five between events
@@ -112,16 +112,15 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=2, help="times the whole sequence runs per case")
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
-    from worker.buildenv import adopt_build_env
+    from worker.host.buildenv import adopt_build_env
 
-    adopt_build_env()  # FlashInfer's JIT modules as the sweeps build them (worker/buildenv.py)
+    adopt_build_env()  # FlashInfer's JIT modules as the sweeps build them (worker/host/buildenv.py)
     import itertools
 
     import torch
 
-    from worker import timing
-    from worker.health import ClockSampler
-    from worker.runner import CaseRunner, _spec_of
+    from worker.host.health import ClockSampler
+    from worker.sweep.runner import CaseRunner, _spec_of
 
     if not torch.cuda.is_available():
         print("needs a CUDA GPU")
@@ -149,9 +148,9 @@ def main() -> int:
         for rep in range(1, args.repeat + 1):
             got: dict[str, Timed] = {}
             with ClockSampler(probe) as clock:
-                stats = timing.time_cuda(fn, n_sets, case.timing)
+                stats = runner.timer.time_cuda(fn, n_sets, case.timing).stats
             got["fleetbench"] = Timed(stats.samples_us, 0.0, clock.median_mhz)
-            for key, stream in (("long graph", timing._capture_stream()), ("long, side", torch.cuda.Stream())):
+            for key, stream in (("long graph", runner.timer.capture_stream()), ("long, side", torch.cuda.Stream())):
                 with ClockSampler(probe) as clock:
                     times, idle = long_graph(fn, n_sets, stats.median_us, stream)
                 got[key] = Timed(times, idle, clock.median_mhz)

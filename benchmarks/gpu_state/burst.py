@@ -25,11 +25,11 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
-    from worker.buildenv import adopt_build_env
+    from worker.host.buildenv import adopt_build_env
 
-    adopt_build_env()  # FlashInfer's JIT modules as the sweeps build them (worker/buildenv.py)
+    adopt_build_env()  # FlashInfer's JIT modules as the sweeps build them (worker/host/buildenv.py)
     from worker.contract.schema import CaseSpec, TimingOptions
-    from worker.runner import CaseRunner
+    from worker.sweep.runner import CaseRunner
 
     runner = CaseRunner("cuda")
     lines = [

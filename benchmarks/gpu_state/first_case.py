@@ -47,7 +47,7 @@ CONDITIONS = [
 
 
 def _runner():
-    from worker.runner import CaseRunner
+    from worker.sweep.runner import CaseRunner
 
     return CaseRunner("cuda")
 
@@ -58,7 +58,7 @@ def _timed(runner, backend, m, n, k, budget=0.3) -> float:
 
     case = CaseSpec(backend=backend, m=m, n=n, k=k, timing=TimingOptions(budget_s=budget, rounds=1))
     fn, sets, n_sets = runner._prepare(case, CATALOG[case.backend])
-    stats, _ = runner._time(case, fn, n_sets)
+    stats = runner._time(case, fn, n_sets).stats
     del fn, sets
     return round(stats.median_us, 3)
 
@@ -291,9 +291,9 @@ def main() -> int:
     ap.add_argument("--dump", type=Path)
     ap.add_argument("--timeline", action="store_true")
     args = ap.parse_args()
-    from worker.buildenv import adopt_build_env
+    from worker.host.buildenv import adopt_build_env
 
-    adopt_build_env()  # FlashInfer's JIT modules as the sweeps build them (worker/buildenv.py)
+    adopt_build_env()  # FlashInfer's JIT modules as the sweeps build them (worker/host/buildenv.py)
     shape = (args.backend, args.m, args.n, args.k)
     if args.clocks:
         clocks(*shape)

@@ -41,7 +41,7 @@ def timed(runner, m, n, k, settle_ms=None):
         opts = opts.model_copy(update={"settle_ms": settle_ms})
     case = CaseSpec(backend="torch-bf16", m=m, n=n, k=k, timing=opts)
     fn, sets, n_sets = runner._prepare(case, CATALOG[case.backend])
-    stats, _ = runner._time(case, fn, n_sets)
+    stats = runner._time(case, fn, n_sets).stats
     del fn, sets
     return stats
 
@@ -51,14 +51,14 @@ def trace(runner, m, n, k, ms: float, nvml, handle):
     NVML samples [(wall s since start, SM MHz, W)]."""
     import torch
 
-    from worker import timing
     from worker.contract.catalog import CATALOG
     from worker.contract.schema import CaseSpec, TimingOptions
+    from worker.measure import timing
 
     opts = TimingOptions(budget_s=0.3, rounds=1)
     case = CaseSpec(backend="torch-bf16", m=m, n=n, k=k, timing=opts)
     fn, sets, n_sets = runner._prepare(case, CATALOG[case.backend])
-    stream = timing._capture_stream()
+    stream = runner.timer.capture_stream()
     timing._warm_up(fn, n_sets, opts, stream)
     probe = timing._capture(fn, n_sets, n_sets, stream)
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -107,13 +107,13 @@ def main() -> int:
     ap.add_argument("--ms", type=float, default=1500.0)
     ap.add_argument("--out", type=Path, default=Path("neighbour-out"))
     args = ap.parse_args()
-    from worker.buildenv import adopt_build_env
+    from worker.host.buildenv import adopt_build_env
 
-    adopt_build_env()  # FlashInfer's JIT modules as the sweeps build them (worker/buildenv.py)
+    adopt_build_env()  # FlashInfer's JIT modules as the sweeps build them (worker/host/buildenv.py)
     args.out.mkdir(parents=True, exist_ok=True)
     import pynvml
 
-    from worker.runner import CaseRunner
+    from worker.sweep.runner import CaseRunner
 
     pynvml.nvmlInit()
     handle = pynvml.nvmlDeviceGetHandleByIndex(0)

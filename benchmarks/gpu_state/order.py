@@ -78,9 +78,9 @@ def main() -> int:
     ap.add_argument("--limit", type=float, default=0.02, help="largest tolerated difference between orders")
     ap.add_argument("--out", type=Path, default=Path("order-out"))
     args = ap.parse_args()
-    from worker.buildenv import adopt_build_env
+    from worker.host.buildenv import adopt_build_env
 
-    adopt_build_env()  # FlashInfer's JIT modules as the sweeps build them (worker/buildenv.py)
+    adopt_build_env()  # FlashInfer's JIT modules as the sweeps build them (worker/host/buildenv.py)
     args.out.mkdir(parents=True, exist_ok=True)
     cases = cases_of(args.sweep, [b for b in args.backends.split(",") if b], args.settle_ms)
     first_ids = {}

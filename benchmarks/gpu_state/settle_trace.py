@@ -55,7 +55,7 @@ def seed_cases(backends: list[str]):
 def runnable(runner, case) -> bool:
     from worker.backends import availability_problem
     from worker.contract.catalog import support_problem
-    from worker.runner import _spec_of
+    from worker.sweep.runner import _spec_of
 
     spec = _spec_of(case)
     return not support_problem(
@@ -86,15 +86,15 @@ class Nvml:
 
 
 def trace_case(runner, case, ms: float, nvml: Nvml) -> dict:
-    """The case's graph, made as worker/timing.py makes it, replayed for `ms` of GPU time."""
+    """The case's graph, made as worker/measure/timing.py makes it, replayed for `ms` of GPU time."""
     import torch
 
-    from worker import timing
-    from worker.runner import _spec_of
+    from worker.measure import timing
+    from worker.sweep.runner import _spec_of
 
     t0 = time.perf_counter()
     fn, sets, n_sets = runner._prepare(case, _spec_of(case))
-    stream = timing._capture_stream()
+    stream = runner.timer.capture_stream()
     timing._warm_up(fn, n_sets, case.timing, stream)
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     probe_calls = max(timing.PROBE_CALLS, n_sets)
@@ -149,17 +149,16 @@ def order_cases(cases: list, order: str) -> list:
 
 
 def trace_main(args) -> int:
-    from worker.runner import CaseRunner
+    from worker.sweep.runner import CaseRunner
 
     runner = CaseRunner("cuda")
     nvml = Nvml()
     cases = [c for c in seed_cases(args.backends.split(",")) if runnable(runner, c)]
     # The process's priming pass and first graphs, out of the way as in the worker.
-    from worker.runner import _spec_of
-    from worker.timing import time_cuda
+    from worker.sweep.runner import _spec_of
 
     fn, _, n_sets = runner._prepare(cases[0], _spec_of(cases[0]))
-    time_cuda(fn, n_sets, cases[0].timing)
+    runner.timer.time_cuda(fn, n_sets, cases[0].timing)
     del fn
     traces = {}
     lines = []
@@ -204,13 +203,14 @@ def trace_main(args) -> int:
 
 DECODE = """
 import sys, time, statistics, torch
-from worker.runner import CaseRunner, _spec_of
+from worker.sweep.runner import CaseRunner, _spec_of
 from worker.contract.schema import CaseSpec, TimingOptions
-from worker.timing import time_cuda
 cond = {cond!r}
 backend, shape = {case!r}.split(":")
 M, N, K = (int(x) for x in shape.split("x"))
 runner = CaseRunner("cuda")
+def time_cuda(*args, **kwargs):  # the sweep's timing, on the process's one Timer (the runner's)
+    return runner.timer.time_cuda(*args, **kwargs).stats
 opts = TimingOptions(budget_s=0.3, rounds=1)
 def kernels(run):
     # the kernels one timed replay runs (torch.profiler): name, count, mean us
@@ -322,9 +322,9 @@ def main() -> int:
     d.add_argument("--case", default="torch-bf16:16x2048x6144", help="BACKEND:MxNxK (default: the decode GEMM)")
     d.add_argument("--out", type=Path, default=Path("settle-out"))
     args = ap.parse_args()
-    from worker.buildenv import adopt_build_env
+    from worker.host.buildenv import adopt_build_env
 
-    adopt_build_env()  # FlashInfer's JIT modules as the sweeps build them (worker/buildenv.py)
+    adopt_build_env()  # FlashInfer's JIT modules as the sweeps build them (worker/host/buildenv.py)
     return trace_main(args) if args.what == "trace" else decode_main(args)
 
 

@@ -2,7 +2,7 @@
 """For which cases does time x clock hold still across clock states? (issue 40) Each case's CUDA graph
 (~2 ms a replay, cold L2 as a sweep times it) is timed in WINDOWS windows, each after a different
 history (idle 0 or 400 ms, then 0-600 ms of its own load), with the SM clock read three ways: in the
-stream by fleetbench's stamp kernel (worker/streamclock.py), and by NVML before and after. Per case the
+stream by fleetbench's stamp kernel (worker/measure/streamclock.py), and by NVML before and after. Per case the
 coefficient of variation over the windows of the time, of time x in-stream clock (cycles per call) and
 of time x NVML clock; a case whose cycles hold still while its time moves is clock-bound, and there a
 comparison can be judged on its work (docs/COMPARING.md).
@@ -80,8 +80,8 @@ def graph_of(family: str, m: int, n: int, k: int):
 def main(argv=None) -> int:
     import torch
 
-    from worker.health import NvmlProbe
-    from worker.streamclock import StreamClock
+    from worker.host.health import NvmlProbe
+    from worker.measure.streamclock import StreamClock
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--windows", type=int, default=20, help="timed windows per case (default 20)")

@@ -1,7 +1,7 @@
 """An fp8 user kernel that quantizes its operands in prepare, as the built-in fp8 backends do, so the
 timed call is the GEMM alone. Its call reads `a8`, not the `a` it was given: it says so with
 `run.reads`, and fleetbench's integrity check flips the sign of what the call reads (an e4m3 sign bit)
-and expects the output negated (worker/integrity.py). Without `reads` it would be flagged: its result
+and expects the output negated (worker/check/integrity.py). Without `reads` it would be flagged: its result
 could not follow a change of `a`, exactly like a kernel that caches its result."""
 
 import torch

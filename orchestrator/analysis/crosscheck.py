@@ -2,7 +2,7 @@
 fleetbench's, the gap once the methods match, and the share of each cause. Pure: stored records in,
 comparisons out.
 
-A peer's runs form a ladder (worker/crosscheck.py): its default, then one setting after another matched
+A peer's runs form a ladder (worker/tools/crosscheck.py): its default, then one setting after another matched
 to fleetbench's. Every ratio is the peer's figure over fleetbench's median of the same case timed in
 the same process. A step's share is the previous step's ratio over its own: how much the peer's own
 setting of the one factor that step changed moved its figure (+20% launch overhead: per-call launches
@@ -135,7 +135,7 @@ def _ratio(value: Optional[float], base: Optional[float]) -> Optional[float]:
 def compare_peer(
     slot: str, record, peer, tolerance: float = TOLERANCE, gap: float = GAP, sweep_us: Optional[float] = None
 ) -> PeerComparison:
-    """One peer of one stored crosscheck record (worker/crosscheck.py CrosscheckRecord, PeerResult);
+    """One peer of one stored crosscheck record (worker/tools/crosscheck.py CrosscheckRecord, PeerResult);
     `sweep_us`: the case's median in the run's sweep."""
     case = record.case
     ours = record.fleetbench

@@ -2,7 +2,7 @@
 
 One statistic per comparison: A µs and B µs are each side's median (of its rounds' medians; of its
 samples for records of format < 3), and B/A is exactly B µs / A µs (> 1: B is slower). A case is timed in
-independent rounds spread over its run (worker/runner.py); the ratio's 95% interval comes from how much
+independent rounds spread over its run (worker/sweep/runner.py); the ratio's 95% interval comes from how much
 each side's rounds differ (the standard error of its log rounds), so it knows how much a case moves from
 one run to the next, not only the noise between consecutive samples of one run. (A side timed in one
 round: the standard error of its median from its samples, and the note says the interval knows only

@@ -1,5 +1,5 @@
 """Head-to-head: two backends of one run, shape by shape, judged on the samples they were timed in
-together (worker/interleave.py). Pure over stored runs; returns facts and codes, never sentences
+together (worker/measure/interleave.py). Pure over stored runs; returns facts and codes, never sentences
 (orchestrator/views/versus.py words them).
 
 Per slot and shape: A µs and B µs (each case's own median of rounds), and B/A from the paired samples

@@ -1,6 +1,6 @@
 """Pure analysis of a stored run: one row per planned (slot, case), where each case stands over its attempts.
 
-A case's records are joined across attempts (worker/rounds.py: rounds timed apart become one result; a
+A case's records are joined across attempts (worker/contract/rounds.py: rounds timed apart become one result; a
 later failure never hides a complete result). A case with no record in any attempt still gets a row
 (status `missing`) whose reason is the host's outcome, and one whose rounds were cut short gets a row
 `incomplete` with what it has, so a table never silently drops what did not run.
@@ -68,13 +68,13 @@ class Row:
     tflops: Optional[float] = None
     tb_per_s: Optional[float] = None
     pct_peak: Optional[float] = None  # % of the datasheet's peak math for the case's operand family
-    sol_us: Optional[float] = None  # speed of light at this GPU's measured peaks (worker/calibrate.py)
+    sol_us: Optional[float] = None  # speed of light at this GPU's measured peaks (worker/measure/calibrate.py)
     pct_sol: Optional[float] = None  # 100 * sol_us / median_us
     sol_bound: Optional[str] = None  # math | memory: which peak sets sol_us
     rel_err: Optional[float] = None
     cosine: Optional[float] = None
     verdict: Optional[str] = None
-    integrity: Optional[str] = None  # "pass", or the integrity checks failed, "+"-joined (worker/integrity.py)
+    integrity: Optional[str] = None  # "pass", or the integrity checks failed, "+"-joined (worker/check/integrity.py)
     tainted: Optional[bool] = None
     attempt: Optional[int] = None
     case_id: str = ""

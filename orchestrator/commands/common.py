@@ -145,7 +145,7 @@ def rerun_hint(store) -> str:
     return f"fleetbench rerun {store.dir.resolve()} --failed"
 
 
-# What the worker says when the host's Python lacks what it needs (worker/runner.py, worker/__main__.py).
+# What the worker says when the host's Python lacks what it needs (worker/sweep/runner.py, worker/__main__.py).
 CANNOT_START = "the worker cannot start with"
 
 

@@ -75,7 +75,7 @@ class HostFields(BaseModel):
     launcher: Optional[Literal["direct", "slurm"]] = None
     slurm: Optional[SlurmSettings] = None  # with launcher slurm: partition, gpus per job, account, time, options
     # lock: hold the SM clock at the GPU's default applications clock for each sweep, reset after
-    # (needs root on the host; worker/clocks.py). leave (default): the GPU manages its clock.
+    # (needs root on the host; worker/host/clocks.py). leave (default): the GPU manages its clock.
     clocks: Optional[Literal["leave", "lock"]] = None
     connect_timeout: Optional[float] = Field(default=None, gt=0)
     timeout: Optional[float] = Field(default=None, gt=0)  # per-host wall-clock limit, s (default: from the sweep)

@@ -10,7 +10,7 @@
     timing: {mode: graph, l2: cold, target_rel_ci: 0.01, budget_s: 0.5}
 
 A backend may also be the user's own file, `{name: my-gemm, file: kernels/my_gemm.py}` (the path is
-relative to the sweep file; the file's contract is in worker/userkernel.py). Its bytes are read and
+relative to the sweep file; the file's contract is in worker/backends/userkernel.py). Its bytes are read and
 hashed here, travel inside the worker bundle, and each of its cases records the hash.
 
 A shape entry runs every backend of the sweep that runs its kind (GEMM or MoE layer); with its own

@@ -1,6 +1,6 @@
 """Crosscheck cases of a stored run on their own hosts: what `fleetbench crosscheck` adds to the path it
 shares with `profile` (storedcases.py). The host runs the run's own worker with `crosscheck`, which times
-each case beside its peers (worker/crosscheck.py); the controller stores each record as it comes, with the
+each case beside its peers (worker/tools/crosscheck.py); the controller stores each record as it comes, with the
 sweep's median of that case on that slot beside it (runs/crosschecks.py).
 """
 

@@ -1,6 +1,6 @@
 """Profile cases of a stored run on their own hosts: what `fleetbench profile` and `diff --across-hosts
 --profile` add to the path they share with `crosscheck` (storedcases.py). The host runs the run's own
-worker with `profile`, which profiles each case under ncu (worker/profile.py) and leaves each report in
+worker with `profile`, which profiles each case under ncu (worker/tools/profile.py) and leaves each report in
 its remote folder; after the run the controller fetches each report and stores record, summary and
 report in the run's folder (runs/profiles.py). Ctrl-C stops the launcher's process group on the host:
 the worker, ncu and the profiled process.

@@ -6,7 +6,7 @@ how that is stored.
 Per slot (a host, or one GPU of it), in the one fan-out (fanout.py): connect -> one exec, by the attempt
 runner a sweep's job uses (attempt.py), of the run's own rendered script with the command (the run's own
 worker, uploaded only when the host lacks it, as a rerun does) and the params on its stdin -> the host
-runs each case holding the GPU's lock as a sweep does (worker/caseloop.py) and sends one record per case
+runs each case holding the GPU's lock as a sweep does (worker/tools/caseloop.py) and sends one record per case
 -> the controller stores each record in the run's folder (runs/slotfolders.py): as it comes, or, where
 records name files the host wrote, after the run while still connected, to fetch them. A host that fails is that slot's result; the others go on. Ctrl-C
 stops what runs on every host (the launcher's process group) and raises KeyboardInterrupt.
@@ -106,13 +106,18 @@ class WorkerCommand:
         return self.results.kind
 
 
+# Where a run's worker keeps the module of a command: worker/tools/ since the worker has rooms, worker/ before.
+COMMAND_MODULES = ("worker/tools/{}.py", "worker/{}.py")
+
+
 def worker_has_command(bundle_bytes: bytes, name: str) -> bool:
     """Whether a run's worker archive has the command `name` (runs made before it do not)."""
     try:
         with tarfile.open(fileobj=io.BytesIO(bundle_bytes), mode="r:gz") as tar:
-            return f"worker/{name}.py" in tar.getnames()
+            names = set(tar.getnames())
     except (tarfile.TarError, OSError):
         return False
+    return any(place.format(name) in names for place in COMMAND_MODULES)
 
 
 def plan_cases(store: RunStore, inventory: Inventory, wanted: dict[str, list[str]], name: str) -> CasePlan:

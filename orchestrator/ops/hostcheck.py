@@ -140,8 +140,8 @@ def check_host(
 
 
 def clocks_argv(host: Host) -> list[str]:
-    """The probe of `clocks: lock` (worker/clocks.py lock_readiness): it changes no clock."""
-    return [host.python, "-m", "worker.clocks"]
+    """The probe of `clocks: lock` (worker/host/clocks.py lock_readiness): it changes no clock."""
+    return [host.python, "-m", "worker.host.clocks"]
 
 
 def _lock_readiness(transport, host: Host, argv: list[str], worker_dir: str) -> tuple[bool, str]:

@@ -35,7 +35,7 @@ class WorkerBundle:
 
 def build_worker_bundle(package_dir: Path | None = None, user_kernels: Iterable[bytes] = ()) -> WorkerBundle:
     """tar.gz of worker/**/*.py, plus each user kernel file as worker/user/k<sha256[:16]>.py (where
-    worker.userkernel finds it), with fixed metadata (mtime 0, uid 0, mode 0644)."""
+    worker.backends.userkernel finds it), with fixed metadata (mtime 0, uid 0, mode 0644)."""
     root = Path(package_dir or Path(worker.contract.__file__).parent.parent)  # found through its one door
     entries = [
         (f"worker/{p.relative_to(root).as_posix()}", p.read_bytes())

@@ -56,7 +56,7 @@ class WorkerSettings:
     device: str = "auto"  # auto | cuda | cpu
     lock_timeout_s: float = defaults.LOCK_TIMEOUT_S  # a job's wait for its GPU while another sweep holds it
     calibration: str = "cached"  # cached | fresh | off: the GPU peaks speed of light is computed from
-    case_timeout_s: float = defaults.CASE_TIMEOUT_S  # one round, then it is stopped as hung (worker/supervise.py)
+    case_timeout_s: float = defaults.CASE_TIMEOUT_S  # one round, then it is stopped as hung (worker/sweep/supervise.py)
     build_timeout_s: float = defaults.BUILD_TIMEOUT_S  # the same while a compiler runs (a first JIT build)
 
 

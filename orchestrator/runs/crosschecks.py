@@ -2,12 +2,12 @@
 
     runs/<id>/crosschecks/<slot>/crosscheck-<n>/params.json     what the host was asked (data, not code)
                                                /log.txt         the host's output, line by line
-                                               /<case_id>.json  the host's record (worker/crosscheck.py) and
+                                               /<case_id>.json  the host's record (worker/tools/crosscheck.py) and
                                                                 the sweep's median of that case on that slot
 
 The folders, and the file around each record: runs/slotfolders.py.
 
-Stored crosscheck history (STORED_CROSSCHECK_FORMAT; the host's record has its own, worker/crosscheck.py):
+Stored crosscheck history (STORED_CROSSCHECK_FORMAT; the host's record has its own, worker/tools/crosscheck.py):
   1  first version (issue 30).
 """
 

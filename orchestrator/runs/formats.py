@@ -17,7 +17,7 @@ Manifest history (MANIFEST_VERSION, runs/<id>/manifest.json):
      bundle); otherwise the shape of format 3.
   5  worker settings have `calibration` (cached | fresh | off: speed of light); a run of an older
      format had none ("off"), and its worker writes records without it.
-  6  the cases' timing options have `settle_ms` (worker/timing.py settle); a run of an older format was
+  6  the cases' timing options have `settle_ms` (worker/measure/timing.py settle); a run of an older format was
      not settled (0), and its worker rejects the field.
   7  worker settings have `case_timeout_s` and `build_timeout_s` (a hung case is stopped at its own
      limit), and a job's params `lock_clocks` (the host's `clocks: lock`); the run's worker writes a

@@ -2,7 +2,7 @@
 (per kernel: time, SM / DRAM throughput, occupancy, clocks, registers, shared memory), the form a stored
 profile keeps (runs/profiles.py).
 
-Pure: text and records in, data out. The CSV is what ncu printed (worker/profile.py stores it verbatim
+Pure: text and records in, data out. The CSV is what ncu printed (worker/tools/profile.py stores it verbatim
 in each record), so a later reader can parse a stored profile again. Both of ncu's CSV layouts are read:
 the raw page (a column per metric, a row of units under the header) and the details page (a row per
 metric, with its unit); units are converted from whatever ncu printed (`nsecond`, `usecond`,
@@ -331,6 +331,6 @@ def summarize(launches: list[dict], calls: int, max_kernels: int = 0, kernel_reg
 
 
 def summary_of(record) -> ProfileSummary:
-    """The summary of a stored ok ProfileRecord (worker/profile.py). Raises ProfileFormatError."""
+    """The summary of a stored ok ProfileRecord (worker/tools/profile.py). Raises ProfileFormatError."""
     calls = record.run.calls if record.run is not None and record.run.calls else record.options.calls
     return summarize(parse_ncu_csv(record.csv), calls, record.options.max_kernels, record.options.kernel_regex)

@@ -11,7 +11,7 @@
 
 The folders, and the file around each record: runs/slotfolders.py.
 
-Stored profile history (STORED_PROFILE_FORMAT; the host's record has its own, worker/profile.py):
+Stored profile history (STORED_PROFILE_FORMAT; the host's record has its own, worker/tools/profile.py):
   1  first version (issue 32).
   2  the summary's notes as codes and facts (`limits`: [{code, facts}], runs/ncureport.py LIMIT_*), worded
      when shown (views/profile.py); a format 1 summary's `notes`, already words, are shown as stored

@@ -54,7 +54,7 @@ def facts_change(before: Optional[FactsRecord], after: Optional[FactsRecord]) ->
 
 
 def load_slots(store: RunStore) -> list[SlotData]:
-    """Every job of the run with where each case stands across attempts (worker/rounds.py
+    """Every job of the run with where each case stands across attempts (worker/contract/rounds.py
     join_records, within attempts on the same software); what it planned comes from the manifest.
     InputError when a newer fleetbench wrote results into it: read with this one, its cases would look
     never run, and a rerun would measure them again into a run this one cannot read."""

@@ -127,7 +127,7 @@ ROW_HEADERS = [
     "check",
     "note",
 ]
-# Why a case got the rounds it got (worker/runner.py rounds_decision)
+# Why a case got the rounds it got (worker/sweep/runner.py rounds_decision)
 ROUNDS_STOP = {"target": "sure", "cap": "cap", "fixed": "fixed"}
 
 
@@ -144,7 +144,7 @@ def _sol(row: Row) -> str:
 
 
 def _check(row: Row) -> str:
-    """The verdict, with the integrity checks failed when they are why (worker/integrity.py)."""
+    """The verdict, with the integrity checks failed when they are why (worker/check/integrity.py)."""
     failed = row.integrity if row.integrity not in (None, "pass") else ""
     return (row.verdict or "") + (f" ({failed})" if failed else "")
 

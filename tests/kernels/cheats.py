@@ -1,7 +1,7 @@
 """Kernels that try to look fast without being fast (issues 31 and 41), one per trick, for tests/test_integrity.py
 (CPU) and tests/test_integrity_gpu.py (CUDA). Each is a sweep backend `{name, file}` whose FAMILY is bf16;
 CHEAT selects the trick (the test sets it when it writes the file). Each computes the right product
-somewhere, so only the integrity checks (worker/integrity.py) can tell."""
+somewhere, so only the integrity checks (worker/check/integrity.py) can tell."""
 
 import torch
 

@@ -22,7 +22,7 @@ def sweep(backends=("torch-bf16", "torch-fp8"), ms=MS) -> Sweep:
 
 
 def in_rounds(round_samples: list[list[float]], *, method: str = "cuda-graph", load: float | None = None):
-    """Stats of a case timed in rounds (as worker/runner.py joins them), each round with its environment."""
+    """Stats of a case timed in rounds (as worker/sweep/runner.py joins them), each round with its environment."""
     rounds = []
     for xs in round_samples:
         one = summarize(xs, method=method, calls_per_sample=100, l2="cold")

@@ -20,7 +20,7 @@ from typing import Callable
 
 import torch
 
-from .. import nvfp4
+from ..check import nvfp4
 from ..contract.catalog import BackendSpec
 from .fp8 import quantize_e4m3
 
@@ -71,7 +71,7 @@ def prepare(spec: BackendSpec, sets: Sets, out_dtype: torch.dtype) -> Callable[[
                 A=a8, B=b8, A_scale=sa, B_scale=sb, dtype=out_dtype, out=out3, backend=spec.option
             )[0]
 
-        run_fp8.reads = [[q[0]] for q in quant]  # operand A as the call reads it (worker/integrity.py)
+        run_fp8.reads = [[q[0]] for q in quant]  # operand A as the call reads it (worker/check/integrity.py)
         return run_fp8
 
     shuffle_b = spec.option == "trtllm"

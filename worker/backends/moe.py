@@ -62,7 +62,7 @@ def _slices(counts: list[int]):
 def oracle(family: str, a: torch.Tensor, w: torch.Tensor, counts: list[int]) -> torch.Tensor:
     """fp32 [T, N]: each expert's exact product for the operand family (fp32, dequantized e4m3, NVFP4);
     for a fused block (w a moe_fp4.Block) the block composed of those products, [tokens, H]."""
-    from .. import nvfp4
+    from ..check import nvfp4
     from .fp8 import dequantized_product
     from .moe_fp4 import Block, block_oracle
 
@@ -104,7 +104,8 @@ def prepare(spec: BackendSpec, sets: list[MoeSet], out_dtype: torch.dtype) -> Ca
                 torch.mm(ae.float(), we.T, out=oe)
             return outs[i]
 
-        # operand A (the activations) as each call reads it: the integrity checks flip its sign (worker/integrity.py)
+        # operand A (the activations) as each call reads it: the integrity checks flip its sign
+        # (worker/check/integrity.py)
         run_reference.reads = [[a] for a, _, _ in sets]
         return run_reference
     if kind == "grouped":

@@ -32,7 +32,7 @@ from typing import Callable
 
 import torch
 
-from .. import nvfp4
+from ..check import nvfp4
 from ..contract.catalog import BackendSpec
 
 # sgl-kernel's scaled_fp4_experts_quant sizes its scale buffer MODELOPT_MAX_TOKENS_PER_EXPERT * topk rows.
@@ -133,7 +133,7 @@ def _prepare_flashinfer_grouped(sets, out_dtype: torch.dtype) -> Callable[[int],
         )
         return op["rows"]  # each expert's rows of the padded output, in the layer's order
 
-    run_grouped.reads = [[op["a"]] for op in ops]  # operand A as the call reads it (worker/integrity.py)
+    run_grouped.reads = [[op["a"]] for op in ops]  # operand A as the call reads it (worker/check/integrity.py)
     return run_grouped
 
 

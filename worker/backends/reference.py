@@ -6,7 +6,7 @@ from typing import Callable
 
 import torch
 
-from .. import nvfp4
+from ..check import nvfp4
 from ..contract.catalog import BackendSpec
 
 Sets = list[tuple[torch.Tensor, torch.Tensor]]
@@ -21,5 +21,5 @@ def prepare(spec: BackendSpec, sets: Sets, out_dtype: torch.dtype) -> Callable[[
         qa, qb = quantized[i]
         return nvfp4.dequantize(qa, lut) @ nvfp4.dequantize(qb, lut).T
 
-    run.reads = [[qa.packed] for qa, _ in quantized]  # operand A as the call reads it (worker/integrity.py)
+    run.reads = [[qa.packed] for qa, _ in quantized]  # operand A as the call reads it (worker/check/integrity.py)
     return run

@@ -14,7 +14,7 @@ from typing import Callable
 
 import torch
 
-from .. import nvfp4
+from ..check import nvfp4
 from ..contract.catalog import BackendSpec
 from .fp8 import quantize_e4m3
 
@@ -35,7 +35,7 @@ def prepare(spec: BackendSpec, sets: Sets, out_dtype: torch.dtype) -> Callable[[
             a8, b8t, sa, sb = quant[i]
             return sgl_kernel.fp8_scaled_mm(mat_a=a8, mat_b=b8t, scales_a=sa, scales_b=sb, out_dtype=out_dtype)
 
-        run_fp8.reads = [[q[0]] for q in quant]  # operand A as the call reads it (worker/integrity.py)
+        run_fp8.reads = [[q[0]] for q in quant]  # operand A as the call reads it (worker/check/integrity.py)
         return run_fp8
 
     ops = []

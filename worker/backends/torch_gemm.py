@@ -1,7 +1,7 @@
 """torch baselines: bf16 matmul, fp8 and NVFP4 through torch._scaled_mm.
 
 Each call names, as `fn.reads`, the tensors holding operand A as it reads them (per input set): the
-integrity checks flip their sign in place and expect the output negated (worker/integrity.py)."""
+integrity checks flip their sign in place and expect the output negated (worker/check/integrity.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Callable
 
 import torch
 
-from .. import nvfp4
+from ..check import nvfp4
 from ..contract.catalog import BackendSpec
 from .fp8 import quantize_e4m3
 

@@ -1,5 +1,5 @@
 """`fleetbench crosscheck`'s params (what the controller asks) and records (what a host sends back, kept
-in a run's crosschecks). The timers' running is worker/crosscheck.py's."""
+in a run's crosschecks). The timers' running is worker/tools/crosscheck.py's."""
 
 from __future__ import annotations
 

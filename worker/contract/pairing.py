@@ -1,11 +1,11 @@
 """Pure statistics of paired timings and of a case's rounds: the head-to-head ratio of two cases timed
-interleaved (worker/interleave.py), its 95% interval, and when a case has had rounds enough. Shared by
+interleaved (worker/measure/interleave.py), its 95% interval, and when a case has had rounds enough. Shared by
 the worker (which stops a case's rounds on them) and the controller (which shows and judges them).
 Stdlib only.
 
 A head-to-head ratio B/A: every cycle of an interleaved timing gives one pair (A's and B's sample, taken
 within ~2 ms of each other in the same GPU state), and cycles come in twos in which A and B trade places
-(worker/interleave.py): the mean log ratio of a two cancels what a place does. Per round the estimate is
+(worker/measure/interleave.py): the mean log ratio of a two cancels what a place does. Per round the estimate is
 the median of its twos; over rounds, their mean. Its standard error is the larger of two estimates: from how the
 rounds' estimates differ (t with R - 1 degrees of freedom: what moves from one round, one GPU state, to
 the next), and from the pairs' own scatter within the rounds (the median's standard error, normal):

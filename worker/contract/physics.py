@@ -1,7 +1,7 @@
 """Physics as a check, the part both sides compute: a median below its case's speed of light by more than
-MARGIN is `impossible` (why the margin is what it is, and the figures behind it: worker/physics.py).
+MARGIN is `impossible` (why the margin is what it is, and the figures behind it: worker/check/physics.py).
 
-The worker judges every round in the process that timed it (worker/runner.py). A kernel from the user's
+The worker judges every round in the process that timed it (worker/sweep/runner.py). A kernel from the user's
 own file runs in that process too, so its code could patch that check, or write a record of its own case
 on the process's pipe with any number in it: the controller judges such a record again when it reads it
 (`recheck`, orchestrator/runs/slots.py), outside the process that ran the code, from the case the run
@@ -138,7 +138,7 @@ def recheck(case: CaseSpec, timing: Optional[Stats], facts: Optional[FactsRecord
 
 
 def _user_families(facts: FactsRecord) -> tuple[str, ...]:
-    """The families a user's kernel can have run as on this GPU (FP4 needs FP4_MIN_CC: worker/userkernel.py)."""
+    """The families a user's kernel can have run as on this GPU (FP4 needs FP4_MIN_CC: worker/backends/userkernel.py)."""
     try:
         cc = tuple(int(x) for x in (facts.compute_capability or "").split("."))
     except ValueError:

@@ -1,5 +1,5 @@
 """`fleetbench profile`'s params (what the controller asks) and records (what a host sends back, kept in a
-run's profiles), and what the profiled process says it did. The running is worker/profile.py's."""
+run's profiles), and what the profiled process says it did. The running is worker/tools/profile.py's."""
 
 from __future__ import annotations
 

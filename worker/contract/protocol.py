@@ -39,7 +39,7 @@ RECORD_PREFIX = MARKER + "-record "
 # unset: stdout (a worker run by hand).
 PROTOCOL_FD_ENV = "FLEETBENCH_PROTOCOL_FD"
 # Set in a child of the supervisor: the supervisor alone writes results.jsonl, from the records the child
-# sends on its pipe (worker/supervise.py accepts only those of the cases it gave that child).
+# sends on its pipe (worker/sweep/supervise.py accepts only those of the cases it gave that child).
 SUPERVISED_ENV = "FLEETBENCH_SUPERVISED"
 # While it works, a host says so at least this often (a "heartbeat" progress event): the controller
 # calls a host silent for its stall timeout (default 60 s) stalled, and never one that keeps beating.

@@ -39,7 +39,7 @@ run's records: reruns use the worker the run started with):
      were each timed on their own, their graphs are replayed interleaved (TimingOptions.head_to_head);
      RoundStats.pair_id names that timing and RoundStats.paired_us holds the case's samples of it, so
      rounds with one pair_id are pairs, sample by sample. RoundStats.sm_clock_stream_mhz:
-     the SM clock of the round's samples read in the stream (worker/streamclock.py), beside NVML's
+     the SM clock of the round's samples read in the stream (worker/measure/streamclock.py), beside NVML's
      sm_clock_mhz. TimingOptions.min_rounds and round_target / pair_target: a case gets rounds until its
      interval is that narrow, between min_rounds and `rounds` (now the cap); Stats.rounds_stop says why
      it stopped. A record of an older version was timed alone, in a fixed number of rounds.
@@ -78,9 +78,9 @@ class TimingOptions(_Strict):
     max_samples: int = Field(default=200, ge=3)
     target_rel_ci: float = Field(default=0.01, gt=0, lt=1)
     budget_s: float = Field(default=0.5, gt=0)
-    calls_per_sample: int = Field(default=0, ge=0)  # 0: chosen so one sample lasts ~2 ms (worker/timing.py)
+    calls_per_sample: int = Field(default=0, ge=0)  # 0: chosen so one sample lasts ~2 ms (worker/measure/timing.py)
     # GPU time the case runs on its own before its samples, so it is measured in its own clock and power
-    # state, not in what the case before it left (worker/timing.py settle); 0 turns it off.
+    # state, not in what the case before it left (worker/measure/timing.py settle); 0 turns it off.
     settle_ms: float = Field(default=100.0, ge=0)
     # Independent timings of each case, spread over the sweep: a case's number is the median of its
     # rounds, and how much rounds differ is what a comparison between runs is judged against. A case gets
@@ -92,7 +92,7 @@ class TimingOptions(_Strict):
     round_target: float = Field(default=0.02, gt=0, lt=1)
     pair_target: float = Field(default=0.01, gt=0, lt=1)
     # The contenders of a shape (the backends of a sweep on one GPU) timed interleaved in every round, in
-    # the same GPU state (worker/interleave.py); false: each case timed on its own.
+    # the same GPU state (worker/measure/interleave.py); false: each case timed on its own.
     head_to_head: bool = True
     # settled: sampled in the clock and power state the case's own load holds the GPU in (after settling);
     # burst: sampled right after `cooldown_ms` idle, before the power controller acts (~50 ms of load on
@@ -188,20 +188,20 @@ class RoundStats(_Strict):
     # Where the round's wall time went (format >= 7): inputs and the backend prepared, the oracle check
     # (round 1 only), the timing itself (warm-up, capture, settling, samples), and the health and
     # environment probes around it. benchmarks/cost/sweep_cost.py adds them up over a run. A later round that
-    # replays the graph its first round built (worker/runner.py) reads 0 for prepare, warm-up and capture.
+    # replays the graph its first round built (worker/sweep/runner.py) reads 0 for prepare, warm-up and capture.
     prepare_s: Optional[float] = None
     check_s: Optional[float] = None
     timing_s: Optional[float] = None
     probe_s: Optional[float] = None
-    # Of timing_s (graph timing): warmup_s, capture_s, settle_s or cooldown_s, samples_s (worker/timing.py).
+    # Of timing_s (graph timing): warmup_s, capture_s, settle_s or cooldown_s, samples_s (worker/measure/timing.py).
     timing_phases: Optional[dict[str, float]] = None
     # What the integrity checks added (issue 31): of check_s and timing_s, all but the one call a result
     # check makes anyway (JIT builds and lazy set-up land in that call).
     integrity_s: Optional[float] = None
     # Format >= 9. The SM clock the samples ran at, read in the timer's stream (cycles over nanoseconds per
-    # SM, worker/streamclock.py); NVML's sm_clock_mhz reads 10-25% high under the power cap.
+    # SM, worker/measure/streamclock.py); NVML's sm_clock_mhz reads 10-25% high under the power cap.
     sm_clock_stream_mhz: Optional[float] = None
-    # The head-to-head timing this round took part in (worker/interleave.py): right after the contenders
+    # The head-to-head timing this round took part in (worker/measure/interleave.py): right after the contenders
     # of a shape were each timed on their own in this round, their graphs were replayed interleaved, one
     # sample of each per cycle; `paired_us` holds this case's samples of it, and the rounds of cases with
     # the same pair_id pair position by position. None: no contender to pair with.
@@ -248,7 +248,7 @@ class Correctness(_Strict):
     max_rel_err_bf16: Optional[float] = None
     min_cosine_bf16: Optional[float] = None
     detail: str = ""
-    # The integrity checks the kernel failed (worker/integrity.py: cached, wrote-inputs, lazy, side-stream,
+    # The integrity checks the kernel failed (worker/check/integrity.py: cached, wrote-inputs, lazy, side-stream,
     # untimed, l2-persistence); [] when it passed them all; None from a worker before them (issue 31).
     integrity: Optional[list[str]] = None
 
@@ -283,7 +283,7 @@ class Metrics(_Strict):
 
 
 class Calibration(_Strict):
-    """The GPU's own peaks, measured on it (worker/calibrate.py): what speed of light is computed from."""
+    """The GPU's own peaks, measured on it (worker/measure/calibrate.py): what speed of light is computed from."""
 
     key: str  # host | GPU uuid | driver | torch: the cache entry these numbers belong to
     measured_at: str
@@ -363,7 +363,7 @@ class WorkerParams(_Strict):
     # Seconds one round of a case may take before the supervisor stops it as hung and goes on with the
     # next case; time while a compiler runs under the worker (a first JIT build) counts against
     # build_timeout_s instead (format >= 7).
-    # Lock the SM clock for the sweep (the host's `clocks: lock`; worker/clocks.py). Format >= 7.
+    # Lock the SM clock for the sweep (the host's `clocks: lock`; worker/host/clocks.py). Format >= 7.
     lock_clocks: bool = False
     case_timeout_s: float = Field(default=300.0, gt=0)
     build_timeout_s: float = Field(default=1800.0, gt=0)

@@ -10,7 +10,7 @@ named by the check it failed (the names are data: Correctness.integrity, a row's
   raw writes into the same storage through an alias with its own version counter: the tensor's
   `_version` does not move, so a cache keyed on it (or on the address) sees no change. A backend
   names those buffers as `fn.reads` (per input set, the tensors holding A as its call reads them);
-  a user kernel reads the `a` it was given unless its callable says otherwise (worker/userkernel.py).
+  a user kernel reads the `a` it was given unless its callable says otherwise (worker/backends/userkernel.py).
   This runs before the first timing and again after every timing (a kernel may turn to a cache once
   warm, or from its second round on).
 - wrote-inputs: a kernel that writes into its inputs changes what every later call and check sees:
@@ -22,7 +22,7 @@ named by the check it failed (the names are data: Correctness.integrity, a row's
   and compared with what it holds after. A call that forks work onto another stream and never joins
   it makes CUDA-graph capture fail ("not joined"): named too. (Eager, a copy can still race work on a
   side stream that ends within a few microseconds; a captured graph cannot.)
-- untimed: exactly what one timed sample runs (worker/timing.py `timed_once`: one replay of the timed
+- untimed: exactly what one timed sample runs (worker/measure/timing.py `timed_once`: one replay of the timed
   graph) must produce the result: its output is poisoned, the sample run, and the output of the input
   set its last call used is judged (against that set's oracle in round 1). Work done once at capture
   (on a side stream the capture did not follow, or a kernel that computes only when not captured)
@@ -33,9 +33,9 @@ named by the check it failed (the names are data: Correctness.integrity, a row's
   to 0 (and persisting lines to normal) before every timing, and a call that sets it again, or sets
   an access-policy window on its stream, is named.
 - impossible: a case timed faster than the GPU's speed of light for its FLOPs and bytes, beyond a
-  margin, is not a result (worker/physics.py).
+  margin, is not a result (worker/check/physics.py).
 
-The output contract (dtype, shape, device; worker/verify.py output_problem) is checked on every call
+The output contract (dtype, shape, device; worker/check/verify.py output_problem) is checked on every call
 these checks observe when they are told what is expected: a call that breaks it raises WrongOutput.
 """
 
@@ -232,7 +232,7 @@ def _follows_flip(call, reads: list, before, as_output, synchronize, tolerance: 
                 f"its result did not follow its inputs: with operand A negated in the buffers "
                 f"its call reads, it returned rel_err {rel:.3g} against the negated result "
                 f"(a result cached by value or computed ahead; a user kernel whose prepare "
-                f"converts `a` names what its call reads as `reads`, worker/userkernel.py)",
+                f"converts `a` names what its call reads as `reads`, worker/backends/userkernel.py)",
             )
         ]
     return []
@@ -251,7 +251,7 @@ def check_calls(
     none to judge; the findings; the seconds of the first call, which any result check makes: JIT builds
     and lazy set-up land there, not in the checks' cost). The inputs and `reads` must be left as they
     were; the second call must overwrite the poisoned first output; the third, on A negated in `reads`
-    (raw writes: worker/integrity.py flip_sign), must negate it. `expected` (a verify.Expected): what
+    (raw writes: worker/check/integrity.py flip_sign), must negate it. `expected` (a verify.Expected): what
     every call must return, checked before anything else; raises verify.WrongOutput, naming both."""
     watched = _unique(list(inputs) + list(reads))
     kept = [t.clone() for t in watched]
@@ -321,7 +321,7 @@ class Watched:
 
 class RoundGuard:
     """The integrity checks around one timing of one case: `watched` is what the timer calls,
-    `timed_once` what worker/timing.py hands one timed sample to, `after_timing` the re-check on fresh
+    `timed_once` what worker/measure/timing.py hands one timed sample to, `after_timing` the re-check on fresh
     values. `judge(output, set_index)` says what is wrong with the timed sample's output of that input set
     (None: right); without one (a later round, whose eager path passed the oracle in round 1), the call on
     negated inputs after the timing vouches for that output, and an eager call names what differs only

@@ -110,7 +110,7 @@ class StreamClock:
     `mhz(i, j)` the SM clock between stamps i and j (after the stream has passed both)."""
 
     problem: str = ""  # why the last open() returned None
-    window_mhz: Optional[float] = None  # the last timing's samples window (worker/timing.py), MHz
+    window_mhz: Optional[float] = None  # the last timing's samples window (worker/measure/timing.py), MHz
 
     def __init__(self, driver: _Driver, function: ctypes.c_void_p, blocks: int):
         import torch

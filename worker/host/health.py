@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from .contract.schema import Health, HealthSnapshot
+from ..contract.schema import Health, HealthSnapshot
 
 # Reasons that mean the chip was slowed by something other than the workload asking for less.
 _BAD_REASONS = {"hw_slowdown", "sw_thermal", "hw_thermal", "hw_power_brake"}

@@ -37,7 +37,7 @@ WORK_KINDS = ("kernel", "gpu_memcpy", "gpu_memset")
 NOT_WORK_NAMES = ("Context Sync", "Stream Sync", "Event Sync")  # for a torch without activity_type()
 # Before the sampled replays, inside the same trace: starting the profiler leaves the GPU idle (the
 # first start of a process initialises CUPTI), and an idle GPU climbs back to its burst clock within
-# tens of milliseconds (worker/timing.py, settling). These replays bring it back and are discarded.
+# tens of milliseconds (worker/measure/timing.py, settling). These replays bring it back and are discarded.
 LEAD_IN_MS = 50.0
 RETRACE_WAIT_S = 0.5
 

@@ -154,7 +154,7 @@ def lock_readiness(gpus: Optional[list[str]] = None) -> tuple[bool, str]:
     return True, "can lock " + ", ".join(f"GPU {g} at {mhz} MHz" for g, mhz in clocks.items())
 
 
-if __name__ == "__main__":  # `python -m worker.clocks`: what `hosts --check` asks a host with clocks: lock
+if __name__ == "__main__":  # `python -m worker.host.clocks`: what `hosts --check` asks a host with clocks: lock
     import json
 
     can, why = lock_readiness()

@@ -12,7 +12,7 @@ So, for the worker's child only:
   FlashInfer's own cache), and a session that does not set one of them gets the remembered value, if it
   still exists. A session that sets a variable keeps its own value (that is a different build, paid once)
   and becomes what is remembered.
-Every value the worker added is reported in the host's facts (worker/env.py), so a run says so.
+Every value the worker added is reported in the host's facts (worker/host/env.py), so a run says so.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ BUILD_VARS = (
 )
 # Variables that name a program: only adopted while that program still exists.
 _PROGRAMS = ("CC", "CXX", "CUDAHOSTCXX", "FLASHINFER_NVCC")
-ADDED_VAR = "FLEETBENCH_ENV_ADDED"  # JSON {name: the caller's value or null}, read by worker/env.py
+ADDED_VAR = "FLEETBENCH_ENV_ADDED"  # JSON {name: the caller's value or null}, read by worker/host/env.py
 
 
 def record_path(env: dict) -> Path:

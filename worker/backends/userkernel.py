@@ -13,7 +13,7 @@ Output contract: every call returns one plain tensor of `out_dtype`, [M, N], on 
 that returns anything else of tensors (fp32 where bf16 was asked, [M, N-1], another device, a list)
 fails its case with the sentence naming both (verify.WrongOutput), before its values are compared.
 
-Integrity (worker/integrity.py): between calls fleetbench flips the sign of `a` in place (raw writes:
+Integrity (worker/check/integrity.py): between calls fleetbench flips the sign of `a` in place (raw writes:
 `a._version` does not move) and expects the output negated, so a result cached or computed ahead fails. A prepare that converts `a` (quantizes,
 copies) names what its callable reads instead: `run.reads = [a8]` (the tensors holding A's values as
 the call reads them: float negated, float8 by its sign bit, uint8 as packed e2m1).
@@ -30,9 +30,9 @@ import traceback
 from pathlib import Path
 from typing import Callable, Optional, Union
 
-from .contract.catalog import FAMILIES, FP4_MIN_CC, BackendSpec
+from ..contract.catalog import FAMILIES, FP4_MIN_CC, BackendSpec
 
-USER_DIR = Path(__file__).resolve().parent / "user"
+USER_DIR = Path(__file__).resolve().parents[1] / "user"  # worker/user/, where the bundle puts the files
 _LOADED: dict[str, Union["UserKernel", str]] = {}
 
 
@@ -50,7 +50,7 @@ class UserKernel:
         shape and device, ~0.2 µs of host time; in graph timing only at capture, never at replay)."""
         import torch
 
-        from .verify import Expected, WrongOutput, output_problem
+        from ..check.verify import Expected, WrongOutput, output_problem
 
         calls = [self._prepare(a, b, out_dtype) for a, b in sets]
         bad = next((c for c in calls if not callable(c)), None)
@@ -70,7 +70,7 @@ class UserKernel:
                 if result.dtype == want.dtype and result.shape == want.shape and result.device == want.device:
                     return result
             elif not isinstance(result, (list, tuple)):
-                return result  # not a tensor at all: worker/integrity.py names it (lazy)
+                return result  # not a tensor at all: worker/check/integrity.py names it (lazy)
             problem = output_problem(result, want)
             if problem:
                 raise WrongOutput(problem)

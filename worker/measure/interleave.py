@@ -10,7 +10,7 @@ cancels in the two's mean; worker/contract/pairing.py estimates per two. Settlin
 group's per-cycle GPU time stops drifting, so the samples are taken in the state the group holds the
 GPU in; sampling ends on whole twos.
 
-Between cycles a stamp kernel in the same stream (worker/streamclock.py) reads the SM clock each cycle
+Between cycles a stamp kernel in the same stream (worker/measure/streamclock.py) reads the SM clock each cycle
 really ran at, so a round's time can be split into its clock and its cycles (the work).
 
 Each member still gets its own median, CI and samples (its samples are its cycle readings, in order),
@@ -22,8 +22,8 @@ from __future__ import annotations
 import time
 from typing import Callable, NamedTuple, Optional
 
-from .contract.schema import Stats, TimingOptions
-from .contract.stats import summarize
+from ..contract.schema import Stats, TimingOptions
+from ..contract.stats import summarize
 from .timing import SETTLE_MAX_FACTOR, TimedGraph, _enough, drifting
 
 

@@ -5,8 +5,8 @@ Two processes, both started through the run's own rendered script and worker:
                 runs `ncu ... python -m worker profile-case ...`, classifies what ncu said, reads the
                 report back as CSV (`ncu --import`) and sends one ProfileRecord per case on the protocol
                 channel. The report file stays in the output folder for the controller to fetch.
-  profile-case  (the profiled process, under ncu) prepares the case as the sweep did (worker/runner.py),
-                warms it up and settles it with the sweep's own timing code and settings (worker/timing.py),
+  profile-case  (the profiled process, under ncu) prepares the case as the sweep did (worker/sweep/runner.py),
+                warms it up and settles it with the sweep's own timing code and settings (worker/measure/timing.py),
                 and only then opens the profiler's range (cudaProfilerStart; ncu runs with
                 --profile-from-start off) for `calls` calls of the case: warm-up, settling and the
                 correctness check are never profiled, and every kernel in the range is the case's own.
@@ -30,9 +30,9 @@ import time
 from pathlib import Path
 from typing import Optional
 
+from ..contract.profile import ProfiledRun, ProfileOptions, ProfileParams, ProfileRecord, ProfileStatus
+from ..contract.schema import CaseSpec
 from .caseloop import CaseWork, run_each_case
-from .contract.profile import ProfiledRun, ProfileOptions, ProfileParams, ProfileRecord, ProfileStatus
-from .contract.schema import CaseSpec
 
 NCU_ENV = "FLEETBENCH_NCU"  # a host's env may name its ncu (an SSH session's PATH seldom has it)
 # Where Nsight Compute installs itself, after PATH; newest version first within each pattern.
@@ -190,7 +190,7 @@ def profile(params_path: Path, out_dir: Path) -> int:
 def _record(
     case: CaseSpec, options: ProfileOptions, status: ProfileStatus, reason: str, started: float, **fields
 ) -> ProfileRecord:
-    from .contract.protocol import now_iso
+    from ..contract.protocol import now_iso
 
     return ProfileRecord(
         case_id=case.case_id,
@@ -206,11 +206,11 @@ def _record(
 
 def child_env() -> dict[str, str]:
     """The profiled process's environment: the worker importable, the venv's tools on PATH and FlashInfer's
-    JIT settings stable, as the sweep's case loop has them (worker/supervise.py); never our channel."""
-    from .buildenv import ADDED_VAR, encode_added, stable_build_env
-    from .contract.protocol import PROTOCOL_FD_ENV
+    JIT settings stable, as the sweep's case loop has them (worker/sweep/supervise.py); never our channel."""
+    from ..contract.protocol import PROTOCOL_FD_ENV
+    from ..host.buildenv import ADDED_VAR, encode_added, stable_build_env
 
-    worker_root = str(Path(__file__).resolve().parent.parent)
+    worker_root = str(Path(__file__).resolve().parents[2])  # the folder holding worker/ (worker/<room>/<module>.py)
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [worker_root, os.environ.get("PYTHONPATH")])))
     env["PATH"] = os.pathsep.join(filter(None, [str(Path(sys.executable).parent), os.environ.get("PATH")]))
     added = stable_build_env(env)
@@ -223,7 +223,7 @@ def _stop_tree(proc: subprocess.Popen) -> None:
     """SIGKILL ncu and everything under it (the profiled process); the rest of our group lives on."""
     import signal
 
-    from .supervise import descendants
+    from ..sweep.supervise import descendants
 
     for pid in [*descendants(proc.pid), proc.pid]:
         try:
@@ -376,11 +376,11 @@ def run_profiled_case(params_path: Path, case_id: str, out: Path) -> int:
 def _run_case(case: CaseSpec, params: ProfileParams, said: ProfiledRun) -> None:
     # The sweep's own preparation (runner.py): its backend lookup (a user kernel's file included) and
     # inputs. They are private there; a public hook in runner.py would serve this module better.
-    from . import runner as sweep_runner
-    from .backends import availability_problem
-    from .contract.catalog import support_problem
-    from .env import gpu_processes
-    from .timing import time_cpu, time_cuda
+    from ..backends import availability_problem
+    from ..contract.catalog import support_problem
+    from ..host.env import gpu_processes
+    from ..measure.timing import time_cpu
+    from ..sweep import runner as sweep_runner
 
     runner = sweep_runner.CaseRunner(params.device)
     said.device, said.gpu_name = runner.device.device, runner.device.name or ""
@@ -428,7 +428,7 @@ def _run_case(case: CaseSpec, params: ProfileParams, said: ProfiledRun) -> None:
             torch.cuda.profiler.stop()
         said.calls = calls
 
-    stats = time_cuda(fn, n_sets, opts, settled=profiled_range)
+    stats = runner.timer.time_cuda(fn, n_sets, opts, settled=profiled_range).stats
     said.settle_ms = stats.settle_ms
     said.gpu_processes = gpu_processes()
     said.status = "ok" if said.calls else "failed"

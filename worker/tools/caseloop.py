@@ -1,6 +1,6 @@
 """The host's side of a command over chosen cases of a stored run (`profile`, `crosscheck`): the one loop that holds this GPU's lock (and its clocks, where the host
 locks them) as a sweep does and sends one record per case on the protocol channel. What a case is made
-to do is the command's own (worker/profile.py, worker/crosscheck.py).
+to do is the command's own (worker/tools/profile.py, worker/tools/crosscheck.py).
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from typing import Callable, Optional
 
 from pydantic import BaseModel
 
-from .contract.cases import CasesParams
-from .contract.schema import CaseSpec
+from ..contract.cases import CasesParams
+from ..contract.schema import CaseSpec
 
 CaseWork = Callable[[CaseSpec], BaseModel]  # one case -> its record; never raises for what the case does
 
@@ -23,9 +23,9 @@ def run_each_case(params: CasesParams, purpose: str, start: Callable[[Optional[i
     `start(the locked SM MHz, or None)` gives what runs one case, and each case's record goes on the
     protocol channel between its start and end progress lines. Returns 0, or EXIT_GPU_BUSY when another
     sweep held the GPU past the lock timeout."""
-    from .clocks import CLOCK_ENV, locked_clocks
-    from .contract.protocol import EXIT_GPU_BUSY, RECORD_PREFIX, emit_progress, heartbeat, write_line
-    from .gpulock import CPU, GpuLockTimeout, gpu_lock
+    from ..contract.protocol import EXIT_GPU_BUSY, RECORD_PREFIX, emit_progress, heartbeat, write_line
+    from ..host.clocks import CLOCK_ENV, locked_clocks
+    from ..host.gpulock import CPU, GpuLockTimeout, gpu_lock
 
     held = contextlib.ExitStack()
     try:

@@ -1,7 +1,7 @@
 """The contenders of a shape, head-to-head: which cases are one unit of a round, and the interleaved
-timing of their graphs (worker/interleave.py) that pairs them in the same GPU state.
+timing of their graphs (worker/measure/interleave.py) that pairs them in the same GPU state.
 
-Each case of a unit is first timed on its own in the round, as any case is (worker/runner.py: settled in
+Each case of a unit is first timed on its own in the round, as any case is (worker/sweep/runner.py: settled in
 its own clock and power state, with every integrity check around it): that is its number. Measured on
 the H200, an interleaved timing is not each case's own state: the group's mixed load sets one clock for
 all, so bf16 read 10-16% slow beside fp8 at 256-512x2048 and 9% fast beside the fp32 oracle at
@@ -16,7 +16,8 @@ from __future__ import annotations
 import secrets
 from typing import Callable, Optional
 
-from .contract.schema import CaseRecord, CaseSpec
+from ..contract.schema import CaseRecord, CaseSpec
+from ..measure.tuning import TUNING, Tuning
 
 
 def group_key(case: CaseSpec) -> Optional[str]:
@@ -39,7 +40,7 @@ def units_of(cases: list[CaseSpec], grouped: bool) -> list[list[CaseSpec]]:
     (the oracles always: they are references, not contenders); in the order the cases come."""
     if not grouped:
         return [[c] for c in cases]
-    from .contract.catalog import ORACLE_BACKENDS
+    from ..contract.catalog import ORACLE_BACKENDS
 
     units: dict[str, list[CaseSpec]] = {}
     for c in cases:
@@ -49,18 +50,14 @@ def units_of(cases: list[CaseSpec], grouped: bool) -> list[list[CaseSpec]]:
     return list(units.values())
 
 
-# Cycles a head-to-head timing samples per round (after it settles): 6 twos, ~12 x 2 ms per member. Its
-# interval over the rounds reached ±0.03-0.5% on the H200 (benchmarks/RESULTS.md, issue 40).
-PAIRED_CYCLES = 12
-
-
-def duel(runner, records: list[CaseRecord], spec_of: Callable) -> list[CaseRecord]:
+def duel(runner, records: list[CaseRecord], spec_of: Callable, tuning: Tuning = TUNING) -> list[CaseRecord]:
     """`records` (a unit's ok records after this round, each case timed on its own) with this round paired:
-    the graphs `runner` keeps for them replayed interleaved (worker/interleave.py), each case's samples of
-    it in its latest round's `paired_us` under one `pair_id`. A case whose graph is not kept (beyond the
-    keep budget, or a one-round sweep) stays unpaired; with fewer than two left, nothing is timed."""
-    from . import timing
-    from .interleave import time_group
+    the graphs `runner` keeps for them replayed interleaved (worker/measure/interleave.py), each case's samples
+    of it in its latest round's `paired_us` under one `pair_id`. A case whose graph is not kept (beyond the
+    keep budget, or a one-round sweep) stays unpaired; with fewer than two left, nothing is timed. `tuning`:
+    the group's settling floor (as Timer.settle_floor) and its cycles (Tuning.paired_cycles: 6 twos, ~12 x
+    2 ms per member)."""
+    from ..measure.interleave import time_group
 
     kept = [(i, runner.kept.get(r.case_id)) for i, r in enumerate(records)]
     members = [(i, k) for i, k in kept if k is not None]
@@ -73,15 +70,15 @@ def duel(runner, records: list[CaseRecord], spec_of: Callable) -> list[CaseRecor
         loads.append(
             None if isinstance(spec, str) else runner.load_share(records[i].case, spec, k.graph.per_call_s * 1e6)
         )
-    heavy = any(v is None or v >= timing.HEAVY_LOAD for v in loads)
-    floor = opts.settle_ms if heavy else min(opts.settle_ms, timing.LIGHT_SETTLE_MS)
+    heavy = any(v is None or v >= tuning.heavy_load for v in loads)
+    floor = opts.settle_ms if heavy else min(opts.settle_ms, tuning.light_settle_ms)
     group = time_group(
         [k.graph for _, k in members],
         opts,
         floor,
         None,
         getattr(runner, "clock", None),
-        cycles=max(PAIRED_CYCLES, opts.min_samples),
+        cycles=max(tuning.paired_cycles, opts.min_samples),
     )
     pair_id = secrets.token_hex(6)
     out = list(records)

@@ -10,8 +10,8 @@ import subprocess
 from dataclasses import dataclass
 from typing import Optional
 
-from . import __version__
-from .contract.schema import FactsRecord
+from .. import __version__
+from ..contract.schema import FactsRecord
 
 
 @dataclass(frozen=True)
@@ -146,7 +146,7 @@ def readiness() -> dict:
         if package_version(dist) is None:
             problems.append(f"{dist} is not installed")
     usage = shutil.disk_usage(os.getcwd())
-    from .backends import flashinfer_mm_fp4_backends
+    from ..backends import flashinfer_mm_fp4_backends
 
     return {
         **facts,

@@ -1,6 +1,6 @@
 """The host's own small state files (`.cache/fleetbench/` beside FlashInfer's cache): read tolerantly,
 written atomically and at best effort. Nothing there is part of a run: losing a file costs a
-re-measurement or a rebuild, or (a clock-lock note, worker/clocks.py) leaves a clock a killed sweep
+re-measurement or a rebuild, or (a clock-lock note, worker/host/clocks.py) leaves a clock a killed sweep
 locked for the user to reset, as before there were notes."""
 
 from __future__ import annotations

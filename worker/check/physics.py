@@ -1,10 +1,10 @@
 """Physics as a check: a case timed faster than its GPU can go, for its FLOPs and bytes, is not a result.
 
 A case's speed of light is its work at the GPU's roofs: max(flops / math peak, bytes / memory bandwidth)
-(worker/contract/metrics.py). The roofs are the GPU's calibration (worker/calibrate.py: a 8192³ GEMM per operand
-family, a 1 GiB device-to-device copy), and where it lacks one, the GPU model's datasheet figure
-(metrics.PEAKS); the reason says which was used. A median below speed of light by more than MARGIN is
-named `impossible` (worker/integrity.py), its case `failed` and its numbers dropped.
+(worker/contract/metrics.py). The roofs are the GPU's calibration (worker/measure/calibrate.py: a 8192³
+GEMM per operand family, a 1 GiB device-to-device copy), and where it lacks one, the GPU model's
+datasheet figure (metrics.PEAKS); the reason says which was used. A median below speed of light by more than MARGIN is
+named `impossible` (worker/check/integrity.py), its case `failed` and its numbers dropped.
 
 MARGIN: the calibration is not the hardware's ceiling, and an honest kernel may beat it:
 - math: the 8192³ GEMM runs at the power-limited clock (H200: 797 TFLOPS bf16 measured, at ~1.5 GHz),
@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from .contract.physics import MARGIN, impossible_reason, roofs
+from ..contract.physics import MARGIN, impossible_reason, roofs
 from .integrity import IMPOSSIBLE, Finding
 
 __all__ = ["MARGIN", "impossible", "roofs"]

@@ -19,9 +19,9 @@ import socket
 from pathlib import Path
 from typing import Callable, Optional
 
-from .contract.protocol import now_iso
-from .contract.schema import Calibration
-from .hostcache import cache_file, read_json, write_json
+from ..contract.protocol import now_iso
+from ..contract.schema import Calibration
+from ..host.hostcache import cache_file, read_json, write_json
 
 # The worker's own backend per family, in order of preference: the first that runs here is timed.
 CALIBRATION_BACKENDS = {
@@ -72,8 +72,8 @@ def calibrate(
     if key is None or datasheet is None:
         import torch
 
-        from .contract.metrics import peaks_for
-        from .env import _driver_version
+        from ..contract.metrics import peaks_for
+        from ..host.env import _driver_version
 
         props = torch.cuda.get_device_properties(torch.cuda.current_device())
         key = key or cache_key(str(getattr(props, "uuid", "") or props.name), _driver_version(), torch.__version__)
@@ -147,7 +147,7 @@ def calibrate(
 def _unsupported_here(device, family: str) -> Optional[str]:
     """Why no backend of `family` can run on this GPU's compute capability, or None (also when unknown).
     Pure: the catalog's rules, no GPU work, so a family that can never run here is not tried each sweep."""
-    from .contract.catalog import CATALOG, support_problem
+    from ..contract.catalog import CATALOG, support_problem
 
     cc = getattr(device, "compute_capability", None)
     names = CALIBRATION_BACKENDS.get(family, ())
@@ -166,8 +166,8 @@ def _measure_on_gpu(device, what: str) -> tuple[float, str]:
 
     import torch
 
-    from .backends import availability_problem
-    from .contract.catalog import CATALOG, support_problem
+    from ..backends import availability_problem
+    from ..contract.catalog import CATALOG, support_problem
 
     if what == "copy":
         src = torch.empty(COPY_BYTES, dtype=torch.uint8, device="cuda")

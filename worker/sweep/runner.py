@@ -8,15 +8,15 @@ checks the result against the oracle (a wrong result is never timed), warms up a
 graph; a later round replays that graph (kept while
 the kept graphs fit KEEP_SHARE of the GPU's memory; else it prepares and captures its own), settles it
 and samples it: its wall time goes to timed samples of a settled GPU, not to building the same graph
-again. Every round runs the integrity checks around its timing (worker/integrity.py: a kernel that
+again. Every round runs the integrity checks around its timing (worker/check/integrity.py: a kernel that
 caches, works on a side stream, returns a lazy result, writes into its inputs or keeps them in L2 is
 `failed`, its reason naming the check, and its numbers dropped). A case that raises is recorded as failed
 (with the traceback tail) and the loop goes on.
 A record is appended, flushed and fsynced as each round ends (`complete: false` until the last one,
-worker/rounds.py), so a dying or stopped host loses at most the round in flight, and a case that has
+worker/contract/rounds.py), so a dying or stopped host loses at most the round in flight, and a case that has
 rounds already (a restart after a crash, a later attempt) times only those still missing. The case
 and round in flight are kept in `<results>.inflight` for the supervisor, which names a crash and stops
-a round past its limit (worker/supervise.py).
+a round past its limit (worker/sweep/supervise.py).
 """
 
 from __future__ import annotations
@@ -28,11 +28,12 @@ import sys
 import time
 import traceback
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable, NamedTuple, Optional
 
-from .backends import availability_problem
-from .contract.catalog import CATALOG, ORACLE_BACKENDS, support_problem
-from .contract.protocol import (
+from ..backends import availability_problem
+from ..check.integrity import IntegrityFailure
+from ..contract.catalog import CATALOG, ORACLE_BACKENDS, support_problem
+from ..contract.protocol import (
     EXIT_CANNOT_START,
     append_line,
     done_case_ids,
@@ -41,16 +42,12 @@ from .contract.protocol import (
     heartbeat,
     now_iso,
 )
-from .contract.rounds import add_rounds, rounds_in
-from .contract.schema import CaseRecord, CaseSpec, FactsRecord, WorkerParams
-from .integrity import IntegrityFailure
-from .timing import LATER_WARMUP_MS
+from ..contract.rounds import add_rounds, rounds_in
+from ..contract.schema import CaseRecord, CaseSpec, FactsRecord, Health, Stats, WorkerParams
+from ..measure.timing import LATER_WARMUP_MS, Timer
 
 # Cold-L2 rotation: input sets totalling at least this many L2 sizes, within these bounds.
 COLD_L2_FACTOR = 3
-# What a light GEMM costs beyond its math on the H200 (launch, prologue, epilogue: ~8 us at M=16): ranks
-# round 1 by load before any case is measured (round_order).
-EXPECTED_FIXED_US = 8.0
 MAX_SETS = 64
 # What a case's first round built (inputs, timed graph) is kept for its later rounds while everything kept
 # stays within this share of the GPU's memory; a case beyond it builds its own in each round.
@@ -77,31 +74,41 @@ def append_record(path: Path, record: CaseRecord | FactsRecord) -> None:
     append_line(path, record.model_dump_json())
 
 
+class RoundTiming(NamedTuple):
+    """One round's timing (CaseRunner._time): its Stats with its one RoundStats, its Health (None without
+    NVML), and what the timing says beside its numbers (timing.Timing.notes)."""
+
+    stats: Stats
+    health: Optional[Health]
+    notes: tuple[str, ...] = ()
+
+
 class CaseRunner:
-    """Holds what every case on this device shares: device facts and the NVML probe."""
+    """Holds what every case on this device shares: device facts, the NVML probe and the process's Timer."""
 
     def __init__(self, device_wanted: str = "auto"):
-        from .env import detect_device
+        from ..host.env import detect_device
 
         self.device = detect_device(device_wanted)
-        self.calibration = None  # this GPU's measured peaks (worker/calibrate.py), for speed of light
+        self.timer = Timer()  # this process's CUDA timing (worker/measure/timing.py) and its Tuning
+        self.calibration = None  # this GPU's measured peaks (worker/measure/calibrate.py), for speed of light
         self.probe = None
-        self.l2 = None  # the L2 persistence settings (worker/integrity.py), where the driver has them
+        self.l2 = None  # the L2 persistence settings (worker/check/integrity.py), where the driver has them
         self.kept: dict[str, Kept] = {}  # by case id: what a later round of the case replays
         self.keep_budget = 0  # bytes
-        self.clock = None  # the SM clock read in the stream (worker/streamclock.py), where it loads
+        self.clock = None  # the SM clock read in the stream (worker/measure/streamclock.py), where it loads
         if self.device.device == "cuda":
             import torch
 
-            from .streamclock import StreamClock
+            from ..measure.streamclock import StreamClock
 
             self.clock = StreamClock.open()
 
             self.keep_budget = int(
                 KEEP_SHARE * torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory
             )
-            from .health import NvmlProbe
-            from .integrity import L2Persistence
+            from ..check.integrity import L2Persistence
+            from ..host.health import NvmlProbe
 
             self.probe = NvmlProbe.for_current_device()
             self.l2 = L2Persistence.open()
@@ -161,13 +168,13 @@ class CaseRunner:
 
         n_sets = self._input_sets(case, spec.family)
         if case.workload == "moe":
-            from .backends import moe
+            from ..backends import moe
 
             sets = [moe.inputs(case, s, self.device.device) for s in range(n_sets)]
             return moe.prepare(spec, sets, getattr(torch, case.out_dtype)), sets, n_sets
         sets = [self._inputs(case, s, self.device.device) for s in range(n_sets)]
         if case.kernel_sha256:
-            from . import userkernel
+            from ..backends import userkernel
 
             module = userkernel.load(case.backend, case.kernel_sha256)
         else:
@@ -175,13 +182,13 @@ class CaseRunner:
         fn = module.prepare(spec, sets, getattr(torch, case.out_dtype))
         return fn, sets, n_sets
 
-    def _time(self, case: CaseSpec, fn, n_sets: int, guard=None, graph=None, keep=None):
-        """One round's timing: (Stats with its RoundStats, Health or None). With `guard` (an
-        integrity.RoundGuard), the integrity checks around it: raises IntegrityFailure. `graph`: a kept
-        timing.TimedGraph to replay; `keep(graph)` is told of one built now (worker/timing.py time_cuda)."""
-        from .contract.schema import RoundStats
-        from .health import assess, cpu_counters, host_reference_us, round_environment
-        from .timing import time_cpu
+    def _time(self, case: CaseSpec, fn, n_sets: int, guard=None, graph=None, keep=None) -> RoundTiming:
+        """One round's timing (RoundTiming). With `guard` (an integrity.RoundGuard), the integrity checks
+        around it: raises IntegrityFailure. `graph`: a kept timing.TimedGraph to replay; `keep(graph)` is
+        told of one built now (worker/measure/timing.py Timer.time_cuda)."""
+        from ..contract.schema import RoundStats
+        from ..host.health import assess, cpu_counters, host_reference_us, round_environment
+        from ..measure.timing import Timing, time_cpu
 
         if guard is not None:
             guard.before_timing()
@@ -192,13 +199,13 @@ class CaseRunner:
         if self.device.device == "cuda":
             # Health is judged from the end of settling: settling brings the GPU to the case's own clock,
             # which for a heavy GEMM is its power-limited one, and that fall is what it should be measured
-            # at. (The settled tail, already judged drift-free, is counted as samples: worker/timing.py.)
+            # at. (The settled tail, already judged drift-free, is counted as samples: worker/measure/timing.py.)
             def settled() -> None:
                 nonlocal before
                 before = self.probe.snapshot() if self.probe else None
 
             spec = _spec_of(case)
-            stats = self._time_cuda(
+            timed = self._time_cuda(
                 case,
                 fn,
                 n_sets,
@@ -210,18 +217,17 @@ class CaseRunner:
                 clock=getattr(self, "clock", None),
             )
         else:
-            stats = time_cpu(guard.watched if guard else fn, n_sets, case.timing)
+            timed = Timing(time_cpu(guard.watched if guard else fn, n_sets, case.timing), {})
+        stats = timed.stats
         timing_s = time.perf_counter() - t_timing
         after = self.probe.snapshot() if self.probe else None
         health = assess(before, after) if before is not None and after is not None else None
         env = round_environment(cpu_before, cpu_counters(), before, after, host_reference_us())
         if self.probe is not None:
-            from .env import gpu_processes
+            from ..host.env import gpu_processes
 
             env["gpu_processes"] = gpu_processes()
-        from . import timing as timing_mod
-
-        phases = {k: round(v, 4) for k, v in timing_mod.last_phases.items()} if self.device.device == "cuda" else None
+        phases = {k: round(v, 4) for k, v in timed.phases.items()} if self.device.device == "cuda" else None
         clock = getattr(self, "clock", None)
         stream_mhz = clock.window_mhz if clock is not None and case.timing.mode != "events" else None
         one = RoundStats(
@@ -238,12 +244,12 @@ class CaseRunner:
         if guard is not None:
             guard.after_timing()
             self._physics(case, stats.median_us)
-        return stats.model_copy(update={"rounds": [one]}), health
+        return RoundTiming(stats.model_copy(update={"rounds": [one]}), health, timed.notes)
 
     def _physics(self, case: CaseSpec, median_us: float) -> None:
         """Raises IntegrityFailure (`impossible`) when a round's median is faster than this GPU can go for
-        the case's FLOPs and bytes (worker/physics.py); a CPU is not judged."""
-        from .physics import impossible
+        the case's FLOPs and bytes (worker/check/physics.py); a CPU is not judged."""
+        from ..check.physics import impossible
 
         spec = _spec_of(case)
         if self.device.device != "cuda" or isinstance(spec, str):
@@ -255,17 +261,14 @@ class CaseRunner:
         if found is not None:
             raise IntegrityFailure([found])
 
-    @staticmethod
-    def _time_cuda(case: CaseSpec, fn, n_sets: int, settled, guard, load=None, graph=None, keep=None, clock=None):
+    def _time_cuda(self, case: CaseSpec, fn, n_sets: int, settled, guard, load=None, graph=None, keep=None, clock=None):
         import torch
-
-        from .timing import time_cuda
 
         before = torch.cuda.current_stream()
         if clock is not None:
             clock.window_mhz = None
         try:
-            return time_cuda(
+            return self.timer.time_cuda(
                 guard.watched if guard else fn,
                 n_sets,
                 case.timing,
@@ -317,7 +320,7 @@ class CaseRunner:
         kept = self.kept.get(case.case_id)
         if kept is not None:  # the graph round 1 captured: settling runs it into the case's steady state
             guard = self._guard(case, spec, kept.fn, kept.sets, first_round=False, watched=kept.watched)
-            stats, health = self._time(case, kept.fn, kept.n_sets, guard, graph=kept.graph)
+            stats, health, _ = self._time(case, kept.fn, kept.n_sets, guard, graph=kept.graph)
             return self._costs(stats, prepare_s=0.0, integrity_s=guard.seconds), health, time.perf_counter() - t0
         before = self._allocated()
         fn, sets, n_sets = self._prepare(case, spec)
@@ -333,7 +336,7 @@ class CaseRunner:
             }
         )
         built = []
-        stats, health = self._time(case.model_copy(update={"timing": warm}), fn, n_sets, guard, keep=built.append)
+        stats, health, _ = self._time(case.model_copy(update={"timing": warm}), fn, n_sets, guard, keep=built.append)
         self._keep(case, fn, sets, n_sets, guard, built, before)
         del fn, sets
         return self._costs(stats, prepare_s=prepared - t0, integrity_s=guard.seconds), health, time.perf_counter() - t0
@@ -379,7 +382,7 @@ class CaseRunner:
 
     def load_share(self, case: CaseSpec, spec, per_call_us: float) -> Optional[float]:
         """The share of the calibrated tensor peak a call of `per_call_us` uses: how hard it drives the GPU
-        towards its power limit (worker/timing.py settle_floor). An oracle computes in fp32 off the tensor
+        towards its power limit (worker/measure/timing.py Timer.settle_floor). An oracle computes in fp32 off the tensor
         cores: 0. None where there is no calibrated peak."""
         if case.backend in ORACLE_BACKENDS:
             return 0.0
@@ -389,7 +392,7 @@ class CaseRunner:
     def _metrics(self, case: CaseSpec, spec, median_us: float):
         import torch
 
-        from .contract.metrics import gemm_metrics, moe_metrics
+        from ..contract.metrics import gemm_metrics, moe_metrics
 
         out_bytes = torch.empty((), dtype=getattr(torch, case.out_dtype)).element_size()
         # An oracle computes in fp32 whatever its family: no tensor-core peak is its speed of light.
@@ -417,8 +420,8 @@ class CaseRunner:
         )
 
     def _measure(self, case: CaseSpec, spec, record) -> CaseRecord:
-        from .integrity import IntegrityFailure
-        from .verify import failure_reason, with_integrity
+        from ..check.integrity import IntegrityFailure
+        from ..check.verify import failure_reason, with_integrity
 
         t0 = time.perf_counter()
         self._round_start()
@@ -433,7 +436,7 @@ class CaseRunner:
         guard = self._guard(case, spec, fn, sets, first_round=True)
         built = []
         try:
-            stats, health = self._time(case, fn, n_sets, guard, keep=built.append)
+            stats, health, notes = self._time(case, fn, n_sets, guard, keep=built.append)
         except IntegrityFailure as exc:  # caught around the timing: its numbers are not a result
             check = with_integrity(check, exc.findings)
             return record("failed", failure_reason(check), correctness=check)
@@ -443,26 +446,24 @@ class CaseRunner:
         )
         metrics = self._metrics(case, spec, stats.median_us)
         del fn, sets
-        from . import timing as timing_mod
-
-        notes = "; ".join(dict.fromkeys(timing_mod.last_notes)) if self.device.device == "cuda" else ""
-        return record("ok", notes, timing=stats, metrics=metrics, correctness=check, health=health)
+        reason = "; ".join(dict.fromkeys(notes)) if self.device.device == "cuda" else ""
+        return record("ok", reason, timing=stats, metrics=metrics, correctness=check, health=health)
 
     def _references(self, case: CaseSpec, spec, one_set):
         """(oracle, bf16 product or None, Thresholds): what an output of input set `one_set` is judged by,
-        the oracle of its operand family (worker/verify.py)."""
-        from .verify import REFERENCE_SELF, THRESHOLDS
+        the oracle of its operand family (worker/check/verify.py)."""
+        from ..check.verify import REFERENCE_SELF, THRESHOLDS
 
         if case.workload == "moe":
-            from .backends import moe
+            from ..backends import moe
 
             a, w, counts = one_set
             exact = moe.oracle("bf16", a, w, counts)
             if spec.option == "reference":  # the oracle itself, run as a backend: judged like any bf16 result
                 return exact, None, THRESHOLDS["bf16"]
             return moe.oracle(spec.family, a, w, counts), exact, THRESHOLDS[spec.family]
-        from . import nvfp4
-        from .backends.fp8 import dequantized_product
+        from ..backends.fp8 import dequantized_product
+        from ..check import nvfp4
 
         a, b = one_set
         bf16_ref = a.float() @ b.float().T
@@ -479,16 +480,16 @@ class CaseRunner:
     def _as_output(case: CaseSpec):
         """A call's result as the one tensor its verdict judges (an MoE loop returns one per expert)."""
         if case.workload == "moe":
-            from .backends import moe
+            from ..backends import moe
 
             return moe.as_output
         return lambda result: result
 
     def _check(self, case: CaseSpec, spec, fn, first_set):
         """(verdict, seconds the integrity checks added): the output against the oracle of its operand family
-        (and the bf16 product), and whether the call did its work (worker/integrity.py)."""
-        from .integrity import check_calls, reads_of
-        from .verify import THRESHOLDS, expected_output, no_result, verdict, with_integrity
+        (and the bf16 product), and whether the call did its work (worker/check/integrity.py)."""
+        from ..check.integrity import check_calls, reads_of
+        from ..check.verify import THRESHOLDS, expected_output, no_result, verdict, with_integrity
 
         # An MoE layer's weights can be gigabytes: its activations are the inputs compared.
         inputs = list(first_set[:1] if case.workload == "moe" else first_set)
@@ -518,8 +519,8 @@ class CaseRunner:
         """The integrity checks around one timing (integrity.RoundGuard). In the first round the output of
         one timed sample is judged against the oracle of the input set it used; in later ones the call on
         negated inputs after the timing vouches for it (the eager path passed the oracle in round 1)."""
-        from .integrity import RoundGuard
-        from .verify import THRESHOLDS, verdict
+        from ..check.integrity import RoundGuard
+        from ..check.verify import THRESHOLDS, verdict
 
         def against_oracle(out, set_index: int):
             check = verdict(out, *self._references(case, spec, sets[set_index]))
@@ -569,7 +570,7 @@ def run_params(params: WorkerParams, results: Path) -> int:
     """Run every case without a record yet, beating all the while (protocol.heartbeat: torch's import and
     the CUDA start-up included). Returns 0 (failures are records, not exit codes), or EXIT_CANNOT_START
     when this host's Python lacks what any case needs."""
-    from .env import collect_facts
+    from ..host.env import collect_facts
 
     with heartbeat():
         try:
@@ -588,12 +589,12 @@ def run_params(params: WorkerParams, results: Path) -> int:
         mode = params.calibration if first_start or params.calibration == "off" else "cached"
         runner.calibration = _calibrate(runner, params.cases, mode)
         if first_start:
-            from .clocks import CLOCK_ENV
+            from ..host.clocks import CLOCK_ENV
 
             locked = os.environ.get(CLOCK_ENV)
             facts = collect_facts(runner.device)
             if runner.device.device == "cuda" and runner.clock is None:
-                from .streamclock import StreamClock
+                from ..measure.streamclock import StreamClock
 
                 facts.notes.append(f"no SM clock read in the stream (NVML's reading only): {StreamClock.problem}")
             append_record(
@@ -621,7 +622,7 @@ def run_params(params: WorkerParams, results: Path) -> int:
 
 def partial_records(results: Path) -> dict[str, CaseRecord]:
     """The latest incomplete record of each case in `results` (its rounds so far)."""
-    from .contract.schema import SCHEMA_VERSION
+    from ..contract.schema import SCHEMA_VERSION
 
     partial: dict[str, CaseRecord] = {}
     if not results.exists():
@@ -648,8 +649,8 @@ def _calibrate(runner: "CaseRunner", cases: list[CaseSpec], mode: str):
     """This GPU's peaks for the operand families of the cases that can run here (None on the CPU)."""
     if mode == "off" or runner.device.device != "cuda":
         return None
-    from . import userkernel
-    from .calibrate import calibrate
+    from ..backends import userkernel
+    from ..measure.calibrate import calibrate
 
     families = set()
     for case in cases:
@@ -685,7 +686,7 @@ def round_order(todo: list[CaseSpec], load: Callable[[CaseSpec], Optional[float]
     GPU's tensor peak a case uses), ties by case id, whatever order the sweep lists them in. What a case
     inherits from the one before it is then the same in every run of the sweep, and a heavy case follows
     one near its own clock and power state instead of a light one at the burst clock; settling
-    (worker/timing.py) takes the rest. Where loads are unknown (no calibration: a CPU, `calibration:
+    (worker/measure/timing.py) takes the rest. Where loads are unknown (no calibration: a CPU, `calibration:
     off`) the sweep's order stays."""
     loads = {c.case_id: load(c) for c in todo}
     if any(v is None for v in loads.values()):
@@ -704,9 +705,9 @@ def _run_cases(
 ) -> None:
     """Round 1 of every case, then round 2 of those still timing (in the same order: round_order), and so on
     (module docstring), each case until it is sure (rounds_decision). On a GPU the contenders of a shape are
-    one unit: each timed on its own, one after the other, then head-to-head (worker/headtohead.py), in
+    one unit: each timed on its own, one after the other, then head-to-head (worker/sweep/headtohead.py), in
     every round. `partial`: cases with rounds already timed, which go on from there."""
-    from .contract.pairing import log_variance, median_prior, pair_round_variance, paired_rounds, work_per_round
+    from ..contract.pairing import log_variance, median_prior, pair_round_variance, paired_rounds, work_per_round
     from .headtohead import duel, units_of
 
     pending: dict[str, CaseRecord] = dict(partial or {})  # ok, rounds so far
@@ -741,7 +742,7 @@ def _run_cases(
             share = runner.load_share(case, spec, rec.timing.median_us)
         else:
             at_peak = runner.math_us(case, spec)
-            share = runner.load_share(case, spec, (at_peak or 0.0) + EXPECTED_FIXED_US)
+            share = runner.load_share(case, spec, (at_peak or 0.0) + runner.timer.tuning.expected_fixed_us)
         return 1.0 if share is None else share  # a family without a calibrated peak: as heavy
 
     def mark(case: CaseSpec, what: str) -> None:
@@ -781,7 +782,7 @@ def _run_cases(
             if len(timed) > 1:
                 mark(timed[0].case, "head-to-head with " + ", ".join(r.case.backend for r in timed[1:]))
                 try:
-                    timed = duel(runner, timed, _spec_of)
+                    timed = duel(runner, timed, _spec_of, runner.timer.tuning)
                 except Exception as exc:  # the pairing is beside the numbers: without it, the rounds stand unpaired
                     print(
                         f"fleetbench: the head-to-head timing of {', '.join(r.case.backend for r in timed)} "
@@ -828,7 +829,7 @@ def rounds_decision(
     ratio's within ±pair_target), or None: another round. `work_prior`, `pair_prior`: the run's median
     log-work variance and paired-ratio between-round variance so far, which moderate each case's and
     each pair's (worker/contract/pairing.py case_is_sure, pair_interval)."""
-    from .contract.pairing import case_is_sure, pair_interval, paired_rounds
+    from ..contract.pairing import case_is_sure, pair_interval, paired_rounds
 
     if not records:
         return None
@@ -859,7 +860,7 @@ def _alone(runner: "CaseRunner", case: CaseSpec, first: Optional[CaseRecord], in
     try:
         stats, health, seconds = runner.again(case, first.timing.calls_per_sample)
     except IntegrityFailure as exc:  # this round's numbers are not a result, nor are the earlier ones
-        from .verify import failure_reason, with_integrity
+        from ..check.verify import failure_reason, with_integrity
 
         check = with_integrity(first.correctness, exc.findings)
         return first.model_copy(
@@ -899,7 +900,7 @@ def unit_order(units: list[list[CaseSpec]], load: Callable[[CaseSpec], Optional[
 def _spec_of(case: CaseSpec):
     """The case's backend spec (a user kernel's from its file, loaded once), or why there is none."""
     if case.kernel_sha256:
-        from . import userkernel
+        from ..backends import userkernel
 
         loaded = userkernel.load(case.backend, case.kernel_sha256)
         return loaded if isinstance(loaded, str) else loaded.spec

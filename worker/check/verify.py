@@ -26,7 +26,7 @@ from typing import Optional
 
 import torch
 
-from .contract.schema import Correctness
+from ..contract.schema import Correctness
 
 
 @dataclass(frozen=True)
@@ -76,7 +76,7 @@ def output_problem(result, expected: Expected) -> Optional[str]:
     """None when `result` (a tensor, or a list of per-expert tensors) is what `expected` asks for; else a
     sentence naming the actual and the expected dtype, shape and device, e.g. "output is float32
     [16, 2048] on cuda:0; expected bfloat16 [16, 2048] on cuda:0". A result that is not plain tensors is
-    not judged here (worker/integrity.py names it `lazy`)."""
+    not judged here (worker/check/integrity.py names it `lazy`)."""
     want = describe(expected.dtype, expected.shape, expected.device)
     if not isinstance(result, (list, tuple)):
         if type(result) is not torch.Tensor or _matches(result, expected.dtype, expected.shape, expected.device):
@@ -106,7 +106,7 @@ def expected_output(case, spec, oracle: torch.Tensor) -> Expected:
     """What a call of backend `spec` on `case` must return: the case's out_dtype (fp32 for the oracles,
     which compute in fp32 whatever their family), the shape of its oracle's result, on the oracle's
     device; an MoE backend may return one tensor per expert that receives tokens."""
-    from .contract.catalog import ORACLE_BACKENDS
+    from ..contract.catalog import ORACLE_BACKENDS
 
     dtype = torch.float32 if case.backend in ORACLE_BACKENDS else getattr(torch, case.out_dtype)
     rows = None
@@ -188,7 +188,7 @@ def _finite(x: float) -> float:
 
 
 def with_integrity(check: Correctness, findings: list) -> Correctness:
-    """`check` with the outcome of the integrity checks (worker/integrity.py Findings): `integrity` lists
+    """`check` with the outcome of the integrity checks (worker/check/integrity.py Findings): `integrity` lists
     the names of those failed ([]: every one passed, so far); with any, the check fails and its detail
     names each first."""
     names = list(dict.fromkeys([*(check.integrity or []), *(f.check for f in findings)]))

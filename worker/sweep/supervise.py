@@ -26,7 +26,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from .contract.protocol import EXIT_CANNOT_START, EXIT_GPU_BUSY, EXIT_INCOMPLETE
+from ..contract.protocol import EXIT_CANNOT_START, EXIT_GPU_BUSY, EXIT_INCOMPLETE
 
 
 def _describe_exit(code: int) -> str:
@@ -43,7 +43,7 @@ def supervise(params_path: Path, results_path: Path) -> int:
     the host-side work took (benchmarks subtract it from wall time to get the controller's overhead)."""
     import time
 
-    from .contract.protocol import emit_progress
+    from ..contract.protocol import emit_progress
 
     # From the rendered script's first line when it ran us (imports included), else from here.
     started = float(os.environ.get("FLEETBENCH_SCRIPT_STARTED") or time.time())
@@ -74,8 +74,8 @@ def _settings(params_path: Path) -> dict:
 def _supervise_locked(params_path: Path, results_path: Path) -> int:
     import contextlib
 
-    from .contract.protocol import emit_progress, heartbeat
-    from .gpulock import CPU, GpuLockTimeout, gpu_lock
+    from ..contract.protocol import emit_progress, heartbeat
+    from ..host.gpulock import CPU, GpuLockTimeout, gpu_lock
 
     settings = _settings(params_path)
     # None: find this process's GPU (a host without one locks its CPU); a CPU sweep locks the CPU.
@@ -98,7 +98,7 @@ def _supervise_locked(params_path: Path, results_path: Path) -> int:
         print(f"fleetbench: {exc}", file=sys.stderr, flush=True)
         return EXIT_GPU_BUSY
     with held:
-        from .clocks import CLOCK_ENV, locked_clocks
+        from ..host.clocks import CLOCK_ENV, locked_clocks
 
         def say(line: str) -> None:
             print(f"fleetbench: {line}", file=sys.stderr, flush=True)
@@ -225,7 +225,7 @@ def _kill_tree(child: subprocess.Popen) -> None:
 
 def _wait(child: subprocess.Popen, watch: _Watch, case_timeout_s: float, build_timeout_s: float):
     """The child's exit status, or (None, why) after stopping a step past its limit."""
-    from .contract.protocol import emit_progress
+    from ..contract.protocol import emit_progress
 
     while True:
         try:
@@ -265,7 +265,7 @@ def _keep_finished_rounds(results_path: Path, kept) -> None:
 
 
 def _rounds(record) -> int:
-    from .contract.rounds import rounds_in
+    from ..contract.rounds import rounds_in
 
     return rounds_in(record)
 
@@ -291,7 +291,7 @@ def partitions(params_path: Path) -> list[tuple[str, Path, set[str]]]:
     supervisor imports no pydantic just to split a list)."""
     import json
 
-    from .contract.protocol import case_id_of_raw
+    from ..contract.protocol import case_id_of_raw
 
     raw = json.loads(params_path.read_text(encoding="utf-8"))
     cases = raw.get("cases") or []
@@ -316,7 +316,7 @@ def accepting(results_path: Path, allowed: set[str], who: str):
     line on stderr; progress is sent on."""
     import json
 
-    from .contract.protocol import RECORD_PREFIX, has_facts, write_line, write_record
+    from ..contract.protocol import RECORD_PREFIX, has_facts, write_line, write_record
 
     def on_line(line: str) -> None:
         if not line.startswith(RECORD_PREFIX):
@@ -347,16 +347,16 @@ def _supervise_part(
 ) -> int:
     import threading
 
-    from .contract.protocol import PROTOCOL_FD_ENV, SUPERVISED_ENV, done_case_ids, forward_lines, heartbeat
+    from ..contract.protocol import PROTOCOL_FD_ENV, SUPERVISED_ENV, done_case_ids, forward_lines, heartbeat
 
     inflight = results_path.with_name(results_path.name + ".inflight")
-    worker_root = str(Path(__file__).resolve().parent.parent)
+    worker_root = str(Path(__file__).resolve().parents[2])  # the folder holding worker/ (worker/<room>/<module>.py)
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [worker_root, os.environ.get("PYTHONPATH")])))
     # An SSH session's PATH is minimal; tools that live in the venv (ninja, for FlashInfer's JIT) must
     # be found as if the venv were activated.
     venv_bin = str(Path(sys.executable).parent)
     env["PATH"] = os.pathsep.join(filter(None, [venv_bin, os.environ.get("PATH")]))
-    from .buildenv import ADDED_VAR, encode_added, stable_build_env
+    from ..host.buildenv import ADDED_VAR, encode_added, stable_build_env
 
     added = stable_build_env(env)
     env.update(added, **{ADDED_VAR: encode_added(added, os.environ)})  # the facts' notes say what was added

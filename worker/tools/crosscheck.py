@@ -1,9 +1,9 @@
 """A case of a stored run timed beside the timers users hold fleetbench against: `fleetbench crosscheck`.
 
 On the case's own host and GPU, holding the GPU's lock as a sweep does, each case is prepared as the
-sweep prepared it (worker/runner.py) and timed, back to back in one process:
-  fleetbench   its own timing (worker/timing.py: graph replay, cold-L2 rotation, settled, median), and
-               the same graph's kernels as CUPTI records them (worker/cupti.py): kernel time alone;
+sweep prepared it (worker/sweep/runner.py) and timed, back to back in one process:
+  fleetbench   its own timing (worker/measure/timing.py: graph replay, cold-L2 rotation, settled, median), and
+               the same graph's kernels as CUPTI records them (worker/measure/cupti.py): kernel time alone;
   flashinfer   flashinfer.testing.bench_gpu_time, where FlashInfer is installed;
   triton       triton.testing.do_bench_cudagraph, where Triton is.
 Each peer runs first in its own default settings, as a user calls it on a closure over one set of inputs
@@ -36,8 +36,7 @@ import traceback
 import warnings
 from typing import Callable, Optional
 
-from .caseloop import CaseWork, run_each_case
-from .contract.crosscheck import (
+from ..contract.crosscheck import (
     CrosscheckOptions,
     CrosscheckParams,
     CrosscheckRecord,
@@ -47,15 +46,16 @@ from .contract.crosscheck import (
     Step,
     Timed,
 )
-from .contract.schema import CaseSpec
+from ..contract.schema import CaseSpec
+from .caseloop import CaseWork, run_each_case
 
 # Before a peer runs in its default clock state: a user's script reaches its timer after setting up,
-# with the GPU idle. Longer than the ~100 ms over which the GPU's clock follows its load (worker/timing.py).
+# with the GPU idle. Longer than the ~100 ms over which the GPU's clock follows its load (worker/measure/timing.py).
 IDLE_S = 0.2
 CUPTI_REPLAYS = 20
-TARGET_SAMPLE_S = 2e-3  # one sample of fleetbench's graph, as worker/timing.py sizes it
+TARGET_SAMPLE_S = 2e-3  # one sample of fleetbench's graph, as worker/measure/timing.py sizes it
 # The clock step after a peer's own capture, which idles the GPU (11-125 ms on the H200), so the replays
-# right after it run at the burst clock for the ~80 ms the power controller takes (worker/timing.py;
+# right after it run at the burst clock for the ~80 ms the power controller takes (worker/measure/timing.py;
 # benchmarks/fidelity/graph_length.py shows Triton's first replays 5-10% faster than its last): FlashInfer replays
 # untimed for PEER_DRY_RUN_MS first; each of Triton's 10 replays lasts ~TRITON_REPLAY_MS of GPU time, so
 # the first absorbs the burst and its median is the settled state's.
@@ -74,7 +74,7 @@ def crosscheck(params_path) -> int:
     params = CrosscheckParams.model_validate_json(Path(params_path).read_text(encoding="utf-8"))
 
     def start(locked_mhz: Optional[int]) -> CaseWork:
-        from .runner import CaseRunner
+        from ..sweep.runner import CaseRunner
 
         runner = CaseRunner(params.device)
         return lambda case: check_case(runner, case, params.options, locked_mhz=locked_mhz)
@@ -87,7 +87,7 @@ def check_case(
 ) -> CrosscheckRecord:
     """One case timed by fleetbench and by each peer of `options` (module docstring). Never raises for
     what the case or a peer does: that is the record's status and reason."""
-    from .contract.protocol import now_iso
+    from ..contract.protocol import now_iso
 
     started, t0 = now_iso(), time.perf_counter()
 
@@ -105,9 +105,9 @@ def check_case(
             **fields,
         )
 
-    from . import runner as sweep_runner
-    from .backends import availability_problem
-    from .contract.catalog import support_problem
+    from ..backends import availability_problem
+    from ..contract.catalog import support_problem
+    from ..sweep import runner as sweep_runner
 
     spec = sweep_runner._spec_of(case)
     if isinstance(spec, str):
@@ -124,7 +124,7 @@ def check_case(
             return record(
                 "ok", "", fleetbench=_time_on_cpu(fn, n_sets, case), peers=[_not_on_cpu(p) for p in options.peers]
             )
-        bench = CaseBench(fn, n_sets, case, probe=runner.probe)
+        bench = CaseBench(fn, n_sets, case, probe=runner.probe, timer=runner.timer)
         ours = bench.fleetbench(options.cupti)
         peers = [_peer(p, bench) for p in options.peers]
         bench.release()
@@ -137,7 +137,7 @@ def check_case(
 
 def _peer(peer: str, bench: "CaseBench") -> PeerResult:
     """One peer's ladder; whatever it raises beyond its steps is its reason, and a capture it left
-    unfinished does not leave its stream current for the next peer (as worker/runner.py guards it)."""
+    unfinished does not leave its stream current for the next peer (as worker/sweep/runner.py guards it)."""
     import torch
 
     before = torch.cuda.current_stream()
@@ -152,7 +152,7 @@ def _peer(peer: str, bench: "CaseBench") -> PeerResult:
 
 
 def _time_on_cpu(fn, n_sets: int, case: CaseSpec) -> FleetbenchTiming:
-    from .timing import time_cpu
+    from ..measure.timing import time_cpu
 
     stats = time_cpu(fn, n_sets, case.timing)
     return FleetbenchTiming(
@@ -181,8 +181,11 @@ class CaseBench:
     """A prepared case on the GPU: `fn(i)` runs it on input set i. Holds fleetbench's graph of the case
     once timed (for CUPTI and for settling before a peer) and the words for fleetbench's own method."""
 
-    def __init__(self, fn: Callable[[int], object], n_sets: int, case: CaseSpec, probe=None):
+    def __init__(self, fn: Callable[[int], object], n_sets: int, case: CaseSpec, probe=None, timer=None):
+        from ..measure.timing import Timer
+
         self.fn, self.n_sets, self.case = fn, n_sets, case
+        self.timer = timer if timer is not None else Timer()  # the process's (the runner's), or one of its own
         self.graph = None
         self.calls = 1  # calls in self.graph
         self.ours: Optional[FleetbenchTiming] = None
@@ -216,12 +219,12 @@ class CaseBench:
     def fleetbench(self, cupti: bool) -> FleetbenchTiming:
         import torch
 
-        from . import timing
-        from .health import ClockSampler
+        from ..host.health import ClockSampler
+        from ..measure import timing
 
         built = []
         with ClockSampler(self.probe) as clock:
-            stats = timing.time_cuda(self.fn, self.n_sets, self.case.timing, keep=built.append)
+            stats = self.timer.time_cuda(self.fn, self.n_sets, self.case.timing, keep=built.append).stats
         if built:  # graph and cupti modes: the timed graph serves CUPTI and settling before a peer
             self.graph, self.calls = built[0].graph, built[0].calls
             launch = (
@@ -233,7 +236,7 @@ class CaseBench:
             self.calls = max(1, math.ceil(TARGET_SAMPLE_S / max(stats.median_us * 1e-6, 1e-7)))
             self.calls = -(-self.calls // self.n_sets) * self.n_sets
             launch = "per-call CUDA events"
-            self.graph = timing._capture(self.fn, self.calls, self.n_sets, timing._capture_stream())
+            self.graph = timing._capture(self.fn, self.calls, self.n_sets, self.timer.capture_stream())
             self.graph.replay()
             torch.cuda.synchronize()
         settled = f"settled ({stats.settle_ms or 0:g} ms)" if self.settles else "as found (settle_ms 0)"
@@ -256,7 +259,7 @@ class CaseBench:
         return ours
 
     def _cupti(self, ours: FleetbenchTiming) -> None:
-        from . import cupti
+        from ..measure import cupti
 
         problem = cupti.available()
         if problem:
@@ -273,13 +276,13 @@ class CaseBench:
         ours.kernels, ours.cupti_split_by, ours.cupti_notes = got.kernels, got.split_by, list(got.notes)
 
     def settle(self) -> None:
-        """Replay fleetbench's graph of the case until it is in its own steady state (worker/timing.py
+        """Replay fleetbench's graph of the case until it is in its own steady state (worker/measure/timing.py
         settle), right before what runs next."""
         if not self.settles:
             return
         import torch
 
-        from . import timing
+        from ..measure import timing
 
         stream = torch.cuda.current_stream()
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -394,7 +397,7 @@ def _stat(samples: list[float], statistic: str) -> Optional[float]:
 def _run(step: Step, call: str, method: Method, measure: Callable[[], list[float]], probe=None) -> Timed:
     """One timer run: its samples (µs per call), the statistic of `method`, and what it warned; with an
     NVML `probe`, the SM clock it ran at."""
-    from .health import ClockSampler
+    from ..host.health import ClockSampler
 
     with warnings.catch_warnings(record=True) as caught, ClockSampler(probe) as clock:
         warnings.simplefilter("always")
