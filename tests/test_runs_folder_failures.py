@@ -227,6 +227,151 @@ def test_runs_history_and_report_keep_working_beside_links_and_name_them(tmp_pat
     assert "is a symbolic link" in line and "name the run folder itself" in line
 
 
+# -- symbolic links inside a run folder ------------------------------------------------------------------
+REFUSED = "is a symbolic link; fleetbench does not read through links inside a run folder"
+
+
+def two_runs(tmp_path: Path, inventory: Path, capsys) -> tuple[Path, Path]:
+    """Two real runs of the no-op sweep on the local host, oldest first."""
+    runs = tmp_path / "runs"
+    for _ in range(2):
+        assert main(["run", str(NOOP), "-i", str(inventory), "--runs-dir", str(runs)]) == 0
+    capsys.readouterr()
+    first, second = sorted(p for p in runs.iterdir() if not p.name.startswith("."))
+    return first, second
+
+
+def tree(folder: Path) -> dict[str, bytes]:
+    """What a folder holds, file by file (to see that nothing was written or deleted there)."""
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def link_into(run: Path, other: Path, elsewhere: Path, kind: str) -> Path:
+    """Replace a file or folder of `run` by a symbolic link: to a copy of `other`'s outside the runs
+    folder, or to itself (a loop). Returns the link."""
+    import shutil
+
+    where = {
+        "results": "hosts/local/attempt-1/results.jsonl",
+        "host folder": "hosts/local",
+        "outcome loop": "hosts/local/attempt-1/outcome.json",
+        "manifest": "manifest.json",
+        "scripts": "scripts",
+    }[kind]
+    link = run / where
+    if link.is_dir():
+        shutil.rmtree(link)
+    else:
+        link.unlink()
+    if kind == "outcome loop":
+        link.symlink_to(link.name)
+        return link
+    target = elsewhere / Path(where).name
+    elsewhere.mkdir(exist_ok=True)
+    (shutil.copytree if (other / where).is_dir() else shutil.copyfile)(other / where, target)
+    link.symlink_to(target)
+    return link
+
+
+@pytest.mark.parametrize("kind", ["results", "host folder", "outcome loop", "manifest"])
+def test_a_link_inside_a_run_folder_is_refused_by_every_reader_naming_it(tmp_path, inventory, capsys, kind):
+    """A run folder is a record: a link in it (to another run's file outside the runs folder, or a loop)
+    is refused with one line naming it, never read through, and nothing is written out there."""
+    first, second = two_runs(tmp_path, inventory, capsys)
+    elsewhere = tmp_path / "elsewhere"
+    link = link_into(second, first, elsewhere, kind)
+    before = tree(elsewhere) if elsewhere.exists() else {}
+    said = f"error: {link} {REFUSED}"
+    runs = str(first.parent)
+    for argv in (
+        ["show", second.name],
+        ["show", str(second), "--format", "json"],
+        ["diff", first.name, second.name],
+        ["report", second.name, "-o", str(tmp_path / "r.html")],
+        ["rerun", second.name, "--failed", "-i", str(inventory)],
+        ["crosscheck", second.name, "--all", "-i", str(inventory)],
+        ["profile", f"{second.name}:local", "--backend", "noop", "-i", str(inventory)],
+    ):
+        assert main([*argv, "--runs-dir", runs]) == 2, argv
+        assert error_line(capsys.readouterr().err) == said, argv
+    assert not (tmp_path / "r.html").exists()
+    # Listings go on, the run named unreadable with the same reason.
+    assert main(["runs", "--runs-dir", runs, "--format", "json"]) == 0
+    captured = capsys.readouterr()
+    no_traceback(captured.err)
+    entries = {e["run_id"]: e for e in cli_json(captured.out)}
+    assert entries[second.name]["summary"] == f"unreadable: {link} {REFUSED}"
+    assert entries[first.name]["summary"] == "cases: 1 ok; hosts: 1 ok"
+    assert main(["history", "--runs-dir", runs, "--format", "json"]) == 0
+    captured = capsys.readouterr()
+    no_traceback(captured.err)
+    assert any(second.name in line and f"{link} {REFUSED}" in line for line in captured.err.splitlines()), captured.err
+    # Nothing was written through the link, and it is still there, as it was.
+    assert link.is_symlink() and (tree(elsewhere) if elsewhere.exists() else {}) == before
+    assert sorted(p.name for p in (first / "hosts" / "local").iterdir()) == ["attempt-1"]
+
+
+def test_a_rerun_never_writes_into_a_host_folder_that_leads_out_of_the_run(tmp_path, inventory, capsys):
+    """A host folder that is a link to an empty folder outside: the rerun would put its attempt there."""
+    first, second = two_runs(tmp_path, inventory, capsys)
+    import shutil
+
+    shutil.rmtree(second / "hosts" / "local")
+    (tmp_path / "elsewhere").mkdir()
+    (second / "hosts" / "local").symlink_to(tmp_path / "elsewhere")
+    assert main(["rerun", str(second), "--failed", "-i", str(inventory)]) == 2
+    assert error_line(capsys.readouterr().err) == f"error: {second / 'hosts' / 'local'} {REFUSED}"
+    assert list((tmp_path / "elsewhere").iterdir()) == []
+
+
+def test_a_rerun_refuses_scripts_that_lead_out_of_the_run(tmp_path, inventory, capsys):
+    first, second = two_runs(tmp_path, inventory, capsys)
+    results = second / "hosts" / "local" / "attempt-1" / "results.jsonl"
+    results.write_text(results.read_text().splitlines()[0] + "\n")  # the facts alone: the case is missing
+    link = link_into(second, first, tmp_path / "elsewhere", "scripts")
+    assert main(["rerun", str(second), "--failed", "-i", str(inventory)]) == 2
+    assert error_line(capsys.readouterr().err) == f"error: {link} {REFUSED}"
+    assert sorted(p.name for p in (second / "hosts" / "local").iterdir()) == ["attempt-1"]
+
+
+def test_stored_crosschecks_behind_a_link_are_refused(tmp_path, capsys):
+    run = make_run(tmp_path / "runs", "20261201-000000-x-0001", {"h": 1.0}, seed=1, ms=[16]).dir
+    (tmp_path / "elsewhere" / "h").mkdir(parents=True)
+    (run / "crosschecks").mkdir()
+    (run / "crosschecks" / "h").symlink_to(tmp_path / "elsewhere" / "h")
+    assert main(["crosscheck", str(run), "--all", "--stored"]) == 2
+    assert error_line(capsys.readouterr().err) == f"error: {run / 'crosschecks' / 'h'} {REFUSED}"
+
+
+def test_prune_removes_a_run_holding_links_and_nothing_they_lead_to(tmp_path, inventory, capsys):
+    first, second = two_runs(tmp_path, inventory, capsys)
+    elsewhere = tmp_path / "elsewhere"
+    link_into(first, second, elsewhere, "results")
+    (elsewhere / "folder").mkdir()
+    (elsewhere / "folder" / "keep.txt").write_text("mine")
+    (first / "hosts" / "other").symlink_to(elsewhere / "folder")
+    before = tree(elsewhere)
+    assert main(["prune", "--keep", "1", "--local-only", "--runs-dir", str(first.parent)]) == 0
+    captured = capsys.readouterr()
+    no_traceback(captured.err)
+    assert captured.out.splitlines() == [f"pruned {first.name}"]
+    assert not os.path.lexists(first) and tree(elsewhere) == before  # the links went, not what they led to
+    assert (second / "manifest.json").is_file()
+
+
+def test_prune_keeps_a_run_whose_lock_is_a_link_and_says_why(tmp_path, capsys):
+    runs, outside = tmp_path / "runs", tmp_path / "elsewhere"
+    old = make_run(runs, "20261201-000000-x-0001", {"h": 1.0}, seed=1, ms=[16]).dir
+    make_run(runs, "20261202-000000-x-0002", {"h": 1.0}, seed=2, ms=[16])
+    outside.write_text("not a lock")
+    (old / ".lock").symlink_to(outside)
+    assert main(["prune", "--keep", "1", "--local-only", "--runs-dir", str(runs)]) == 1
+    captured = capsys.readouterr()
+    no_traceback(captured.err)
+    assert f"{old.name}: {old / '.lock'} {REFUSED}: kept" in captured.err.splitlines()
+    assert (old / "manifest.json").is_file() and outside.read_text() == "not a lock"
+
+
 # -- a run written by a newer fleetbench ------------------------------------------------------------------
 def test_a_run_with_records_of_a_newer_format_is_named_and_never_appended_to(tmp_path, inventory, capsys):
     runs = tmp_path / "runs"

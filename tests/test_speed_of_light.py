@@ -265,3 +265,38 @@ def test_a_sweeps_calibration_setting_reaches_the_worker_and_the_manifest(tmp_pa
     sweep_file.write_text(sweep_file.read_text().replace("fresh", "sometimes"))
     with pytest.raises(Exception, match="calibration"):
         load_sweep(sweep_file)
+
+
+def test_the_calibration_and_the_facts_come_before_any_user_code_runs(tmp_path, monkeypatch):
+    """The controller judges a user kernel's records by the host's facts and calibration
+    (worker/contract/physics.py recheck): the families to calibrate are read from the user's file without
+    running it, so its code cannot touch what judges it before the facts are written."""
+    import builtins
+
+    from worker.backends import userkernel
+    from worker.contract.schema import CaseSpec
+    from worker.sweep import runner as runner_module
+
+    monkeypatch.setattr(userkernel, "USER_DIR", tmp_path)
+    sha = "b" * 64
+    userkernel.file_for(sha).write_text(
+        'import builtins\nbuiltins.FLEETBENCH_USER_CODE_RAN = True\nFAMILY: str = "fp8"\ndef prepare(a, b, o): ...\n'
+    )
+    asked = []
+    monkeypatch.setattr(
+        "worker.measure.calibrate.calibrate", lambda device, families, mode, **kw: asked.append(families)
+    )
+    cases = [
+        CaseSpec(backend="torch-bf16", m=16, n=64, k=128),
+        CaseSpec(backend="mine", m=16, n=64, k=128, kernel_sha256=sha),
+    ]
+    runner_module._calibrate(SimpleNamespace(device=GPU), cases, "cached")
+    assert asked == [{"bf16", "fp8"}] and not hasattr(builtins, "FLEETBENCH_USER_CODE_RAN")
+    for source, family in (
+        ('FAMILY = "fp4"\n', "fp4"),
+        ("FAMILY = pick()\n", None),
+        ("FAMILY = 'x'\n", None),
+        ("(", None),
+    ):
+        userkernel.file_for(sha).write_text(source)
+        assert userkernel.declared_family(sha) == family, source

@@ -170,7 +170,7 @@ def clocks_not_locked(store, slot) -> str:
         try:
             said = [
                 line.split("fleetbench: clocks: ", 1)[1].strip()
-                for line in log.read_text(encoding="utf-8", errors="replace").splitlines()
+                for line in store.read_text(log).splitlines()
                 if "fleetbench: clocks: " in line
             ]
         except OSError:

@@ -38,12 +38,12 @@ def run(args, io: Streams) -> int:
             manifest = store.manifest()
             # A run is its cases: a host can end ok while every case it ran failed.
             cases = {} if manifest.dry_run else counted(r.status for r in merged_rows(store))
+            hosts = counted(o.outcome for o in store.latest_outcomes().values())
         except FleetbenchError as exc:
             entries.append(
                 {"run_id": run_dir.name, "sweep": "?", "hosts": 0, "cases": 0, "summary": f"unreadable: {exc}"}
             )
             continue
-        hosts = counted(o.outcome for o in store.latest_outcomes().values())
         if manifest.dry_run:
             summary = "rendered only (dry run)"
         else:

@@ -108,7 +108,7 @@ def run_tasks(
     for task in tasks:
         by_host.setdefault(task.job.host.name, []).append(task)
     bundle_path = store.dir / "worker.tar.gz"
-    if not bundle_path.exists():
+    if not store.exists(bundle_path):
         bundle.write(bundle_path)
     hosts = {h.name: h for h in plan.hosts}
     results: dict[tuple[str, int], HostOutcome] = {}
@@ -175,7 +175,7 @@ class _HostPipeline:
             self.emit(JobEvent(task.job.slot, "connecting", total=len(task.cases)))
         try:
             for task in self.tasks:
-                self.store.attempt_dir(task.job.slot, task.attempt).mkdir(parents=True, exist_ok=True)
+                self.store.make_dir(self.store.attempt_dir(task.job.slot, task.attempt))
         except OSError as exc:  # nothing started: each attempt says why
             return [
                 self._finish(
@@ -248,7 +248,10 @@ class _HostPipeline:
             self.bytes_uploaded += sent
 
         # Unbuffered, line by line: a line is on disk as soon as it came, and a full disk is met at once.
-        with open(local / "log.txt", "wb", buffering=0) as log, open(results_local, "wb", buffering=0) as results:
+        with (
+            self.store.open(local / "log.txt", "wb", buffering=0) as log,
+            self.store.open(results_local, "wb", buffering=0) as results,
+        ):
             runner = Attempt(
                 transport,
                 self.host,
@@ -296,7 +299,7 @@ class _HostPipeline:
                 fetched_path.replace(results_local)
             else:
                 fetched_path.unlink(missing_ok=True)
-        parsed = parse_results(results_local)
+        parsed = parse_results(results_local, self.store)
         final = {r.case_id: r for r in parsed.cases if r.case_id in wanted}  # a case's last line says where it is
         done_ids = {cid for cid, r in final.items() if r.complete}
         statuses = collections.Counter(r.status if r.complete else "incomplete" for r in final.values())
@@ -457,12 +460,13 @@ def recover_attempts(
                     stop_job(transport, host, layout, job.slot, attempt)
                     local = store.attempt_dir(job.slot, attempt) / "results.jsonl"
                     fetched = local.with_name("results.recovered")
+                    store.exists(fetched)  # LinkInRun for a link left there: a copy is never written through one
                     remote = layout.results(job.slot, attempt)  # bound below: a thread past its limit lives on
                     if not bounded(lambda src=remote, dst=fetched: transport.get(src, dst), CLEANUP_LIMIT_S):
                         fetched.unlink(missing_ok=True)  # a copy cut short (a full disk) is no copy
                         continue
-                    old = local.read_bytes() if local.exists() else b""
-                    new = fetched.read_bytes()
+                    old = store.read_bytes(local) if store.exists(local) else b""
+                    new = store.read_bytes(fetched)
                     if len(new) > len(old) and new.startswith(old):
                         fetched.replace(local)
                         recovered[job.slot] = recovered.get(job.slot, 0) + new[len(old) :].count(b"\n")

@@ -280,7 +280,7 @@ def _run_slot(
         elif event.get("event") == "lock-wait":
             say(job.slot, f"waiting for the GPU (held by {event.get('holder', '?')})")
 
-    with open(local / "log.txt", "w", encoding="utf-8", buffering=1) as log:
+    with store.open(local / "log.txt", "w", encoding="utf-8", buffering=1) as log:
         transport = make_transport(job.host, accept_new=accept_new)
         attempt = Attempt(
             transport,

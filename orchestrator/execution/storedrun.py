@@ -20,7 +20,7 @@ from ..runs.store import RunStore
 def stored_bundle(store: RunStore, manifest: Manifest) -> WorkerBundle:
     path = store.dir / "worker.tar.gz"
     try:
-        data = path.read_bytes()
+        data = store.read_bytes(path)
     except OSError as exc:
         raise InputError(f"{path}: the run's worker archive cannot be read: {exc.strerror or exc}") from None
     bundle = WorkerBundle(
@@ -35,7 +35,11 @@ def stored_script(store: RunStore, manifest: Manifest, host: Host, bundle: Worke
     """The run's own script for `host`, checked against the manifest and against the host's workdir."""
     stored = manifest.scripts[host.name]
     path = store.dir / stored.path
-    if not path.exists() or hashlib.sha256(path.read_bytes()).hexdigest() != stored.sha256:
+    try:
+        data = store.read_bytes(path)
+    except (OSError, ValueError):  # ValueError: a path that leads out of the run folder
+        data = None
+    if data is None or hashlib.sha256(data).hexdigest() != stored.sha256:
         raise InputError(f"{path}: the run's script is missing or was modified")
     layout = layout_for(host, store.run_id, bundle.sha256)
     if manifest.written_as == MANIFEST_VERSION:

@@ -20,6 +20,7 @@ from ..errors import InputError
 from ..execution.fanout import Running, fan_out
 from ..execution.remote import CLEANUP_LIMIT_S, bounded
 from ..planning.layout import layout_for
+from ..runs.runfiles import LinkInRun
 from ..runs.store import RunStore, existing_runs_dir, list_run_dirs
 from ..transport import TransportError, make_transport
 
@@ -109,6 +110,8 @@ def prune_runs(
             )
         except FileNotFoundError:  # another command removed it while this one held it
             result.problems.append("removed meanwhile by another command")
+        except LinkInRun as exc:  # its lock file is a link: never opened through (runs/runfiles.py)
+            result.problems.append(f"{exc}: kept")
     return results
 
 

@@ -39,9 +39,10 @@ def write_crosscheck(
     return StoredCrosscheck(slot, number, path, record, sweep_median_us)
 
 
-def read_crosscheck(path: Path) -> StoredCrosscheck:
+def read_crosscheck(store: RunStore, path: Path) -> StoredCrosscheck:
     """A stored crosscheck; ValueError saying what is wrong with the file."""
     return FOLDERS.read_case(
+        store,
         path,
         lambda doc, record: StoredCrosscheck(
             doc["slot"], int(doc["crosscheck"]), path, record, doc.get("sweep_median_us")

@@ -54,13 +54,18 @@ def index_path(runs_dir: Path) -> Path:
 
 def fingerprint(run_dir: Path) -> str:
     """Changes when the run's manifest, or any attempt's results or outcome, is written, replaced or
-    edited in place."""
+    edited in place. Nothing is followed through a link (runs/runfiles.py): a link is fingerprinted as
+    itself, and reading the run refuses it."""
     parts = [_stat(run_dir / "manifest.json")]
     try:
         hosts = run_dir / "hosts"
-        if hosts.is_dir():
+        if hosts.is_symlink():
+            parts.append("hosts: a link")
+        elif hosts.is_dir():
             for slot in sorted(os.scandir(hosts), key=lambda e: e.name):
-                if slot.is_dir():
+                if slot.is_symlink():
+                    parts.append(f"{slot.name}: a link")
+                elif slot.is_dir():
                     for attempt in sorted(os.scandir(slot.path), key=lambda e: e.name):
                         parts.append(
                             f"{slot.name}/{attempt.name}:"
@@ -73,7 +78,7 @@ def fingerprint(run_dir: Path) -> str:
 
 def _stat(path: Path) -> str:
     try:
-        st = path.stat()
+        st = path.lstat()
     except OSError:
         return "-"
     return f"{st.st_size}.{st.st_mtime_ns}.{st.st_ino}"
@@ -189,7 +194,7 @@ class RunIndex:
         from .slots import load_slots
         from .store import RunStore
 
-        if not (run_dir / "manifest.json").is_file():
+        if not os.path.lexists(run_dir / "manifest.json"):
             self._unreadable(run_dir, fp, "no manifest.json (the run's plan and cases are lost)")
             return
         store = RunStore(run_dir)

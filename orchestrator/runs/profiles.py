@@ -27,7 +27,6 @@ from typing import Optional
 
 from worker.contract.profile import PROFILE_FORMAT, ProfileRecord
 
-from ..atomicfile import write_json
 from .formats import check_version
 from .slotfolders import SlotFolders, StoredCase
 from .store import RunStore
@@ -72,7 +71,7 @@ def write_profile(
     return StoredProfile(slot, number, path, record, summary, sweep[0], report, problem, sweep[1])
 
 
-def read_profile(path: Path) -> StoredProfile:
+def read_profile(store: RunStore, path: Path) -> StoredProfile:
     """A stored profile; ValueError saying what is wrong with the file."""
 
     def build(doc: dict, record: ProfileRecord) -> StoredProfile:
@@ -84,12 +83,12 @@ def read_profile(path: Path) -> StoredProfile:
             record,
             doc.get("summary"),
             doc.get("sweep_median_us"),
-            report if report and report.exists() else None,
+            report if report and store.exists(report) else None,
             doc.get("problem", ""),
             doc.get("sweep_sm_clock_mhz"),
         )
 
-    return FOLDERS.read_case(path, build)
+    return FOLDERS.read_case(store, path, build)
 
 
 def load_profiles(store: RunStore) -> tuple[list[StoredProfile], list[str]]:
@@ -100,11 +99,10 @@ def load_profiles(store: RunStore) -> tuple[list[StoredProfile], list[str]]:
 
 def write_fleet(store: RunStore, comparisons: list[dict], threshold: float) -> Path:
     """Store one `diff --across-hosts --profile`'s counter diffs; returns the file."""
-    base = FOLDERS.base(store)
-    base.mkdir(parents=True, exist_ok=True)
-    taken = [int(p.stem[6:]) for p in base.glob("fleet-*.json") if p.stem[6:].isdigit()]
+    base = store.make_dir(FOLDERS.base(store))
+    taken = [int(n) for n in _fleet_numbers(store)]
     path = base / f"fleet-{max(taken, default=0) + 1}.json"
-    write_json(
+    store.write_json(
         path, {"kind": "fleet-profile", "format": FLEET_FORMAT, "threshold": threshold, "comparisons": comparisons}
     )
     return path
@@ -112,14 +110,18 @@ def write_fleet(store: RunStore, comparisons: list[dict], threshold: float) -> P
 
 def latest_fleet(store: RunStore) -> list[dict]:
     """The counter diffs of the latest `diff --across-hosts --profile` of this run ([] when none, or unreadable)."""
-    files = sorted(
-        (p for p in FOLDERS.base(store).glob("fleet-*.json") if p.stem[6:].isdigit()), key=lambda p: int(p.stem[6:])
-    )
-    for path in reversed(files):
+    for number in sorted(_fleet_numbers(store), key=int, reverse=True):
+        path = FOLDERS.base(store) / f"fleet-{number}.json"
         try:
-            doc = json.loads(path.read_text(encoding="utf-8"))
+            doc = json.loads(store.read_text(path))
             check_version(doc.get("format"), FLEET_FORMAT, f"{path}")
             return list(doc["comparisons"])
         except (OSError, KeyError, TypeError, ValueError):
             continue
     return []
+
+
+def _fleet_numbers(store: RunStore) -> list[str]:
+    """The n of each profiles/fleet-<n>.json."""
+    names = [e.name for e in store.entries(FOLDERS.base(store))]
+    return [n[6:-5] for n in names if n.startswith("fleet-") and n.endswith(".json") and n[6:-5].isdigit()]

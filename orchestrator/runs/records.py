@@ -42,11 +42,17 @@ def parse_line(text: str) -> FactsRecord | CaseRecord:
         raise ValueError(f"invalid record: field '{loc}': {first['msg']}") from None
 
 
-def parse_results(path: Path) -> ParsedResults:
+def parse_results(path: Path, store=None) -> ParsedResults:
+    """The records of a results.jsonl (none when it is missing); `store`: the RunStore it belongs to,
+    which opens it (never through a link inside the run folder: runs/runfiles.py LinkInRun). An attempt's
+    facts are its first facts record, the one its supervisor wrote before any case ran: another, however
+    it came, is not the host's (a kernel under test could have written it)."""
     parsed = ParsedResults()
-    if not Path(path).exists():
+    try:
+        f = (store.open if store else open)(path, encoding="utf-8", errors="replace")
+    except FileNotFoundError:
         return parsed
-    with open(path, encoding="utf-8", errors="replace") as f:
+    with f:
         for lineno, line in enumerate(f, 1):
             if not line.strip():
                 continue
@@ -63,7 +69,7 @@ def parse_results(path: Path) -> ParsedResults:
                 parsed.problems.append(f"{Path(path).name} line {lineno}: {exc}")
                 continue
             if isinstance(record, FactsRecord):
-                parsed.facts = record
+                parsed.facts = parsed.facts or record
             else:
                 parsed.cases.append(record)
     return parsed

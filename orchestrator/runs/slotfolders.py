@@ -16,7 +16,6 @@ from typing import Any, Callable, TypeVar
 
 from pydantic import BaseModel
 
-from ..atomicfile import write_json
 from .formats import NewerFormat, check_version, written_by_newer
 from .store import RunStore
 
@@ -57,9 +56,8 @@ class SlotFolders:
     def new_job_dir(self, store: RunStore, slot: str) -> tuple[int, Path]:
         """(n, the folder <kind>-<n>) of a new run of the command on `slot`, created: two commands at once
         get two."""
-        base = self.base(store) / slot
-        base.mkdir(parents=True, exist_ok=True)
-        number = max((n for n, _ in self._numbered(base)), default=0) + 1
+        base = store.make_dir(self.base(store) / slot)
+        number = max((n for n, _ in self._numbered(store, base)), default=0) + 1
         while True:
             try:
                 (base / f"{self.prefix}{number}").mkdir()
@@ -70,7 +68,7 @@ class SlotFolders:
     def write_case(self, store: RunStore, slot: str, number: int, record: BaseModel, **fields) -> Path:
         """Store one case's record, with what the kind keeps beside it (`fields`); returns the file."""
         path = self.job_dir(store, slot, number) / f"{record.case_id}.json"
-        write_json(
+        store.write_json(
             path,
             {
                 "kind": self.kind,
@@ -83,10 +81,11 @@ class SlotFolders:
         )
         return path
 
-    def read_case(self, path: Path, build: Callable[[dict, Any], Stored]) -> Stored:
-        """`build(the file's document, its record)`; ValueError saying what is wrong with the file."""
+    def read_case(self, store: RunStore, path: Path, build: Callable[[dict, Any], Stored]) -> Stored:
+        """`build(the file's document, its record)`; ValueError saying what is wrong with the file,
+        LinkInRun when it is a link (runs/runfiles.py)."""
         try:
-            doc = json.loads(path.read_text(encoding="utf-8"))
+            doc = json.loads(store.read_text(path))
             check_version(doc.get("format"), self.stored_format, f"{path}: stored {self.kind}")
             record = self.record_type.model_validate(doc["record"])
             check_version(record.format, self.record_format, f"{path}: {self.kind} record")
@@ -96,31 +95,28 @@ class SlotFolders:
         except (OSError, KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"{path}: unreadable {self.kind}: {exc}") from None
 
-    def load(self, store: RunStore, read: Callable[[Path], Stored]) -> tuple[dict[str, list[Stored]], list[str]]:
+    def load(
+        self, store: RunStore, read: Callable[[RunStore, Path], Stored]
+    ) -> tuple[dict[str, list[Stored]], list[str]]:
         """slot -> each stored result `read` gives, oldest <kind>-<n> first; and a line per file `read`
-        refused (ValueError)."""
+        refused (ValueError). LinkInRun for a link among them (runs/runfiles.py)."""
         found: dict[str, list[Stored]] = {}
         problems: list[str] = []
-        base = self.base(store)
-        if not base.is_dir():
-            return found, problems
-        for slot_dir in sorted(p for p in base.iterdir() if p.is_dir()):
+        for slot_dir in store.subfolders(self.base(store)):
             of_slot = found.setdefault(slot_dir.name, [])
-            for _, folder in self._numbered(slot_dir):
-                for path in sorted(folder.glob("*.json")):
-                    if path.name == "params.json":
+            for _, folder in self._numbered(store, slot_dir):
+                for entry in store.entries(folder):
+                    if not entry.name.endswith(".json") or entry.name == "params.json":
                         continue
                     try:
-                        of_slot.append(read(path))
+                        of_slot.append(read(store, Path(entry.path)))
                     except ValueError as exc:
                         problems.append(str(exc))
         return found, problems
 
-    def _numbered(self, slot_dir: Path) -> list[tuple[int, Path]]:
-        if not slot_dir.is_dir():
-            return []
+    def _numbered(self, store: RunStore, slot_dir: Path) -> list[tuple[int, Path]]:
         return sorted(
             (int(p.name[len(self.prefix) :]), p)
-            for p in slot_dir.iterdir()
+            for p in store.subfolders(slot_dir)
             if p.name.startswith(self.prefix) and p.name[len(self.prefix) :].isdigit()
         )

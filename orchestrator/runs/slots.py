@@ -1,5 +1,10 @@
 """A stored run's slots read back: per job, where each case stands across its attempts (their records
 joined within the same software), its facts, its latest outcome and what did not read.
+
+A record of a kernel from the user's own file came from the process that ran the user's code, which
+could have written it (worker/contract/physics.py): its timing is judged again here, against its case as
+the run planned it and the host's facts, and an impossible one reads as failed (`impossible`) for every
+reader (show, diff, report, history, rerun). The record itself stays in results.jsonl as it came.
 """
 
 from __future__ import annotations
@@ -7,8 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Optional
 
+from worker.contract.physics import recheck
 from worker.contract.rounds import join_records
-from worker.contract.schema import SCHEMA_VERSION, CaseRecord, CaseSpec, FactsRecord
+from worker.contract.schema import SCHEMA_VERSION, CaseRecord, CaseSpec, Correctness, FactsRecord
 
 from ..errors import InputError
 from .formats import written_by_newer
@@ -66,7 +72,7 @@ def load_slots(store: RunStore) -> list[SlotData]:
         problems: list[str] = [n for n in manifest.format_notes if n.startswith(f"job {slot}:")]
         for attempt in attempts:
             results = store.attempt_dir(slot, attempt) / "results.jsonl"
-            parsed = parse_results(results)
+            parsed = parse_results(results, store)
             if parsed.newer is not None:
                 raise InputError(
                     f"run {store.run_id} ({results.relative_to(store.dir)}): "
@@ -101,6 +107,8 @@ def load_slots(store: RunStore) -> list[SlotData]:
                         attempt,
                         joined.model_copy(update={"case": cases_by_id[cid]}) if joined is not rec else rec,
                     )
+        for cid, (attempt, rec) in records.items():
+            records[cid] = (attempt, judged_outside(rec, cases_by_id[cid], facts_of.get(attempt) or facts))
         outcome = store.outcome(slot, attempts[-1]) if attempts else None
         slots.append(
             SlotData(
@@ -116,3 +124,46 @@ def load_slots(store: RunStore) -> list[SlotData]:
             )
         )
     return slots
+
+
+RECHECKED = "re-checked outside the kernel's process"
+
+
+def judged_outside(rec: CaseRecord, planned: CaseSpec, facts: Optional[FactsRecord]) -> CaseRecord:
+    """`rec` as it reads once judged outside the process that wrote it: a record of a kernel from the
+    user's file whose timing is faster than its GPU can go (worker/contract/physics.py recheck, for the
+    case the run planned, on the host of `facts`) is failed with integrity `impossible`, its numbers
+    dropped, as the worker fails one it catches itself; any other record is `rec`."""
+    if not planned.kernel_sha256 or rec.timing is None:
+        return rec
+    why = recheck(planned, rec.timing, facts)
+    if why is None:
+        return rec
+    reason = f"integrity (impossible): {why}; {RECHECKED}"
+    # A record without a verdict gets a failed one that says so (its error a sentinel, as the worker's
+    # verify.no_result writes for a call with nothing to judge), so its integrity reads like any other.
+    check = rec.correctness or Correctness(
+        verdict="fail",
+        reference="none: the record came without a verdict",
+        rel_err=1e30,
+        cosine=0.0,
+        max_rel_err=0.0,
+        min_cosine=1.0,
+    )
+    check = check.model_copy(
+        update={
+            "verdict": "fail",
+            "integrity": list(dict.fromkeys([*(check.integrity or []), "impossible"])),
+            "detail": "; ".join([reason, check.detail] if check.detail else [reason]),
+        }
+    )
+    return rec.model_copy(
+        update={
+            "status": "failed",
+            "reason": reason,
+            "timing": None,
+            "metrics": None,
+            "correctness": check,
+            "complete": True,
+        }
+    )

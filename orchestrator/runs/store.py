@@ -7,6 +7,9 @@ runs/<id>/hosts/<slot>/attempt-<n>/params.json  the cases this attempt ran (data
                                   /log.txt      the host's output, line by line as it came
                                   /results.jsonl  fetched from the host
                                   /outcome.json   written last: an attempt without it was cut short
+
+A run's files are read and written through the store's methods, which never follow a symbolic link inside
+the run folder (runs/runfiles.py).
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from worker.contract.schema import CaseSpec
 
 from ..atomicfile import is_disk_full, write_json
 from ..errors import InputError
+from . import runfiles
 from .formats import MANIFEST_VERSION, upgrade_manifest
 from .manifest import Manifest, load_manifest
 from .outcome import HostOutcome
@@ -70,7 +74,7 @@ class RunStore:
         """The run's typed manifest (any stored format, upgraded on read: formats.py, manifest.py), read once."""
         if self._manifest is None:
             try:
-                data = json.loads(self.manifest_path.read_text(encoding="utf-8"))
+                data = json.loads(self.read_text(self.manifest_path))
             except FileNotFoundError:
                 raise InputError(f"{self.dir}: not a fleetbench run (no manifest.json)") from None
             except (ValueError, OSError) as exc:
@@ -83,20 +87,43 @@ class RunStore:
         return self._manifest
 
     def ran(self) -> bool:
-        """Whether any host of the run has an attempt (a dry run that `rerun` executed has)."""
+        """Whether any host of the run has an attempt (a dry run that `rerun` executed has). LinkInRun
+        when a host's folder is a link."""
         try:
-            return any(
-                p.name.startswith("attempt-")
-                for slot in (self.dir / "hosts").iterdir()
-                if slot.is_dir()
-                for p in slot.iterdir()
-            )
+            return any(self.attempts(slot.name) for slot in self.subfolders(self.dir / "hosts"))
         except OSError:
             return False
 
+    # A run's files, never through a link inside the run folder (runs/runfiles.py: LinkInRun names it).
+    def read_text(self, path: Path) -> str:
+        return runfiles.read_text(self.dir, path)
+
+    def read_bytes(self, path: Path) -> bytes:
+        return runfiles.read_bytes(self.dir, path)
+
+    def open(self, path: Path, mode: str = "r", **kwargs):
+        return runfiles.open_file(self.dir, path, mode, **kwargs)
+
+    def exists(self, path: Path) -> bool:
+        return runfiles.exists(self.dir, path)
+
+    def entries(self, folder: Path) -> list[os.DirEntry]:
+        return runfiles.entries(self.dir, folder)
+
+    def subfolders(self, folder: Path) -> list[Path]:
+        return runfiles.subfolders(self.dir, folder)
+
+    def make_dir(self, folder: Path) -> Path:
+        return runfiles.make_dir(self.dir, folder)
+
+    def write_json(self, path: Path, obj) -> None:
+        """atomicfile.write_json into the run folder, into no folder that is a link."""
+        runfiles.no_links(self.dir, Path(path).parent)
+        write_json(runfiles.no_links(self.dir, path), obj)
+
     def write_manifest(self, manifest: dict) -> None:
         self._manifest = None
-        write_json(self.manifest_path, {"manifest_version": MANIFEST_VERSION, **manifest})
+        self.write_json(self.manifest_path, {"manifest_version": MANIFEST_VERSION, **manifest})
 
     def planned_cases(self) -> dict[str, CaseSpec]:
         """Every case the run planned, by case id, as stored (never re-expanded from the sweep)."""
@@ -106,7 +133,7 @@ class RunStore:
     def hold(self, wait: bool = True):
         """Hold the run while a command executes it (an flock on <run>/.lock, released when the holder
         ends, however it ends). Yields True; with wait=False, False when another process holds it."""
-        fd = os.open(self.dir / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+        fd = runfiles.open_fd(self.dir, self.dir / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
         try:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
@@ -121,20 +148,20 @@ class RunStore:
         return self.dir / "hosts" / slot / f"attempt-{attempt}"
 
     def attempts(self, slot: str) -> list[int]:
-        base = self.dir / "hosts" / slot
-        if not base.is_dir():
-            return []
-        nums = []
-        for p in base.iterdir():
-            if p.name.startswith("attempt-") and p.name[8:].isdigit():
-                nums.append(int(p.name[8:]))
-        return sorted(nums)
+        """The slot's attempt numbers; LinkInRun when its folder (or an attempt's) is a link."""
+        return sorted(
+            int(p.name[8:])
+            for p in self.subfolders(self.dir / "hosts" / slot)
+            if p.name.startswith("attempt-") and p.name[8:].isdigit()
+        )
 
     def next_attempt(self, slot: str) -> int:
         return max(self.attempts(slot), default=0) + 1
 
     def write_outcome(self, outcome: HostOutcome) -> None:
-        write_json(self.attempt_dir(outcome.slot, outcome.attempt) / "outcome.json", outcome.model_dump(mode="json"))
+        self.write_json(
+            self.attempt_dir(outcome.slot, outcome.attempt) / "outcome.json", outcome.model_dump(mode="json")
+        )
 
     def keep_outcome(self, outcome: HostOutcome) -> None:
         """write_outcome, unless the disk has no room for it: then an empty file beside it (which takes no
@@ -145,16 +172,16 @@ class RunStore:
             if not is_disk_full(exc):
                 raise
             with contextlib.suppress(OSError):
-                (self.attempt_dir(outcome.slot, outcome.attempt) / DISK_FULL_MARK).touch()
+                self.open(self.attempt_dir(outcome.slot, outcome.attempt) / DISK_FULL_MARK, "a").close()
 
     def outcome(self, slot: str, attempt: int) -> HostOutcome:
         """The attempt's outcome; one without outcome.json was cut short (controller killed, or a full disk:
         keep_outcome)."""
         path = self.attempt_dir(slot, attempt) / "outcome.json"
         try:
-            return HostOutcome.model_validate_json(path.read_text(encoding="utf-8"))
+            return HostOutcome.model_validate_json(self.read_text(path))
         except (FileNotFoundError, ValueError):
-            if (path.parent / DISK_FULL_MARK).exists():
+            if self.exists(path.parent / DISK_FULL_MARK):
                 return HostOutcome(
                     slot=slot,
                     host=slot.split(".gpu")[0],
@@ -204,7 +231,7 @@ def resolve_run(runs_dir: Path, ref: str) -> RunStore:
                 f"{candidate} is a symbolic link (to {_link_target(candidate)}): fleetbench never "
                 "follows a link in the runs folder; name the run folder itself"
             )
-        if (candidate / "manifest.json").is_file():
+        if candidate.is_dir() and _has_manifest(candidate):
             return RunStore(candidate)
     matches = [p for p in list_run_dirs(runs_dir) if p.name.startswith(ref)] if ref else []
     if len(matches) == 1:
@@ -216,8 +243,9 @@ def resolve_run(runs_dir: Path, ref: str) -> RunStore:
 
 def list_run_dirs(runs_dir: Path) -> list[Path]:
     """Run folders, oldest first (ids start with a timestamp). A symbolic link is never one: it is
-    listed by `runs_folder_links` and left alone."""
-    return sorted(p for p in _entries(runs_dir) if not p.is_symlink() and (p / "manifest.json").is_file())
+    listed by `runs_folder_links` and left alone. A run whose manifest.json is a link is one (reading it
+    says what is wrong with it)."""
+    return sorted(p for p in _entries(runs_dir) if not p.is_symlink() and _has_manifest(p))
 
 
 def run_dirs_without_manifest(runs_dir: Path) -> list[Path]:
@@ -228,7 +256,7 @@ def run_dirs_without_manifest(runs_dir: Path) -> list[Path]:
         for p in _entries(runs_dir)
         if not p.is_symlink()
         and p.is_dir()
-        and not (p / "manifest.json").exists()
+        and not _has_manifest(p)
         and ((p / "scripts").is_dir() or (p / "hosts").is_dir())
     )
 
@@ -248,6 +276,12 @@ def link_note(link: Path, target: str) -> str:
 def links_notes(runs_dir: Path) -> list[str]:
     """One note per symbolic link in the runs folder, saying it was left alone."""
     return [link_note(link, target) for link, target in runs_folder_links(runs_dir)]
+
+
+def _has_manifest(run_dir: Path) -> bool:
+    """Whether the folder holds a manifest.json: a file, or something else there (a link) that reading
+    the manifest refuses with its reason."""
+    return os.path.lexists(run_dir / "manifest.json") and not (run_dir / "manifest.json").is_dir()
 
 
 def _entries(runs_dir: Path) -> list[Path]:

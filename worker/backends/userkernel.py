@@ -30,10 +30,9 @@ import traceback
 from pathlib import Path
 from typing import Callable, Optional, Union
 
-from ..contract.catalog import FP4_MIN_CC, BackendSpec
+from ..contract.catalog import FAMILIES, FP4_MIN_CC, BackendSpec
 
 USER_DIR = Path(__file__).resolve().parents[1] / "user"  # worker/user/, where the bundle puts the files
-FAMILIES = ("bf16", "fp8", "fp4")
 _LOADED: dict[str, Union["UserKernel", str]] = {}
 
 
@@ -84,6 +83,26 @@ class UserKernel:
 
 def file_for(sha256: str) -> Path:
     return USER_DIR / f"k{sha256[:16]}.py"
+
+
+def declared_family(sha256: str) -> Optional[str]:
+    """The FAMILY the file declares as a literal at its top level (`FAMILY = "bf16"`), read without running
+    it; None where it declares none that way (or the file is missing or does not parse)."""
+    import ast
+
+    try:
+        tree = ast.parse(file_for(sha256).read_bytes())
+    except (OSError, SyntaxError, ValueError):
+        return None
+    family = None
+    for node in tree.body:
+        targets = (
+            node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
+        )
+        if any(isinstance(t, ast.Name) and t.id == "FAMILY" for t in targets):
+            value = node.value
+            family = value.value if isinstance(value, ast.Constant) and value.value in FAMILIES else None
+    return family
 
 
 def load(name: str, sha256: str) -> Union[UserKernel, str]:

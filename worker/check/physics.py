@@ -20,39 +20,19 @@ ceiling a further 10% for timing noise. The cheats of issue 41 read 534-934%.
 
 Hot-L2 timing (`timing.l2: hot`) keeps operands in L2, whose bandwidth is several times DRAM's: there
 only the math roof applies. A CPU has no roofs here: no check.
+
+The arithmetic lives in the contract (worker/contract/physics.py): the controller runs it again on each
+record of a kernel from the user's own file, outside the process that ran the user's code.
 """
 
 from __future__ import annotations
 
 from typing import Optional
 
-from ..contract.metrics import peaks_for
+from ..contract.physics import MARGIN, impossible_reason, roofs
 from .integrity import IMPOSSIBLE, Finding
 
-MARGIN = 0.5  # a case is impossible when its median is below speed of light / (1 + MARGIN)
-
-
-def roofs(family: str, calibration, device_name: Optional[str]) -> tuple[Optional[float], Optional[float], str]:
-    """(math TFLOPS, memory TB/s, their sources in words) for `family` on this GPU: each from the
-    calibration where it has it, else the datasheet of the GPU model (metrics.PEAKS); None where
-    neither has it."""
-    sheet = peaks_for(device_name) or {}
-    tflops = tb_s = None
-    math_src = mem_src = ""
-    if calibration is not None and calibration.tflops.get(family):
-        tflops, math_src = calibration.tflops[family], "calibrated"
-    elif sheet.get(family):
-        tflops, math_src = sheet[family], "datasheet"
-    if calibration is not None and calibration.tb_s:
-        tb_s, mem_src = calibration.tb_s, "calibrated"
-    elif sheet.get("tb_s"):
-        tb_s, mem_src = sheet["tb_s"], "datasheet"
-    words = []
-    if tflops is not None:
-        words.append(f"{math_src} {tflops:.0f} TFLOPS {family}")
-    if tb_s is not None:
-        words.append(f"{mem_src} {tb_s:.2f} TB/s" + (" copy" if mem_src == "calibrated" else ""))
-    return tflops, tb_s, " / ".join(words)
+__all__ = ["MARGIN", "impossible", "roofs"]
 
 
 def impossible(
@@ -69,32 +49,7 @@ def impossible(
     `impossible` Finding, whose text names the median, its share of speed of light, the speed of light,
     the roofs it came from (calibrated or datasheet) and the margin. No check (None) on a CPU (no
     `device_name`), for a GPU with neither calibration nor datasheet figures, or a median that is not
-    positive. `l2`: the timing's L2 mode; with `hot`, the memory roof does not apply (L2 is faster)."""
-    if not device_name or device_name.lower() == "cpu" or not median_us > 0:
-        return None
-    tflops, tb_s, source = roofs(family, calibration, device_name)
-    if l2 == "hot":
-        tb_s = None
-        source = source.split(" / ")[0] if tflops is not None else ""
-    bounds = []
-    if tflops:
-        bounds.append(flops / (tflops * 1e12) * 1e6)
-    if tb_s:
-        bounds.append(nbytes / (tb_s * 1e12) * 1e6)
-    if not bounds:
-        return None
-    sol_us = max(bounds)
-    if median_us * (1.0 + margin) >= sol_us:
-        return None
-    pct = 100.0 * sol_us / median_us
-    hot = "; hot L2: the math roof alone" if l2 == "hot" else ""
-    return Finding(
-        IMPOSSIBLE,
-        f"{_us(median_us)} µs is {pct:.0f}% of this GPU's speed of light ({_us(sol_us)} µs for "
-        f"{flops / 1e9:.3g} GFLOP and {nbytes / 1e6:.3g} MB at the {source}{hot}; "
-        f"margin {margin:.0%}): faster than the hardware can go, not a result",
-    )
-
-
-def _us(x: float) -> str:
-    return f"{x:.2f}" if x < 100 else f"{x:.0f}"
+    positive. `l2`: the timing's L2 mode; with `hot`, the memory roof does not apply (L2 is faster).
+    The arithmetic is the contract's (worker/contract/physics.py), which the controller runs again."""
+    reason = impossible_reason(flops, nbytes, family, median_us, calibration, device_name, l2, margin)
+    return None if reason is None else Finding(IMPOSSIBLE, reason)

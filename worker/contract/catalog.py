@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 CC = tuple[int, int]
+FAMILIES = ("bf16", "fp8", "fp4")  # operand formats; a kernel from the user's file declares one (FAMILY)
 # FlashInfer's @supported_compute_capability decorators of mm_fp4's backends (0.7.2.post1,
 # flashinfer/gemm/gemm_base.py and experimental/cake_nvfp4_per_token/support.py).
 _FI_CUTLASS_CC = frozenset({(10, 0), (10, 3), (10, 7), (11, 0), (12, 0), (12, 1)})  # cutlass, cudnn

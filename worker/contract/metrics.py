@@ -18,6 +18,8 @@ PEAKS: tuple[tuple[str, dict[str, float]], ...] = (
 
 # Bytes per element of the A/B operands; FP4 adds one e4m3 scale byte per 16 elements.
 _OPERAND_BYTES = {"bf16": 2.0, "fp8": 1.0, "fp4": 0.5 + 1.0 / 16}
+# Bytes per element of a case's output (CaseSpec.out_dtype).
+OUT_BYTES = {"bfloat16": 2, "float16": 2}
 
 
 def peaks_for(gpu_name: Optional[str]) -> Optional[dict[str, float]]:
@@ -40,9 +42,13 @@ def gemm_metrics(
     calibration: Optional[Calibration] = None,
 ) -> Metrics:
     """TFLOPS = 2MNK/t; bytes = A + B (+ FP4 scales) + output, each moved once."""
-    flops = 2.0 * m * n * k
-    nbytes = (m * k + n * k) * _OPERAND_BYTES[family] + m * n * out_bytes
+    flops, nbytes = gemm_work(m, n, k, family, out_bytes)
     return work_metrics(flops, nbytes, family, median_us, gpu_name, calibration)
+
+
+def gemm_work(m: int, n: int, k: int, family: str, out_bytes: int = 2) -> tuple[float, float]:
+    """(FLOPs, bytes) of an M x N x K GEMM: 2MNK; A + B (+ FP4 scales) + output, each moved once."""
+    return 2.0 * m * n * k, (m * k + n * k) * _OPERAND_BYTES[family] + m * n * out_bytes
 
 
 def moe_metrics(
@@ -57,10 +63,14 @@ def moe_metrics(
 ) -> Metrics:
     """All expert GEMMs of a layer: flops 2·T·N·K over its T routed tokens; bytes = activations + the
     weights of every expert that receives a token (each read once) + output."""
-    tokens, active = sum(counts), sum(1 for c in counts if c)
-    flops = 2.0 * tokens * n * k
-    nbytes = (tokens * k + active * n * k) * _OPERAND_BYTES[family] + tokens * n * out_bytes
+    flops, nbytes = moe_work(counts, n, k, family, out_bytes)
     return work_metrics(flops, nbytes, family, median_us, gpu_name, calibration)
+
+
+def moe_work(counts: list[int], n: int, k: int, family: str, out_bytes: int = 2) -> tuple[float, float]:
+    """(FLOPs, bytes) of a MoE layer's expert GEMMs (moe_metrics)."""
+    tokens, active = sum(counts), sum(1 for c in counts if c)
+    return 2.0 * tokens * n * k, (tokens * k + active * n * k) * _OPERAND_BYTES[family] + tokens * n * out_bytes
 
 
 def speed_of_light(

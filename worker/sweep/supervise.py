@@ -11,7 +11,9 @@ The supervisor is the only writer of the protocol channel (worker/contract/proto
 the child gets a pipe of its own, whose whole lines are forwarded, and a record the child sends is
 written only when it is one of the cases the supervisor gave that child. Code under test lives apart:
 the built-in backends run in one child, kernels from the user's own files in another (after it), so a
-user kernel can neither patch what a built-in calls nor write a built-in's record. The supervisor beats
+user kernel can neither patch what a built-in calls nor write a built-in's record on its pipe (a record
+of its own case it could forge: the controller judges those again, worker/contract/physics.py; what code
+under test can still reach: docs/SWEEPS.md). The supervisor beats
 while it lives, so the controller's stall limit is about the host, and the case limit here about the
 kernel. It is what the rendered script calls.
 """
