@@ -158,7 +158,7 @@ def prepare(a, b, out_dtype):
 def as_an_h200s(results: Path) -> None:
     """The attempt's facts rewritten as an H200's with its calibration (the CPU here has no roofs to judge
     by), the records left as they came."""
-    from test_physics import CAL, H200
+    from support.h200 import CAL, H200
 
     lines = results.read_text().splitlines()
     facts = json.loads(lines[0])
@@ -196,7 +196,7 @@ def test_a_forged_record_of_a_kernels_own_case_is_judged_again_outside_its_proce
 def test_an_attempts_facts_are_the_first_its_supervisor_wrote(tmp_path):
     """A second facts record (the supervisor writes one, before any case) is not the host's: a kernel's
     code could have sent it to lift the roofs its record is judged by."""
-    from test_physics import h200_facts
+    from support.h200 import h200_facts
 
     from orchestrator.runs.records import parse_results
 
