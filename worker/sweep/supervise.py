@@ -12,8 +12,9 @@ the child gets a pipe of its own, whose whole lines are forwarded, and a record 
 written only when it is one of the cases the supervisor gave that child. Code under test lives apart:
 the built-in backends run in one child, kernels from the user's own files in another (after it), so a
 user kernel can neither patch what a built-in calls nor write a built-in's record on its pipe (a record
-of its own case it could forge: the controller judges those again, worker/contract/physics.py; what code
-under test can still reach: docs/SWEEPS.md). The supervisor beats
+of its own case it could forge: the controller judges those again, worker/contract/physics.py), nor open
+the supervisor's descriptors through /proc (out_of_reach; root still can; what code under test can
+still reach: docs/SWEEPS.md). The supervisor beats
 while it lives, so the controller's stall limit is about the host, and the case limit here about the
 kernel. It is what the rendered script calls.
 """
@@ -47,10 +48,30 @@ def supervise(params_path: Path, results_path: Path) -> int:
 
     # From the rendered script's first line when it ran us (imports included), else from here.
     started = float(os.environ.get("FLEETBENCH_SCRIPT_STARTED") or time.time())
+    out_of_reach()
     try:
         return _supervise_locked(params_path, results_path)
     finally:
         emit_progress(event="exit", elapsed_s=round(time.time() - started, 4))
+
+
+PR_SET_DUMPABLE = 4  # linux/prctl.h
+
+
+def out_of_reach() -> bool:
+    """Make this process (the protocol channel's only writer) non-dumpable, so that the processes it
+    starts, code under test among them, cannot open its file descriptors through /proc/<pid>/fd nor
+    trace it, unless they run with CAP_SYS_PTRACE (root). A child is dumpable again after its exec, so
+    only this process is concerned; it no longer leaves a core dump. False where it cannot be done
+    (not Linux, no libc): nothing else depends on it."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        import ctypes
+
+        return ctypes.CDLL(None, use_errno=True).prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
 
 
 def _settings(params_path: Path) -> dict:
