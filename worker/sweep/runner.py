@@ -95,6 +95,7 @@ class CaseRunner:
         self.probe = None
         self.l2 = None  # the L2 persistence settings (worker/check/integrity.py), where the driver has them
         self.kept: dict[str, Kept] = {}  # by case id: what a later round of the case replays
+        self.shared_sets: dict[tuple, tuple[list, set]] = {}  # contenders' one input sets, their users (_sets_for)
         self.keep_budget = 0  # bytes
         self.clock = None  # the SM clock read in the stream (worker/measure/streamclock.py), where it loads
         if self.device.device == "cuda":
@@ -172,7 +173,7 @@ class CaseRunner:
 
             sets = [moe.inputs(case, s, self.device.device) for s in range(n_sets)]
             return moe.prepare(spec, sets, getattr(torch, case.out_dtype)), sets, n_sets
-        sets = [self._inputs(case, s, self.device.device) for s in range(n_sets)]
+        sets = self._sets_for(case, n_sets)
         if case.kernel_sha256:
             from ..backends import userkernel
 
@@ -357,12 +358,37 @@ class CaseRunner:
         if sum(k.nbytes for k in self.kept.values()) + nbytes <= self.keep_budget:
             self.kept[case.case_id] = Kept(fn, sets, n_sets, guard.watched, built[0], nbytes)
 
+    def _sets_for(self, case: CaseSpec, n_sets: int) -> list:
+        """The case's input sets. On a GPU the contenders of a shape (headtohead.group_key) read one and the
+        same sets, the first contender's, for as long as any of them is timing: two graphs of the same
+        GEMM on input sets of their own read apart at the power cap, the same way in every cycle of a
+        head-to-head, and on the same inputs they do not (benchmarks/gpu_state/buffers.py, RESULTS.md
+        issue 40). Each set is made from the case's seed either way, so the values are the same."""
+        from .headtohead import group_key
+
+        dev = self.device.device
+        key = group_key(case) if dev == "cuda" else None
+        if key is None:
+            return [self._inputs(case, s, dev) for s in range(n_sets)]
+        shared = self.__dict__.setdefault("shared_sets", {})  # tests build bare runners
+        sets, users = shared.setdefault((key, n_sets), ([], set()))
+        if not sets:
+            sets.extend(self._inputs(case, s, dev) for s in range(n_sets))
+        users.add(case.case_id)
+        return sets
+
     def release(self, case_id: Optional[str] = None) -> None:
-        """Drop what was kept for a case (all cases: None)."""
+        """Drop what was kept for a case (all cases: None), and input sets no contender still times on."""
+        shared = self.__dict__.get("shared_sets", {})
         if case_id is None:
             self.kept.clear()
-        else:
-            self.kept.pop(case_id, None)
+            shared.clear()
+            return
+        self.kept.pop(case_id, None)
+        for key, (_, users) in list(shared.items()):
+            users.discard(case_id)
+            if not users:
+                del shared[key]
 
     def _round_start(self) -> None:
         """Before a round's `prepare`: L2 persistence that anything before set is not this case's doing."""

@@ -364,3 +364,29 @@ def test_health_is_judged_over_the_samples_not_over_the_settling(monkeypatch, cl
     stats, health, _ = runner._time(case, lambda i: gpu.call(id(sets[i]), 1 << 20), len(sets))
     assert health.tainted is tainted and stats.settle_ms >= 5
     assert health.before.sm_clock_mhz == clocks[1]
+
+
+def test_the_contenders_of_a_shape_read_one_input_set_on_a_gpu_and_release_it_with_the_last():
+    made = []
+
+    def inputs(case, set_index, dev):
+        made.append((case.backend, set_index))
+        return (object(), object())
+
+    runner = CaseRunner.__new__(CaseRunner)
+    runner.kept = {}
+    runner.device = SimpleNamespace(device="cuda")
+    runner._inputs = inputs
+    bf16, fp8 = (CaseSpec(backend=b, m=512, n=2048, k=6144) for b in ("torch-bf16", "torch-fp8"))
+    other = CaseSpec(backend="torch-bf16", m=256, n=2048, k=6144)
+    alone = CaseSpec(backend="torch-bf16", m=512, n=2048, k=6144, timing=TimingOptions(head_to_head=False))
+    first = runner._sets_for(bf16, 3)
+    assert runner._sets_for(fp8, 3) is first and made == [("torch-bf16", s) for s in range(3)]
+    assert runner._sets_for(other, 3) is not first and runner._sets_for(alone, 3) is not first
+    assert len(made) == 9  # the other shape's three and the one timed alone's three
+    runner.release(bf16.case_id)
+    assert runner._sets_for(fp8, 3) is first  # fp8 still times on them
+    runner.release(fp8.case_id)
+    assert runner._sets_for(fp8, 3) is not first  # released with its last contender, made anew
+    runner.device = SimpleNamespace(device="cpu")
+    assert runner._sets_for(bf16, 3) is not runner._sets_for(fp8, 3)  # a CPU times no head-to-head
