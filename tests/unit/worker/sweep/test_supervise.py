@@ -10,8 +10,6 @@ import textwrap
 
 import pytest
 
-from worker.sweep.supervise import out_of_reach
-
 NOBODY = 65534
 HOLDER = textwrap.dedent(
     """
