@@ -1,4 +1,4 @@
-"""Remote paths may start with `~/`; an SSH exec (and the local connector) starts in the login directory,
+"""Remote paths may start with `~/`; an SSH exec (and the local transport) starts in the login directory,
 so there they are written relative to it and no shell ever expands `~`."""
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ by sweeps (execute) and by `hosts --check` alike; the transport underneath is th
 to the host.
 
 Remote paths may start with `~/`; in argv they are made relative to the login directory, where an SSH
-exec (and the local connector) starts, so no shell ever expands `~`.
+exec (and the local transport) starts, so no shell ever expands `~`.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
-"""How a job starts on the machine a connector reaches: `direct` (the command itself) or `slurm` (one
+"""How a job starts on the machine a transport reaches: `direct` (the command itself) or `slurm` (one
 job step under srun, on a node Slurm allocates), and room for others (a container runtime).
 
 Where commands run (local | ssh: orchestrator/transport) and how a job is launched are two axes: a
-launcher composes over whatever connector reaches its host's login machine. A launcher owns its argv,
+launcher composes over whatever transport reaches its host's login machine. A launcher owns its argv,
 its observation of the job before it runs (a queue), the stall limit while it waits there, how the job
 is stopped, and the verdict on failures of its own making. Nothing outside this package names a
 scheduler.

@@ -1,4 +1,4 @@
-"""The launcher seam, and the direct launcher: the job is the command, run where the connector runs it."""
+"""The launcher seam, and the direct launcher: the job is the command, run where the transport runs it."""
 
 from __future__ import annotations
 

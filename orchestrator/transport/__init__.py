@@ -1,5 +1,5 @@
-"""How the controller reaches a host: the seam (.base) and one module per connector (.local, .ssh),
-with host-key handling beside the SSH connector (.hostkeys). Only .ssh imports paramiko and fabric."""
+"""How the controller reaches a host: the seam (.base) and one module per transport (.local, .ssh),
+with host-key handling beside the SSH transport (.hostkeys). Only .ssh imports paramiko and fabric."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ __all__ = [
 
 
 def make_transport(host: Host, *, accept_new: bool = False) -> Transport:
-    """The connector for `host`: where its commands run (for a host whose jobs a scheduler starts, its
+    """The transport for `host`: where its commands run (for a host whose jobs a scheduler starts, its
     login node); nothing connects until .connect()."""
     if host.transport == "local":
         from .local import LocalTransport

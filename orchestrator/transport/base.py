@@ -1,4 +1,4 @@
-"""The seam between the controller and a host: one interface, implemented per connector.
+"""The seam between the controller and a host: one interface, implemented per transport.
 
 Remote commands are argv lists everywhere; `shell_command` is the one function that joins them (with
 shlex) for a remote shell. Remote paths that start with `~/` are made relative to the login directory,
@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Callable, Mapping, Optional, Protocol, Sequence, Union
 
 from ..config.inventory import Host
-from ..remotepath import login_relative  # noqa: F401 (the connectors' and transport's name for it)
+from ..remotepath import login_relative  # noqa: F401 (the transports' name for it)
 
 LineSink = Callable[[str, str], None]  # (stream name "stdout"/"stderr", line without newline)
 # Seconds of silence that mean stalled: a number, None (never), or a function asked at each check (a

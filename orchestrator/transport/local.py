@@ -1,4 +1,4 @@
-"""The local connector: the embedded `local` host runs on this machine through subprocess, no SSH."""
+"""The local transport: the embedded `local` host runs on this machine through subprocess, no SSH."""
 
 from __future__ import annotations
 
@@ -125,13 +125,13 @@ class LocalTransport:
         return shell_command(argv, env)
 
     def close(self) -> None:
-        """Stop every command still running through this connector (Ctrl-C: nothing is left behind)."""
+        """Stop every command still running through this transport (Ctrl-C: nothing is left behind)."""
         for proc in list(self._running):
             _kill_group(proc)
 
 
 def _pump(stream, name: str, on_line: LineSink, last_heard: list) -> None:
-    """Decode a pipe into lines exactly as the SSH connector decodes a channel (worker.contract.protocol)."""
+    """Decode a pipe into lines exactly as the SSH transport decodes a channel (worker.contract.protocol)."""
     decoder = LineDecoder(name, on_line)
     try:
         while True:

@@ -1,4 +1,4 @@
-"""The SSH connector: one fabric Connection per host, reused for every step (connect once, SFTP once).
+"""The SSH transport: one fabric Connection per host, reused for every step (connect once, SFTP once).
 
 fabric builds the connection (ssh_config, ProxyJump); commands run on a paramiko channel with one
 select loop. Host keys are verified through .hostkeys.

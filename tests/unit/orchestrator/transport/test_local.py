@@ -1,4 +1,4 @@
-"""The local connector (orchestrator/transport/local.py)."""
+"""The local transport (orchestrator/transport/local.py)."""
 
 from __future__ import annotations
 
