@@ -480,7 +480,9 @@ step_slowdowns_h2h() {
 }
 step_slow_host() {
     need_sshd || return 1
-    "$GPU_PY" -m benchmarks.detection.slow_host --out "$DEST/slow-host-h200.md" --env "PYTHONPATH=$SITE"
+    local pad=()
+    [ -f "$WORK/pads/pads-2.json" ] && pad=(--pad "$WORK/pads/pads-2.json")
+    "$GPU_PY" -m benchmarks.detection.slow_host --out "$DEST/slow-host-h200.md" --env "PYTHONPATH=$SITE" "${pad[@]}"
 }
 step_buffers() { "$GPU_PY" -m benchmarks.gpu_state.buffers --out "$DEST/buffers.md"; }
 step_slowdowns_across() {

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Is the host that is 2% slower named, and only it? (issue 40) N sshd "hosts" on one GPU machine, each
 running the user kernel benchmarks/kernels/mm_pad.py on the 12 GLM-5 TP8 shapes with the seed sweep's
-timing; on the last host it pads K (FLEETBENCH_MM_PAD=auto: ~+2% real GPU work, the same product), on the
+timing; on the last host it pads K (FLEETBENCH_MM_PAD=auto: ~+2% real GPU work on the H200, the same
+product; `--pad pads-2.json` for a padding calibrated on this GPU by `see_slowdowns calibrate`), on the
 others by nothing (the same work as mm.py). Then `fleetbench diff RUN --across-hosts`: each host's effect
 over all its cases, with its interval (orchestrator/analysis/hosteffect.py).
 
@@ -35,7 +36,14 @@ def main() -> int:
     ap.add_argument("--hosts", type=int, default=3, help="sshd hosts on the GPU (default 3)")
     ap.add_argument("--env", action="append", default=[], help="K=V for every host (e.g. PYTHONPATH=/tmp/site)")
     ap.add_argument("--threshold", default="1.5%", help="diff's threshold (default 1.5%%, its default)")
+    ap.add_argument(
+        "--pad",
+        default="auto",
+        help="the slow host's padding: columns of K, `auto`, or a pads JSON of `see_slowdowns calibrate` "
+        "(per shape, calibrated on this GPU; default auto: ~+2%% on the H200)",
+    )
     args = ap.parse_args()
+    pad = str(Path(args.pad).resolve()) if args.pad.endswith(".json") else args.pad
     base = Path("/tmp/fleetbench-slow-host") / f"f{int(time.time())}"
     fleet = start_fleet(base, args.hosts)
     env = dict(kv.split("=", 1) for kv in args.env)
@@ -43,7 +51,7 @@ def main() -> int:
     doc = yaml.safe_load(inv.read_text())
     slow = doc["hosts"][-1]["name"]
     for h in doc["hosts"]:
-        h["env"] = {**env, "FLEETBENCH_MM_PAD": "auto" if h["name"] == slow else "0"}
+        h["env"] = {**env, "FLEETBENCH_MM_PAD": pad if h["name"] == slow else "0"}
         h["timeout"] = 900
     inv.write_text(yaml.safe_dump(doc))
     sweep = base / "slow-host.yaml"
