@@ -359,8 +359,9 @@ class CaseRunner:
             self.kept[case.case_id] = Kept(fn, sets, n_sets, guard.watched, built[0], nbytes)
 
     def _sets_for(self, case: CaseSpec, n_sets: int) -> list:
-        """The case's input sets. On a GPU the contenders of a shape (headtohead.group_key) read one and the
-        same sets, the first contender's, for as long as any of them is timing: two graphs of the same
+        """The case's input sets. On a GPU the contenders of a shape (headtohead.group_key) that rotate through
+        as many sets (one operand family: _input_sets) read one and the same sets, the first contender's,
+        for as long as any of them is timing: two graphs of the same
         GEMM on input sets of their own read apart at the power cap, the same way in every cycle of a
         head-to-head, and on the same inputs they do not (benchmarks/gpu_state/buffers.py, RESULTS.md
         issue 40). Each set is made from the case's seed either way, so the values are the same."""
