@@ -21,8 +21,8 @@ from .storedcases import declare_profiling, plan_on_hosts, profile_options, repo
 HELP = "compare two runs or hosts with statistics, or hosts against the fleet"
 EPILOG = (
     "A and B: RUN, RUN:host or RUN:host:gpu. Cases match by what they measure, whatever the timing "
-    "settings (those that differ are listed). Exit 1 when B is confirmed SLOWER than A in any case "
-    "(for CI gates); UNSTABLE rows (too noisy, tainted, a busy CPU) exit 0, and a run against itself is SAME; "
+    "settings (those that differ are listed). Exit 1 when B is confirmed SLOWER than A in any case, or "
+    "over all of a backend's cases (its effect and 95% interval close the table; for CI gates); UNSTABLE rows (too noisy, tainted, a busy CPU) exit 0, and a run against itself is SAME; "
     "exit 2 when the two sides share no case. --across-hosts estimates each host's effect over all its "
     "cases and names a host whose interval lies beyond the threshold (on stderr too); it exits 0 "
     "whatever it names, as it does for outliers."
