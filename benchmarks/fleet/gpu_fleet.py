@@ -21,14 +21,13 @@ import time
 from pathlib import Path
 
 from benchmarks.harness import ROOT
+from benchmarks.harness.coldrun import cli
 from benchmarks.harness.sshfleet import start_fleet
 
 
-def cli(args, log, **kw) -> tuple[int, str, float]:
+def logged_cli(args, log) -> tuple[int, str, float]:
     t0 = time.perf_counter()
-    proc = subprocess.run(
-        [sys.executable, "-m", "orchestrator.cli", *map(str, args)], capture_output=True, text=True, cwd=ROOT, **kw
-    )
+    proc = cli(*args)
     wall = time.perf_counter() - t0
     log.write(f"$ fleetbench {' '.join(map(str, args))}\n(exit {proc.returncode}, {wall:.1f} s)\n{proc.stderr}\n")
     log.flush()
@@ -63,6 +62,7 @@ def main() -> int:
     md = [f"# {args.hosts} sshd hosts on {args.gpus} GPU(s), sweep {args.sweep}", ""]
     try:
         victim = fleet.hosts[-1]
+        # Started by Popen, not the harness's `cli`: the victim is killed while the run goes on.
         # The run's output goes to files, not pipes: nobody reads a pipe while the loop below watches the
         # victim's log, and a child whose output outgrows the pipe's buffer would block on it forever.
         out_path, err_path = args.out / "run.stdout.txt", args.out / "run.stderr.txt"
@@ -107,9 +107,11 @@ def main() -> int:
             "",
         ]
         victim.restart()
-        code, out2, wall2 = cli(["rerun", "latest", "--failed", "-i", inv, "--runs-dir", runs, "--format", "md"], log)
+        code, out2, wall2 = logged_cli(
+            ["rerun", "latest", "--failed", "-i", inv, "--runs-dir", runs, "--format", "md"], log
+        )
         md += [f"## rerun --failed: exit {code}, {wall2:.1f} s wall", "", out2]
-        code, out3, _ = cli(["show", "latest", "--runs-dir", runs, "--format", "csv"], log)
+        code, out3, _ = logged_cli(["show", "latest", "--runs-dir", runs, "--format", "csv"], log)
         (args.out / "merged.csv").write_text(out3)
     finally:
         fleet.stop()

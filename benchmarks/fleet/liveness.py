@@ -28,6 +28,7 @@ from pathlib import Path
 import yaml
 
 from benchmarks.harness import ROOT, publish
+from benchmarks.harness.coldrun import cli
 from benchmarks.harness.polling import wait_until
 from benchmarks.harness.sshfleet import start_fleet
 
@@ -61,6 +62,7 @@ def one(fleet, work: Path, fault: str, victim: str) -> dict:
     del doc["defaults"]["timeout"]
     inv.write_text(yaml.safe_dump(doc))
     env = dict(os.environ, PYTHONPATH=str(ROOT))
+    # Popen, not the harness's `cli`: the host is frozen or killed while the run goes on.
     proc = subprocess.Popen(
         [
             sys.executable,
@@ -97,13 +99,7 @@ def one(fleet, work: Path, fault: str, victim: str) -> dict:
         if p.parent.parent.name != victim
     }
     host.thaw() if fault == "frozen" else host.restart()
-    rerun = subprocess.run(
-        [sys.executable, "-m", "orchestrator.cli", "rerun", str(run_dir), "--failed", "--resume"],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-    )
+    rerun = cli("rerun", run_dir, "--failed", "--resume", env={"PYTHONPATH": str(ROOT)})
     remote = lines_of(host.workdir / "runs" / run_dir.name / f"{victim}.attempt-1" / "results.jsonl")
     local = set().union(*(lines_of(p) for p in run_dir.glob(f"hosts/{victim}/attempt-*/results.jsonl")))
     return {

@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import glob
 import shutil
-import subprocess
 import sys
 import tarfile
 import time
@@ -31,6 +30,7 @@ from pathlib import Path
 import yaml
 
 from benchmarks.harness import ROOT
+from benchmarks.harness.coldrun import cli
 from benchmarks.harness.sshfleet import start_fleet
 
 AGREE = 0.10  # the profile's kernel time per call against the sweep's median
@@ -95,11 +95,9 @@ def main() -> int:
     ]
     checks = []
 
-    def cli(title: str, argv: list[str]) -> tuple[int, str, str]:
+    def logged_cli(title: str, argv: list) -> tuple[int, str, str]:
         t0 = time.perf_counter()
-        proc = subprocess.run(
-            [sys.executable, "-m", "orchestrator.cli", *map(str, argv)], capture_output=True, text=True, cwd=ROOT
-        )
+        proc = cli(*argv)
         wall = time.perf_counter() - t0
         shown = " ".join(str(a) for a in argv).replace(str(base), "$BASE")
         md.extend(
@@ -121,14 +119,14 @@ def main() -> int:
         return proc.returncode, proc.stdout, proc.stderr
 
     try:
-        code, _, err = cli("the sweep", ["run", sweep, "-i", inv, "--runs-dir", runs, "--format", "md"])
+        code, _, err = logged_cli("the sweep", ["run", sweep, "-i", inv, "--runs-dir", runs, "--format", "md"])
         stored = [line.rsplit(" stored in ", 1)[1] for line in err.splitlines() if " stored in " in line]
         if not stored:
             md.append("no run was stored: stop")
             return 1
         run_dir = Path(stored[-1])
         ncu_args = ["--ncu", ncu] if ncu else []
-        cli(
+        logged_cli(
             "profile of the seed's cases",
             ["profile", f"{run_dir}:{first}", "--backend", "torch-bf16", *ncu_args, "--format", "md"],
         )
@@ -179,7 +177,7 @@ def main() -> int:
             checks.append(False)
             md.append("- no profile came back: FAIL")
         md += [f"- unreadable: {x}" for x in problems] + [""]
-        cli(
+        logged_cli(
             "the outlier, profiled beside the fleet's median host",
             ["diff", run_dir, "--across-hosts", "--profile", "--profile-limit", args.profile_limit, *ncu_args],
         )
@@ -195,7 +193,9 @@ def main() -> int:
             )
         md.append(f"- {'PASS' if named else 'FAIL'}: the slowed host {slow} is explained by a kernel difference")
         md.append("")
-        cli("the report, the counter diff beside the outlier", ["report", run_dir, "-o", args.out / "report.html"])
+        logged_cli(
+            "the report, the counter diff beside the outlier", ["report", run_dir, "-o", args.out / "report.html"]
+        )
         with tarfile.open(args.out / "profile-runs.tar.gz", "w:gz") as tar:
             tar.add(run_dir, arcname=run_dir.name)
     finally:

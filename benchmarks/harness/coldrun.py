@@ -9,16 +9,16 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Optional, Sequence, Union
 
 from . import ROOT
 
 
-def cli(*argv: str, env: Optional[dict] = None) -> subprocess.CompletedProcess:
+def cli(*argv: Union[str, Path], env: Optional[dict] = None) -> subprocess.CompletedProcess:
     """`python -m orchestrator.cli ARGV...` from the repo root, its output captured; `env` is added to
     this process's environment."""
     return subprocess.run(
-        [sys.executable, "-m", "orchestrator.cli", *argv],
+        [sys.executable, "-m", "orchestrator.cli", *map(str, argv)],
         capture_output=True,
         text=True,
         cwd=ROOT,
