@@ -19,12 +19,11 @@ from __future__ import annotations
 import argparse
 import collections
 import os
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 from benchmarks.harness import ROOT as REPO
+from benchmarks.harness.coldrun import cold_run
 from orchestrator.analysis.merge import merged_rows
 from orchestrator.runs.slots import load_slots
 from orchestrator.runs.store import RunStore
@@ -59,28 +58,10 @@ def main() -> int:
 
 def report_run(args, inventory: Path) -> int:
     """One cold-CLI run of the sweep and its report; 1 when it stored no run."""
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [args.site, str(REPO)])))
-    t0 = time.perf_counter()
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "orchestrator.cli",
-            "run",
-            args.sweep,
-            "-i",
-            str(inventory),
-            "--runs-dir",
-            str(args.work / "runs"),
-            "--format",
-            "json",
-        ],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-    )
-    wall = time.perf_counter() - t0
+    env = {"PYTHONPATH": os.pathsep.join(filter(None, [args.site, str(REPO)]))}
+    proc = cold_run(args.sweep, inventory, args.work / "runs", env=env)
+    wall = proc.wall_s
+    # A run is stored when the CLI says so (a folder left by a start that failed is not one).
     stored = [line.split(" stored in ", 1)[1].strip() for line in proc.stderr.splitlines() if " stored in " in line]
     if not stored:
         print(f"the sweep stored no run (exit {proc.returncode}):\n{proc.stderr[-3000:]}")

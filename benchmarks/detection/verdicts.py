@@ -17,42 +17,28 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 from collections import Counter
 from pathlib import Path
 
 from benchmarks.harness import ROOT, publish
+from benchmarks.harness.coldrun import cli, cold_run
 
 SLOWED = "mm"  # the user kernel that does 10% more work in run C
 
 
-def cli(*args, env=None) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "orchestrator.cli", *map(str, args)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        env={
-            **os.environ,
-            "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
-            **(env or {}),
-        },
-    )
+def on_path(env=None) -> dict:
+    """`env` with the repo first on PYTHONPATH, for the checkout's CLI and the worker it starts here."""
+    return {"PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])), **(env or {})}
 
 
 def run(sweep: Path, inventory: Path, runs: Path, env=None) -> Path:
-    def run_dirs() -> set[Path]:  # the runs folder also holds the history index
-        return {p for p in runs.iterdir() if p.is_dir()} if runs.exists() else set()
-
-    before = run_dirs()
-    proc = cli("run", sweep, "-i", inventory, "--runs-dir", runs, "--format", "json", env=env)
-    new = sorted(run_dirs() - before)
-    if not new:
-        raise SystemExit(f"the run did not start: {proc.stderr[-2000:]}")
-    print(proc.stderr.strip().splitlines()[-1], flush=True)
-    return new[-1]
+    done = cold_run(sweep, inventory, runs, env=on_path(env))
+    if done.run_dir is None:
+        raise SystemExit(f"the run did not start: {done.stderr[-2000:]}")
+    print(done.stderr.strip().splitlines()[-1], flush=True)
+    return done.run_dir
 
 
 def with_kernel(sweep: Path, kernel_file: str, folder: Path) -> Path:
@@ -70,7 +56,7 @@ def with_kernel(sweep: Path, kernel_file: str, folder: Path) -> Path:
 
 
 def diff(a: Path, b: Path) -> dict:
-    proc = cli("diff", a, b, "--format", "json")
+    proc = cli("diff", a, b, "--format", "json", env=on_path())
     if proc.returncode not in (0, 1):
         raise SystemExit(f"diff failed: {proc.stderr[-2000:]}")
     return json.loads(proc.stdout)
