@@ -20,13 +20,12 @@ import argparse
 import json
 import random
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-from benchmarks.harness import ROOT
+from benchmarks.harness.coldrun import cli
 
 
 def build(runs_dir: Path, n_runs: int, n_rows: int) -> float:
@@ -144,28 +143,10 @@ def main() -> int:
     timings = []
     for _ in range(3):
         t0 = time.perf_counter()
-        out = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "orchestrator.cli",
-                "history",
-                "--runs-dir",
-                str(runs_dir),
-                "--case",
-                f"{7:016x}",
-                "--host",
-                "h1",
-                "--format",
-                "json",
-            ],
-            capture_output=True,
-            text=True,
-            cwd=ROOT,
-            check=True,
-        ).stdout
+        done = cli("history", "--runs-dir", runs_dir, "--case", f"{7:016x}", "--host", "h1", "--format", "json")
         timings.append(time.perf_counter() - t0)
-        points = len(json.loads(out)["points"])
+        done.check_returncode()
+        points = len(json.loads(done.stdout)["points"])
     landed = landed_run_cost(tmp, args.rows)
     run_floor = args.rows * 3 * 0.5
     print(
