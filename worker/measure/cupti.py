@@ -31,14 +31,12 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Optional, Sequence
 
+from .tuning import TUNING
+
 # kineto's activity types that are work the GPU did for a call; not its synchronizations ("cuda_sync":
 # Context Sync, Stream Sync) nor record_function ranges projected onto the GPU ("gpu_user_annotation").
 WORK_KINDS = ("kernel", "gpu_memcpy", "gpu_memset")
 NOT_WORK_NAMES = ("Context Sync", "Stream Sync", "Event Sync")  # for a torch without activity_type()
-# Before the sampled replays, inside the same trace: starting the profiler leaves the GPU idle (the
-# first start of a process initialises CUPTI), and an idle GPU climbs back to its burst clock within
-# tens of milliseconds (worker/measure/timing.py, settling). These replays bring it back and are discarded.
-LEAD_IN_MS = 50.0
 RETRACE_WAIT_S = 0.5
 
 
@@ -93,12 +91,15 @@ def available() -> Optional[str]:
 
 
 def kernel_samples_us(
-    replay: Callable[[], None], calls_per_replay: int, replays: int, lead_in_ms: float = LEAD_IN_MS
+    replay: Callable[[], None],
+    calls_per_replay: int,
+    replays: int,
+    lead_in_ms: float = TUNING.cupti_lead_in_ms,
 ) -> KernelSamples:
     """Trace `replays` calls of `replay()` (each one graph replay of `calls_per_replay` calls of the case,
-    synchronized after it) after replays for `lead_in_ms` (discarded); per replay, the kernel time per
-    call. Raises CuptiError when CUPTI cannot run here, records nothing, or its records cannot be told
-    apart replay by replay."""
+    synchronized after it) after replays for `lead_in_ms` (discarded: Tuning.cupti_lead_in_ms); per
+    replay, the kernel time per call. Raises CuptiError when CUPTI cannot run here, records nothing, or
+    its records cannot be told apart replay by replay."""
     if calls_per_replay < 1 or replays < 1:
         raise ValueError(f"calls_per_replay ({calls_per_replay}) and replays ({replays}) must be at least 1")
     problem = available()

@@ -219,7 +219,7 @@ class Timer:
         timed = Timing(sampled.stats, {**built, **sampled.phases})
         if opts.mode != "cupti":
             return timed
-        traced = _kernel_time(graph.graph, graph.calls, opts, timed.stats)
+        traced = _kernel_time(graph.graph, graph.calls, opts, timed.stats, self.tuning.cupti_lead_in_ms)
         return Timing(traced.stats, {**timed.phases, **traced.phases}, traced.notes)
 
     def build_graph(
@@ -323,14 +323,18 @@ class Timer:
         return _settle_and_sample(call_us, 1, opts, settled, "cuda-events")
 
 
-def _kernel_time(graph, cps: int, opts: TimingOptions, replayed: Stats) -> Timing:
+def _kernel_time(
+    graph, cps: int, opts: TimingOptions, replayed: Stats, lead_in_ms: float = TUNING.cupti_lead_in_ms
+) -> Timing:
     """Mode cupti: right after the event-timed samples (the GPU in the state they were taken in), as many
-    replays of the same graph traced by CUPTI; each sample is a call's summed kernel time
-    (worker/measure/cupti.py). The replay median stays beside it: their difference is the launch gaps."""
+    replays of the same graph traced by CUPTI, after `lead_in_ms` of replays (Tuning.cupti_lead_in_ms);
+    each sample is a call's summed kernel time (worker/measure/cupti.py). The replay median stays beside
+    it: their difference is the launch gaps."""
     from . import cupti
 
     t0 = time.perf_counter()
-    traced = cupti.kernel_samples_us(graph.replay, cps, max(opts.min_samples, min(replayed.n, opts.max_samples)))
+    replays = max(opts.min_samples, min(replayed.n, opts.max_samples))
+    traced = cupti.kernel_samples_us(graph.replay, cps, replays, lead_in_ms)
     phases = {"cupti_s": time.perf_counter() - t0}
     stats = summarize(traced.per_call_us, method="cupti", calls_per_sample=cps, l2=opts.l2)
     stats = stats.model_copy(update={"settle_ms": replayed.settle_ms, "replay_median_us": round(replayed.median_us, 4)})

@@ -49,18 +49,13 @@ from ..contract.crosscheck import (
 from ..contract.schema import CaseSpec
 from .caseloop import CaseWork, run_each_case
 
-# Before a peer runs in its default clock state: a user's script reaches its timer after setting up,
-# with the GPU idle. Longer than the ~100 ms over which the GPU's clock follows its load (worker/measure/timing.py).
-IDLE_S = 0.2
 CUPTI_REPLAYS = 20
 TARGET_SAMPLE_S = 2e-3  # one sample of fleetbench's graph, as worker/measure/timing.py sizes it
 # The clock step after a peer's own capture, which idles the GPU (11-125 ms on the H200), so the replays
 # right after it run at the burst clock for the ~80 ms the power controller takes (worker/measure/timing.py;
 # benchmarks/fidelity/graph_length.py shows Triton's first replays 5-10% faster than its last): FlashInfer replays
-# untimed for PEER_DRY_RUN_MS first; each of Triton's 10 replays lasts ~TRITON_REPLAY_MS of GPU time, so
-# the first absorbs the burst and its median is the settled state's.
-PEER_DRY_RUN_MS = 200
-TRITON_REPLAY_MS = 100
+# untimed for Tuning.peer_dry_run_ms first; each of Triton's 10 replays lasts ~Tuning.triton_replay_ms of GPU
+# time, so the first absorbs the burst and its median is the settled state's (worker/measure/tuning.py).
 TRITON_MAX_REP_MS = 5000
 
 
@@ -267,7 +262,9 @@ class CaseBench:
             return
         self.settle()
         try:
-            got = cupti.kernel_samples_us(self.graph.replay, self.calls, CUPTI_REPLAYS)
+            got = cupti.kernel_samples_us(
+                self.graph.replay, self.calls, CUPTI_REPLAYS, self.timer.tuning.cupti_lead_in_ms
+            )
         except cupti.CuptiError as exc:
             ours.cupti_reason = str(exc)
             return
@@ -308,11 +305,11 @@ class CaseBench:
         return torch.cuda.stream(torch.cuda.Stream())
 
     def idle(self) -> None:
-        """Leave the GPU idle as a user's script does before it reaches its timer (IDLE_S)."""
+        """Leave the GPU idle as a user's script does before it reaches its timer (Tuning.peer_idle_s)."""
         import torch
 
         torch.cuda.synchronize()
-        time.sleep(IDLE_S)
+        time.sleep(self.timer.tuning.peer_idle_s)
 
     def release(self) -> None:
         import torch
@@ -499,8 +496,9 @@ def flashinfer_runs(bench: CaseBench) -> PeerResult:
         call = bench.rotating_call() if bench.cold else bench.fixed
         clock = "settled"
         if "dry_run_time_ms" in accepted:
-            matched["dry_run_time_ms"] = PEER_DRY_RUN_MS
-            clock = f"settled, then {PEER_DRY_RUN_MS} ms of its own untimed calls"
+            dry_run_ms = bench.timer.tuning.peer_dry_run_ms
+            matched["dry_run_time_ms"] = dry_run_ms
+            clock = f"settled, then {dry_run_ms} ms of its own untimed calls"
         else:
             result.unmatched.append(
                 "clock (this bench_gpu_time has no dry_run_time_ms: its timed calls start "
@@ -595,11 +593,12 @@ def triton_runs(bench: CaseBench) -> PeerResult:
         call = bench.rotating_call() if bench.cold else bench.fixed
         kwargs, clock = {}, "settled"
         if "rep" in accepted and bench.ours is not None:
-            # It sizes its graph as rep / (its eager time per call): scaled so one replay lasts ~TRITON_REPLAY_MS
-            # of the GPU time fleetbench measured.
-            rep_ms = TRITON_REPLAY_MS * bench.eager_ms(call) / (bench.ours.median_us / 1e3)
-            kwargs["rep"] = int(min(TRITON_MAX_REP_MS, max(TRITON_REPLAY_MS, rep_ms)))
-            clock = f"settled, and replays of ~{TRITON_REPLAY_MS} ms (rep={kwargs['rep']})"
+            # It sizes its graph as rep / (its eager time per call): scaled so one replay lasts
+            # ~Tuning.triton_replay_ms of the GPU time fleetbench measured.
+            replay_ms = bench.timer.tuning.triton_replay_ms
+            rep_ms = replay_ms * bench.eager_ms(call) / (bench.ours.median_us / 1e3)
+            kwargs["rep"] = int(min(TRITON_MAX_REP_MS, max(replay_ms, rep_ms)))
+            clock = f"settled, and replays of ~{replay_ms} ms (rep={kwargs['rep']})"
         else:
             result.unmatched.append(
                 "clock (this do_bench_cudagraph has no rep: its replays follow its capture at the burst clock)"

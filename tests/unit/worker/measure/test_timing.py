@@ -253,8 +253,8 @@ def test_cupti_mode_samples_the_kernels_of_the_timed_graph_and_keeps_its_replay_
 
     asked = {}
 
-    def traced(replay, calls_per_replay, replays, lead_in_ms=cupti.LEAD_IN_MS):
-        asked.update(replay=replay, calls=calls_per_replay, replays=replays)
+    def traced(replay, calls_per_replay, replays, lead_in_ms=None):
+        asked.update(replay=replay, calls=calls_per_replay, replays=replays, lead_in_ms=lead_in_ms)
         return cupti.KernelSamples(
             per_call_us=[9.0, 9.1, 8.9] * 4,
             span_us=[9.5] * 12,
@@ -275,7 +275,7 @@ def test_cupti_mode_samples_the_kernels_of_the_timed_graph_and_keeps_its_replay_
     opts = TimingOptions(mode="cupti", min_samples=12)
     timed = timing._kernel_time(graph, 64, opts, replayed)
     stats = timed.stats
-    assert asked == {"replay": graph.replay, "calls": 64, "replays": 12}
+    assert asked == {"replay": graph.replay, "calls": 64, "replays": 12, "lead_in_ms": TUNING.cupti_lead_in_ms}
     assert stats.method == "cupti" and stats.median_us == 9.0 and stats.n == 12
     assert stats.replay_median_us == 10.1 and stats.settle_ms == 12.5 and stats.calls_per_sample == 64
     assert timed.notes == ("CUPTI stays attached",) and "cupti_s" in timed.phases  # the runner: the case's reason
