@@ -51,11 +51,11 @@ from .caseloop import CaseWork, run_each_case
 
 CUPTI_REPLAYS = 20
 TARGET_SAMPLE_S = 2e-3  # one sample of fleetbench's graph, as worker/measure/timing.py sizes it
-# The clock step after a peer's own capture, which idles the GPU (11-125 ms on the H200), so the replays
-# right after it run at the burst clock for the ~80 ms the power controller takes (worker/measure/timing.py;
-# benchmarks/fidelity/graph_length.py shows Triton's first replays 5-10% faster than its last): FlashInfer replays
-# untimed for Tuning.peer_dry_run_ms first; each of Triton's 10 replays lasts ~Tuning.triton_replay_ms of GPU
-# time, so the first absorbs the burst and its median is the settled state's (worker/measure/tuning.py).
+# A peer's own capture idles the GPU, so the replays right after it run at the burst clock until the power
+# controller steps it down (benchmarks/RESULTS.md, issue 30; benchmarks/fidelity/graph_length.py): FlashInfer
+# replays untimed for Tuning.peer_dry_run_ms first; each of Triton's 10 replays lasts ~Tuning.triton_replay_ms
+# of GPU time, so the first absorbs the burst and its median is the settled state's (worker/measure/tuning.py).
+# TRITON_MAX_REP_MS caps the rep a slow eager call would ask of Triton.
 TRITON_MAX_REP_MS = 5000
 
 
