@@ -201,6 +201,7 @@ class Comparison:
             if c.ratio is not None:
                 row["compared"] += 1
                 row["log_sum"] += math.log(c.ratio)
+            if c.ratio is not None and c.verdict != "UNSTABLE":  # not to be judged here: nor in the sum of them
                 work = admissible_work(c, self.threshold)
                 logs.setdefault(c.backend, []).append(math.log(work if work is not None else c.ratio))
                 on_work[c.backend] = on_work.get(c.backend, 0) + (work is not None)

@@ -83,6 +83,24 @@ class RoundTiming(NamedTuple):
     notes: tuple[str, ...] = ()
 
 
+class SharedSets(NamedTuple):
+    """Input sets the contenders of a shape share: who made them (their seed), their bits' fingerprint
+    when made, and the cases timing on them."""
+
+    made_by: CaseSpec
+    sets: list
+    fingerprint: list
+    users: set
+
+
+def _fingerprint(sets: list) -> list:
+    """Each tensor's bits summed as integers (exact, one synchronization): what a write into it changes."""
+    import torch
+
+    sums = [t.view(torch.int16).sum(dtype=torch.int64) for pair in sets for t in pair]
+    return torch.stack(sums).tolist() if sums else []
+
+
 class CaseRunner:
     """Holds what every case on this device shares: device facts, the NVML probe and the process's Timer."""
 
@@ -95,7 +113,8 @@ class CaseRunner:
         self.probe = None
         self.l2 = None  # the L2 persistence settings (worker/check/integrity.py), where the driver has them
         self.kept: dict[str, Kept] = {}  # by case id: what a later round of the case replays
-        self.shared_sets: dict[tuple, tuple[list, set]] = {}  # contenders' one input sets, their users (_sets_for)
+        self.shared_sets: dict[tuple, SharedSets] = {}  # the contenders' one set of inputs (_sets_for)
+        self.share_inputs = False  # _run_cases turns it on: a sweep's units, released as each case ends
         self.keep_budget = 0  # bytes
         self.clock = None  # the SM clock read in the stream (worker/measure/streamclock.py), where it loads
         if self.device.device == "cuda":
@@ -306,7 +325,7 @@ class CaseRunner:
         try:
             return work()
         except Exception as exc:
-            if type(exc).__name__ != "OutOfMemoryError" or not self.kept:
+            if type(exc).__name__ != "OutOfMemoryError" or not (self.kept or self.__dict__.get("shared_sets")):
                 raise
         import torch
 
@@ -359,24 +378,39 @@ class CaseRunner:
             self.kept[case.case_id] = Kept(fn, sets, n_sets, guard.watched, built[0], nbytes)
 
     def _sets_for(self, case: CaseSpec, n_sets: int) -> list:
-        """The case's input sets. On a GPU the contenders of a shape (headtohead.group_key) that rotate through
-        as many sets (one operand family: _input_sets) read one and the same sets, the first contender's,
-        for as long as any of them is timing: two graphs of the same
-        GEMM on input sets of their own read apart at the power cap, the same way in every cycle of a
-        head-to-head, and on the same inputs they do not (benchmarks/gpu_state/buffers.py, RESULTS.md
-        issue 40). Each set is made from the case's seed either way, so the values are the same."""
+        """The case's input sets. In a sweep on a GPU (`share_inputs`, set by _run_cases) the contenders of a
+        shape (headtohead.group_key) that rotate through as many sets (one operand family: _input_sets) read
+        one and the same sets, the first contender's, for as long as any of them is timing: two graphs of
+        the same GEMM on input sets of their own read apart at the power cap, the same way in every cycle
+        of a head-to-head, and on the same inputs they do not (benchmarks/gpu_state/buffers.py, RESULTS.md
+        issue 40). Each set is made from the case's seed either way, so the values are the same; a
+        contender that wrote into them is undone before any other times on them (restore_shared)."""
         from .headtohead import group_key
 
         dev = self.device.device
-        key = group_key(case) if dev == "cuda" else None
+        key = group_key(case) if dev == "cuda" and getattr(self, "share_inputs", False) else None
         if key is None:
             return [self._inputs(case, s, dev) for s in range(n_sets)]
         shared = self.__dict__.setdefault("shared_sets", {})  # tests build bare runners
-        sets, users = shared.setdefault((key, n_sets), ([], set()))
-        if not sets:
-            sets.extend(self._inputs(case, s, dev) for s in range(n_sets))
-        users.add(case.case_id)
-        return sets
+        entry = shared.get((key, n_sets))
+        if entry is None:
+            sets = [self._inputs(case, s, dev) for s in range(n_sets)]  # whole before anyone may take it
+            entry = shared[(key, n_sets)] = SharedSets(case, sets, _fingerprint(sets), set())
+        entry.users.add(case.case_id)
+        return entry.sets
+
+    def restore_shared(self, case: CaseSpec) -> Optional[str]:
+        """Before a round of `case` (or its unit's head-to-head): the input sets it shares, put back to the
+        seed's values in place where a contender wrote into them (a kept graph reads the same tensors).
+        Returns what was found changed, for the host's log, or None."""
+        for entry in self.__dict__.get("shared_sets", {}).values():
+            if case.case_id not in entry.users or _fingerprint(entry.sets) == entry.fingerprint:
+                continue
+            for s, tensors in enumerate(entry.sets):
+                for t, fresh in zip(tensors, self._inputs(entry.made_by, s, self.device.device)):
+                    t.copy_(fresh)
+            return f"the inputs {case.m}x{case.n}x{case.k}'s contenders share were written into; restored from the seed"
+        return None
 
     def release(self, case_id: Optional[str] = None) -> None:
         """Drop what was kept for a case (all cases: None), and input sets no contender still times on."""
@@ -386,9 +420,9 @@ class CaseRunner:
             shared.clear()
             return
         self.kept.pop(case_id, None)
-        for key, (_, users) in list(shared.items()):
-            users.discard(case_id)
-            if not users:
+        for key, entry in list(shared.items()):
+            entry.users.discard(case_id)
+            if not entry.users:
                 del shared[key]
 
     def _round_start(self) -> None:
@@ -776,7 +810,13 @@ def _run_cases(
         mark_inflight(inflight, case.case_id, what)
 
     grouped = getattr(runner, "device", None) is not None and runner.device.device == "cuda"
+    runner.share_inputs = grouped  # every case here ends through end(), which releases what it shared
     units = units_of(todo, grouped)
+
+    def restored(case: CaseSpec) -> None:
+        found = runner.restore_shared(case) if grouped else None
+        if found:
+            print(f"fleetbench: {found}", file=sys.stderr, flush=True)
     passes = max((c.timing.rounds for c in todo), default=1)
     for r in range(passes):
         for unit in unit_order(units, load):
@@ -799,7 +839,10 @@ def _run_cases(
                     round=this_round,
                     rounds=case.timing.rounds,
                 )
-            records = [_alone(runner, case, first, inflight) for case, first in members]
+            records = []
+            for case, first in members:
+                restored(case)
+                records.append(_alone(runner, case, first, inflight))
             timed = []
             for rec in records:
                 if rec.status != "ok" or rec.timing is None or rec.complete:
@@ -808,6 +851,8 @@ def _run_cases(
                     timed.append(rec)
             if len(timed) > 1:
                 mark(timed[0].case, "head-to-head with " + ", ".join(r.case.backend for r in timed[1:]))
+                for rec in timed:
+                    restored(rec.case)
                 try:
                     timed = duel(runner, timed, _spec_of, runner.timer.tuning)
                 except Exception as exc:  # the pairing is beside the numbers: without it, the rounds stand unpaired

@@ -366,17 +366,23 @@ def test_health_is_judged_over_the_samples_not_over_the_settling(monkeypatch, cl
     assert health.before.sm_clock_mhz == clocks[1]
 
 
-def test_the_contenders_of_a_shape_read_one_input_set_on_a_gpu_and_release_it_with_the_last():
-    made = []
-
+def _sharing_runner(made: list):
     def inputs(case, set_index, dev):
         made.append((case.backend, set_index))
-        return (object(), object())
+        gen = torch.Generator().manual_seed(case.seed * 1_000_003 + set_index)
+        return tuple(torch.randn(4, 8, generator=gen).to(torch.bfloat16) for _ in range(2))
 
     runner = CaseRunner.__new__(CaseRunner)
     runner.kept = {}
     runner.device = SimpleNamespace(device="cuda")
+    runner.share_inputs = True
     runner._inputs = inputs
+    return runner
+
+
+def test_the_contenders_of_a_shape_read_one_input_set_on_a_gpu_and_release_it_with_the_last():
+    made = []
+    runner = _sharing_runner(made)
     bf16, fp8 = (CaseSpec(backend=b, m=512, n=2048, k=6144) for b in ("torch-bf16", "torch-fp8"))
     other = CaseSpec(backend="torch-bf16", m=256, n=2048, k=6144)
     alone = CaseSpec(backend="torch-bf16", m=512, n=2048, k=6144, timing=TimingOptions(head_to_head=False))
@@ -388,5 +394,21 @@ def test_the_contenders_of_a_shape_read_one_input_set_on_a_gpu_and_release_it_wi
     assert runner._sets_for(fp8, 3) is first  # fp8 still times on them
     runner.release(fp8.case_id)
     assert runner._sets_for(fp8, 3) is not first  # released with its last contender, made anew
-    runner.device = SimpleNamespace(device="cpu")
+    runner.share_inputs = False  # outside a sweep's units (crosscheck, profile): nothing is shared
+    assert runner._sets_for(bf16, 3) is not runner._sets_for(bf16, 3)
+    runner.share_inputs, runner.device = True, SimpleNamespace(device="cpu")
     assert runner._sets_for(bf16, 3) is not runner._sets_for(fp8, 3)  # a CPU times no head-to-head
+
+
+def test_a_contender_that_wrote_into_the_shared_inputs_is_undone_before_another_times_on_them():
+    runner = _sharing_runner([])
+    bf16, fp8 = (CaseSpec(backend=b, m=512, n=2048, k=6144) for b in ("torch-bf16", "torch-fp8"))
+    sets = runner._sets_for(bf16, 2)
+    runner._sets_for(fp8, 2)
+    kept = [t.clone() for pair in sets for t in pair]
+    assert runner.restore_shared(fp8) is None  # untouched: nothing to say
+    sets[1][0].zero_()  # bf16's kernel used operand A of set 1 as scratch
+    found = runner.restore_shared(fp8)
+    assert found and "512x2048x6144" in found and "restored from the seed" in found
+    assert all(torch.equal(t, k) for t, k in zip((t for pair in sets for t in pair), kept))
+    assert runner._sets_for(fp8, 2) is sets  # the same tensors, put back in place (kept graphs read them)
