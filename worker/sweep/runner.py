@@ -817,6 +817,7 @@ def _run_cases(
         found = runner.restore_shared(case) if grouped else None
         if found:
             print(f"fleetbench: {found}", file=sys.stderr, flush=True)
+
     passes = max((c.timing.rounds for c in todo), default=1)
     for r in range(passes):
         for unit in unit_order(units, load):
