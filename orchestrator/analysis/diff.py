@@ -29,6 +29,7 @@ differ, before any number. Two sides that share no case compared nothing: that i
 from __future__ import annotations
 
 import math
+import statistics
 from dataclasses import asdict, dataclass, field
 from typing import Optional
 
@@ -261,14 +262,22 @@ def backend_effect(log_ratios: list[float], threshold: float) -> Optional[Backen
     judged against ±threshold as a case is (classify_log). A change of 2-3% everywhere that no single
     case's rounds can resolve is plain over a dozen cases (docs/COMPARING.md); a change in one case
     alone widens the interval rather than moving the verdict. None below MIN_EFFECT_CASES cases."""
-    n = len(log_ratios)
-    if n < MIN_EFFECT_CASES:
+    if len(log_ratios) < MIN_EFFECT_CASES:
         return None
-    mean = float(np.mean(log_ratios))
-    half = t95(n - 1) * float(np.std(log_ratios, ddof=1)) / math.sqrt(n)
+    mean, half = mean_interval(log_ratios)
     return BackendEffect(
-        _exp(mean), _exp(mean - half), _exp(mean + half), n, classify_log(mean - half, mean + half, threshold)
+        _exp(mean),
+        _exp(mean - half),
+        _exp(mean + half),
+        len(log_ratios),
+        classify_log(mean - half, mean + half, threshold),
     )
+
+
+def mean_interval(logs: list[float]) -> tuple[float, float]:
+    """The mean of `logs` (at least 2) and its 95% half-width by t over them: a backend's effect over its
+    cases (backend_effect), a host's over its cases (hosteffect.estimate)."""
+    return statistics.fmean(logs), t95(len(logs) - 1) * statistics.stdev(logs) / math.sqrt(len(logs))
 
 
 class NothingCompared(InputError):

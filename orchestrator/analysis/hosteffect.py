@@ -44,10 +44,17 @@ from typing import Optional
 
 import numpy as np
 
-from worker.contract.pairing import t95, work_per_round
+from worker.contract.pairing import work_per_round
 from worker.contract.schema import CaseRecord
 
-from .diff import CLOCK_BOUND_SHARE, CLOCK_SHARE_OF_EFFECT, Side, calibration_deviations, classify_log
+from .diff import (
+    CLOCK_BOUND_SHARE,
+    CLOCK_SHARE_OF_EFFECT,
+    Side,
+    calibration_deviations,
+    classify_log,
+    mean_interval,
+)
 
 # Host facts that may explain a host apart from its fleet (FactsRecord fields).
 FACT_CAUSES = ("gpu_name", "driver", "cuda", "torch", "flashinfer", "sgl_kernel", "triton")
@@ -167,8 +174,7 @@ def estimate(ds: list[float]) -> Optional[Estimate]:
     """exp(mean d) and its 95% interval by t over the cases; None below MIN_CASES."""
     if len(ds) < MIN_CASES:
         return None
-    mean = statistics.fmean(ds)
-    half = t95(len(ds) - 1) * statistics.stdev(ds) / math.sqrt(len(ds))
+    mean, half = mean_interval(ds)
     return Estimate(math.exp(mean), math.exp(mean - half), math.exp(mean + half), len(ds))
 
 
