@@ -607,6 +607,10 @@ class CaseRunner:
         if self.device.device != "cuda" or case.timing.l2 == "hot" or not self.device.l2_bytes:
             return 1
         operand = {"bf16": 2, "fp8": 1, "fp4": 0.5625}[family]
+        if case.backend in ORACLE_BACKENDS:
+            # An oracle computes in fp32 (its operands dequantized in every call, or held as fp32): what it
+            # streams between two uses of a set is fp32, whatever its inputs are stored as.
+            operand = 4
         if case.workload == "moe":
             counts = [c for c in case.moe.counts if c]
             per_set = (sum(counts) + len(counts) * case.n) * case.k * operand

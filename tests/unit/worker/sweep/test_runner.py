@@ -412,3 +412,19 @@ def test_a_contender_that_wrote_into_the_shared_inputs_is_undone_before_another_
     assert found and "512x2048x6144" in found and "restored from the seed" in found
     assert all(torch.equal(t, k) for t, k in zip((t for pair in sets for t in pair), kept))
     assert runner._sets_for(fp8, 2) is sets  # the same tensors, put back in place (kept graphs read them)
+
+
+@pytest.mark.parametrize("m,n", [(16, 768), (512, 2048), (1024, 2048)])
+def test_an_oracle_rotates_through_enough_sets_for_the_fp32_it_streams_and_no_more(m, n):
+    runner = CaseRunner.__new__(CaseRunner)
+    runner.device = SimpleNamespace(device="cuda", l2_bytes=L2_BYTES)
+    k = 6144
+    oracle = CaseSpec(backend="reference-nvfp4", m=m, n=n, k=k)
+    kernel = CaseSpec(backend="flashinfer-fp4-cutlass", m=m, n=n, k=k)
+    sets = runner._input_sets(oracle, "fp4")
+    streamed = (m + n) * k * 4  # both operands in fp32, every call
+    # The other calls between two uses of a set stream the cold-L2 factor's worth of L2s ...
+    assert (sets - 1) * streamed >= runner_mod.COLD_L2_FACTOR * L2_BYTES
+    # ... and one set fewer would not: no more sets (and calls per sample) than coldness needs.
+    assert sets == 2 or (sets - 2) * streamed < runner_mod.COLD_L2_FACTOR * L2_BYTES
+    assert sets < runner._input_sets(kernel, "fp4")
