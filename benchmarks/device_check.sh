@@ -91,7 +91,7 @@ OSSH=/tmp/ossh
 VERDICTS_DONE=0
 
 setup() {
-    mkdir -p "$WORK" "$RUNS" "$WORK/bin"
+    mkdir -p "$WORK" "$RUNS" "$WORK/bin" "$DEST"  # $OUT may name a folder not made yet
     # SKIP_WHEELS=1: already installed (a second call on a warm machine) or not needed (a laptop's venv).
     [ -n "${SKIP_WHEELS:-}" ] || "$GPU_PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
         --upgrade --target "$SITE" .whl/*.whl || { echo "setup: installing .whl failed"; exit 1; }
