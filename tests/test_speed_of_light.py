@@ -300,3 +300,42 @@ def test_the_calibration_and_the_facts_come_before_any_user_code_runs(tmp_path, 
     ):
         userkernel.file_for(sha).write_text(source)
         assert userkernel.declared_family(sha) == family, source
+
+
+def test_a_peak_above_the_datasheet_is_measured_again_and_refused_when_it_stays_there(tmp_path):
+    # Code under test can write the host's cache: a roof raised there must not hold its records.
+    cache = tmp_path / "calibration.json"
+    key = "host|GPU-1|driver 580|torch 2.11"
+    cal({"bf16"}, "cached", Bench(), tmp_path)
+    doc = json.loads(cache.read_text())
+    doc[key]["tflops"]["bf16"] = 9000.0
+    doc[key]["tb_s"] = 40.0
+    cache.write_text(json.dumps(doc))
+    bench = Bench()
+    again = cal({"bf16"}, "cached", bench, tmp_path)
+    assert sorted(bench.calls) == ["bf16", "copy"]  # measured again, not believed
+    assert again.tflops == {"bf16": 700.0} and again.tb_s == 4.1 and again.problems == {}
+    # A measurement that itself reads beyond the datasheet is a problem, and the datasheet stays the roof.
+    inflated = calibrate(
+        GPU,
+        {"bf16"},
+        "fresh",
+        key=key,
+        measure=lambda w: (1100.0, "fake") if w == "bf16" else (4.1, "fake"),
+        datasheet=SHEET,
+        cache=cache,
+    )
+    assert "bf16" not in inflated.tflops and "above the datasheet's 989.4" in inflated.problems["bf16"]
+    sol_us, _ = speed_of_light(2 * 8192**3, 0, "bf16", inflated)
+    assert sol_us is None  # metrics then has no calibrated roof for bf16; physics takes the datasheet's
+    # Within the slack a peak stands (a GPU measured at its datasheet is no forgery).
+    near = calibrate(
+        GPU,
+        {"bf16"},
+        "fresh",
+        key=key,
+        measure=lambda w: (1000.0, "f") if w == "bf16" else (4.9, "f"),
+        datasheet=SHEET,
+        cache=cache,
+    )
+    assert near.tflops == {"bf16": 1000.0} and near.tb_s == 4.9
