@@ -46,7 +46,9 @@ def main() -> int:
     args = parser.parse_args()
     store = RunStore(args.run)
     print(f"# Where the time of run {store.run_id} went\n")
-    print("| slot | attempt wall s | worker s | outside the worker s | in cases s | start-up, calibration, pairs and between cases s |")
+    print(
+        "| slot | attempt wall s | worker s | outside the worker s | in cases s | start-up, calibration, pairs and between cases s |"
+    )
     print("|---|---:|---:|---:|---:|---:|")
     phases: dict[str, float] = collections.Counter()
     settle_ms = 0.0
