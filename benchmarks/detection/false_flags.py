@@ -1,0 +1,148 @@
+#!/usr/bin/env python3
+"""How often does `diff` flag a change between fresh processes that ran the same code? (issue 40) Over
+stored run folders of GPU leases (benchmarks/results/slowdowns-seed-*.runs.tar.gz), every pair of
+separate cold CLI sweeps of the same sweep file is an A/A comparison:
+
+  seed     the seed sweeps of a lease (device_check.sh `seed`), each against each
+  h2h      the head-to-head sweeps (`slowdowns-h2h`: mm, mm_again, mm_pad), each against each
+  across   the first REPEAT sweeps of `slowdowns-across` (mm alone), each against each
+
+and the same lease's slowed sweeps of `slowdowns-across` (base i against slowed i, for each padding) are
+the comparisons a flag is wanted in. Each pair is judged by `diff` at HEAD (orchestrator/analysis/diff.py,
+`compare_sides`) at the threshold given; a false flag is any A/A cell SLOWER or FASTER.
+
+    python -m benchmarks.detection.false_flags benchmarks/results/slowdowns-seed-*.runs.tar.gz [--threshold 0.015]
+
+Prints Markdown: per lease the cells and flags of each kind of pair, then every false flag with its
+ratio, what it was judged on, and its interval.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import sys
+import tarfile
+import tempfile
+from pathlib import Path
+
+from orchestrator.analysis.diff import compare_sides, resolve_side
+
+REPEAT = 3  # sweeps per setting in see_slowdowns across
+FLAGS = ("SLOWER", "FASTER")
+
+
+def pairs_of(runs: list[str]) -> dict[str, list[tuple[str, str]]]:
+    """The A/A and slowed pairs among a lease's run folders (named by see_slowdowns and device_check.sh)."""
+    seed = [r for r in runs if "-glm5-tp8-" in r]
+    h2h = [r for r in runs if "-see-h2h-" in r]
+    across = [r for r in runs if "-see-across-" in r]
+    base = across[:REPEAT]
+    slowed = [across[i : i + REPEAT] for i in range(REPEAT, len(across), REPEAT)]
+    return {
+        "A/A seed": list(itertools.combinations(seed, 2)),
+        "A/A h2h": list(itertools.combinations(h2h, 2)),
+        "A/A across": list(itertools.combinations(base, 2)),
+        "slowed across": [p for group in slowed for p in zip(base, group)],
+    }
+
+
+def judge(folder: Path, threshold: float) -> tuple[dict[str, dict[str, int]], list[str]]:
+    """Per kind of pair: cells compared and flagged SLOWER / FASTER; and a line per false flag."""
+    runs = sorted(p.name for p in folder.iterdir() if p.is_dir() and (p / "manifest.json").exists())
+    counts: dict[str, dict[str, int]] = {}
+    false = []
+    for kind, pairs in pairs_of(runs).items():
+        c = counts.setdefault(kind, {"cells": 0, "SLOWER": 0, "FASTER": 0})
+        for a, b in pairs:
+            comparison = compare_sides(resolve_side(folder, a), resolve_side(folder, b), threshold)
+            for row in comparison.cases:
+                if row.ratio is None:
+                    continue
+                c["cells"] += 1
+                if row.verdict in FLAGS:
+                    c[row.verdict] += 1
+                    if kind.startswith("A/A"):
+                        false.append(
+                            f"| {kind} | {row.backend} | {row.m}×{row.n} | {row.verdict} | {row.ratio:.4f} "
+                            f"[{row.ci_low:.4f}, {row.ci_high:.4f}] | {row.judged_on} | "
+                            + (
+                                f"{row.work_ratio:.4f} [{row.work_low:.4f}, {row.work_high:.4f}], clock {row.clock_ratio:.4f}"
+                                if row.work_ratio is not None
+                                else "-"
+                            )
+                            + f" | {a} / {b} |"
+                        )
+    return counts, false
+
+
+def lease_name(path: Path) -> str:
+    name = path.name
+    for suffix in (".runs.tar.gz", ".tar.gz"):
+        if name.endswith(suffix):
+            return name[: -len(suffix)]
+    return name
+
+
+def report(paths: list[Path], threshold: float) -> str:
+    kinds = ["A/A seed", "A/A h2h", "A/A across", "slowed across"]
+    head = "| lease | " + " | ".join(f"{k}: cells, SLOWER, FASTER" for k in kinds) + " |"
+    lines = [
+        f"## A/A across fresh processes: false flags of `diff` at {threshold:.1%} (judged at HEAD)",
+        "",
+        head,
+        "|---|" + "---|" * len(kinds),
+    ]
+    totals = {k: {"cells": 0, "SLOWER": 0, "FASTER": 0} for k in kinds}
+    flagged = []
+    for path in paths:
+        with tempfile.TemporaryDirectory() as tmp:
+            folder = Path(path)
+            if folder.is_file():
+                with tarfile.open(folder) as tar:
+                    tar.extractall(tmp, filter="data")
+                folder = Path(tmp)
+            counts, false = judge(folder, threshold)
+        cells = []
+        for k in kinds:
+            c = counts.get(k, {"cells": 0, "SLOWER": 0, "FASTER": 0})
+            for f in c:
+                totals[k][f] += c[f]
+            cells.append(f"{c['cells']}, {c['SLOWER']}, {c['FASTER']}")
+        lines.append(f"| {lease_name(Path(path))} | " + " | ".join(cells) + " |")
+        flagged += [f"| {lease_name(Path(path))} " + line for line in false]
+    lines.append(
+        "| **all** | " + " | ".join(f"{t['cells']}, {t['SLOWER']}, {t['FASTER']}" for t in totals.values()) + " |"
+    )
+    lines += [
+        "",
+        "Every A/A cell flagged:",
+        "",
+        "| lease | pair | backend | M×N | verdict | B/A [95%] | judged on | work B/A [95%], clock A/B | runs |",
+        "|---|---|---|---|---|---|---|---|---|",
+        *flagged,
+    ]
+    if not flagged:
+        lines.append("| (none) |||||||||")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("leases", nargs="+", type=Path, help="run folders' archives (.runs.tar.gz) or folders")
+    parser.add_argument("--threshold", type=float, default=0.015, help="diff's threshold (default 0.015)")
+    parser.add_argument("--out", type=Path, help="also write the Markdown here")
+    args = parser.parse_args(argv)
+    missing = [p for p in args.leases if not p.exists()]
+    if missing:
+        print(f"false_flags: no such file or folder: {missing[0]}", file=sys.stderr)
+        return 2
+    text = report(args.leases, args.threshold)
+    print(text, end="")
+    if args.out:
+        args.out.write_text(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

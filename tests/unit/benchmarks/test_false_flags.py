@@ -1,0 +1,49 @@
+"""benchmarks/detection/false_flags.py: which stored sweeps pair up as A/A, and its report over a real lease."""
+
+from pathlib import Path
+
+from benchmarks.detection.false_flags import main, pairs_of
+
+RESULTS = Path(__file__).resolve().parents[3] / "benchmarks" / "results"
+
+
+def test_sweeps_of_one_file_pair_each_with_each_and_slowed_ones_with_their_base():
+    runs = [
+        "20261205-1-glm5-tp8-a",
+        "20261205-2-glm5-tp8-b",
+        "20261205-3-see-h2h-a",
+        "20261205-4-see-h2h-b",
+        "20261205-5-see-h2h-c",
+        *[f"20261205-6{i}-see-across-{i}" for i in range(9)],
+        "20261205-7-jit-x",
+    ]
+    pairs = pairs_of(runs)
+    assert pairs["A/A seed"] == [("20261205-1-glm5-tp8-a", "20261205-2-glm5-tp8-b")]
+    assert len(pairs["A/A h2h"]) == 3
+    base = [f"20261205-6{i}-see-across-{i}" for i in range(3)]
+    assert pairs["A/A across"] == [(base[0], base[1]), (base[0], base[2]), (base[1], base[2])]
+    # base i against slowed i, for each padding in turn
+    assert pairs["slowed across"][0] == (base[0], "20261205-63-see-across-3")
+    assert pairs["slowed across"][3] == (base[0], "20261205-66-see-across-6")
+    assert len(pairs["slowed across"]) == 6
+    assert all("jit" not in a + b for kind in pairs.values() for a, b in kind)
+
+
+def test_the_report_over_a_stored_lease_counts_every_cell_and_lists_each_false_flag(tmp_path, capsys):
+    lease = RESULTS / "slowdowns-seed-h100-s18b.runs.tar.gz"
+    out = tmp_path / "ff.md"
+    assert main([str(lease), "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert out.read_text() == text
+    row = next(line for line in text.splitlines() if line.startswith("| slowdowns-seed-h100-s18b |"))
+    cells = [part.strip() for part in row.strip("|").split("|")[1:]]
+    # 2 seed sweeps x 48 ok cases; 3 h2h sweeps, 3 pairs x 36; 3 base sweeps, 3 pairs x 12; 6 slowed pairs x 12
+    assert [c.split(",")[0] for c in cells] == ["48", "108", "36", "72"]
+    false = [line for line in text.split("Every A/A cell flagged:")[1].splitlines() if line.startswith("| slowdowns")]
+    flagged = sum(int(n) for c in cells[:3] for n in c.split(",")[1:])
+    assert len(false) == flagged
+
+
+def test_a_missing_archive_is_one_line_and_exit_2(tmp_path, capsys):
+    assert main([str(tmp_path / "nope.runs.tar.gz")]) == 2
+    assert capsys.readouterr().err.count("\n") == 1
