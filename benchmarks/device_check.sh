@@ -55,6 +55,8 @@
 #   slowdowns-h2h         mm against its copy and a +2% copy, head-to-head, 3 sweeps slowdowns-h2h-h200.md
 #   slowdowns-across      diff of separate sweeps: A/A, +3%, +5% (3 sweeps each)      slowdowns-across-h200.md
 #   slow-host             3 sshd hosts on the GPU, one ~2% slower: diff --across-hosts slow-host-h200.md
+#   two-levels            what sets the level of a two-level case: one graph replayed two-levels-h100.md
+#                         long, after idle, captured afresh, on fresh inputs
 #   buffers               identical GEMM graphs on their own / shared buffers,        buffers-h100.md
 #                         interleaved
 #   tradeoff              the seed sweep with each timing variant of                 tradeoff-h200.md
@@ -485,6 +487,7 @@ step_slow_host() {
     "$GPU_PY" -m benchmarks.detection.slow_host --out "$DEST/slow-host-h200.md" --env "PYTHONPATH=$SITE" "${pad[@]}"
 }
 step_buffers() { "$GPU_PY" -m benchmarks.gpu_state.buffers --out "$DEST/buffers.md"; }
+step_two_levels() { "$GPU_PY" -m benchmarks.gpu_state.two_levels --out "$DEST/two-levels.md"; }
 step_slowdowns_across() {
     local pads=()
     [ -f "$WORK/pads/pads-3.json" ] && pads=(--pads "$WORK/pads/pads-3.json,$WORK/pads/pads-5.json")
@@ -500,7 +503,7 @@ collect() {
 
 STEPS="seed cost interrupt diff fidelity fidelity-runs order order-bf16 order-bf16-unsettled neighbour settle-trace decode burst first-case calibration moe moe-decode byo
 verdicts jit-cache fleet profile fanout moe-fp4 cupti cupti-after graph-length crosscheck startup tradeoff jit
-stream-clock slowdowns-calibrate slowdowns-h2h slowdowns-across slow-host buffers"
+stream-clock slowdowns-calibrate slowdowns-h2h slowdowns-across slow-host buffers two-levels"
 [ $# -gt 0 ] || { echo "usage: bash benchmarks/device_check.sh STEP... (steps:" $STEPS")"; exit 2; }
 for step in "$@"; do
     case " $(echo $STEPS) " in
