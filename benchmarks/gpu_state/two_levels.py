@@ -13,11 +13,15 @@ each timed per ~2 ms replay:
   inputs    WINDOWS windows, each on input sets allocated afresh (the old ones still held, so the new ones
             sit elsewhere) and a graph over them: is it where the inputs sit?
 
+  onset     REPEAT times: idle 500 ms, then ONSET_MS of back-to-back replays; the median µs per call by how
+            long the load had lasted (0-10, 10-20, 20-40, ... ms): when does a sustained load reach its level?
+
 Per experiment the window medians' spread (p5, median, p95, max/min) and, for `long`, how many replays
 crossed between the lower and the upper fifth of the range. The in-stream SM clock (worker/measure/streamclock.py)
 is read around every window, so a level that follows the clock shows as one.
 
-    python -m benchmarks.gpu_state.two_levels [--windows 24] [--long-s 3] [--out FILE.md]
+    python -m benchmarks.gpu_state.two_levels [--windows 24] [--long-s 3] [--experiments long,onset]
+        [--shapes 128x2048x6144,...] [--out FILE.md]
 
 Needs a CUDA GPU; run from the repo root (device_check.sh's `two-levels` step does).
 """
@@ -33,6 +37,7 @@ import time
 from pathlib import Path
 
 SHAPES = [(128, 2048, 6144), (64, 2048, 6144), (256, 768, 6144)]  # the two-level cell and two steady ones
+EXPERIMENTS = ("onset", "long", "idle", "capture", "inputs")
 L2_FACTOR = 3  # input sets: enough to stream this many L2s between two uses of a set (the worker's rule)
 
 
@@ -139,6 +144,27 @@ def crossings(values: list[float]) -> str:
     return f"{moves} moves between the lower and upper fifth; {shares:.0%} of replays in the upper; longest run {max(runs)}"
 
 
+ONSET_BINS_MS = (0, 10, 20, 40, 80, 160, 320, 640)
+
+
+def onset(graph, calls: int, timer: Timer, repeat: int, onset_ms: float) -> str:
+    """Median µs per call by how long the load had lasted (ONSET_BINS_MS), over `repeat` loads after idle."""
+    bins: dict[int, list[float]] = {}
+    for _ in range(repeat):
+        time.sleep(0.5)
+        t0 = time.perf_counter()
+        while (elapsed := (time.perf_counter() - t0) * 1e3) < onset_ms:
+            us, _ = timer.window(graph, calls, replays=1)
+            b = max(i for i, edge in enumerate(ONSET_BINS_MS) if elapsed >= edge)
+            bins.setdefault(b, []).append(us)
+    parts = []
+    for i in sorted(bins):
+        hi = ONSET_BINS_MS[i + 1] if i + 1 < len(ONSET_BINS_MS) else None
+        label = f"{ONSET_BINS_MS[i]}-{hi}" if hi else f"{ONSET_BINS_MS[i]}+"
+        parts.append(f"{label} ms: {statistics.median(bins[i]):.2f}")
+    return "; ".join(parts)
+
+
 def one_case(m: int, n: int, k: int, args, timer: Timer, rng: random.Random) -> list[str]:
     import torch
 
@@ -147,17 +173,38 @@ def one_case(m: int, n: int, k: int, args, timer: Timer, rng: random.Random) -> 
     graph, calls = graph_over(sets, stream)
     name = f"bf16 {m}×{n}×{k}"
     rows = []
+    want = set(args.experiments.split(","))
+    if "onset" in want:
+        rows.append(
+            f"| {name} onset | {args.repeat} | | | | | | {onset(graph, calls, timer, args.repeat, args.onset_ms)} |"
+        )
+    if "long" in want:
+        rows.append(long_run(graph, calls, timer, args.long_s, name))
+    if "idle" in want:
+        rows.append(after_idle(graph, calls, timer, args.windows, rng, name))
+    if "capture" in want:
+        rows.append(fresh_capture(sets, stream, calls, timer, args.windows, name))
+    if "inputs" in want:
+        rows.append(fresh_inputs((m, n, k), stream, calls, timer, args.windows, name))
+    del graph, sets
+    torch.cuda.empty_cache()
+    return rows
+
+
+def long_run(graph, calls: int, timer: Timer, long_s: float, name: str) -> str:
     timer.load(graph, 100)
     values, clocks = [], []
-    deadline = time.perf_counter() + args.long_s
+    deadline = time.perf_counter() + long_s
     while time.perf_counter() < deadline:
         us, mhz = timer.window(graph, calls, replays=1)
         values.append(us)
         clocks.append(mhz)
-    rows.append(spread_row(f"{name} long", values, clocks, crossings(values)))
+    return spread_row(f"{name} long", values, clocks, crossings(values))
 
+
+def after_idle(graph, calls: int, timer: Timer, windows: int, rng: random.Random, name: str) -> str:
     values, clocks, by_idle = [], [], {}
-    for _ in range(args.windows):
+    for _ in range(windows):
         idle = rng.choice([0.0, 0.05, 0.2, 0.5])
         time.sleep(idle)
         timer.load(graph, 20)
@@ -166,21 +213,25 @@ def one_case(m: int, n: int, k: int, args, timer: Timer, rng: random.Random) -> 
         clocks.append(mhz)
         by_idle.setdefault(idle, []).append(us)
     note = "; ".join(f"idle {int(i * 1e3)} ms: median {statistics.median(v):.2f}" for i, v in sorted(by_idle.items()))
-    rows.append(spread_row(f"{name} idle", values, clocks, note))
+    return spread_row(f"{name} idle", values, clocks, note)
 
+
+def fresh_capture(sets, stream, calls: int, timer: Timer, windows: int, name: str) -> str:
     values, clocks = [], []
-    for _ in range(args.windows):
+    for _ in range(windows):
         fresh, _ = graph_over(sets, stream, calls)
         timer.load(fresh, 20)
         us, mhz = timer.window(fresh, calls)
         values.append(us)
         clocks.append(mhz)
         del fresh
-    rows.append(spread_row(f"{name} capture", values, clocks, "a graph captured afresh per window"))
+    return spread_row(f"{name} capture", values, clocks, "a graph captured afresh per window")
 
+
+def fresh_inputs(shape, stream, calls: int, timer: Timer, windows: int, name: str) -> str:
     values, clocks, held = [], [], []
-    for w in range(args.windows):
-        fresh_sets = input_sets(m, n, k, seed=1 + w)
+    for w in range(windows):
+        fresh_sets = input_sets(*shape, seed=1 + w)
         held.append(fresh_sets)  # the next window's sets cannot reuse these addresses
         if len(held) > 3:
             held.pop(0)
@@ -190,10 +241,7 @@ def one_case(m: int, n: int, k: int, args, timer: Timer, rng: random.Random) -> 
         values.append(us)
         clocks.append(mhz)
         del fresh
-    rows.append(spread_row(f"{name} inputs", values, clocks, "input sets allocated afresh per window"))
-    del graph, sets, held
-    torch.cuda.empty_cache()
-    return rows
+    return spread_row(f"{name} inputs", values, clocks, "input sets allocated afresh per window")
 
 
 def main(argv=None) -> int:
@@ -204,8 +252,23 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--windows", type=int, default=24, help="windows per experiment (default 24)")
     parser.add_argument("--long-s", type=float, default=3.0, help="seconds of back-to-back replays (default 3)")
+    parser.add_argument(
+        "--experiments", default="onset,long,idle,capture,inputs", help="which, comma-separated (default: all)"
+    )
+    parser.add_argument("--shapes", help="MxNxK,... (default: 128x2048x6144,64x2048x6144,256x768x6144)")
+    parser.add_argument("--repeat", type=int, default=5, help="onset: loads after idle (default 5)")
+    parser.add_argument("--onset-ms", type=float, default=400.0, help="onset: ms of load each (default 400)")
     parser.add_argument("--out", type=Path, help="also write the Markdown table here")
     args = parser.parse_args(argv)
+    unknown = set(args.experiments.split(",")) - set(EXPERIMENTS)
+    if unknown:
+        parser.error(f"--experiments: unknown {', '.join(sorted(unknown))} (known: {', '.join(EXPERIMENTS)})")
+    try:
+        shapes = [tuple(int(x) for x in s.split("x", 2)) for s in args.shapes.split(",")] if args.shapes else SHAPES
+    except ValueError:
+        parser.error(f"--shapes {args.shapes!r}: give MxNxK,... such as 128x2048x6144")
+    if any(len(shape) != 3 or min(shape) < 1 for shape in shapes):
+        parser.error(f"--shapes {args.shapes!r}: give MxNxK,... such as 128x2048x6144")
     clock = StreamClock.open()
     timer = Timer(torch.cuda.Stream(), clock)
     rng = random.Random(40)
@@ -216,7 +279,7 @@ def main(argv=None) -> int:
         "|---|---:|---:|---:|---:|---:|---|---|",
     ]
     print("\n".join(lines), flush=True)
-    for m, n, k in SHAPES:
+    for m, n, k in shapes:
         for row in one_case(m, n, k, args, timer, rng):
             lines.append(row)
             print(row, flush=True)
