@@ -78,7 +78,9 @@
 # (seconds before the SIGINT of `interrupt`, default 6), REF_PASSES (fidelity-runs' reference passes, default
 # 3), WORK (default /tmp/device-check), SKIP_WHEELS,
 # SIZES and REPS (fanout, default 8,32,64 and 3), CPROFILE (cost), BYTECODE (1: bytecode cached, see
-# setup), VARIANTS (tradeoff).
+# setup), VARIANTS (tradeoff), TIMING (a timing variant: space-separated KEY=VALUE, e.g. "fresh_inputs=false":
+# the steps seed, slowdowns-h2h and slowdowns-across run sweeps with those timing options, named for them
+# (glm5-tp8-fresh-inputs-false, see-across-fresh-inputs-false), and their Markdown names end with the variant).
 set -u
 export PYTHONUNBUFFERED=1
 GPU_PY=${GPU_PY:-/opt/torch/.venv/bin/python3}
@@ -128,6 +130,26 @@ EOF
     echo "== setup"; nvidia-smi -L; "$GPU_PY" -V; cat "$INV"
     "$GPU_PY" -c 'import scipy; print("scipy", scipy.__version__, "(the image'"'"'s; diff needs it)")' \
         || echo "setup: scipy missing: diff will fail"
+    # TIMING: SWEEP as a variant with those timing options, named for them (see_slowdowns variant_name).
+    VARIANT="" TIMING_ARGS=()
+    if [ -n "${TIMING:-}" ]; then
+        local kv
+        for kv in $TIMING; do TIMING_ARGS+=(--timing "$kv"); done
+        # shellcheck disable=SC2086
+        VARIANT=$("$GPU_PY" - "$SWEEP" "$WORK/variant.yaml" $TIMING <<'EOF'
+import sys, yaml
+from benchmarks.detection.see_slowdowns import timing_setting, variant_name
+src, dst, *pairs = sys.argv[1:]
+timing = dict(timing_setting(p) for p in pairs)
+doc = yaml.safe_load(open(src))
+name = variant_name(doc["name"], timing)
+yaml.safe_dump({**doc, "name": name, "timing": {**(doc.get("timing") or {}), **timing}}, open(dst, "w"), sort_keys=False)
+print(name[len(doc["name"]):])
+EOF
+) || { echo "setup: TIMING=$TIMING: writing the variant sweep failed"; exit 1; }
+        SWEEP=$WORK/variant.yaml
+        echo "timing variant $VARIANT: $SWEEP"; cat "$SWEEP"
+    fi
 }
 
 now() { date +%s.%N; }
@@ -478,7 +500,8 @@ step_slowdowns_calibrate() {
 step_slowdowns_h2h() {
     local pad=()
     [ -f "$WORK/pads/pads-2.json" ] && pad=(--pad "$WORK/pads/pads-2.json")
-    "$GPU_PY" -m benchmarks.detection.see_slowdowns h2h -i "$INV" --runs-dir "$RUNS" "${pad[@]}" --out "$DEST/slowdowns-h2h-h200.md"
+    "$GPU_PY" -m benchmarks.detection.see_slowdowns h2h -i "$INV" --runs-dir "$RUNS" "${pad[@]}" "${TIMING_ARGS[@]}" \
+        --out "$DEST/slowdowns-h2h-h200$VARIANT.md"
 }
 step_slow_host() {
     need_sshd || return 1
@@ -492,7 +515,7 @@ step_slowdowns_across() {
     local pads=()
     [ -f "$WORK/pads/pads-3.json" ] && pads=(--pads "$WORK/pads/pads-3.json,$WORK/pads/pads-5.json")
     "$GPU_PY" -m benchmarks.detection.see_slowdowns across -i "$INV" --runs-dir "$RUNS" "${pads[@]}" \
-        --out "$DEST/slowdowns-across-h200.md"
+        "${TIMING_ARGS[@]}" --out "$DEST/slowdowns-across-h200$VARIANT.md"
 }
 
 collect() {

@@ -34,6 +34,7 @@ V4_USER_KERNELS = "runs-v4/20261203-133700-smoke-byo-4073"
 V5_MOE = "runs-v5/20261203-155636-smoke-moe-v5-280c"
 V6_DONE = "runs-v6/20261203-213206-smoke-7721"
 V7_DONE = "runs-v7/20261204-055638-smoke-0419"
+V9_DONE = "runs-v9/20261206-000741-smoke-fe65"
 
 
 @pytest.fixture
@@ -331,3 +332,22 @@ def test_a_format_7_run_reruns_with_its_own_worker_and_diffs_with_itself(runs, t
     assert all("state" not in c["timing"] and "cooldown_ms" not in c["timing"] for c in params["cases"])
     written = (run / "hosts" / "local" / "attempt-2" / "results.jsonl").read_text()
     assert '"schema_version":7' in written
+
+
+def test_a_format_9_run_reads_as_replaying_its_first_graph_and_reruns_with_its_own_worker(
+    runs, tmp_path, monkeypatch, capsys
+):
+    """Format 10 added timing.fresh_inputs (a later round builds on inputs allocated afresh); a format-9
+    run's cases read as replaying round 1's graph, and its own worker gets params without the field (it
+    would reject it) and writes records of its own format."""
+    store = RunStore(runs(V9_DONE))
+    assert store.manifest().written_as == 9
+    assert all(c.timing.fresh_inputs is False for c in store.planned_cases().values())
+    parsed = parse_results(runs(V9_DONE) / "hosts" / "local" / "attempt-1" / "results.jsonl")
+    assert parsed.problems == [] and parsed.cases and all(r.case.timing.fresh_inputs is False for r in parsed.cases)
+    run = rerun_local_host(runs(V9_DONE), tmp_path, monkeypatch, capsys)
+    params = json.loads((run / "hosts" / "local" / "attempt-2" / "params.json").read_text())
+    assert params["schema_version"] == 9 and params["cases"]
+    assert all("fresh_inputs" not in c["timing"] and "head_to_head" in c["timing"] for c in params["cases"])
+    written = (run / "hosts" / "local" / "attempt-2" / "results.jsonl").read_text()
+    assert '"schema_version":9' in written

@@ -12,6 +12,7 @@ the comparisons a flag is wanted in. Each pair is judged by `diff` at HEAD (orch
 `compare_sides`) at the threshold given; a false flag is any A/A cell SLOWER or FASTER.
 
     python -m benchmarks.detection.false_flags benchmarks/results/slowdowns-seed-*.runs.tar.gz [--threshold 0.015]
+        [--variant -fresh-inputs-false]   (a timing variant's sweeps: see_slowdowns --timing)
 
 Prints Markdown: per lease the cells and flags of each kind of pair, then every false flag with its
 ratio, what it was judged on, and its interval.
@@ -26,17 +27,19 @@ import tarfile
 import tempfile
 from pathlib import Path
 
+from benchmarks.detection.see_slowdowns import sweep_of
 from orchestrator.analysis.diff import compare_sides, resolve_side
 
 REPEAT = 3  # sweeps per setting in see_slowdowns across
 FLAGS = ("SLOWER", "FASTER")
 
 
-def pairs_of(runs: list[str]) -> dict[str, list[tuple[str, str]]]:
-    """The A/A and slowed pairs among a lease's run folders (named by see_slowdowns and device_check.sh)."""
-    seed = [r for r in runs if "-glm5-tp8-" in r]
-    h2h = [r for r in runs if "-see-h2h-" in r]
-    across = [r for r in runs if "-see-across-" in r]
+def pairs_of(runs: list[str], variant: str = "") -> dict[str, list[tuple[str, str]]]:
+    """The A/A and slowed pairs among a lease's run folders (named by see_slowdowns and device_check.sh);
+    `variant`: the suffix of a timing variant's sweeps (see_slowdowns --timing: -fresh-inputs-false)."""
+    seed = [r for r in runs if sweep_of(r) == "glm5-tp8" + variant]
+    h2h = [r for r in runs if sweep_of(r) == "see-h2h" + variant]
+    across = [r for r in runs if sweep_of(r) == "see-across" + variant]
     base = across[:REPEAT]
     slowed = [across[i : i + REPEAT] for i in range(REPEAT, len(across), REPEAT)]
     return {
@@ -47,12 +50,12 @@ def pairs_of(runs: list[str]) -> dict[str, list[tuple[str, str]]]:
     }
 
 
-def judge(folder: Path, threshold: float) -> tuple[dict[str, dict[str, int]], list[str]]:
+def judge(folder: Path, threshold: float, variant: str = "") -> tuple[dict[str, dict[str, int]], list[str]]:
     """Per kind of pair: cells compared and flagged SLOWER / FASTER; and a line per false flag."""
     runs = sorted(p.name for p in folder.iterdir() if p.is_dir() and (p / "manifest.json").exists())
     counts: dict[str, dict[str, int]] = {}
     false = []
-    for kind, pairs in pairs_of(runs).items():
+    for kind, pairs in pairs_of(runs, variant).items():
         c = counts.setdefault(kind, {"cells": 0, "SLOWER": 0, "FASTER": 0})
         for a, b in pairs:
             comparison = compare_sides(resolve_side(folder, a), resolve_side(folder, b), threshold)
@@ -84,11 +87,12 @@ def lease_name(path: Path) -> str:
     return name
 
 
-def report(paths: list[Path], threshold: float) -> str:
+def report(paths: list[Path], threshold: float, variant: str = "") -> str:
     kinds = ["A/A seed", "A/A h2h", "A/A across", "slowed across"]
     head = "| lease | " + " | ".join(f"{k}: cells, SLOWER, FASTER" for k in kinds) + " |"
     lines = [
-        f"## A/A across fresh processes: false flags of `diff` at {threshold:.1%} (judged at HEAD)",
+        f"## A/A across fresh processes: false flags of `diff` at {threshold:.1%} (judged at HEAD)"
+        + (f"; the sweeps of variant {variant}" if variant else ""),
         "",
         head,
         "|---|" + "---|" * len(kinds),
@@ -102,7 +106,7 @@ def report(paths: list[Path], threshold: float) -> str:
                 with tarfile.open(folder) as tar:
                     tar.extractall(tmp, filter="data")
                 folder = Path(tmp)
-            counts, false = judge(folder, threshold)
+            counts, false = judge(folder, threshold, variant)
         cells = []
         for k in kinds:
             c = counts.get(k, {"cells": 0, "SLOWER": 0, "FASTER": 0})
@@ -131,13 +135,19 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("leases", nargs="+", type=Path, help="run folders' archives (.runs.tar.gz) or folders")
     parser.add_argument("--threshold", type=float, default=0.015, help="diff's threshold (default 0.015)")
+    parser.add_argument(
+        "--variant",
+        default="",
+        help="judge a timing variant's sweeps: the suffix see_slowdowns --timing gave their names "
+        "(e.g. -fresh-inputs-false; default: the sweeps as the steps name them)",
+    )
     parser.add_argument("--out", type=Path, help="also write the Markdown here")
     args = parser.parse_args(argv)
     missing = [p for p in args.leases if not p.exists()]
     if missing:
         print(f"false_flags: no such file or folder: {missing[0]}", file=sys.stderr)
         return 2
-    text = report(args.leases, args.threshold)
+    text = report(args.leases, args.threshold, args.variant)
     print(text, end="")
     if args.out:
         args.out.write_text(text)

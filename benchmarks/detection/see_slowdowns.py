@@ -20,6 +20,7 @@ the user kernel benchmarks/kernels/mm_pad.py is mm.py's bf16 GEMM on operands ze
     python -m benchmarks.detection.see_slowdowns calibrate --targets 0.02,0.03,0.05 --pad-dir DIR [--out FILE.md]
     python -m benchmarks.detection.see_slowdowns h2h -i HOSTS --runs-dir DIR [--repeat 3] [--pad DIR/pads-2.json]
     python -m benchmarks.detection.see_slowdowns across -i HOSTS --runs-dir DIR [--repeat 3] [--pads DIR/pads-3.json,...]
+        [--timing fresh_inputs=false]   (h2h too: a variant's sweeps are named for it and told apart)
 
 Run from the repo root (device_check.sh's `slowdowns-h2h` / `slowdowns-across` steps do).
 Prints Markdown; --out also writes it.
@@ -35,6 +36,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Optional
 
 import yaml
 
@@ -44,14 +46,36 @@ from benchmarks.harness.coldrun import cold_run
 TIMING = {"mode": "graph", "l2": "cold", "target_rel_ci": 0.01, "budget_s": 0.3}  # the seed sweep's
 
 
-def sweep_file(folder: Path, name: str, backends: list[dict]) -> Path:
+def sweep_file(folder: Path, name: str, backends: list[dict], timing: Optional[dict] = None) -> Path:
+    """The sweep `name` (with `timing` over the seed's timing) as a file in `folder`."""
     path = folder / f"{name}.yaml"
     path.write_text(
         yaml.safe_dump(
-            {"name": name, "backends": backends, "shapes": [{"preset": "glm5-tp8"}], "timing": TIMING}, sort_keys=False
+            {
+                "name": name,
+                "backends": backends,
+                "shapes": [{"preset": "glm5-tp8"}],
+                "timing": {**TIMING, **(timing or {})},
+            },
+            sort_keys=False,
         )
     )
     return path
+
+
+def variant_name(name: str, timing: dict) -> str:
+    """The sweep name of a variant (its run folders are told apart by it): see-across with fresh_inputs
+    false is see-across-fresh-inputs-false."""
+    parts = [name] + [f"{k}-{str(v).lower()}".replace("_", "-") for k, v in sorted(timing.items())]
+    return "-".join(parts)
+
+
+def timing_setting(text: str) -> tuple[str, object]:
+    """KEY=VALUE of --timing, VALUE read as YAML (false, 0.02, 3)."""
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected KEY=VALUE, e.g. fresh_inputs=false")
+    return key.strip(), yaml.safe_load(value)
 
 
 def run(sweep: Path, inventory: Path, runs: Path, env: dict) -> tuple[str, float]:
@@ -80,9 +104,14 @@ def records_of(run_dir: str) -> tuple[dict[tuple, object], object]:
     return out, prior
 
 
+def sweep_of(run_id: str) -> str:
+    """The sweep name in a run id (20261202-131500-glm5-tp8-3fa2: glm5-tp8)."""
+    return run_id.split("-", 2)[-1].rsplit("-", 1)[0]
+
+
 def stored_runs(runs_dir: Path, name: str) -> list[str]:
-    """The run folders of sweep `name` in runs_dir, oldest first (run ids begin with their time)."""
-    return [str(p) for p in sorted(runs_dir.iterdir()) if p.is_dir() and p.name.split("-", 2)[-1].startswith(name)]
+    """The run folders of sweep `name` (exactly) in runs_dir, oldest first (run ids begin with their time)."""
+    return [str(p) for p in sorted(runs_dir.iterdir()) if p.is_dir() and sweep_of(p.name) == name]
 
 
 def flag(interval, tie: float) -> str:
@@ -99,17 +128,19 @@ def h2h(args) -> str:
     from worker.contract.pairing import pair_interval, paired_rounds
 
     folder = Path(tempfile.mkdtemp(prefix="see-h2h-"))
+    name = variant_name("see-h2h", args.timing)
     sweep = sweep_file(
         folder,
-        "see-h2h",
+        name,
         [
             {"name": "mm", "file": str(KERNELS / "mm.py")},
             {"name": "mm_again", "file": str(KERNELS / "mm.py")},
             {"name": "mm_pad", "file": str(KERNELS / "mm_pad.py")},
         ],
+        args.timing,
     )
     rows, walls = [], []
-    stored = stored_runs(args.runs_dir, "see-h2h") if args.stored else []
+    stored = stored_runs(args.runs_dir, name) if args.stored else []
     for i in range(len(stored) if args.stored else args.repeat):
         if args.stored:
             run_dir = stored[i]
@@ -182,14 +213,15 @@ def across(args) -> str:
     DEFAULT_THRESHOLD = float(DEFAULT_WORDS.rstrip("%")) / 100
 
     folder = Path(tempfile.mkdtemp(prefix="see-across-"))
-    base = sweep_file(folder, "see-across", [{"name": "mm", "file": str(KERNELS / "mm.py")}])
+    name = variant_name("see-across", args.timing)
+    base = sweep_file(folder, name, [{"name": "mm", "file": str(KERNELS / "mm.py")}], args.timing)
     (folder / "slowed").mkdir()
-    slowed = sweep_file(folder / "slowed", "see-across", [{"name": "mm", "file": str(KERNELS / "mm_pad.py")}])
+    slowed = sweep_file(folder / "slowed", name, [{"name": "mm", "file": str(KERNELS / "mm_pad.py")}], args.timing)
     if args.stored:  # the run folders of an earlier `across`, in the order it ran them: base, then each pad
-        found = stored_runs(args.runs_dir, "see-across")
+        found = stored_runs(args.runs_dir, name)
         if len(found) != args.repeat * (1 + len(args.pads)):
             raise SystemExit(
-                f"--stored: {len(found)} see-across runs in {args.runs_dir}, expected "
+                f"--stored: {len(found)} {name} runs in {args.runs_dir}, expected "
                 f"{args.repeat} x {1 + len(args.pads)} (--repeat x settings)"
             )
         runs = {0: found[: args.repeat]}
@@ -213,7 +245,8 @@ def across(args) -> str:
             zip(runs[0], runs[pad])
         )
     lines = [
-        f"## Across runs: diff of separate sweeps of mm ({args.repeat} per setting), cells flagged",
+        f"## Across runs: diff of separate sweeps of mm ({args.repeat} per setting), cells flagged"
+        + "".join(f"; timing.{k}: {v}" for k, v in sorted(args.timing.items())),
         "",
         "| comparison | cells | true effect (ratio of medians) | "
         + " | ".join(f"SLOWER at {t:.1%}" for t in args.thresholds)
@@ -434,8 +467,18 @@ def main(argv=None) -> int:
         help="h2h, across: judge the run folders an earlier run left in --runs-dir instead of sweeping "
         "(no GPU; --repeat and --pads say how `across` ran)",
     )
+    parser.add_argument(
+        "--timing",
+        type=timing_setting,
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="h2h, across: a timing option of the sweeps (repeatable), e.g. fresh_inputs=false; the sweep "
+        "is then named for it (see-across-fresh-inputs-false), so its runs are told apart",
+    )
     parser.add_argument("--out", type=Path, help="also write the Markdown here")
     args = parser.parse_args(argv)
+    args.timing = dict(args.timing)
     if args.what == "calibrate":
         if args.pad_dir is None:
             parser.error("calibrate needs --pad-dir")

@@ -2,7 +2,7 @@
 """What sets the level of a case that runs at two levels? (issue 40) On the H100 the bf16 GEMM at
 128x2048x6144 reads about 14.4 or 15.6 µs per call from one round to the next at the same in-stream SM
 clock, and separate processes read it up to 10% apart (benchmarks/RESULTS.md, "A/A across fresh
-processes"). Four experiments on each case's cold-L2 graph (rotating over input sets as the worker does),
+processes"). Experiments on each case's cold-L2 graph (rotating over input sets as the worker does),
 each timed per ~2 ms replay:
 
   long      one graph replayed back to back for LONG_S seconds: does the level change within a run of
@@ -10,8 +10,10 @@ each timed per ~2 ms replay:
   idle      WINDOWS windows of 5 replays, each after idle (0, 50, 200 or 500 ms) and 20 ms of its own load,
             on the same graph: does the level follow what the GPU did before?
   capture   WINDOWS windows, each on a graph captured afresh over the same inputs: is it the graph?
-  inputs    WINDOWS windows, each on input sets allocated afresh (the old ones still held, so the new ones
-            sit elsewhere) and a graph over them: is it where the inputs sit?
+  inputs    WINDOWS windows, each on input sets drawn afresh (other values; the old ones still held, so the
+            new ones sit elsewhere) and a graph over them: is it the inputs?
+  placement the same with the same values in every window (the worker's inputs come from the case's seed):
+            is it where the inputs sit alone?
 
   onset     REPEAT times: idle 500 ms, then ONSET_MS of back-to-back replays; the median µs per call by how
             long the load had lasted (0-10, 10-20, 20-40, ... ms): when does a sustained load reach its level?
@@ -37,7 +39,7 @@ import time
 from pathlib import Path
 
 SHAPES = [(128, 2048, 6144), (64, 2048, 6144), (256, 768, 6144)]  # the two-level cell and two steady ones
-EXPERIMENTS = ("onset", "long", "idle", "capture", "inputs")
+EXPERIMENTS = ("onset", "long", "idle", "capture", "inputs", "placement")
 L2_FACTOR = 3  # input sets: enough to stream this many L2s between two uses of a set (the worker's rule)
 
 
@@ -186,6 +188,8 @@ def one_case(m: int, n: int, k: int, args, timer: Timer, rng: random.Random) -> 
         rows.append(fresh_capture(sets, stream, calls, timer, args.windows, name))
     if "inputs" in want:
         rows.append(fresh_inputs((m, n, k), stream, calls, timer, args.windows, name))
+    if "placement" in want:
+        rows.append(fresh_inputs((m, n, k), stream, calls, timer, args.windows, name, same_values=True))
     del graph, sets
     torch.cuda.empty_cache()
     return rows
@@ -228,10 +232,10 @@ def fresh_capture(sets, stream, calls: int, timer: Timer, windows: int, name: st
     return spread_row(f"{name} capture", values, clocks, "a graph captured afresh per window")
 
 
-def fresh_inputs(shape, stream, calls: int, timer: Timer, windows: int, name: str) -> str:
+def fresh_inputs(shape, stream, calls: int, timer: Timer, windows: int, name: str, same_values: bool = False) -> str:
     values, clocks, held = [], [], []
     for w in range(windows):
-        fresh_sets = input_sets(*shape, seed=1 + w)
+        fresh_sets = input_sets(*shape, seed=0 if same_values else 1 + w)
         held.append(fresh_sets)  # the next window's sets cannot reuse these addresses
         if len(held) > 3:
             held.pop(0)
@@ -241,7 +245,9 @@ def fresh_inputs(shape, stream, calls: int, timer: Timer, windows: int, name: st
         values.append(us)
         clocks.append(mhz)
         del fresh
-    return spread_row(f"{name} inputs", values, clocks, "input sets allocated afresh per window")
+    if same_values:
+        return spread_row(f"{name} placement", values, clocks, "input sets allocated afresh per window, same values")
+    return spread_row(f"{name} inputs", values, clocks, "input sets drawn and allocated afresh per window")
 
 
 def main(argv=None) -> int:
@@ -253,7 +259,9 @@ def main(argv=None) -> int:
     parser.add_argument("--windows", type=int, default=24, help="windows per experiment (default 24)")
     parser.add_argument("--long-s", type=float, default=3.0, help="seconds of back-to-back replays (default 3)")
     parser.add_argument(
-        "--experiments", default="onset,long,idle,capture,inputs", help="which, comma-separated (default: all)"
+        "--experiments",
+        default=",".join(EXPERIMENTS),
+        help="which, comma-separated (default: all)",
     )
     parser.add_argument("--shapes", help="MxNxK,... (default: 128x2048x6144,64x2048x6144,256x768x6144)")
     parser.add_argument("--repeat", type=int, default=5, help="onset: loads after idle (default 5)")

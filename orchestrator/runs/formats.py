@@ -29,6 +29,9 @@ Manifest history (MANIFEST_VERSION, runs/<id>/manifest.json):
      (rounds until sure, contenders timed interleaved: worker/contract/schema.py format 9); otherwise the shape
      of format 8. A case of an older format was timed alone in a fixed number of rounds
      (head_to_head false, min_rounds = rounds), and its worker rejects the fields.
+  10 the cases' timing options have `fresh_inputs` (each later round builds on input sets allocated
+     afresh); otherwise the shape of format 9. A case of an older format replayed round 1's graph in
+     its later rounds (fresh_inputs false), and its worker rejects the field.
 Record history (results.jsonl): see SCHEMA_VERSION in worker/contract/schema.py; upgraded here by `upgrade_record`.
 """
 
@@ -44,7 +47,7 @@ from worker.contract.schema import IDENTITY_FIELDS, SCHEMA_VERSION, identity_has
 
 from ..errors import InputError
 
-MANIFEST_VERSION = 9
+MANIFEST_VERSION = 10
 # A CaseSpec's fields before format 2, with the defaults fleetbench 0.1.0 filled in.
 _CASE_DEFAULTS = {"workload": "gemm", "label": "", "out_dtype": "bfloat16", "seed": 0}
 
@@ -111,6 +114,7 @@ def _timing_then(field: str, value) -> Callable[[dict], dict]:
 
 _timed_once = _timing_then("rounds", 1)  # before format 3 every case was timed in one round
 _not_settled = _timing_then("settle_ms", 0.0)  # before format 6 no timing settled
+_replayed = _timing_then("fresh_inputs", False)  # before format 10 later rounds replayed round 1's graph
 
 
 def _timed_alone(case: dict) -> dict:
@@ -148,6 +152,7 @@ _RECORD_UPGRADES: dict[int, Callable[[dict], dict]] = {
     6: _same_shape(6),
     7: _same_shape(7),
     8: _record_case_step(8, _timed_alone),
+    9: _record_case_step(9, _replayed),
 }
 
 
@@ -297,6 +302,9 @@ _MANIFEST_UPGRADES: dict[int, Callable[[dict], dict]] = {
     8: lambda data: dict(
         data, manifest_version=9, cases={cid: _timed_alone(case) for cid, case in data["cases"].items()}
     ),
+    9: lambda data: dict(
+        data, manifest_version=10, cases={cid: _replayed(case) for cid, case in data["cases"].items()}
+    ),
 }
 
 
@@ -335,6 +343,8 @@ def params_for_worker(params: dict, manifest_version: int) -> dict:
         params = {f: v for f, v in params.items() if f != "calibration"}
     cases = []
     for case in params["cases"]:
+        if manifest_version < 10:
+            case = dict(case, timing={k: v for k, v in case["timing"].items() if k != "fresh_inputs"})
         if manifest_version < 9:
             case = dict(
                 case,

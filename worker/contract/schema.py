@@ -45,6 +45,9 @@ run's records: reruns use the worker the run started with):
      it stopped. A record of an older version was timed alone, in a fixed number of rounds.
      WorkerParams.cases_in_run: the supervisor runs the built-ins and the user's kernel files in worker
      processes of their own, each with its part of the cases; progress counts to the whole.
+  10 TimingOptions.fresh_inputs: a later round of a GPU case builds anew, on input sets allocated afresh
+     (the contenders of a shape share each round's), instead of replaying round 1's graph. A record of
+     an older version replayed round 1's graph (fresh_inputs false).
 """
 
 from __future__ import annotations
@@ -55,7 +58,7 @@ from typing import Annotated, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-SCHEMA_VERSION = 9
+SCHEMA_VERSION = 10
 
 # hung: stopped at the case's own time limit (the host went on with its next case).
 Status = Literal["ok", "unsupported", "unavailable", "failed", "crashed", "hung"]
@@ -94,6 +97,11 @@ class TimingOptions(_Strict):
     # The contenders of a shape (the backends of a sweep on one GPU) timed interleaved in every round, in
     # the same GPU state (worker/measure/interleave.py); false: each case timed on its own.
     head_to_head: bool = True
+    # Each later round of a graph-timed case on a GPU allocates its input sets afresh (the last round's
+    # still held, so the new ones sit elsewhere in memory) and captures a new graph over them: where the
+    # inputs sit and the capture move a GEMM's time by percents, and separate runs differ in both, so a
+    # case's rounds sample them as runs do. false: later rounds replay round 1's graph (docs/TIMING.md).
+    fresh_inputs: bool = True
     # settled: sampled in the clock and power state the case's own load holds the GPU in (after settling);
     # burst: sampled right after `cooldown_ms` idle, before the power controller acts (~50 ms of load on
     # the H200), as FlashInfer's benchmarks cool the GPU between cases: the burst clock's number.

@@ -2,13 +2,13 @@
 
 Each case is timed in `timing.rounds` independent rounds, spread over the sweep: round 1 of every case,
 then round 2 of every case, and so on (round_order), so a case's rounds see much of what separate runs
-would see (clock and power states, time passing, the neighbours it runs between; not a new capture:
-docs/TIMING.md) and their spread is honest about that run-to-run variation. Round 1 prepares the inputs,
-checks the result against the oracle (a wrong result is never timed), warms up and captures the timed
-graph; a later round replays that graph (kept while
+would see (clock and power states, time passing, the neighbours it runs between, and with
+`timing.fresh_inputs` where its inputs sit and its capture: docs/TIMING.md) and their spread is honest
+about that run-to-run variation. Round 1 prepares the inputs, checks the result against the oracle (a
+wrong result is never timed), warms up and captures the timed graph; a later round builds on input sets
+allocated afresh while the last round's are held (fresh_inputs), or replays round 1's graph (kept while
 the kept graphs fit KEEP_SHARE of the GPU's memory; else it prepares and captures its own), settles it
-and samples it: its wall time goes to timed samples of a settled GPU, not to building the same graph
-again. Every round runs the integrity checks around its timing (worker/check/integrity.py: a kernel that
+and samples it. Every round runs the integrity checks around its timing (worker/check/integrity.py: a kernel that
 caches, works on a side stream, returns a lazy result, writes into its inputs or keeps them in L2 is
 `failed`, its reason naming the check, and its numbers dropped). A case that raises is recorded as failed
 (with the traceback tail) and the loop goes on.
@@ -85,12 +85,14 @@ class RoundTiming(NamedTuple):
 
 class SharedSets(NamedTuple):
     """Input sets the contenders of a shape share: who made them (their seed), their bits' fingerprint
-    when made, and the cases timing on them."""
+    when made, the cases timing on them, and the round they were made for (fresh_inputs: each round's
+    contenders share that round's sets)."""
 
     made_by: CaseSpec
     sets: list
     fingerprint: list
     users: set
+    generation: int = 1
 
 
 def _fingerprint(sets: list) -> list:
@@ -182,8 +184,9 @@ class CaseRunner:
             return record("ok", "no-op: nothing was measured")
         return None
 
-    def _prepare(self, case: CaseSpec, spec):
-        """(fn, input sets, how many) for one round: inputs made from the case's seed, the backend prepared."""
+    def _prepare(self, case: CaseSpec, spec, generation: int = 1):
+        """(fn, input sets, how many) for one round (`generation`: which, for the sets the contenders of a
+        shape share): inputs made from the case's seed, the backend prepared."""
         import torch
 
         n_sets = self._input_sets(case, spec.family)
@@ -192,7 +195,7 @@ class CaseRunner:
 
             sets = [moe.inputs(case, s, self.device.device) for s in range(n_sets)]
             return moe.prepare(spec, sets, getattr(torch, case.out_dtype)), sets, n_sets
-        sets = self._sets_for(case, n_sets)
+        sets = self._sets_for(case, n_sets, generation)
         if case.kernel_sha256:
             from ..backends import userkernel
 
@@ -314,10 +317,11 @@ class CaseRunner:
         one = stats.rounds[0].model_copy(update={k: round(v, 4) for k, v in phases.items()})
         return stats.model_copy(update={"rounds": [one]})
 
-    def again(self, case: CaseSpec, calls_per_sample: int = 0) -> tuple:
-        """A later round of a case whose first round was ok: (Stats, Health or None, seconds taken).
-        Raises integrity.IntegrityFailure when the kernel fails an integrity check in this round."""
-        return self._freeing_kept(lambda: self._again(case, calls_per_sample))
+    def again(self, case: CaseSpec, calls_per_sample: int = 0, generation: int = 2) -> tuple:
+        """A later round (`generation`: its number) of a case whose first round was ok: (Stats, Health or
+        None, seconds taken). Raises integrity.IntegrityFailure when the kernel fails an integrity check
+        in this round."""
+        return self._freeing_kept(lambda: self._again(case, calls_per_sample, generation))
 
     def _freeing_kept(self, work: Callable[[], object]):
         """`work()`; after an out-of-memory error with graphs kept, every kept graph and its inputs are
@@ -333,17 +337,21 @@ class CaseRunner:
         torch.cuda.empty_cache()
         return work()
 
-    def _again(self, case: CaseSpec, calls_per_sample: int) -> tuple:
+    def _again(self, case: CaseSpec, calls_per_sample: int, generation: int = 2) -> tuple:
         t0 = time.perf_counter()
         spec = _spec_of(case)
         self._round_start()
         kept = self.kept.get(case.case_id)
-        if kept is not None:  # the graph round 1 captured: settling runs it into the case's steady state
+        if kept is not None and not self._fresh_inputs(case):
+            # the graph round 1 captured: settling runs it into the case's steady state
             guard = self._guard(case, spec, kept.fn, kept.sets, first_round=False, watched=kept.watched)
             stats, health, _ = self._time(case, kept.fn, kept.n_sets, guard, graph=kept.graph)
             return self._costs(stats, prepare_s=0.0, integrity_s=guard.seconds), health, time.perf_counter() - t0
+        # fresh_inputs: the last round's graph and inputs are held until this round's are made, so these
+        # sit elsewhere in memory (freed first, the allocator would hand back the same blocks).
+        held = self.kept.pop(case.case_id, None)
         before = self._allocated()
-        fn, sets, n_sets = self._prepare(case, spec)
+        fn, sets, n_sets = self._prepare(case, spec, generation)
         prepared = time.perf_counter()
         guard = self._guard(case, spec, fn, sets, first_round=False)
         # JIT builds, autotuning and lazy allocations happened in round 1 (its full warm-up): a later round
@@ -358,8 +366,13 @@ class CaseRunner:
         built = []
         stats, health, _ = self._time(case.model_copy(update={"timing": warm}), fn, n_sets, guard, keep=built.append)
         self._keep(case, fn, sets, n_sets, guard, built, before)
-        del fn, sets
+        del fn, sets, held
         return self._costs(stats, prepare_s=prepared - t0, integrity_s=guard.seconds), health, time.perf_counter() - t0
+
+    def _fresh_inputs(self, case: CaseSpec) -> bool:
+        """Whether a later round of `case` builds anew on input sets of its own round
+        (TimingOptions.fresh_inputs; a GPU only: a CPU replays no graph)."""
+        return case.timing.fresh_inputs and self.device.device == "cuda"
 
     def _allocated(self) -> int:
         if self.device.device != "cuda":
@@ -377,14 +390,16 @@ class CaseRunner:
         if sum(k.nbytes for k in self.kept.values()) + nbytes <= self.keep_budget:
             self.kept[case.case_id] = Kept(fn, sets, n_sets, guard.watched, built[0], nbytes)
 
-    def _sets_for(self, case: CaseSpec, n_sets: int) -> list:
+    def _sets_for(self, case: CaseSpec, n_sets: int, generation: int = 1) -> list:
         """The case's input sets. In a sweep on a GPU (`share_inputs`, set by _run_cases) the contenders of a
         shape (headtohead.group_key) that rotate through as many sets (one operand family: _input_sets) read
         one and the same sets, the first contender's, for as long as any of them is timing: two graphs of
         the same GEMM on input sets of their own read apart at the power cap, the same way in every cycle
         of a head-to-head, and on the same inputs they do not (benchmarks/gpu_state/buffers.py, RESULTS.md
         issue 40). Each set is made from the case's seed either way, so the values are the same; a
-        contender that wrote into them is undone before any other times on them (restore_shared)."""
+        contender that wrote into them is undone before any other times on them (restore_shared). With
+        fresh_inputs, the first contender of a later round (`generation`) makes that round's sets while
+        the last round's are still held (their users carry over), and its contenders share those."""
         from .headtohead import group_key
 
         dev = self.device.device
@@ -393,9 +408,11 @@ class CaseRunner:
             return [self._inputs(case, s, dev) for s in range(n_sets)]
         shared = self.__dict__.setdefault("shared_sets", {})  # tests build bare runners
         entry = shared.get((key, n_sets))
-        if entry is None:
+        stale = entry is not None and entry.generation < generation and self._fresh_inputs(case)
+        if entry is None or stale:
             sets = [self._inputs(case, s, dev) for s in range(n_sets)]  # whole before anyone may take it
-            entry = shared[(key, n_sets)] = SharedSets(case, sets, _fingerprint(sets), set())
+            users = set(entry.users) if stale else set()
+            entry = shared[(key, n_sets)] = SharedSets(case, sets, _fingerprint(sets), users, generation)
         entry.users.add(case.case_id)
         return entry.sets
 
@@ -935,7 +952,7 @@ def _alone(runner: "CaseRunner", case: CaseSpec, first: Optional[CaseRecord], in
         rec = runner.run(case)
         return rec if rec.status != "ok" or rec.timing is None else rec.model_copy(update={"complete": False})
     try:
-        stats, health, seconds = runner.again(case, first.timing.calls_per_sample)
+        stats, health, seconds = runner.again(case, first.timing.calls_per_sample, this_round)
     except IntegrityFailure as exc:  # this round's numbers are not a result, nor are the earlier ones
         from ..check.verify import failure_reason, with_integrity
 

@@ -47,3 +47,14 @@ def test_the_report_over_a_stored_lease_counts_every_cell_and_lists_each_false_f
 def test_a_missing_archive_is_one_line_and_exit_2(tmp_path, capsys):
     assert main([str(tmp_path / "nope.runs.tar.gz")]) == 2
     assert capsys.readouterr().err.count("\n") == 1
+
+
+def test_a_timing_variant_s_sweeps_pair_only_among_themselves():
+    runs = [
+        "20261206-1-see-across-a",
+        "20261206-2-see-across-b",
+        "20261206-3-see-across-fresh-inputs-false-c",
+        "20261206-4-see-across-fresh-inputs-false-d",
+    ]
+    assert pairs_of(runs)["A/A across"] == [(runs[0], runs[1])]
+    assert pairs_of(runs, "-fresh-inputs-false")["A/A across"] == [(runs[2], runs[3])]

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import random
 import sys
+import weakref
 from types import SimpleNamespace
 
 import pytest
@@ -121,6 +122,10 @@ def test_noop_cases_never_import_torch(tmp_path):
     assert records[0]["kind"] == "facts" and records[1]["status"] == "ok"
 
 
+class _Sets(list):
+    """Input sets a test can hold a weak reference to."""
+
+
 def _kept_runner(monkeypatch, budget: int):
     """A CUDA runner without a GPU: preparing and timing are stand-ins that count what they build; each
     build allocates 100 bytes."""
@@ -137,11 +142,16 @@ def _kept_runner(monkeypatch, budget: int):
     )
     allocated = [0]
     built = []
+    made, prepared = [], []  # weak references to every input set built; per prepare, which were alive then
+    r.test_prepared = prepared
     monkeypatch.setattr(r, "_allocated", lambda: allocated[0])
 
-    def prepare(case, spec):
+    def prepare(case, spec, generation=1):
         allocated[0] += 100
-        return (lambda i: None), [("a", "b")], 1
+        prepared.append((case.case_id, [ref() is not None for ref in made]))
+        sets = _Sets([("a", "b")])
+        made.append(weakref.ref(sets))
+        return (lambda i: None), sets, 1
 
     def time_(case, fn, n_sets, guard=None, graph=None, keep=None):
         if graph is None:
@@ -177,7 +187,7 @@ def _kept_runner(monkeypatch, budget: int):
 def test_later_rounds_replay_the_kept_graph_within_the_budget_and_build_their_own_beyond_it(monkeypatch):
     from types import SimpleNamespace
 
-    opts = TimingOptions(rounds=3)
+    opts = TimingOptions(rounds=3, fresh_inputs=False)
     cases = [CaseSpec(backend="torch-bf16", m=m, n=256, k=512, timing=opts) for m in (16, 32)]
     r, built, _ = _kept_runner(monkeypatch, budget=150)  # room for one case's 100 bytes, not two
     for case in cases:  # round 1 of each, as CaseRunner._measure keeps what it built
@@ -198,6 +208,27 @@ def test_later_rounds_replay_the_kept_graph_within_the_budget_and_build_their_ow
     assert r.kept == {}
 
 
+def test_with_fresh_inputs_each_later_round_builds_anew_while_the_last_rounds_inputs_are_still_held(monkeypatch):
+    from types import SimpleNamespace
+
+    case = CaseSpec(backend="torch-bf16", m=16, n=256, k=512, timing=TimingOptions(rounds=3))
+    assert case.timing.fresh_inputs  # the default
+    r, built, allocated = _kept_runner(monkeypatch, budget=10**6)
+    before = r._allocated()
+    fn, sets, n_sets = r._prepare(case, None)
+    r._keep(case, fn, sets, n_sets, SimpleNamespace(watched=None), [object()], before)
+    del fn, sets
+    first = r.kept[case.case_id]
+    stats, _, _ = r.again(case, 8, 2)
+    assert built == [case.case_id] and stats.rounds[0].prepare_s >= 0.0
+    # round 2's inputs were made while round 1's were alive (so they sit elsewhere), then round 1's let go
+    assert r.test_prepared[-1] == (case.case_id, [True])
+    assert r.kept[case.case_id] is not first and r.kept[case.case_id].nbytes == 100
+    del first
+    r.again(case, 8, 3)
+    assert built == [case.case_id] * 2 and r.test_prepared[-1] == (case.case_id, [False, True])
+
+
 def test_out_of_memory_with_graphs_kept_frees_them_and_tries_the_round_once_more(monkeypatch):
     r, built, _ = _kept_runner(monkeypatch, budget=10**6)
     case = CaseSpec(backend="torch-bf16", m=16, n=256, k=512, timing=TimingOptions(rounds=3))
@@ -207,7 +238,7 @@ def test_out_of_memory_with_graphs_kept_frees_them_and_tries_the_round_once_more
     class OutOfMemoryError(RuntimeError):
         pass
 
-    def again(case, cps):
+    def again(case, cps, generation=2):
         calls.append(len(r.kept))
         if len(calls) == 1:
             raise OutOfMemoryError("CUDA out of memory")
@@ -327,7 +358,7 @@ def test_rounds_are_ranked_by_measured_load_once_measured(tmp_path, monkeypatch)
             timing=stats.model_copy(update={"rounds": [RoundStats(median_us=stats.median_us, n=3, rel_ci=0.0)]}),
         )
 
-    def again(case, calls_per_sample=0):
+    def again(case, calls_per_sample=0, generation=2):
         seen.append((2, case.case_id))
         rec = run(case)
         seen.pop()
@@ -398,6 +429,23 @@ def test_the_contenders_of_a_shape_read_one_input_set_on_a_gpu_and_release_it_wi
     assert runner._sets_for(bf16, 3) is not runner._sets_for(bf16, 3)
     runner.share_inputs, runner.device = True, SimpleNamespace(device="cpu")
     assert runner._sets_for(bf16, 3) is not runner._sets_for(fp8, 3)  # a CPU times no head-to-head
+
+
+def test_with_fresh_inputs_each_round_s_contenders_share_that_round_s_sets():
+    made = []
+    runner = _sharing_runner(made)
+    bf16, fp8 = (CaseSpec(backend=b, m=512, n=2048, k=6144) for b in ("torch-bf16", "torch-fp8"))
+    first = runner._sets_for(bf16, 2, 1)
+    assert runner._sets_for(fp8, 2, 1) is first
+    second = runner._sets_for(bf16, 2, 2)  # round 2's first contender: anew, round 1's still alive
+    assert second is not first and runner._sets_for(fp8, 2, 2) is second and len(made) == 4
+    runner.release(bf16.case_id)  # the users carried over: fp8 still times on round 2's sets
+    assert runner._sets_for(fp8, 2, 2) is second and len(made) == 4
+    replayed = [
+        CaseSpec(backend=b, m=512, n=2048, k=6144, timing=TimingOptions(fresh_inputs=False)) for b in ("a", "b")
+    ]
+    kept = runner._sets_for(replayed[0], 2, 1)
+    assert runner._sets_for(replayed[1], 2, 2) is kept  # fresh_inputs off: one set for every round
 
 
 def test_a_contender_that_wrote_into_the_shared_inputs_is_undone_before_another_times_on_them():

@@ -1,0 +1,30 @@
+"""benchmarks/detection/see_slowdowns.py: a timing variant's sweeps are named for it, and its stored runs
+are found by that exact name."""
+
+import argparse
+
+import pytest
+import yaml
+
+from benchmarks.detection.see_slowdowns import stored_runs, sweep_file, sweep_of, timing_setting, variant_name
+
+
+def test_a_variant_s_sweep_carries_its_timing_and_a_name_of_its_own(tmp_path):
+    assert timing_setting("fresh_inputs=false") == ("fresh_inputs", False)
+    assert timing_setting("round_target=0.01") == ("round_target", 0.01)
+    with pytest.raises(argparse.ArgumentTypeError, match="KEY=VALUE"):
+        timing_setting("fresh_inputs")
+    name = variant_name("see-across", {"fresh_inputs": False})
+    assert name == "see-across-fresh-inputs-false" and variant_name("see-across", {}) == "see-across"
+    doc = yaml.safe_load(
+        sweep_file(tmp_path, name, [{"name": "mm", "file": "mm.py"}], {"fresh_inputs": False}).read_text()
+    )
+    assert doc["name"] == name and doc["timing"]["fresh_inputs"] is False and doc["timing"]["l2"] == "cold"
+
+
+def test_stored_runs_match_the_sweep_name_exactly(tmp_path):
+    for run in ("20261206-000001-see-across-ab12", "20261206-000002-see-across-fresh-inputs-false-cd34"):
+        (tmp_path / run).mkdir()
+    assert sweep_of("20261206-000001-see-across-ab12") == "see-across"
+    assert [p.rsplit("/", 1)[-1] for p in stored_runs(tmp_path, "see-across")] == ["20261206-000001-see-across-ab12"]
+    assert len(stored_runs(tmp_path, "see-across-fresh-inputs-false")) == 1
