@@ -301,3 +301,20 @@ def test_polish_keeps_a_slow_host_out_of_the_others_references():
     ds = polish(table, 3)
     assert all(math.isclose(d, math.log(1.02), abs_tol=1e-12) for d in ds["c"])
     assert all(abs(d) < 1e-12 for d in ds["a"] + ds["b"])
+
+
+def test_a_host_not_named_on_its_time_may_be_named_on_its_work_where_its_clock_is_the_fleets():
+    """As a case's row (diff._work_judges): work judges where it held still as the time moved with the
+    clock, or where the host's clock is within half the threshold of the fleet's, so that time and work
+    cannot part by more than that. A clock further off leaves the verdict on the time."""
+    from orchestrator.analysis.hosteffect import Estimate, HostEffect, _work_judges
+
+    def host(clock_factor, work_width):
+        effect = Estimate(1.019, 1.0, 1.038, 12)  # interval log-width ~0.037
+        work = Estimate(1.028, 1.028 / (1 + work_width / 2), 1.028 * (1 + work_width / 2), 12)
+        return HostEffect(slot="h", cases=12, effect=effect, verdict=None, work=work, clock_factor=clock_factor)
+
+    assert _work_judges(host(1.0032, 0.046), 0.015)  # clocks 0.3% apart: the work may speak
+    assert not _work_judges(host(1.012, 0.046), 0.015)  # 1.2% apart, beyond half of 1.5%: the time's verdict
+    assert _work_judges(host(1.012, 0.015), 0.015)  # the work held still as the time moved: clock-bound
+    assert not _work_judges(host(None, 0.046), 0.015)  # no clock in the stream: nothing to say it is the same

@@ -87,8 +87,10 @@ class HostEffect:
     fleet_clock_mhz: Optional[float] = None  # median of the hosts' clock_mhz
     clock_factor: Optional[float] = None  # fleet_clock_mhz / clock_mhz: the time the clock costs (> 1: slower)
     causes: list[dict] = field(default_factory=list)  # {"code": ..., facts}
-    # "work" where the verdict is the work's: its interval at most half as wide as the time's (the time
-    # moved with the clock from case to case, the cycles did not; analysis/diff.py clock_split)
+    # "work" where the verdict is the work's: a host not named on its time whose work is named, where its
+    # work interval is at most half as wide as the time's (the time moved with the clock from case to case,
+    # the cycles did not; analysis/diff.py clock_split) or its clock is within half the threshold of the
+    # fleet's (_work_judges)
     judged_on: str = "time"
 
     @property
@@ -208,21 +210,16 @@ def host_effects(side: Side, threshold: float) -> HostEffects:
         )
         for h in fleet
     }
+    _split_clock(rows, used)
     for h in rows.values():
         if h.effect is not None:
             h.verdict = host_verdict(h.effect, threshold)
-        if (
-            h.effect is not None
-            and h.work is not None
-            and not h.named
-            and _width(h.work) <= CLOCK_BOUND_SHARE * _width(h.effect)
-        ):
+        if h.effect is not None and h.work is not None and not h.named and _work_judges(h, threshold):
             on_work = host_verdict(h.work, threshold)
             if on_work in ("SLOWER", "FASTER"):
                 h.verdict, h.judged_on = on_work, "work"
     if not any(h.effect for h in rows.values()):
         out.nothing = "cases"
-    _split_clock(rows, used)
     _find_causes(rows, used, side, threshold)
     out.hosts = list(rows.values())
     return out
@@ -244,6 +241,16 @@ def host_verdict(e: Estimate, threshold: float) -> str:
 
 def _width(e: Estimate) -> float:
     return math.log(e.high) - math.log(e.low)
+
+
+def _work_judges(h: HostEffect, threshold: float) -> bool:
+    """Whether a host not named on its time may be named on its work, as a case may (diff._work_judges):
+    where its work held still as its time moved with the clock (the work's interval at most
+    CLOCK_BOUND_SHARE of the time's), or where its clock is within half the threshold of the fleet's, so
+    that time and work cannot part by more than that. A host named on its time stays named."""
+    if _width(h.work) <= CLOCK_BOUND_SHARE * _width(h.effect):
+        return True
+    return h.clock_factor is not None and abs(math.log(h.clock_factor)) <= math.log1p(threshold) / 2
 
 
 def _rounds_of(used: dict[str, dict[str, CaseRecord]], host: str):
