@@ -103,8 +103,8 @@ def host_effect_section(effects) -> Section:
         ["host", "cases", "effect [95% interval]", "clock × work", "named", "likely cause"],
         rows,
         title=f"each host over its cases against the fleet (named: an interval that leaves 1 and an "
-        f"effect beyond ±{t:.1%}, of the time, or of the work where that held still; cases that "
-        f"{effects.min_hosts} hosts or more ran)",
+        f"effect beyond ±{t:.1%}, of the time, or of the work where that held still or the clock is within "
+        f"±{t / 2:.2%} of the fleet's; cases that {effects.min_hosts} hosts or more ran)",
         right=("cases",),
         styles={4: NAMED_STYLE},
         optional=("clock × work",),
