@@ -12,7 +12,7 @@ the comparisons a flag is wanted in. Each pair is judged by `diff` at HEAD (orch
 `compare_sides`) at the threshold given; a false flag is any A/A cell SLOWER or FASTER.
 
     python -m benchmarks.detection.false_flags benchmarks/results/slowdowns-seed-*.runs.tar.gz [--threshold 0.015]
-        [--variant -fresh-inputs-false]   (a timing variant's sweeps: see_slowdowns --timing)
+        [--variant fresh-inputs-false]   (a timing variant's sweeps: see_slowdowns --timing)
 
 Prints Markdown: per lease the cells and flags of each kind of pair, then every false flag with its
 ratio, what it was judged on, and its interval.
@@ -36,7 +36,8 @@ FLAGS = ("SLOWER", "FASTER")
 
 def pairs_of(runs: list[str], variant: str = "") -> dict[str, list[tuple[str, str]]]:
     """The A/A and slowed pairs among a lease's run folders (named by see_slowdowns and device_check.sh);
-    `variant`: the suffix of a timing variant's sweeps (see_slowdowns --timing: -fresh-inputs-false)."""
+    `variant`: what a timing variant's sweeps add to their names (see_slowdowns --timing: fresh-inputs-false)."""
+    variant = f"-{variant}" if variant else ""
     seed = [r for r in runs if sweep_of(r) == "glm5-tp8" + variant]
     h2h = [r for r in runs if sweep_of(r) == "see-h2h" + variant]
     across = [r for r in runs if sweep_of(r) == "see-across" + variant]
@@ -139,7 +140,7 @@ def main(argv=None) -> int:
         "--variant",
         default="",
         help="judge a timing variant's sweeps: the suffix see_slowdowns --timing gave their names "
-        "(e.g. -fresh-inputs-false; default: the sweeps as the steps name them)",
+        "(e.g. fresh-inputs-false; default: the sweeps as the steps name them)",
     )
     parser.add_argument("--out", type=Path, help="also write the Markdown here")
     args = parser.parse_args(argv)

@@ -29,8 +29,8 @@ Manifest history (MANIFEST_VERSION, runs/<id>/manifest.json):
      (rounds until sure, contenders timed interleaved: worker/contract/schema.py format 9); otherwise the shape
      of format 8. A case of an older format was timed alone in a fixed number of rounds
      (head_to_head false, min_rounds = rounds), and its worker rejects the fields.
-  10 the cases' timing options have `fresh_inputs` (each later round builds on input sets allocated
-     afresh); otherwise the shape of format 9. A case of an older format replayed round 1's graph in
+  10 the cases' timing options have `fresh_inputs` (true: each later round builds on input sets
+     allocated afresh); otherwise the shape of format 9. A case of an older format replayed round 1's graph in
      its later rounds (fresh_inputs false), and its worker rejects the field.
 Record history (results.jsonl): see SCHEMA_VERSION in worker/contract/schema.py; upgraded here by `upgrade_record`.
 """

@@ -45,9 +45,9 @@ run's records: reruns use the worker the run started with):
      it stopped. A record of an older version was timed alone, in a fixed number of rounds.
      WorkerParams.cases_in_run: the supervisor runs the built-ins and the user's kernel files in worker
      processes of their own, each with its part of the cases; progress counts to the whole.
-  10 TimingOptions.fresh_inputs: a later round of a GPU case builds anew, on input sets allocated afresh
-     (the contenders of a shape share each round's), instead of replaying round 1's graph. A record of
-     an older version replayed round 1's graph (fresh_inputs false).
+  10 TimingOptions.fresh_inputs: when true, a later round of a GPU case builds anew, on input sets
+     allocated afresh (the contenders of a shape share each round's), instead of replaying round 1's
+     graph. A record of an older version replayed round 1's graph (fresh_inputs false, the default).
 """
 
 from __future__ import annotations
@@ -97,11 +97,12 @@ class TimingOptions(_Strict):
     # The contenders of a shape (the backends of a sweep on one GPU) timed interleaved in every round, in
     # the same GPU state (worker/measure/interleave.py); false: each case timed on its own.
     head_to_head: bool = True
-    # Each later round of a graph-timed case on a GPU allocates its input sets afresh (the last round's
-    # still held, so the new ones sit elsewhere in memory) and captures a new graph over them: where the
-    # inputs sit and the capture move a GEMM's time by percents, and separate runs differ in both, so a
-    # case's rounds sample them as runs do. false: later rounds replay round 1's graph (docs/TIMING.md).
-    fresh_inputs: bool = True
+    # true: each later round of a graph-timed case on a GPU allocates its input sets afresh (the last
+    # round's still held, so the new ones sit elsewhere in memory) and captures a new graph over them, so a
+    # case's rounds sample where its inputs sit and its capture, as separate runs do. false (the default):
+    # later rounds replay round 1's graph; measured on an H100, fresh inputs cost a seed sweep ~1 s and
+    # did not make separate runs agree better (benchmarks/RESULTS.md, docs/TIMING.md).
+    fresh_inputs: bool = False
     # settled: sampled in the clock and power state the case's own load holds the GPU in (after settling);
     # burst: sampled right after `cooldown_ms` idle, before the power controller acts (~50 ms of load on
     # the H200), as FlashInfer's benchmarks cool the GPU between cases: the burst clock's number.

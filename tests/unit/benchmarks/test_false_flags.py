@@ -57,4 +57,4 @@ def test_a_timing_variant_s_sweeps_pair_only_among_themselves():
         "20261206-4-see-across-fresh-inputs-false-d",
     ]
     assert pairs_of(runs)["A/A across"] == [(runs[0], runs[1])]
-    assert pairs_of(runs, "-fresh-inputs-false")["A/A across"] == [(runs[2], runs[3])]
+    assert pairs_of(runs, "fresh-inputs-false")["A/A across"] == [(runs[2], runs[3])]

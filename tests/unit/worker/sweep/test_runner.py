@@ -211,8 +211,7 @@ def test_later_rounds_replay_the_kept_graph_within_the_budget_and_build_their_ow
 def test_with_fresh_inputs_each_later_round_builds_anew_while_the_last_rounds_inputs_are_still_held(monkeypatch):
     from types import SimpleNamespace
 
-    case = CaseSpec(backend="torch-bf16", m=16, n=256, k=512, timing=TimingOptions(rounds=3))
-    assert case.timing.fresh_inputs  # the default
+    case = CaseSpec(backend="torch-bf16", m=16, n=256, k=512, timing=TimingOptions(rounds=3, fresh_inputs=True))
     r, built, allocated = _kept_runner(monkeypatch, budget=10**6)
     before = r._allocated()
     fn, sets, n_sets = r._prepare(case, None)
@@ -434,18 +433,17 @@ def test_the_contenders_of_a_shape_read_one_input_set_on_a_gpu_and_release_it_wi
 def test_with_fresh_inputs_each_round_s_contenders_share_that_round_s_sets():
     made = []
     runner = _sharing_runner(made)
-    bf16, fp8 = (CaseSpec(backend=b, m=512, n=2048, k=6144) for b in ("torch-bf16", "torch-fp8"))
+    fresh = TimingOptions(fresh_inputs=True)
+    bf16, fp8 = (CaseSpec(backend=b, m=512, n=2048, k=6144, timing=fresh) for b in ("torch-bf16", "torch-fp8"))
     first = runner._sets_for(bf16, 2, 1)
     assert runner._sets_for(fp8, 2, 1) is first
     second = runner._sets_for(bf16, 2, 2)  # round 2's first contender: anew, round 1's still alive
     assert second is not first and runner._sets_for(fp8, 2, 2) is second and len(made) == 4
     runner.release(bf16.case_id)  # the users carried over: fp8 still times on round 2's sets
     assert runner._sets_for(fp8, 2, 2) is second and len(made) == 4
-    replayed = [
-        CaseSpec(backend=b, m=512, n=2048, k=6144, timing=TimingOptions(fresh_inputs=False)) for b in ("a", "b")
-    ]
+    replayed = [CaseSpec(backend=b, m=512, n=2048, k=6144) for b in ("a", "b")]
     kept = runner._sets_for(replayed[0], 2, 1)
-    assert runner._sets_for(replayed[1], 2, 2) is kept  # fresh_inputs off: one set for every round
+    assert runner._sets_for(replayed[1], 2, 2) is kept  # fresh_inputs off (the default): one set for every round
 
 
 def test_a_contender_that_wrote_into_the_shared_inputs_is_undone_before_another_times_on_them():
