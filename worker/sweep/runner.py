@@ -347,9 +347,9 @@ class CaseRunner:
             guard = self._guard(case, spec, kept.fn, kept.sets, first_round=False, watched=kept.watched)
             stats, health, _ = self._time(case, kept.fn, kept.n_sets, guard, graph=kept.graph)
             return self._costs(stats, prepare_s=0.0, integrity_s=guard.seconds), health, time.perf_counter() - t0
-        # fresh_inputs: the last round's graph and inputs are held until this round's are made, so these
-        # sit elsewhere in memory (freed first, the allocator would hand back the same blocks).
-        held = self.kept.pop(case.case_id, None)
+        # fresh_inputs: `kept`, the last round's graph and inputs, is held until this round's are made, so
+        # these sit elsewhere in memory (freed first, the allocator would hand back the same blocks).
+        self.kept.pop(case.case_id, None)
         before = self._allocated()
         fn, sets, n_sets = self._prepare(case, spec, generation)
         prepared = time.perf_counter()
@@ -366,7 +366,7 @@ class CaseRunner:
         built = []
         stats, health, _ = self._time(case.model_copy(update={"timing": warm}), fn, n_sets, guard, keep=built.append)
         self._keep(case, fn, sets, n_sets, guard, built, before)
-        del fn, sets, held
+        del fn, sets, kept
         return self._costs(stats, prepare_s=prepared - t0, integrity_s=guard.seconds), health, time.perf_counter() - t0
 
     def _fresh_inputs(self, case: CaseSpec) -> bool:
