@@ -250,7 +250,54 @@ def runs_against_reference(
         f"- run {i + 1} ({Path(r).name}): {within[i]} of {counted[i]} within ±5% of the reference"
         for i, r in enumerate(run_dirs)
     ]
+    references = {cell: statistics.median(t) for cell, t in refs.items()}
+    lines += ["", *paired_against_references(run_dirs, references)]
     return "\n".join(lines) + "\n", ratios
+
+
+# Issue 40: the head-to-head ratio of these two, paired in one shared GPU state, against the ratio of their
+# references, each settled on its own.
+PAIR = ("torch-fp8", "flashinfer-fp8-cublas")
+PAIR_AGREES = 0.01
+
+
+def paired_against_references(run_dirs: list[Path], references: dict[tuple, float], pair=PAIR) -> list[str]:
+    """Markdown lines: per run and shape, B/A of `pair` from the run's paired samples (`fleetbench versus`'s
+    interval), the ratio of the two cases' own medians and the ratio of their references (`references`: per
+    (backend, M, N, K) the reference µs); whether paired / references is within PAIR_AGREES of 1."""
+    from orchestrator.analysis.headtohead import DEFAULT_TIE, contests_of
+    from orchestrator.runs.slots import load_slots
+    from orchestrator.runs.store import RunStore
+
+    a, b = pair
+    lines = [
+        f"{b} / {a} head-to-head (the run's paired samples, 95% interval) against the ratio of their references:",
+        "",
+        "| run | M | N | K | paired B/A [95%] | B/A of the run's medians | B/A of the references | paired / references |",
+        "|---:|---:|---:|---:|---|---:|---:|---:|",
+    ]
+    agree = [0] * len(run_dirs)
+    judged = [0] * len(run_dirs)
+    for i, run in enumerate(run_dirs):
+        for slot in load_slots(RunStore(run)):
+            for c in contests_of(slot, a, b, DEFAULT_TIE):
+                ref_a, ref_b = references.get((a, c.m, c.n, c.k)), references.get((b, c.m, c.n, c.k))
+                if c.ratio is None or ref_a is None or ref_b is None:
+                    continue
+                by_refs = ref_b / ref_a
+                off = c.ratio / by_refs - 1
+                judged[i] += 1
+                agree[i] += abs(off) <= PAIR_AGREES
+                lines.append(
+                    f"| {i + 1} | {c.m} | {c.n} | {c.k} | {c.ratio:.4f} [{c.low:.4f}, {c.high:.4f}] | "
+                    f"{c.b_us / c.a_us:.4f} | {by_refs:.4f} | {off:+.1%}{' **' if abs(off) > PAIR_AGREES else ''} |"
+                )
+    lines.append("")
+    lines += [
+        f"- run {i + 1}: paired within {PAIR_AGREES:.0%} of the references' ratio on {agree[i]} of {judged[i]} shapes"
+        for i in range(len(run_dirs))
+    ]
+    return lines
 
 
 def full_sweep(out: Path, backends):
