@@ -11,7 +11,9 @@
 #   diff                  diff of the two seed runs (seed runs it too)
 #   fidelity              the worker against an independent replay                   fidelity-h200-settled.*
 #   fidelity-runs         the two seed runs' medians against that replay (after seed) (tradeoff-h200.md holds
-#                         (the reference: the median of 3 passes)                    the same seed runs)
+#                         (the reference: the median of 3 passes), and their          the same seed runs)
+#                         torch-fp8 / flashinfer-fp8-cublas pairs against the
+#                         ratio of the references
 #   order                 forward / reversed / shuffled, 3 processes per order       order-h200-settled-repeat3.*
 #   order-bf16            the same, torch-bf16 alone                                 order-h200-bf16-settled.*
 #   order-bf16-unsettled  the same with settling off (--settle-ms 0)                 order-h200-bf16-settle-off.*
