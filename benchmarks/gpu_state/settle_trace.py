@@ -7,6 +7,9 @@ kept with the GPU time since the case began, and every few replays the SM clock,
 and the instantaneous power (NVML). The JSON holds every trace, so settling rules can be judged offline
 against the end of each trace (`--ref-from` ms on: the case's own sustained state).
 
+`rules` (no GPU): on a trace's JSON, where the worker's settling rule stops each case and what it would
+read there, against the trace at 300 ms and in its sustained state, with NVML's power and clock.
+
 `decode`: the light decode GEMM's first reading in fresh processes, alone or after heavy cases, after a
 large allocation freed without any kernel, and after heavy cases with the allocator's cache emptied:
 tells the GPU's state apart from where the case's inputs landed in memory. Condition `replay` (after the
@@ -18,6 +21,7 @@ Conditions `heavy-kernels` and `kernels` (nothing before) list the kernels of ea
 replay (torch.profiler) beside its reading. `--case BACKEND:MxNxK` picks another case than the decode GEMM.
 
     python -m benchmarks.gpu_state.settle_trace trace [--orders up,down,shuffled] [--ms 400] [--out DIR]
+    python -m benchmarks.gpu_state.settle_trace rules DIR/settle-trace.json [--floor-ms 100] [--ref-from MS]
     python -m benchmarks.gpu_state.settle_trace decode [--procs 3] [--conditions first,heavy,...] [--case B:MxNxK] [--out DIR]
 
 Needs a CUDA GPU and pynvml. Prints Markdown; writes DIR/settle-trace.{md,json} or DIR/decode.md.
@@ -84,6 +88,12 @@ class Nvml:
             reasons = None
         return nv.nvmlDeviceGetClockInfo(self.h, nv.NVML_CLOCK_SM), reasons, watts
 
+    def power_limit_w(self):
+        try:
+            return self.nv.nvmlDeviceGetEnforcedPowerLimit(self.h) / 1e3
+        except Exception:
+            return None
+
 
 def trace_case(runner, case, ms: float, nvml: Nvml) -> dict:
     """The case's graph, made as worker/measure/timing.py makes it, replayed for `ms` of GPU time."""
@@ -135,6 +145,77 @@ def trace_case(runner, case, ms: float, nvml: Nvml) -> dict:
 def window(replays: list, a: float, b: float) -> float | None:
     inside = [r[1] for r in replays if a <= r[0] < b]
     return statistics.median(inside) if inside else None
+
+
+def settle_stop(replays: list, cps: int, floor_ms: float, limit_ms: float) -> tuple[float, list[float]] | None:
+    """Where the worker's settling rule (worker/measure/timing.py `_settle`, each replay of `cps` calls one
+    batch) stops on this trace: (GPU ms spent, the settled tail), or None where it would still be drifting at
+    the trace's end or at its limit (SETTLE_MAX_FACTOR x limit_ms)."""
+    from worker.measure.timing import SETTLE_MAX_FACTOR, drifting
+
+    seen: list[float] = []
+    for gpu_ms, us, *_ in replays:
+        if gpu_ms >= SETTLE_MAX_FACTOR * limit_ms:
+            return None
+        seen.append(us)
+        spent = gpu_ms + us * cps / 1e3  # GPU ms before this replay, and its own
+        if spent >= floor_ms and len(seen) >= 6 and not drifting(seen):
+            return spent, seen[-(len(seen) // 3) :]
+    return None
+
+
+def rules_main(args) -> int:
+    """Each traced case: where settling as the worker does it stops, what it would read there (its settled
+    tail), against the trace at 250-350 ms (a reference settled for 300 ms) and from --ref-from on (the
+    case's own sustained state), with NVML's instantaneous power and clock where it stopped and at the end."""
+    doc = json.loads(args.json.read_text())
+    ref_from = args.ref_from if args.ref_from is not None else doc["ref_from"]
+    limit = doc.get("power_limit_w")
+    lines = [
+        f"Settling as the worker does (floor {args.floor_ms:g} ms, limit {args.limit_ms:g} ms) on the traces of "
+        f"{args.json.name}; `300 ms`: the trace's median at 250–350 ms; `sustained`: from {ref_from:g} ms on; "
+        f"power limit {limit if limit is not None else 'unknown'} W",
+        "",
+        "| order | backend | shape | stops at ms | reads µs | / 300 ms | / sustained | W at stop | W at end | "
+        "MHz at stop | MHz at end |",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    outside = []
+    for order, rows in doc["traces"].items():
+        for r in rows:
+            reps = r["replays"]
+            stop = settle_stop(reps, r["cps"], args.floor_ms, args.limit_ms)
+            at300, end = window(reps, 250, 350), window(reps, ref_from, 1e12)
+            nvml = [x for x in reps if len(x) > 2]
+
+            def near(ms):
+                before = [x for x in nvml if x[0] <= ms]
+                return before[-1] if before else (nvml[0] if nvml else None)
+
+            if stop is None:
+                lines.append(f"| {order} | {r['backend']} | {r['shape']} | (drifting) | | | | | | | |")
+                continue
+            ms, tail = stop
+            reads = statistics.median(tail)
+            s, e = near(ms), nvml[-1] if nvml else None
+            rel300 = reads / at300 if at300 else None
+            relend = reads / end if end else None
+            if relend is not None and abs(relend - 1) > 0.05:
+                outside.append(f"{r['backend']} {r['shape']}")
+
+            def f(v, p=3):
+                return "" if v is None else f"{v:.{p}f}"
+
+            lines.append(
+                f"| {order} | {r['backend']} | {r['shape']} | {ms:.0f} | {reads:.2f} | {f(rel300)} | {f(relend)} | "
+                f"{f(s[3] if s else None, 0)} | {f(e[3] if e else None, 0)} | {s[1] if s else ''} | {e[1] if e else ''} |"
+            )
+    lines += ["", f"- beyond ±5% of the sustained state where settling stops: {len(outside)} ({', '.join(outside)})"]
+    md = "\n".join(lines) + "\n"
+    if args.out:
+        args.out.write_text(md)
+    print(md)
+    return 0
 
 
 def order_cases(cases: list, order: str) -> list:
@@ -195,7 +276,7 @@ def trace_main(args) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "settle-trace.md").write_text(md)
     (args.out / "settle-trace.json").write_text(
-        json.dumps({"ms": args.ms, "ref_from": args.ref_from, "traces": traces})
+        json.dumps({"ms": args.ms, "ref_from": args.ref_from, "power_limit_w": nvml.power_limit_w(), "traces": traces})
     )
     print(md)
     return 0
@@ -321,7 +402,15 @@ def main() -> int:
     d.add_argument("--conditions", default="first,heavy,freed,heavy-emptied")
     d.add_argument("--case", default="torch-bf16:16x2048x6144", help="BACKEND:MxNxK (default: the decode GEMM)")
     d.add_argument("--out", type=Path, default=Path("settle-out"))
+    r = sub.add_parser("rules", help="judge the worker's settling rule offline on a trace's JSON (no GPU)")
+    r.add_argument("json", type=Path, help="settle-trace.json of `trace`")
+    r.add_argument("--floor-ms", type=float, default=100.0, help="the least GPU ms a heavy case settles (settle_ms)")
+    r.add_argument("--limit-ms", type=float, default=100.0, help="settle_ms, whose SETTLE_MAX_FACTOR x caps it")
+    r.add_argument("--ref-from", type=float, default=None, help="the sustained state from this ms on (the trace's)")
+    r.add_argument("--out", type=Path, default=None, help="also write the Markdown here")
     args = ap.parse_args()
+    if args.what == "rules":
+        return rules_main(args)
     from worker.host.buildenv import adopt_build_env
 
     adopt_build_env()  # FlashInfer's JIT modules as the sweeps build them (worker/host/buildenv.py)
