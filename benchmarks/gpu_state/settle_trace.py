@@ -180,7 +180,7 @@ def rules_main(args) -> int:
         "MHz at stop | MHz at end |",
         "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
-    outside = []
+    outside, spent = [], []
     for order, rows in doc["traces"].items():
         for r in rows:
             reps = r["replays"]
@@ -196,6 +196,7 @@ def rules_main(args) -> int:
                 lines.append(f"| {order} | {r['backend']} | {r['shape']} | (drifting) | | | | | | | |")
                 continue
             ms, tail = stop
+            spent.append(ms)
             reads = statistics.median(tail)
             s, e = near(ms), nvml[-1] if nvml else None
             rel300 = reads / at300 if at300 else None
@@ -210,7 +211,11 @@ def rules_main(args) -> int:
                 f"| {order} | {r['backend']} | {r['shape']} | {ms:.0f} | {reads:.2f} | {f(rel300)} | {f(relend)} | "
                 f"{f(s[3] if s else None, 0)} | {f(e[3] if e else None, 0)} | {s[1] if s else ''} | {e[1] if e else ''} |"
             )
-    lines += ["", f"- beyond ±5% of the sustained state where settling stops: {len(outside)} ({', '.join(outside)})"]
+    lines += [
+        "",
+        f"- beyond ±5% of the sustained state where settling stops: {len(outside)} ({', '.join(outside)})",
+        f"- settling would take {sum(spent):.0f} GPU ms over the {len(spent)} cases that stop",
+    ]
     md = "\n".join(lines) + "\n"
     if args.out:
         args.out.write_text(md)
