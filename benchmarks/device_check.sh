@@ -451,10 +451,19 @@ step_jit() {  # FlashInfer's JIT module built before anything is timed (a fresh 
     printf 'name: jit\nbackends: [flashinfer-fp8-cublas]\nshapes:\n  - {m: 16, n: 768, k: 6144}\ntiming: {rounds: 1}\n' \
         > "$WORK/jit.yaml"
     local t0; t0=$(now)
-    "$GPU_PY" -m orchestrator.cli run "$WORK/jit.yaml" -i "$INV" --runs-dir "$RUNS" --format json > /dev/null 2> "$WORK/jit.err"
+    "$GPU_PY" -m orchestrator.cli run "$WORK/jit.yaml" -i "$INV" --runs-dir "$RUNS" --format json > "$WORK/jit.json" 2> "$WORK/jit.err"
     local rc=$?
     echo "jit: exit $rc, wall $(elapsed "$t0" "$(now)") s"
-    return $rc
+    [ $rc -eq 0 ] || return $rc
+    # An `unavailable` row exits 0, and every later step would time the sweep without FlashInfer's rows.
+    "$GPU_PY" - "$WORK/jit.json" <<'EOF2'
+import json, sys
+rows = json.load(open(sys.argv[1])).get("items") or []
+bad = [r for r in rows if r.get("status") != "ok"]
+for r in bad:
+    print(f"jit: {r.get('backend')} is {r.get('status')}: {r.get('note') or r.get('reason')}")
+sys.exit(1 if bad or not rows else 0)
+EOF2
 }
 
 step_startup() {  # what a worker's start-up costs, with and without bytecode on disk
