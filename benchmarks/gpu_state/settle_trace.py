@@ -30,6 +30,7 @@ Needs a CUDA GPU and pynvml. Prints Markdown; writes DIR/settle-trace.{md,json} 
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import math
 import os
@@ -168,7 +169,8 @@ def rules_main(args) -> int:
     """Each traced case: where settling as the worker does it stops, what it would read there (its settled
     tail), against the trace at 250-350 ms (a reference settled for 300 ms) and from --ref-from on (the
     case's own sustained state), with NVML's instantaneous power and clock where it stopped and at the end."""
-    doc = json.loads(args.json.read_text())
+    raw = args.json.read_bytes()
+    doc = json.loads(gzip.decompress(raw) if args.json.suffix == ".gz" else raw)
     ref_from = args.ref_from if args.ref_from is not None else doc["ref_from"]
     limit = doc.get("power_limit_w")
     lines = [
@@ -209,7 +211,7 @@ def rules_main(args) -> int:
 
             lines.append(
                 f"| {order} | {r['backend']} | {r['shape']} | {ms:.0f} | {reads:.2f} | {f(rel300)} | {f(relend)} | "
-                f"{f(s[3] if s else None, 0)} | {f(e[3] if e else None, 0)} | {s[1] if s else ''} | {e[1] if e else ''} |"
+                f"{f(s[4] if s else None, 0)} | {f(e[4] if e else None, 0)} | {s[2] if s else ''} | {e[2] if e else ''} |"
             )
     lines += [
         "",
@@ -408,7 +410,7 @@ def main() -> int:
     d.add_argument("--case", default="torch-bf16:16x2048x6144", help="BACKEND:MxNxK (default: the decode GEMM)")
     d.add_argument("--out", type=Path, default=Path("settle-out"))
     r = sub.add_parser("rules", help="judge the worker's settling rule offline on a trace's JSON (no GPU)")
-    r.add_argument("json", type=Path, help="settle-trace.json of `trace`")
+    r.add_argument("json", type=Path, help="settle-trace.json of `trace` (or it gzipped, .json.gz)")
     r.add_argument("--floor-ms", type=float, default=100.0, help="the least GPU ms a heavy case settles (settle_ms)")
     r.add_argument("--limit-ms", type=float, default=100.0, help="settle_ms, whose SETTLE_MAX_FACTOR x caps it")
     r.add_argument("--ref-from", type=float, default=None, help="the sustained state from this ms on (the trace's)")
