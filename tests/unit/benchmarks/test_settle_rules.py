@@ -60,4 +60,5 @@ def test_a_plateau_before_a_late_descent_fools_the_rule_and_the_report_says_so(t
     assert flat_row[5] == "1.000" and flat_row[6] == "1.000"
     assert "beyond ±5% of the sustained state where settling stops: 1 (torch-fp8 512x2048x6144)" in text
     assert "power limit 700.0 W" in text
+    assert descent[7:] == ["600", "600", "1500", "1500"]  # NVML's watts and MHz where it stopped and at the end
     assert f"settling would take {float(descent[3]) + float(flat_row[3]):.0f} GPU ms over the 2 cases" in text
