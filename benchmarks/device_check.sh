@@ -79,7 +79,8 @@
 # Environment: GPU_PY (the device's Python), SWEEP (default sweeps/glm5_tp8.yaml), INTERRUPT_AFTER
 # (seconds before the SIGINT of `interrupt`, default 6), REF_PASSES (fidelity-runs' reference passes, default
 # 3), WORK (default /tmp/device-check), SKIP_WHEELS,
-# SIZES and REPS (fanout, default 8,32,64 and 3), CPROFILE (cost), BYTECODE (1: bytecode cached, see
+# PACK (a .tar.gz path: $OUT packed into it after every step, so a call killed midway still brings back all
+# that finished, as one file), SIZES and REPS (fanout, default 8,32,64 and 3), CPROFILE (cost), BYTECODE (1: bytecode cached, see
 # setup), VARIANTS (tradeoff), TIMING (a timing variant: space-separated KEY=VALUE, e.g. "fresh_inputs=false":
 # the steps seed, slowdowns-h2h and slowdowns-across run sweeps with those timing options, named for them
 # (glm5-tp8-fresh-inputs-false, see-across-fresh-inputs-false), and their Markdown names end with the variant).
@@ -545,9 +546,17 @@ for step in "$@"; do
         *) echo "unknown step: $step (steps:" $STEPS")"; exit 2 ;;
     esac
 done
+pack() {  # PACK=FILE.tar.gz: $OUT as one file after every step (the device tool brings back few files)
+    [ -n "${PACK:-}" ] && [ -n "${OUT:-}" ] || return 0
+    local part; part=$(mktemp /tmp/pack.XXXXXX)  # outside $OUT: tar reads a folder that must not change
+    tar -czf "$part" -C "$OUT" --exclude="./$(basename "$PACK")" . 2>/dev/null && mv "$part" "$PACK" || rm -f "$part"
+}
+
 setup
 for step in "$@"; do
     "step_${step//-/_}"
     echo "== $step: exit $?"
+    pack
 done
 collect
+pack
