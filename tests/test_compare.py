@@ -27,7 +27,7 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 def test_schema_version_of_synthetic_records_is_current():
-    assert SCHEMA_VERSION == 10
+    assert SCHEMA_VERSION == 11
 
 
 def test_identical_distributions_flag_nothing(tmp_path):

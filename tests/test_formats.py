@@ -35,6 +35,7 @@ V5_MOE = "runs-v5/20261203-155636-smoke-moe-v5-280c"
 V6_DONE = "runs-v6/20261203-213206-smoke-7721"
 V7_DONE = "runs-v7/20261204-055638-smoke-0419"
 V9_DONE = "runs-v9/20261206-000741-smoke-fe65"
+V10_DONE = "runs-v10/20261206-032921-smoke-35f5"
 
 
 @pytest.fixture
@@ -351,3 +352,20 @@ def test_a_format_9_run_reads_as_replaying_its_first_graph_and_reruns_with_its_o
     assert all("fresh_inputs" not in c["timing"] and "head_to_head" in c["timing"] for c in params["cases"])
     written = (run / "hosts" / "local" / "attempt-2" / "results.jsonl").read_text()
     assert '"schema_version":9' in written
+
+
+def test_a_format_10_run_reads_without_power_and_reruns_with_its_own_worker(runs, tmp_path, monkeypatch, capsys):
+    """Format 11 added the GPU's power against its limit (RoundStats.power_w, FactsRecord.power_limit_w);
+    a format-10 run reads with none of them, and its own worker gets params of its format and writes records
+    of its own format."""
+    store = RunStore(runs(V10_DONE))
+    assert store.manifest().written_as == 10
+    parsed = parse_results(runs(V10_DONE) / "hosts" / "local" / "attempt-1" / "results.jsonl")
+    assert parsed.problems == [] and parsed.cases
+    assert all(r.power_w is None for rec in parsed.cases if rec.timing for r in rec.timing.rounds)
+    assert parsed.facts is not None and parsed.facts.power_limit_w is None
+    run = rerun_local_host(runs(V10_DONE), tmp_path, monkeypatch, capsys)
+    params = json.loads((run / "hosts" / "local" / "attempt-2" / "params.json").read_text())
+    assert params["schema_version"] == 10 and params["cases"]
+    written = (run / "hosts" / "local" / "attempt-2" / "results.jsonl").read_text()
+    assert '"schema_version":10' in written and "power_limit_w" not in written

@@ -258,3 +258,47 @@ def test_every_row_note_the_merge_returns_has_its_words():
     assert row_note_text(ended) == "host failed"
     cut = merge.RowNote(merge.ROW_CUT_SHORT, {"rounds": 2, "planned": 5, "attempt": 1, "outcome": "stalled"})
     assert row_note_text(cut) == "2 of 5 rounds timed before attempt 1 ended (host stalled)"
+    over = merge.RowNote(merge.ROW_OVER_POWER, {"watts": 817.2, "limit_w": 700.0, "rounds": 3})
+    assert (
+        row_note_text(over)
+        == "sampled at 817 W, over the GPU's 700 W limit (3 of its rounds): sustained load reads slower"
+    )
+
+
+def test_a_row_sampled_over_the_power_limit_says_so_and_one_under_it_does_not(tmp_path, capsys):
+    """Format 11: each round records NVML's instantaneous power after its samples, the facts the enforced
+    limit; a heavy GEMM may draw more than the limit for its first second of load (docs/TIMING.md)."""
+    import json
+
+    from support.cli_output import cli_json
+
+    from orchestrator.analysis.merge import ROW_OVER_POWER, merged_rows
+    from orchestrator.cli import main
+    from orchestrator.views.tables import row_reason
+
+    store = make_run(tmp_path, "20261206-000000-power-0001", {"h0": 1.0}, seed=3, ms=[16, 32], rounds=2)
+    path = store.attempt_dir("h0", 1) / "results.jsonl"
+    lines = []
+    for line in path.read_text().splitlines():
+        rec = json.loads(line)
+        if rec["kind"] == "facts":
+            rec["power_limit_w"] = 700.0
+        elif rec.get("timing"):
+            watts = [746.4, 690.0] if rec["case"]["m"] == 32 else [650.0, 640.0]
+            for r, w in zip(rec["timing"]["rounds"], watts):
+                r["power_w"] = w
+        lines.append(json.dumps(rec))
+    path.write_text("\n".join(lines) + "\n")
+    rows = {(r.backend, r.m): r for r in merged_rows(RunStore(store.dir))}
+    over = rows[("torch-bf16", 32)]
+    assert over.power_w == 746.4 and [n.code for n in over.notes] == [ROW_OVER_POWER]
+    assert (
+        row_reason(over)
+        == "sampled at 746 W, over the GPU's 700 W limit (1 of its rounds): sustained load reads slower"
+    )
+    under = rows[("torch-bf16", 16)]
+    assert under.power_w == 650.0 and under.notes == [] and row_reason(under) == ""
+    assert main(["show", store.run_id, "--runs-dir", str(tmp_path), "--format", "json"]) == 0
+    shown = {(r["backend"], r["m"]): r for r in cli_json(capsys.readouterr().out)}
+    assert "over the GPU's 700 W limit" in shown[("torch-fp8", 32)]["reason"]
+    assert shown[("torch-fp8", 16)]["reason"] == "" and shown[("torch-fp8", 16)]["power_w"] == 650.0

@@ -22,6 +22,8 @@ ROW_NOT_RUN = "not-run"  # the case has no record, and its host's attempt ended 
 ROW_HOST_ENDED = "host-ended"  # outcome, error: the case has no record; how its host's attempt ended
 ROW_CUT_SHORT = "cut-short"  # rounds, planned, attempt, outcome ("" when that attempt ended ok): rounds cut short
 ROW_OTHER_SOFTWARE = "other-software"  # attempt, changed: the row's numbers are that attempt's alone
+# watts, limit_w, rounds: a round's samples ended with the GPU drawing more than its enforced power limit
+ROW_OVER_POWER = "over-power-limit"
 
 
 @dataclass
@@ -76,6 +78,8 @@ class Row:
     verdict: Optional[str] = None
     integrity: Optional[str] = None  # "pass", or the integrity checks failed, "+"-joined (worker/check/integrity.py)
     tainted: Optional[bool] = None
+    # NVML's instantaneous board power right after the samples, the highest of the rounds (format >= 11)
+    power_w: Optional[float] = None
     attempt: Optional[int] = None
     case_id: str = ""
     notes: list[RowNote] = field(default_factory=list)  # views/tables.py words them after `reason`
@@ -154,6 +158,11 @@ def merged_rows(store: RunStore, slots: Optional[list[SlotData]] = None) -> list
                 )
             if attempt in data.changed:  # a rerun on other software: this row's numbers are that attempt's alone
                 notes.append(RowNote(ROW_OTHER_SOFTWARE, {"attempt": attempt, "changed": data.changed[attempt]}))
+            power = max((r.power_w for r in t.rounds if r.power_w is not None), default=None) if t else None
+            limit = data.facts.power_limit_w if data.facts else None
+            if power is not None and limit and power > limit:
+                over = sum(1 for r in t.rounds if r.power_w is not None and r.power_w > limit)
+                notes.append(RowNote(ROW_OVER_POWER, {"watts": power, "limit_w": limit, "rounds": over}))
             rows.append(
                 Row(
                     run_id=store.run_id,
@@ -189,6 +198,7 @@ def merged_rows(store: RunStore, slots: Optional[list[SlotData]] = None) -> list
                     verdict=c.verdict if c else None,
                     integrity=integrity_text(c),
                     tainted=rec.health.tainted if rec.health else None,
+                    power_w=power,
                     attempt=attempt,
                     case_id=case.case_id,
                     **_case_fields(case),

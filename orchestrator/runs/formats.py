@@ -32,6 +32,8 @@ Manifest history (MANIFEST_VERSION, runs/<id>/manifest.json):
   10 the cases' timing options have `fresh_inputs` (true: each later round builds on input sets
      allocated afresh); otherwise the shape of format 9. A case of an older format replayed round 1's graph in
      its later rounds (fresh_inputs false), and its worker rejects the field.
+  11 the run's worker writes records of format 11 (the GPU's power against its limit); otherwise the shape
+     of format 10.
 Record history (results.jsonl): see SCHEMA_VERSION in worker/contract/schema.py; upgraded here by `upgrade_record`.
 """
 
@@ -47,7 +49,7 @@ from worker.contract.schema import IDENTITY_FIELDS, SCHEMA_VERSION, identity_has
 
 from ..errors import InputError
 
-MANIFEST_VERSION = 10
+MANIFEST_VERSION = 11
 # A CaseSpec's fields before format 2, with the defaults fleetbench 0.1.0 filled in.
 _CASE_DEFAULTS = {"workload": "gemm", "label": "", "out_dtype": "bfloat16", "seed": 0}
 
@@ -153,6 +155,7 @@ _RECORD_UPGRADES: dict[int, Callable[[dict], dict]] = {
     7: _same_shape(7),
     8: _record_case_step(8, _timed_alone),
     9: _record_case_step(9, _replayed),
+    10: _same_shape(10),
 }
 
 
@@ -305,6 +308,7 @@ _MANIFEST_UPGRADES: dict[int, Callable[[dict], dict]] = {
     9: lambda data: dict(
         data, manifest_version=10, cases={cid: _replayed(case) for cid, case in data["cases"].items()}
     ),
+    10: lambda data: dict(data, manifest_version=11),
 }
 
 

@@ -73,6 +73,9 @@ ROW_NOTE_WORDS = {
     "host-ended": "host {outcome}: {error}",
     "cut-short": "{rounds} of {planned} rounds timed before attempt {attempt} ended{host}",
     "other-software": "attempt {attempt} on other software: {changed}",
+    # docs/TIMING.md: a heavy GEMM may hold this state for its first second of load, and reads slower after
+    "over-power-limit": "sampled at {watts:.0f} W, over the GPU's {limit_w:.0f} W limit "
+    "({rounds} of its rounds): sustained load reads slower",
 }
 
 

@@ -48,6 +48,11 @@ run's records: reruns use the worker the run started with):
   10 TimingOptions.fresh_inputs: when true, a later round of a GPU case builds anew, on input sets
      allocated afresh (the contenders of a shape share each round's), instead of replaying round 1's
      graph. A record of an older version replayed round 1's graph (fresh_inputs false, the default).
+  11 The GPU's power against its limit: RoundStats.power_w and HealthSnapshot.power_instant_w (NVML's
+     instantaneous board power right after the samples; HealthSnapshot.power_w is NVML's averaged
+     reading) and FactsRecord.power_limit_w (the enforced limit). A heavy GEMM may draw more than the
+     limit for its first second of load, and reads slower once the controller pulls it under
+     (benchmarks/RESULTS.md, "On an H100 at 44088a6"). A record of an older version has none of them.
 """
 
 from __future__ import annotations
@@ -58,7 +63,7 @@ from typing import Annotated, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-SCHEMA_VERSION = 10
+SCHEMA_VERSION = 11
 
 # hung: stopped at the case's own time limit (the host went on with its next case).
 Status = Literal["ok", "unsupported", "unavailable", "failed", "crashed", "hung"]
@@ -216,6 +221,9 @@ class RoundStats(_Strict):
     # the same pair_id pair position by position. None: no contender to pair with.
     pair_id: Optional[str] = None
     paired_us: Optional[list[float]] = None
+    # Format >= 11. NVML's instantaneous board power right after the samples (HealthSnapshot.power_instant_w);
+    # above FactsRecord.power_limit_w the GPU was in a state it leaves within about a second of load.
+    power_w: Optional[float] = None
 
 
 class Stats(_Strict):
@@ -266,7 +274,8 @@ class HealthSnapshot(_Strict):
     sm_clock_mhz: Optional[int] = None
     mem_clock_mhz: Optional[int] = None
     temperature_c: Optional[int] = None
-    power_w: Optional[float] = None
+    power_w: Optional[float] = None  # NVML's board power, averaged (over ~1 s on recent GPUs)
+    power_instant_w: Optional[float] = None  # NVML's instantaneous board power (format >= 11)
     throttle_reasons: list[str] = Field(default_factory=list)
 
 
@@ -331,6 +340,8 @@ class FactsRecord(_Strict):
     # The SM clock the sweep ran at when the inventory had it locked (`clocks: lock`; None: not locked,
     # the GPU's own clock management ran, as in serving). Format >= 7.
     sm_clock_locked_mhz: Optional[int] = None
+    # The GPU's enforced power limit when the worker started (NVML), in watts. Format >= 11.
+    power_limit_w: Optional[float] = None
 
 
 class CaseRecord(_Strict):

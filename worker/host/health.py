@@ -26,6 +26,9 @@ _REASON_BITS = {
 CLOCK_DROP_TAINT = 0.10
 
 
+FI_POWER_INSTANT = 186  # NVML_FI_DEV_POWER_INSTANT (nvml.h): the field nvidia-smi's power.draw.instant reads
+
+
 class NvmlProbe:
     """NVML handle for the GPU torch is using; every reading tolerates a missing library or field."""
 
@@ -56,6 +59,19 @@ class NvmlProbe:
     def sm_clock_mhz(self) -> Optional[int]:
         return self._read("nvmlDeviceGetClockInfo", self._nvml.NVML_CLOCK_SM)
 
+    def power_instant_w(self) -> Optional[float]:
+        """The board's instantaneous power (NVML_FI_DEV_POWER_INSTANT); nvmlDeviceGetPowerUsage averages
+        over about a second on recent GPUs, too slow to see a case's first second over the limit."""
+        found = self._read("nvmlDeviceGetFieldValues", [FI_POWER_INSTANT])
+        if not found or getattr(found[0], "nvmlReturn", 1) != 0:
+            return None
+        return found[0].value.uiVal / 1000.0
+
+    def power_limit_w(self) -> Optional[float]:
+        """The power limit the GPU enforces now (NVML), in watts."""
+        limit = self._read("nvmlDeviceGetEnforcedPowerLimit")
+        return None if limit is None else limit / 1000.0
+
     def snapshot(self) -> HealthSnapshot:
         nv = self._nvml
         power = self._read("nvmlDeviceGetPowerUsage")
@@ -67,6 +83,7 @@ class NvmlProbe:
             mem_clock_mhz=self._read("nvmlDeviceGetClockInfo", nv.NVML_CLOCK_MEM),
             temperature_c=self._read("nvmlDeviceGetTemperature", nv.NVML_TEMPERATURE_GPU),
             power_w=None if power is None else power / 1000.0,
+            power_instant_w=self.power_instant_w(),
             throttle_reasons=decode_reasons(reasons or 0),
         )
 
@@ -120,6 +137,7 @@ def round_environment(
     if after is not None:
         env["sm_clock_mhz"] = after.sm_clock_mhz
         env["temperature_c"] = after.temperature_c
+        env["power_w"] = after.power_instant_w
         seen = set(after.throttle_reasons) | set(before.throttle_reasons if before else [])
         env["throttle_reasons"] = sorted(seen & _BAD_REASONS)
     return env

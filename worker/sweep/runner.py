@@ -682,7 +682,11 @@ def run_params(params: WorkerParams, results: Path) -> int:
             append_record(
                 results,
                 facts.model_copy(
-                    update={"calibration": runner.calibration, "sm_clock_locked_mhz": int(locked) if locked else None}
+                    update={
+                        "calibration": runner.calibration,
+                        "sm_clock_locked_mhz": int(locked) if locked else None,
+                        "power_limit_w": runner.probe.power_limit_w() if runner.probe else None,
+                    }
                 ),
             )
         if mode != "off" and runner.device.device == "cuda":  # where the calibration loaded them before it
