@@ -223,16 +223,17 @@ def test_facts_and_an_environment_that_differ_are_named_as_likely_causes(tmp_pat
         "processes": 2,
         "power_w": 550.0,
         "calibration": cal(800.0),
-        "facts": {"driver": "575.9", "flashinfer": "0.7.3", "sm_clock_locked_mhz": 1500},
+        "facts": {"driver": "575.9", "flashinfer": "0.7.3", "sm_clock_locked_mhz": 1500, "power_limit_w": 600.0},
     }
+    limit = {"power_limit_w": 700.0}
     make_fleet(
         tmp_path,
         "fleet",
         {
-            "h1": {"calibration": cal(990.0)},
-            "h2": {"calibration": cal(1000.0)},
+            "h1": {"calibration": cal(990.0), "facts": limit},
+            "h2": {"calibration": cal(1000.0), "facts": limit},
             "h3": slow,
-            "h4": {"calibration": cal(1010.0)},
+            "h4": {"calibration": cal(1010.0), "facts": {"power_limit_w": 702.0}},
         },
         seed=3,
     )
@@ -243,6 +244,7 @@ def test_facts_and_an_environment_that_differ_are_named_as_likely_causes(tmp_pat
     facts = {c["field"]: (c["value"], c["fleet"]) for c in hosts["h3"]["causes"] if c["code"] == "fact"}
     assert facts == {"driver": ("575.9", "580.1"), "flashinfer": ("0.7.3", None)}
     assert causes["clock-lock"] == {"code": "clock-lock", "mhz": 1500, "fleet_mhz": None}
+    assert causes["power-limit"] == {"code": "power-limit", "w": 600.0, "fleet_w": 700.0}  # h4's 702 W is not apart
     assert causes["temperature-higher"]["c"] == 83 and causes["temperature-higher"]["fleet_c"] == 45
     assert causes["throttled"]["reasons"] == ["hw_power_brake", "sw_thermal"] and causes["throttled"]["rounds"] == 36
     assert causes["power"] == {"code": "power", "w": 550.0, "fleet_w": 700.0}
@@ -257,6 +259,7 @@ def test_facts_and_an_environment_that_differ_are_named_as_likely_causes(tmp_pat
         "GPU at 83 °C vs 45 °C",
         "throttled (hw_power_brake, sw_thermal) in 36 rounds",
         "power 550 vs 700 W",
+        "power limit 600 W (fleet 700 W)",
         "up to 2 other processes on its GPU",
         "SM clock locked at 1500 MHz, the fleet's not locked",
         "driver 575.9 (fleet 580.1)",

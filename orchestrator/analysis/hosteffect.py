@@ -30,8 +30,8 @@ causes only say why.
 
 Causes are codes with facts (never sentences; views word them): the clock in the stream lower (both MHz),
 NVML's clock lower, a warmer GPU, throttle reasons seen, power readings apart from the fleet's, rounds
-timed tainted, the SM clock locked differently, other processes on the GPU, host facts that differ from the
-fleet's majority, and the GPU's calibration below the fleet median of its model (diff.calibration_deviations).
+timed tainted, the SM clock locked differently, an enforced power limit apart from the fleet's median, other
+processes on the GPU, host facts that differ from the fleet's majority, and the GPU's calibration below the fleet median of its model (diff.calibration_deviations).
 """
 
 from __future__ import annotations
@@ -61,6 +61,7 @@ FACT_CAUSES = ("gpu_name", "driver", "cuda", "torch", "flashinfer", "sgl_kernel"
 CLOCK_LOWER = 0.01  # a clock this much below the fleet's is a cause whatever the effect
 TEMPERATURE_HIGHER_C = 5.0  # a GPU this much warmer than the fleet's median
 POWER_APART = 0.05  # power readings this far (either way) from the fleet's median
+POWER_LIMIT_APART = 0.01  # an enforced power limit this far from most of the fleet's
 POLISH_ROUNDS = 200  # the alternation settles in tens; medians may flip between two values: then it stops here
 POLISH_TOLERANCE = 1e-10  # in log: far below any effect worth a digit
 MIN_CASES = 2  # an interval by t needs 2 cases at least
@@ -285,6 +286,8 @@ def _find_causes(rows: dict[str, HostEffect], used, side: Side, threshold: float
     fleet_env = {k: _median(e[k] for e in env.values()) for k in ("nvml_mhz", "temperature_c", "power_w")}
     facts = {s.slot: s.facts for s in side.slots if s.slot in rows and s.facts is not None}
     majority = {f: _majority([getattr(x, f) for x in facts.values()]) for f in (*FACT_CAUSES, "sm_clock_locked_mhz")}
+    # Power limits are numbers a few watts apart: the fleet's is their median, not a majority's value.
+    majority["power_limit_w"] = _median(x.power_limit_w for x in facts.values())
     slow_gpus = {}
     for c in calibration_deviations(side, threshold):
         if c["flagged"]:
@@ -363,13 +366,18 @@ def _environment_causes(e: dict, fleet: dict) -> list[dict]:
 
 def _fact_causes(facts, majority: dict) -> list[dict]:
     """Facts of the host that differ from the value most of the fleet has (a fleet without a majority for
-    a fact names no host for it); sm_clock_locked_mhz None is a GPU left to manage its own clock."""
+    a fact names no host for it); sm_clock_locked_mhz None is a GPU left to manage its own clock; the
+    power limit against the fleet's median limit."""
     if facts is None:
         return []
     out = []
     fleet_lock = majority["sm_clock_locked_mhz"]
     if fleet_lock is not NO_MAJORITY and facts.sm_clock_locked_mhz != fleet_lock:
         out.append({"code": "clock-lock", "mhz": facts.sm_clock_locked_mhz, "fleet_mhz": fleet_lock})
+    # A power limit set lower (nvidia-smi -pl) caps the heavy GEMMs' clock; None is a worker before format 11.
+    fleet_limit, limit = majority["power_limit_w"], facts.power_limit_w
+    if fleet_limit and limit is not None and abs(limit / fleet_limit - 1) >= POWER_LIMIT_APART:
+        out.append({"code": "power-limit", "w": limit, "fleet_w": fleet_limit})
     for f in FACT_CAUSES:
         if majority[f] is not NO_MAJORITY and getattr(facts, f) != majority[f]:
             out.append({"code": "fact", "field": f, "value": getattr(facts, f), "fleet": majority[f]})

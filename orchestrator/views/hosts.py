@@ -54,6 +54,8 @@ def cause_text(c: dict) -> str:
         return f"tainted in {c['cases']} cases"
     if code == "gpu-processes":
         return f"up to {c['max']} other processes on its GPU ({c['rounds']} rounds)"
+    if code == "power-limit":
+        return f"power limit {c['w']:.0f} W (fleet {c['fleet_w']:.0f} W)"
     if code == "clock-lock":
         return f"SM clock locked at {_lock(c['mhz'])}, the fleet's {_lock(c['fleet_mhz'])}"
     if code == "fact":
