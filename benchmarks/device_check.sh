@@ -548,15 +548,23 @@ for step in "$@"; do
 done
 pack() {  # PACK=FILE.tar.gz: $OUT as one file after every step (the device tool brings back few files)
     [ -n "${PACK:-}" ] && [ -n "${OUT:-}" ] || return 0
-    local part; part=$(mktemp /tmp/pack.XXXXXX)  # outside $OUT: tar reads a folder that must not change
-    tar -czf "$part" -C "$OUT" --exclude="./$(basename "$PACK")" . 2>/dev/null && mv "$part" "$PACK" || rm -f "$part"
+    # Written beside PACK, then renamed: a call killed midway leaves the last whole pack. tar exits 1 where a
+    # file changed while read (the part itself when PACK is inside $OUT): the pack is whole all the same.
+    local part="$PACK.part" name; name=$(basename "$PACK")
+    tar -czf "$part" -C "$OUT" --exclude="./$name" --exclude="./$name.part" . 2>/dev/null
+    if [ $? -le 1 ]; then mv "$part" "$PACK"; else rm -f "$part"; fi
 }
 
 setup
 for step in "$@"; do
     "step_${step//-/_}"
-    echo "== $step: exit $?"
+    rc=$?
+    echo "== $step: exit $rc"
     pack
+    if [ "$step" = jit ] && [ $rc -ne 0 ]; then  # every later step would time the sweep without FlashInfer
+        echo "jit failed: stopping before the steps that would time without FlashInfer"
+        collect; pack; exit 1
+    fi
 done
 collect
 pack

@@ -579,3 +579,22 @@ def test_a_backend_slower_everywhere_by_less_than_any_case_can_resolve_is_slower
         assert b["effect_low"] <= b["effect_ratio"] <= b["effect_high"] and b["effect_on_work"] == 0
         assert f"regression: {b['backend']} over its 12 cases B/A" in captured.err
     assert "over all cases: torch-bf16 SLOWER" in captured.err
+
+
+def test_a_power_limit_that_differs_is_a_fact_that_differs_only_where_both_sides_know_it(tmp_path, capsys):
+    """Format 11 records the enforced power limit; a side written before it does not know its limit, and
+    that is no difference."""
+    import json
+
+    store = make_run(tmp_path, "r", {"h1": 1.0, "h2": 1.0, "h3": 1.0}, seed=5)
+    for host, limit in (("h1", 700.0), ("h2", 600.0), ("h3", None)):
+        path = store.attempt_dir(host, 1) / "results.jsonl"
+        lines = path.read_text().splitlines()
+        facts = json.loads(lines[0])
+        facts["power_limit_w"] = limit
+        path.write_text("\n".join([json.dumps(facts), *lines[1:]]) + "\n")
+    assert main(["diff", "r:h1", "r:h2", "--runs-dir", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "host facts that differ" in out and "power_limit_w" in out and "600.0" in out
+    assert main(["diff", "r:h1", "r:h3", "--runs-dir", str(tmp_path)]) == 0
+    assert "power_limit_w" not in capsys.readouterr().out

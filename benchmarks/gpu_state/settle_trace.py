@@ -21,7 +21,7 @@ Conditions `heavy-kernels` and `kernels` (nothing before) list the kernels of ea
 replay (torch.profiler) beside its reading. `--case BACKEND:MxNxK` picks another case than the decode GEMM.
 
     python -m benchmarks.gpu_state.settle_trace trace [--orders up,down,shuffled] [--ms 400] [--out DIR]
-    python -m benchmarks.gpu_state.settle_trace rules DIR/settle-trace.json [--floor-ms 100] [--ref-from MS]
+    python -m benchmarks.gpu_state.settle_trace rules DIR/settle-trace.json [--peaks bf16=T,fp8=T] [--floor-ms 100] [--ref-from MS]
     python -m benchmarks.gpu_state.settle_trace decode [--procs 3] [--conditions first,heavy,...] [--case B:MxNxK] [--out DIR]
 
 Needs a CUDA GPU and pynvml. Prints Markdown; writes DIR/settle-trace.{md,json} or DIR/decode.md.
@@ -45,7 +45,6 @@ from benchmarks.harness import ROOT
 
 WINDOWS_MS = [(0, 10), (10, 25), (25, 50), (50, 100), (100, 200), (200, 300)]
 NVML_EVERY = 4  # replays between NVML readings: a reading leaves the GPU idle for a moment
-FI_POWER_INSTANT = 186  # NVML_FI_DEV_POWER_INSTANT
 
 
 def seed_cases(backends: list[str]):
@@ -69,31 +68,21 @@ def runnable(runner, case) -> bool:
 
 
 class Nvml:
-    def __init__(self):
-        import pynvml
+    """NVML's SM clock, clock-event reasons and instantaneous power, as the worker reads them (NvmlProbe)."""
 
-        pynvml.nvmlInit()
-        self.nv = pynvml
-        self.h = pynvml.nvmlDeviceGetHandleByIndex(0)
+    def __init__(self):
+        from worker.host.health import NvmlProbe
+
+        self.probe = NvmlProbe.for_current_device()
 
     def read(self) -> tuple:
-        nv = self.nv
-        try:
-            power = nv.nvmlDeviceGetFieldValues(self.h, [FI_POWER_INSTANT])[0]
-            watts = power.value.uiVal / 1e3 if power.nvmlReturn == 0 else None
-        except Exception:
-            watts = None
-        try:
-            reasons = nv.nvmlDeviceGetCurrentClocksEventReasons(self.h)
-        except Exception:
-            reasons = None
-        return nv.nvmlDeviceGetClockInfo(self.h, nv.NVML_CLOCK_SM), reasons, watts
+        if self.probe is None:
+            return None, None, None
+        snap = self.probe.snapshot()
+        return snap.sm_clock_mhz, snap.throttle_reasons, snap.power_instant_w
 
     def power_limit_w(self):
-        try:
-            return self.nv.nvmlDeviceGetEnforcedPowerLimit(self.h) / 1e3
-        except Exception:
-            return None
+        return None if self.probe is None else self.probe.power_limit_w()
 
 
 def trace_case(runner, case, ms: float, nvml: Nvml) -> dict:
@@ -165,28 +154,53 @@ def settle_stop(replays: list, cps: int, floor_ms: float, limit_ms: float) -> tu
     return None
 
 
+def floors(rows: list, settle_ms: float, peaks: dict[str, float]) -> list[float]:
+    """Each traced case's settling floor as the worker's Timer.settle_floor gives it, in the trace's order:
+    `settle_ms` for a heavy case (a call at its first replay's speed uses at least Tuning.heavy_load of the
+    family's calibrated peak, `peaks`: TFLOPS per operand family) and for the case right after one,
+    Tuning.light_settle_ms otherwise; without `peaks` every case is taken as heavy."""
+    from worker.contract.catalog import CATALOG
+    from worker.measure.tuning import TUNING
+
+    out, last_heavy = [], False
+    for r in rows:
+        spec = CATALOG.get(r["backend"])
+        peak = peaks.get(spec.family) if spec is not None else None
+        first_us = r["replays"][0][1] if r["replays"] else None
+        load = None if not peak or not first_us else r["flops"] / (peak * 1e12) / (first_us * 1e-6)
+        heavy = load is None or load >= TUNING.heavy_load
+        out.append(settle_ms if heavy or last_heavy else min(settle_ms, TUNING.light_settle_ms))
+        last_heavy = heavy
+    return out
+
+
 def rules_main(args) -> int:
     """Each traced case: where settling as the worker does it stops, what it would read there (its settled
     tail), against the trace at 250-350 ms (a reference settled for 300 ms) and from --ref-from on (the
-    case's own sustained state), with NVML's instantaneous power and clock where it stopped and at the end."""
+    case's own sustained state), with NVML's latest instantaneous power and clock where it stopped and at
+    the end (NVML refreshes them about every 100 ms)."""
     raw = args.json.read_bytes()
     doc = json.loads(gzip.decompress(raw) if args.json.suffix == ".gz" else raw)
     ref_from = args.ref_from if args.ref_from is not None else doc["ref_from"]
     limit = doc.get("power_limit_w")
+    peaks = (
+        dict((k, float(v)) for k, v in (kv.split("=", 1) for kv in args.peaks.split(",") if kv)) if args.peaks else {}
+    )
     lines = [
-        f"Settling as the worker does (floor {args.floor_ms:g} ms, limit {args.limit_ms:g} ms) on the traces of "
-        f"{args.json.name}; `300 ms`: the trace's median at 250–350 ms; `sustained`: from {ref_from:g} ms on; "
-        f"power limit {limit if limit is not None else 'unknown'} W",
+        f"Settling as the worker does (floor {args.floor_ms:g} ms for a heavy case and the one after it, "
+        + (f"light ones by the peaks {args.peaks}" if peaks else "every case taken as heavy (no --peaks)")
+        + f"; limit {args.limit_ms:g} ms) on the traces of {args.json.name}; `300 ms`: the trace's median at "
+        f"250–350 ms; `sustained`: from {ref_from:g} ms on; power limit {limit if limit is not None else 'unknown'} W",
         "",
-        "| order | backend | shape | stops at ms | reads µs | / 300 ms | / sustained | W at stop | W at end | "
+        "| order | backend | shape | floor ms | stops at ms | reads µs | / 300 ms | / sustained | W at stop | W at end | "
         "MHz at stop | MHz at end |",
-        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     outside, spent = [], []
     for order, rows in doc["traces"].items():
-        for r in rows:
+        for r, floor in zip(rows, floors(rows, args.floor_ms, peaks)):
             reps = r["replays"]
-            stop = settle_stop(reps, r["cps"], args.floor_ms, args.limit_ms)
+            stop = settle_stop(reps, r["cps"], floor, args.limit_ms)
             at300, end = window(reps, 250, 350), window(reps, ref_from, 1e12)
             nvml = [x for x in reps if len(x) > 2]
 
@@ -195,7 +209,7 @@ def rules_main(args) -> int:
                 return before[-1] if before else (nvml[0] if nvml else None)
 
             if stop is None:
-                lines.append(f"| {order} | {r['backend']} | {r['shape']} | (drifting) | | | | | | | |")
+                lines.append(f"| {order} | {r['backend']} | {r['shape']} | {floor:g} | (drifting) | | | | | | | |")
                 continue
             ms, tail = stop
             spent.append(ms)
@@ -210,7 +224,7 @@ def rules_main(args) -> int:
                 return "" if v is None else f"{v:.{p}f}"
 
             lines.append(
-                f"| {order} | {r['backend']} | {r['shape']} | {ms:.0f} | {reads:.2f} | {f(rel300)} | {f(relend)} | "
+                f"| {order} | {r['backend']} | {r['shape']} | {floor:g} | {ms:.0f} | {reads:.2f} | {f(rel300)} | {f(relend)} | "
                 f"{f(s[4] if s else None, 0)} | {f(e[4] if e else None, 0)} | {s[2] if s else ''} | {e[2] if e else ''} |"
             )
     lines += [
@@ -412,6 +426,12 @@ def main() -> int:
     r = sub.add_parser("rules", help="judge the worker's settling rule offline on a trace's JSON (no GPU)")
     r.add_argument("json", type=Path, help="settle-trace.json of `trace` (or it gzipped, .json.gz)")
     r.add_argument("--floor-ms", type=float, default=100.0, help="the least GPU ms a heavy case settles (settle_ms)")
+    r.add_argument(
+        "--peaks",
+        default="",
+        help="the GPU's calibrated TFLOPS per operand family, e.g. bf16=796.57,fp8=1425.18 (the facts' calibration): "
+        "which cases are light, as the worker tells; without it every case settles the heavy floor",
+    )
     r.add_argument("--limit-ms", type=float, default=100.0, help="settle_ms, whose SETTLE_MAX_FACTOR x caps it")
     r.add_argument("--ref-from", type=float, default=None, help="the sustained state from this ms on (the trace's)")
     r.add_argument("--out", type=Path, default=None, help="also write the Markdown here")

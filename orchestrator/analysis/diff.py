@@ -58,6 +58,7 @@ FACT_FIELDS = (
     "device",
     "sm_count",
     "gpu_memory_gb",
+    "power_limit_w",
 )
 MAD_SCALE = 1.4826  # MAD of a normal distribution -> its standard deviation
 OUTLIER_Z = 3.5
@@ -295,9 +296,17 @@ def _facts_of(side: Side) -> dict[str, str]:
     return {f: " | ".join(sorted(v)) for f, v in values.items()}
 
 
+# Facts a worker before some format did not record: a difference only where both sides know them.
+FACTS_SINCE = {"power_limit_w": 11}
+
+
 def fact_differences(a: Side, b: Side) -> list[FactDiff]:
     fa, fb = _facts_of(a), _facts_of(b)
-    return [FactDiff(f, fa.get(f, "?"), fb.get(f, "?")) for f in FACT_FIELDS if fa.get(f) != fb.get(f)]
+    return [
+        FactDiff(f, fa.get(f, "?"), fb.get(f, "?"))
+        for f in FACT_FIELDS
+        if fa.get(f) != fb.get(f) and not (f in FACTS_SINCE and "None" in (fa.get(f), fb.get(f)))
+    ]
 
 
 MEDIAN_SE_FACTOR = math.sqrt(math.pi / 2)  # standard error of a median / that of a mean, normal data

@@ -24,6 +24,7 @@ ROW_CUT_SHORT = "cut-short"  # rounds, planned, attempt, outcome ("" when that a
 ROW_OTHER_SOFTWARE = "other-software"  # attempt, changed: the row's numbers are that attempt's alone
 # watts, limit_w, rounds: a round's samples ended with the GPU drawing more than its enforced power limit
 ROW_OVER_POWER = "over-power-limit"
+OVER_POWER_LIMIT = 0.01  # a reading this share above the limit is over it (at the limit, readings scatter)
 
 
 @dataclass
@@ -78,7 +79,8 @@ class Row:
     verdict: Optional[str] = None
     integrity: Optional[str] = None  # "pass", or the integrity checks failed, "+"-joined (worker/check/integrity.py)
     tainted: Optional[bool] = None
-    # NVML's instantaneous board power right after the samples, the highest of the rounds (format >= 11)
+    # NVML's latest instantaneous board power after the samples (it refreshes about every 100 ms), the highest
+    # of the rounds (format >= 11)
     power_w: Optional[float] = None
     attempt: Optional[int] = None
     case_id: str = ""
@@ -160,8 +162,8 @@ def merged_rows(store: RunStore, slots: Optional[list[SlotData]] = None) -> list
                 notes.append(RowNote(ROW_OTHER_SOFTWARE, {"attempt": attempt, "changed": data.changed[attempt]}))
             power = max((r.power_w for r in t.rounds if r.power_w is not None), default=None) if t else None
             limit = data.facts.power_limit_w if data.facts else None
-            if power is not None and limit and power > limit:
-                over = sum(1 for r in t.rounds if r.power_w is not None and r.power_w > limit)
+            if power is not None and limit and power > limit * (1 + OVER_POWER_LIMIT):
+                over = sum(1 for r in t.rounds if r.power_w is not None and r.power_w > limit * (1 + OVER_POWER_LIMIT))
                 notes.append(RowNote(ROW_OVER_POWER, {"watts": power, "limit_w": limit, "rounds": over}))
             rows.append(
                 Row(

@@ -49,7 +49,7 @@ run's records: reruns use the worker the run started with):
      allocated afresh (the contenders of a shape share each round's), instead of replaying round 1's
      graph. A record of an older version replayed round 1's graph (fresh_inputs false, the default).
   11 The GPU's power against its limit: RoundStats.power_w and HealthSnapshot.power_instant_w (NVML's
-     instantaneous board power right after the samples; HealthSnapshot.power_w is NVML's averaged
+     latest instantaneous board power after the samples; HealthSnapshot.power_w is NVML's averaged
      reading) and FactsRecord.power_limit_w (the enforced limit). A heavy GEMM may draw more than the
      limit for its first second of load, and reads slower once the controller pulls it under
      (benchmarks/RESULTS.md, "On an H100 at 44088a6"). A record of an older version has none of them.
@@ -221,8 +221,9 @@ class RoundStats(_Strict):
     # the same pair_id pair position by position. None: no contender to pair with.
     pair_id: Optional[str] = None
     paired_us: Optional[list[float]] = None
-    # Format >= 11. NVML's instantaneous board power right after the samples (HealthSnapshot.power_instant_w);
-    # above FactsRecord.power_limit_w the GPU was in a state it leaves within about a second of load.
+    # Format >= 11. NVML's latest instantaneous board power after the samples (HealthSnapshot.power_instant_w;
+    # NVML refreshes it about every 100 ms); above FactsRecord.power_limit_w the GPU was in a state it leaves
+    # within about a second of load.
     power_w: Optional[float] = None
 
 

@@ -55,10 +55,41 @@ def test_a_plateau_before_a_late_descent_fools_the_rule_and_the_report_says_so(t
     assert text.strip() in capsys.readouterr().out
     rows = [line for line in text.splitlines() if line.startswith("| shuffled |")]
     descent = [p.strip() for p in rows[0].strip("|").split("|")]
-    assert descent[4] == "10.00" and descent[6] == "0.909"  # 10 µs against the sustained 11
+    assert descent[3] == "100" and descent[5] == "10.00" and descent[7] == "0.909"  # 10 µs against the sustained 11
     flat_row = [p.strip() for p in rows[1].strip("|").split("|")]
-    assert flat_row[5] == "1.000" and flat_row[6] == "1.000"
+    assert flat_row[6] == "1.000" and flat_row[7] == "1.000"
     assert "beyond ±5% of the sustained state where settling stops: 1 (torch-fp8 512x2048x6144)" in text
     assert "power limit 700.0 W" in text
-    assert descent[7:] == ["600", "600", "1500", "1500"]  # NVML's watts and MHz where it stopped and at the end
-    assert f"settling would take {float(descent[3]) + float(flat_row[3]):.0f} GPU ms over the 2 cases" in text
+    assert descent[8:] == ["600", "600", "1500", "1500"]  # NVML's watts and MHz where it stopped and at the end
+    assert f"settling would take {float(descent[4]) + float(flat_row[4]):.0f} GPU ms over the 2 cases" in text
+
+
+def test_settle_stop_is_the_workers_own_rule_replayed():
+    """The same per-call times through worker/measure/timing.py `_settle` stop at the same GPU ms with the
+    same tail; a trace that never stops drifting is reported as drifting, not as settled."""
+    from worker.measure.timing import _settle
+
+    for shape in (flat, late_descent):
+        t = trace(shape)
+        reps = iter(t["replays"])
+        done = _settle(lambda: next(reps)[1], t["cps"], 100.0)
+        ms, tail = settle_trace.settle_stop(t["replays"], t["cps"], floor_ms=100, limit_ms=100)
+        assert abs(ms - done.spent_ms) < 1e-9 and tail == done.tail
+    climbing = trace(lambda ms: 10.0 + ms / 20.0, ms=1200)  # +1% every 2 ms of GPU time, to the end
+    assert settle_trace.settle_stop(climbing["replays"], climbing["cps"], floor_ms=100, limit_ms=100) is None
+
+
+def test_light_cases_settle_the_light_floor_unless_they_follow_a_heavy_one():
+    """As Timer.settle_floor: with the GPU's peaks a case whose first replay uses < heavy_load of its
+    family's peak is light (10 ms), except right after a heavy case; without peaks every case is heavy."""
+    from worker.measure.tuning import TUNING
+
+    def case(backend, flops, us):
+        return {"backend": backend, "flops": flops, "replays": [[0.0, us]]}
+
+    # bf16 peak 800 TFLOPS: 8e8 flops in 10 us use 10% of it; 4e9 flops in 10 us 50%
+    rows = [case("torch-bf16", 8e8, 10.0), case("torch-bf16", 4e9, 10.0), case("torch-fp8", 8e8, 10.0)]
+    rows.append(case("torch-fp8", 8e8, 10.0))
+    got = settle_trace.floors(rows, 100.0, {"bf16": 800.0, "fp8": 1600.0})
+    assert got == [TUNING.light_settle_ms, 100.0, 100.0, TUNING.light_settle_ms]
+    assert settle_trace.floors(rows, 100.0, {}) == [100.0] * 4
