@@ -140,7 +140,8 @@ def window(replays: list, a: float, b: float) -> float | None:
 def settle_stop(replays: list, cps: int, floor_ms: float, limit_ms: float) -> tuple[float, list[float]] | None:
     """Where the worker's settling rule (worker/measure/timing.py `_settle`, each replay of `cps` calls one
     batch) stops on this trace: (GPU ms spent, the settled tail), or None where it would still be drifting at
-    the trace's end or at its limit (SETTLE_MAX_FACTOR x limit_ms)."""
+    the trace's end or at its limit (SETTLE_MAX_FACTOR x limit_ms). Its stopping test is the worker's own
+    `drifting`; the GPU ms are the trace's, which `_settle` fed the rounded per-call times would sum apart."""
     from worker.measure.timing import SETTLE_MAX_FACTOR, drifting
 
     seen: list[float] = []
@@ -155,23 +156,30 @@ def settle_stop(replays: list, cps: int, floor_ms: float, limit_ms: float) -> tu
 
 
 def floors(rows: list, settle_ms: float, peaks: dict[str, float]) -> list[float]:
-    """Each traced case's settling floor as the worker's Timer.settle_floor gives it, in the trace's order:
-    `settle_ms` for a heavy case (a call at its first replay's speed uses at least Tuning.heavy_load of the
-    family's calibrated peak, `peaks`: TFLOPS per operand family) and for the case right after one,
-    Tuning.light_settle_ms otherwise; without `peaks` every case is taken as heavy."""
+    """Each traced case's settling floor as the worker's Timer.settle_floor gives it, in the trace's order: a
+    case's load is the share of its family's calibrated peak (`peaks`: TFLOPS per operand family) a call at
+    its first replay's speed uses; without `peaks` every case is taken as heavy (load unknown)."""
     from worker.contract.catalog import CATALOG
-    from worker.measure.tuning import TUNING
+    from worker.measure.timing import Timer
 
-    out, last_heavy = [], False
+    timer, out = Timer(), []
     for r in rows:
         spec = CATALOG.get(r["backend"])
         peak = peaks.get(spec.family) if spec is not None else None
         first_us = r["replays"][0][1] if r["replays"] else None
         load = None if not peak or not first_us else r["flops"] / (peak * 1e12) / (first_us * 1e-6)
-        heavy = load is None or load >= TUNING.heavy_load
-        out.append(settle_ms if heavy or last_heavy else min(settle_ms, TUNING.light_settle_ms))
-        last_heavy = heavy
+        out.append(timer.settle_floor(settle_ms, load))
     return out
+
+
+def _nvml_at(nvml_rows: list, ms: float):
+    """The latest NVML reading of a trace at `ms` (the first one, before any)."""
+    before = [x for x in nvml_rows if x[0] <= ms]
+    return before[-1] if before else (nvml_rows[0] if nvml_rows else None)
+
+
+def _num(v, digits: int = 3) -> str:
+    return "" if v is None else f"{v:.{digits}f}"
 
 
 def rules_main(args) -> int:
@@ -203,29 +211,21 @@ def rules_main(args) -> int:
             stop = settle_stop(reps, r["cps"], floor, args.limit_ms)
             at300, end = window(reps, 250, 350), window(reps, ref_from, 1e12)
             nvml = [x for x in reps if len(x) > 2]
-
-            def near(ms):
-                before = [x for x in nvml if x[0] <= ms]
-                return before[-1] if before else (nvml[0] if nvml else None)
-
             if stop is None:
                 lines.append(f"| {order} | {r['backend']} | {r['shape']} | {floor:g} | (drifting) | | | | | | | |")
                 continue
             ms, tail = stop
             spent.append(ms)
             reads = statistics.median(tail)
-            s, e = near(ms), nvml[-1] if nvml else None
+            s, e = _nvml_at(nvml, ms), nvml[-1] if nvml else None
             rel300 = reads / at300 if at300 else None
             relend = reads / end if end else None
             if relend is not None and abs(relend - 1) > 0.05:
                 outside.append(f"{r['backend']} {r['shape']}")
-
-            def f(v, p=3):
-                return "" if v is None else f"{v:.{p}f}"
-
             lines.append(
-                f"| {order} | {r['backend']} | {r['shape']} | {floor:g} | {ms:.0f} | {reads:.2f} | {f(rel300)} | {f(relend)} | "
-                f"{f(s[4] if s else None, 0)} | {f(e[4] if e else None, 0)} | {s[2] if s else ''} | {e[2] if e else ''} |"
+                f"| {order} | {r['backend']} | {r['shape']} | {floor:g} | {ms:.0f} | {reads:.2f} | {_num(rel300)} | "
+                f"{_num(relend)} | {_num(s[4] if s else None, 0)} | {_num(e[4] if e else None, 0)} | "
+                f"{s[2] if s else ''} | {e[2] if e else ''} |"
             )
     lines += [
         "",

@@ -162,8 +162,9 @@ def merged_rows(store: RunStore, slots: Optional[list[SlotData]] = None) -> list
                 notes.append(RowNote(ROW_OTHER_SOFTWARE, {"attempt": attempt, "changed": data.changed[attempt]}))
             power = max((r.power_w for r in t.rounds if r.power_w is not None), default=None) if t else None
             limit = data.facts.power_limit_w if data.facts else None
-            if power is not None and limit and power > limit * (1 + OVER_POWER_LIMIT):
-                over = sum(1 for r in t.rounds if r.power_w is not None and r.power_w > limit * (1 + OVER_POWER_LIMIT))
+            over_w = limit * (1 + OVER_POWER_LIMIT) if limit else None
+            if power is not None and over_w is not None and power > over_w:
+                over = sum(1 for r in t.rounds if r.power_w is not None and r.power_w > over_w)
                 notes.append(RowNote(ROW_OVER_POWER, {"watts": power, "limit_w": limit, "rounds": over}))
             rows.append(
                 Row(
