@@ -50,12 +50,12 @@ def units_of(cases: list[CaseSpec], grouped: bool) -> list[list[CaseSpec]]:
     return list(units.values())
 
 
-def duel(runner, records: list[CaseRecord], spec_of: Callable, tuning: Tuning = TUNING) -> list[CaseRecord]:
+def duel(runner, records: list[CaseRecord], tuning: Tuning = TUNING) -> list[CaseRecord]:
     """`records` (a unit's ok records after this round, each case timed on its own) with this round paired:
     the graphs `runner` keeps for them replayed interleaved (worker/measure/interleave.py), each case's samples
     of it in its latest round's `paired_us` under one `pair_id`. A case whose graph is not kept (beyond the
     keep budget, or a one-round sweep) stays unpaired; with fewer than two left, nothing is timed. `tuning`:
-    the group's settling floor (as Timer.settle_floor) and its cycles (Tuning.paired_cycles: 6 twos, ~12 x
+    the group's settling floor (Tuning.light_settle_ms) and its cycles (Tuning.paired_cycles: 6 twos, ~12 x
     2 ms per member)."""
     from ..measure.interleave import time_group
 
@@ -64,14 +64,10 @@ def duel(runner, records: list[CaseRecord], spec_of: Callable, tuning: Tuning = 
     if len(members) < 2:
         return records
     opts = records[members[0][0]].case.timing
-    loads = []
-    for i, k in members:
-        spec = spec_of(records[i].case)
-        loads.append(
-            None if isinstance(spec, str) else runner.load_share(records[i].case, spec, k.graph.per_call_s * 1e6)
-        )
-    heavy = any(v is None or v >= tuning.heavy_load for v in loads)
-    floor = opts.settle_ms if heavy else min(opts.settle_ms, tuning.light_settle_ms)
+    # The light floor even for a heavy unit: its members were each just timed in their own settled state, so
+    # the GPU is loaded already, and the pairs' ratio is taken in one shared state, which moves it with
+    # neither the clock nor the power. Settling still runs until the group's cycles stop drifting.
+    floor = min(opts.settle_ms, tuning.light_settle_ms)
     group = time_group(
         [k.graph for _, k in members],
         opts,

@@ -880,7 +880,7 @@ def _run_cases(
                 for rec in timed:
                     restored(rec.case)
                 try:
-                    timed = duel(runner, timed, _spec_of, runner.timer.tuning)
+                    timed = duel(runner, timed, runner.timer.tuning)
                 except Exception as exc:  # the pairing is beside the numbers: without it, the rounds stand unpaired
                     print(
                         f"fleetbench: the head-to-head timing of {', '.join(r.case.backend for r in timed)} "
