@@ -110,7 +110,16 @@ def _note(row: Row) -> str:
     if row.tainted:
         parts.append("TAINTED: GPU throttled during timing")
     if row.rel_ci is not None and row.rel_ci > NOISY_REL_CI:
-        parts.append(f"noisy (CI {plus_minus(row.rel_ci)})")
+        if row.rounds_stop == "target":
+            # Stopped sure with its time's interval this wide: its work was what was sure (worker/contract/
+            # pairing.py case_is_sure), so the clock moved between its rounds; "noisy" beside "sure" would
+            # contradict itself.
+            parts.append(
+                f"its time moved between rounds (CI {plus_minus(row.rel_ci)}) with the SM clock; its work "
+                "(time × in-stream clock) held, so it stopped sure"
+            )
+        else:
+            parts.append(f"noisy (CI {plus_minus(row.rel_ci)})")
     return "; ".join(parts)
 
 
