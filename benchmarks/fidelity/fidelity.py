@@ -18,7 +18,10 @@ of each run (the median of its rounds, as the table shows it) against the refere
 this process (after one discarded timing: a process's first graph timing reads low): the median of
 `--reference-passes` (3) timings of the case, one per pass over every case, forward then reversed, with
 their spread. One timing is not a yardstick for a power-capped case: two in one lease read torch-fp8
-512x2048 15.16 and 16.73 µs (benchmarks/RESULTS.md).
+512x2048 15.16 and 16.73 µs (benchmarks/RESULTS.md). Then torch-fp8 against flashinfer-fp8-cublas: each
+run's paired ratio (head-to-head, one shared clock) against their references' ratio of times and of work
+(each timing's time x the SM clock it ran at, read in its stream by the worker's StreamClock): at the
+power cap each reference runs at its own clock, and only the work leaves that out.
 
     python -m benchmarks.fidelity.fidelity --runs RUN_A RUN_B [--reference-passes 3] [--out FILE.md]
 
@@ -36,6 +39,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Optional
 
 from benchmarks.harness import ROOT
 
@@ -62,6 +66,14 @@ def reference_us(
     backend: str, m: int, n: int, k: int, cold: bool, replays: int = 30, settle_ms: float = 300.0
 ) -> float:
     """The independent reference (module docstring): median µs per call."""
+    return reference(backend, m, n, k, cold, replays, settle_ms)[0]
+
+
+def reference(
+    backend: str, m: int, n: int, k: int, cold: bool, replays: int = 30, settle_ms: float = 300.0, clock=None
+) -> tuple[float, Optional[float]]:
+    """The independent reference (module docstring): (median µs per call, the SM clock its timed replays ran
+    at in MHz, read in their stream by `clock`, a worker StreamClock; None without one)."""
     import torch
 
     def fp8(x):
@@ -127,13 +139,20 @@ def reference_us(
     end.record()
     end.synchronize()
     times = []
+    first = clock.stamp() if clock is not None else None
     for _ in range(replays):
         start.record()
         graph.replay()
         end.record()
         end.synchronize()
         times.append(start.elapsed_time(end) * 1e3 / (rotations * len(calls)))
-    return statistics.median(times)
+    mhz = None
+    if clock is not None:
+        last = clock.stamp()
+        torch.cuda.synchronize()
+        mhz = clock.mhz(first, last)
+        clock.reset()
+    return statistics.median(times), mhz
 
 
 def compare(shapes, backends, repeat: int, reference_settle_ms: float = 300.0):
@@ -223,12 +242,20 @@ def runs_against_reference(
     within = [0] * len(run_dirs)
     counted = [0] * len(run_dirs)
     ratios: list[list[float]] = [[] for _ in run_dirs]
+    clock = None
     if medians:  # the first graph timing of a process reads low (worker/measure/timing.py): the reference's too
+        from worker.measure.streamclock import StreamClock
+
+        clock = StreamClock.open()
         reference_us(*min(medians), True, settle_ms=reference_settle_ms)
     refs: dict[tuple, list[float]] = {}
+    clocks: dict[tuple, list[float]] = {}
     for p in range(passes):
         for cell in sorted(medians, reverse=bool(p % 2)):
-            refs.setdefault(cell, []).append(reference_us(*cell, True, settle_ms=reference_settle_ms))
+            us, mhz = reference(*cell, True, settle_ms=reference_settle_ms, clock=clock)
+            refs.setdefault(cell, []).append(us)
+            if mhz:
+                clocks.setdefault(cell, []).append(mhz)
     for (backend, m, n, k), got in sorted(medians.items()):
         timings = refs[(backend, m, n, k)]
         ref = statistics.median(timings)
@@ -250,8 +277,16 @@ def runs_against_reference(
         f"- run {i + 1} ({Path(r).name}): {within[i]} of {counted[i]} within ±5% of the reference"
         for i, r in enumerate(run_dirs)
     ]
+    if medians and clock is None:
+        lines.append(f"- no SM clock read in the references' stream ({StreamClock.problem}): their work is not shown")
     references = {cell: statistics.median(t) for cell, t in refs.items()}
-    lines += ["", *paired_against_references(run_dirs, references)]
+    # Each pass's reference is one settled timing: its work is its time x the clock that timing ran at.
+    works = {
+        cell: statistics.median(t * c for t, c in zip(refs[cell], cs))
+        for cell, cs in clocks.items()
+        if len(cs) == len(refs[cell])
+    }
+    lines += ["", *paired_against_references(run_dirs, references, works=works)]
     return "\n".join(lines) + "\n", ratios
 
 
@@ -261,23 +296,35 @@ PAIR = ("torch-fp8", "flashinfer-fp8-cublas")
 PAIR_AGREES = 0.01
 
 
-def paired_against_references(run_dirs: list[Path], references: dict[tuple, float], pair=PAIR) -> list[str]:
+def paired_against_references(
+    run_dirs: list[Path], references: dict[tuple, float], pair=PAIR, works: Optional[dict[tuple, float]] = None
+) -> list[str]:
     """Markdown lines: per run and shape, B/A of `pair` from the run's paired samples (`fleetbench versus`'s
     interval), the ratio of the two cases' own medians and the ratio of their references (`references`: per
-    (backend, M, N, K) the reference µs); whether paired / references is within PAIR_AGREES of 1."""
+    (backend, M, N, K) the reference µs); whether paired / references is within PAIR_AGREES of 1. With `works`
+    (per (backend, M, N, K) the reference's time x the SM clock it ran at, read in its stream), also the
+    references' ratio of work: the pairs share one clock, each reference ran at its own, so where the two
+    draw different power at the power cap their times' ratio holds the clocks' ratio too, their work's
+    does not."""
     from orchestrator.analysis.headtohead import DEFAULT_TIE, contests_of
     from orchestrator.runs.slots import load_slots
     from orchestrator.runs.store import RunStore
 
     a, b = pair
+    works = works or {}
     lines = [
-        f"{b} / {a} head-to-head (the run's paired samples, 95% interval) against the ratio of their references:",
+        f"{b} / {a} head-to-head (the run's paired samples, 95% interval) against the ratio of their references"
+        + (" (and of their work: time x the SM clock each ran at, read in its stream)" if works else "")
+        + ":",
         "",
-        "| run | M | N | K | paired B/A [95%] | B/A of the run's medians | B/A of the references | paired / references |",
-        "|---:|---:|---:|---:|---|---:|---:|---:|",
+        "| run | M | N | K | paired B/A [95%] | B/A of the run's medians | B/A of the references | paired / references |"
+        + (" B/A of the references' work | paired / references' work |" if works else ""),
+        "|---:|---:|---:|---:|---|---:|---:|---:|" + ("---:|---:|" if works else ""),
     ]
     agree = [0] * len(run_dirs)
+    agree_work = [0] * len(run_dirs)
     judged = [0] * len(run_dirs)
+    judged_work = [0] * len(run_dirs)
     for i, run in enumerate(run_dirs):
         for slot in load_slots(RunStore(run)):
             for c in contests_of(slot, a, b, DEFAULT_TIE):
@@ -288,15 +335,26 @@ def paired_against_references(run_dirs: list[Path], references: dict[tuple, floa
                 off = c.ratio / by_refs - 1
                 judged[i] += 1
                 agree[i] += abs(off) <= PAIR_AGREES
-                lines.append(
+                line = (
                     f"| {i + 1} | {c.m} | {c.n} | {c.k} | {c.ratio:.4f} [{c.low:.4f}, {c.high:.4f}] | "
                     f"{c.b_us / c.a_us:.4f} | {by_refs:.4f} | {off:+.1%}{' **' if abs(off) > PAIR_AGREES else ''} |"
                 )
+                work_a, work_b = works.get((a, c.m, c.n, c.k)), works.get((b, c.m, c.n, c.k))
+                if works and work_a and work_b:
+                    by_work = work_b / work_a
+                    off_work = c.ratio / by_work - 1
+                    judged_work[i] += 1
+                    agree_work[i] += abs(off_work) <= PAIR_AGREES
+                    line += f" {by_work:.4f} | {off_work:+.1%}{' **' if abs(off_work) > PAIR_AGREES else ''} |"
+                elif works:
+                    line += " | |"
+                lines.append(line)
     lines.append("")
-    lines += [
-        f"- run {i + 1}: paired within {PAIR_AGREES:.0%} of the references' ratio on {agree[i]} of {judged[i]} shapes"
-        for i in range(len(run_dirs))
-    ]
+    for i in range(len(run_dirs)):
+        lines.append(
+            f"- run {i + 1}: paired within {PAIR_AGREES:.0%} of the references' ratio on {agree[i]} of {judged[i]} shapes"
+            + (f"; of their work's on {agree_work[i]} of {judged_work[i]}" if works else "")
+        )
     return lines
 
 

@@ -14,7 +14,7 @@ round (RoundStats.pair_id, paired_us); worker/contract/pairing.py turns it into 
 from __future__ import annotations
 
 import secrets
-from typing import Callable, Optional
+from typing import Optional
 
 from ..contract.schema import CaseRecord, CaseSpec
 from ..measure.tuning import TUNING, Tuning

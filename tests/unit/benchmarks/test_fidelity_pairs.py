@@ -63,3 +63,28 @@ def test_each_row_shows_the_runs_own_medians_beside_the_pairs(run):
     # a shape without a reference is left out, not guessed
     del refs[(a, 16, 768, 6144)]
     assert len(rows(paired_against_references([run], refs))) == 11
+
+
+def test_a_pair_off_its_references_times_by_their_clocks_agrees_with_their_work(run):
+    """Two references that ran at clocks 5% apart (the power cap, each in its own state) read a times' ratio
+    5% off the pairs', which share one clock; their work (time x clock) holds no clock, and agrees."""
+    a, b = PAIR
+    found = contests(run)
+    refs, works = {}, {}
+    for c in found:
+        refs[(a, c.m, c.n, c.k)], works[(a, c.m, c.n, c.k)] = 10.0, 10.0 * 1500.0
+        refs[(b, c.m, c.n, c.k)] = 10.0 * c.ratio * 1.05  # B's own clock 5% lower than A's
+        works[(b, c.m, c.n, c.k)] = refs[(b, c.m, c.n, c.k)] * 1500.0 / 1.05
+    lines = paired_against_references([run], refs, works=works)
+    assert "of their work" in lines[0] and lines[2].endswith(
+        "| B/A of the references' work | paired / references' work |"
+    )
+    got = rows(lines)
+    assert len(got) == 12 and all(r[7] == "-4.8% **" and r[9] in ("+0.0%", "-0.0%") for r in got)
+    assert lines[-1] == (
+        "- run 1: paired within 1% of the references' ratio on 0 of 12 shapes; of their work's on 12 of 12"
+    )
+    # a shape whose references have no clock gets no work columns' figures, and is not counted for them
+    del works[(b, 16, 768, 6144)]
+    lines = paired_against_references([run], refs, works=works)
+    assert lines[-1].endswith("of their work's on 11 of 11")
