@@ -277,8 +277,6 @@ def runs_against_reference(
         f"- run {i + 1} ({Path(r).name}): {within[i]} of {counted[i]} within ±5% of the reference"
         for i, r in enumerate(run_dirs)
     ]
-    if medians and clock is None:
-        lines.append(f"- no SM clock read in the references' stream ({StreamClock.problem}): their work is not shown")
     references = {cell: statistics.median(t) for cell, t in refs.items()}
     # Each pass's reference is one settled timing: its work is its time x the clock that timing ran at.
     works = {
@@ -286,6 +284,9 @@ def runs_against_reference(
         for cell, cs in clocks.items()
         if len(cs) == len(refs[cell])
     }
+    if medians and not works:
+        why = StreamClock.problem if clock is None else "no stamp read a clock"
+        lines.append(f"- no SM clock read in the references' stream ({why}): their work is not shown")
     lines += ["", *paired_against_references(run_dirs, references, works=works)]
     return "\n".join(lines) + "\n", ratios
 

@@ -110,16 +110,7 @@ def _note(row: Row) -> str:
     if row.tainted:
         parts.append("TAINTED: GPU throttled during timing")
     if row.rel_ci is not None and row.rel_ci > NOISY_REL_CI:
-        if row.rounds_stop == "target":
-            # Stopped sure with its time's interval this wide: its work was what was sure (worker/contract/
-            # pairing.py case_is_sure), so the clock moved between its rounds; "noisy" beside "sure" would
-            # contradict itself.
-            parts.append(
-                f"its time moved between rounds (CI {plus_minus(row.rel_ci)}) with the SM clock; its work "
-                "(time × in-stream clock) held, so it stopped sure"
-            )
-        else:
-            parts.append(f"noisy (CI {plus_minus(row.rel_ci)})")
+        parts.append(f"noisy (CI {plus_minus(row.rel_ci)})")
     return "; ".join(parts)
 
 
@@ -191,8 +182,9 @@ def rows_document(rows: list[Row], title: str = "") -> Document:
         optional=("rel_err", "check", "% SoL", "TFLOPS", "label", "rounds"),
         last_resort=("note", "host"),
         caption="% SoL: speed of light (this GPU's measured peaks) / median; "
-        "m = math-bound, b = memory-bound; rounds: sure = its interval narrow enough, "
-        "cap = the rounds cap came first"
+        "m = math-bound, b = memory-bound; rounds: sure = the interval of its time, or of its work (time × "
+        "in-stream clock, judged with the run's spread), narrow enough; cap = the rounds cap came first; "
+        "noisy: its time's interval"
         if any(r.pct_sol is not None for r in rows)
         else "",
     )

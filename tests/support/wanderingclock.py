@@ -26,4 +26,4 @@ class FakeGraph:
 
     def replay_us(self) -> float:
         self.order.append(self.name)
-        return self.us * self.gpu.tick() * (1 + random.gauss(0, 0.002))
+        return self.us * self.gpu.tick() * (1 + self.gpu.rng.gauss(0, 0.002))

@@ -65,8 +65,8 @@ def duel(runner, records: list[CaseRecord], tuning: Tuning = TUNING) -> list[Cas
         return records
     opts = records[members[0][0]].case.timing
     # The light floor even for a heavy unit: its members were each just timed in their own settled state, so
-    # the GPU is loaded already, and the pairs' ratio is taken in one shared state, which moves it with
-    # neither the clock nor the power. Settling still runs until the group's cycles stop drifting.
+    # the GPU is loaded already, and the pairs need one state shared by all, not a sustained one. Settling
+    # still runs until the group's cycles stop drifting.
     floor = min(opts.settle_ms, tuning.light_settle_ms)
     group = time_group(
         [k.graph for _, k in members],

@@ -88,3 +88,5 @@ def test_a_pair_off_its_references_times_by_their_clocks_agrees_with_their_work(
     del works[(b, 16, 768, 6144)]
     lines = paired_against_references([run], refs, works=works)
     assert lines[-1].endswith("of their work's on 11 of 11")
+    unclocked = [r for r in rows(lines) if (r[1], r[2]) == ("16", "768")]
+    assert len(unclocked) == 1 and len(unclocked[0]) == 10 and unclocked[0][8:] == ["", ""]
