@@ -81,7 +81,9 @@ def test_a_user_kernel_reaches_neither_a_builtins_calls_nor_its_record(tmp_path,
     assert code == 0, err
     assert {rows[b]["status"] for b in ("torch-bf16", "patcher", "forger")} == {"ok"}
     # The patch stayed in the user kernels' process: torch-bf16 (16x64x128, microseconds) is not 2 ms slower.
-    assert float(rows["torch-bf16"]["median_us"]) < 1000, rows["torch-bf16"]
+    # Its fastest tenth: a leaked patch slows every call, a busy 2-core CI machine only some (its median read
+    # 8 ms once under load).
+    assert float(rows["torch-bf16"]["p10_us"]) < 1000, rows["torch-bf16"]
     # The forged record was refused (the host's log says so), and the run folder holds none.
     log = next((tmp_path / "runs").glob("*/hosts/*/attempt-1/log.txt")).read_text()
     assert "refused a record the user-kernel process sent for case " + builtin.case_id in log
