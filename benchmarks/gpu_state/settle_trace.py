@@ -78,8 +78,8 @@ class Nvml:
     def read(self) -> tuple:
         if self.probe is None:
             return None, None, None
-        snap = self.probe.snapshot()
-        return snap.sm_clock_mhz, snap.throttle_reasons, snap.power_instant_w
+        # The three readings alone, not a whole snapshot: each NVML call leaves the GPU idle for a moment.
+        return self.probe.sm_clock_mhz(), self.probe.throttle_reasons(), self.probe.power_instant_w()
 
     def power_limit_w(self):
         return None if self.probe is None else self.probe.power_limit_w()

@@ -72,19 +72,23 @@ class NvmlProbe:
         limit = self._read("nvmlDeviceGetEnforcedPowerLimit")
         return None if limit is None else limit / 1000.0
 
-    def snapshot(self) -> HealthSnapshot:
-        nv = self._nvml
-        power = self._read("nvmlDeviceGetPowerUsage")
+    def throttle_reasons(self) -> list[str]:
+        """NVML's current clock-event (throttle) reasons, by name."""
         reasons = self._read("nvmlDeviceGetCurrentClocksEventReasons")
         if reasons is None:
             reasons = self._read("nvmlDeviceGetCurrentClocksThrottleReasons")
+        return decode_reasons(reasons or 0)
+
+    def snapshot(self) -> HealthSnapshot:
+        nv = self._nvml
+        power = self._read("nvmlDeviceGetPowerUsage")
         return HealthSnapshot(
             sm_clock_mhz=self.sm_clock_mhz(),
             mem_clock_mhz=self._read("nvmlDeviceGetClockInfo", nv.NVML_CLOCK_MEM),
             temperature_c=self._read("nvmlDeviceGetTemperature", nv.NVML_TEMPERATURE_GPU),
             power_w=None if power is None else power / 1000.0,
             power_instant_w=self.power_instant_w(),
-            throttle_reasons=decode_reasons(reasons or 0),
+            throttle_reasons=self.throttle_reasons(),
         )
 
 
