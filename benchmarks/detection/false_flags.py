@@ -1,26 +1,35 @@
 #!/usr/bin/env python3
-"""How often does `diff` flag a change between fresh processes that ran the same code? (issue 40) Over
-stored run folders of GPU leases (benchmarks/results/slowdowns-seed-*.runs.tar.gz), every pair of
-separate cold CLI sweeps of the same sweep file is an A/A comparison:
+"""How often does `diff` flag a change between fresh processes that ran the same code, and how often a
+real one? (issue 40) Over stored run folders of GPU leases (benchmarks/results/slowdowns-seed-*.runs.tar.gz),
+every pair of separate cold CLI sweeps of the same sweep file is an A/A comparison:
 
   seed     the seed sweeps of a lease (device_check.sh `seed`), each against each
   h2h      the head-to-head sweeps (`slowdowns-h2h`: mm, mm_again, mm_pad), each against each
-  across   the first REPEAT sweeps of `slowdowns-across` (mm alone), each against each
+  across   the first REPEAT sweeps of `slowdowns-across`, each against each
 
-and the same lease's slowed sweeps of `slowdowns-across` (base i against slowed i, for each padding) are
-the comparisons a flag is wanted in. Each pair is judged by `diff` at HEAD (orchestrator/analysis/diff.py,
-`compare_sides`) at the threshold given; a false flag is any A/A cell SLOWER or FASTER.
+and these are the comparisons a flag is wanted in:
+
+  slowed across  base i against slowed i of `slowdowns-across`, for each padding
+  slowed h2h     head-to-head sweep i against sweep j (i != j), sweep j's mm_pad (~+2%: the same product,
+                 more work, timed for real in that separate process) standing in for its mm_again; only
+                 that row counts
+
+Each pair is judged by `diff` at HEAD (orchestrator/analysis/diff.py, `compare_sides`) at the threshold
+given, twice: on the time alone (`--anchor none`), and as `diff` judges by default, against the anchor
+timed beside each case (torch-bf16; mm in the head-to-head sweeps, which have no torch-bf16). A false
+flag is any A/A cell SLOWER or FASTER.
 
     python -m benchmarks.detection.false_flags benchmarks/results/slowdowns-seed-*.runs.tar.gz [--threshold 0.015]
         [--variant fresh-inputs-false]   (a timing variant's sweeps: see_slowdowns --timing)
 
-Prints Markdown: per lease the cells and flags of each kind of pair, then every false flag with its
-ratio, what it was judged on, and its interval.
+Prints Markdown: per lease and judgment the cells and flags of each kind of pair, then every false flag
+with its ratio, what it was judged on, and its interval.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import itertools
 import sys
 import tarfile
@@ -28,10 +37,13 @@ import tempfile
 from pathlib import Path
 
 from benchmarks.detection.see_slowdowns import sweep_of
-from orchestrator.analysis.diff import compare_sides, resolve_side
+from orchestrator.analysis.diff import DEFAULT_ANCHOR, Side, compare_sides, resolve_side
 
 REPEAT = 3  # sweeps per setting in see_slowdowns across
 FLAGS = ("SLOWER", "FASTER")
+KINDS = ("A/A seed", "A/A h2h", "A/A across", "slowed across", "slowed h2h")
+H2H_ANCHOR = "mm"  # the head-to-head sweeps time mm, mm_again and mm_pad only
+JUDGMENTS = ("time alone", "with anchor")
 
 
 def pairs_of(runs: list[str], variant: str = "") -> dict[str, list[tuple[str, str]]]:
@@ -48,31 +60,65 @@ def pairs_of(runs: list[str], variant: str = "") -> dict[str, list[tuple[str, st
         "A/A h2h": list(itertools.combinations(h2h, 2)),
         "A/A across": list(itertools.combinations(base, 2)),
         "slowed across": [p for group in slowed for p in zip(base, group)],
+        "slowed h2h": list(itertools.permutations(h2h, 2)),
     }
 
 
-def judge(folder: Path, threshold: float, variant: str = "") -> tuple[dict[str, dict[str, int]], list[str]]:
-    """Per kind of pair: cells compared and flagged SLOWER / FASTER; and a line per false flag."""
+def pad_as_again(side: Side) -> Side:
+    """The side with its mm_pad measurements standing as mm_again's (mm_again's own left out): the same
+    timings, renamed, so that `diff` matches the +pad kernel of this process with mm_again of another."""
+
+    def renamed(case):
+        return case.model_copy(update={"backend": "mm_again"})
+
+    slots = []
+    for s in side.slots:
+        records = {}
+        for _, (attempt, rec) in s.records.items():
+            if rec.case.backend == "mm_again":
+                continue
+            if rec.case.backend == "mm_pad":
+                case = renamed(rec.case)
+                rec = rec.model_copy(update={"case": case, "case_id": case.case_id})
+            records[rec.case_id] = (attempt, rec)
+        planned = [renamed(c) if c.backend == "mm_pad" else c for c in s.planned if c.backend != "mm_again"]
+        slots.append(dataclasses.replace(s, records=records, planned=planned))
+    return dataclasses.replace(side, slots=slots)
+
+
+def judge(folder: Path, threshold: float, variant: str = "") -> tuple[dict[str, dict[str, dict[str, int]]], list[str]]:
+    """Per judgment and kind of pair: cells compared and flagged SLOWER / FASTER; and a line per false flag."""
     runs = sorted(p.name for p in folder.iterdir() if p.is_dir() and (p / "manifest.json").exists())
-    counts: dict[str, dict[str, int]] = {}
+    counts: dict[str, dict[str, dict[str, int]]] = {j: {} for j in JUDGMENTS}
     false = []
     for kind, pairs in pairs_of(runs, variant).items():
-        c = counts.setdefault(kind, {"cells": 0, "SLOWER": 0, "FASTER": 0})
         for a, b in pairs:
-            comparison = compare_sides(resolve_side(folder, a), resolve_side(folder, b), threshold)
-            for row in comparison.cases:
-                if row.ratio is None:
-                    continue
-                c["cells"] += 1
-                if row.verdict in FLAGS:
+            side_a, side_b = resolve_side(folder, a), resolve_side(folder, b)
+            if kind == "slowed h2h":
+                side_b = pad_as_again(side_b)
+            anchored = H2H_ANCHOR if "h2h" in kind else DEFAULT_ANCHOR
+            for judgment, anchor in zip(JUDGMENTS, (None, anchored)):
+                c = counts[judgment].setdefault(kind, {"cells": 0, "SLOWER": 0, "FASTER": 0})
+                for row in compare_sides(side_a, side_b, threshold, anchor).cases:
+                    if row.ratio is None or (kind == "slowed h2h" and row.backend != "mm_again"):
+                        continue
+                    c["cells"] += 1
+                    if row.verdict not in FLAGS:
+                        continue
                     c[row.verdict] += 1
                     if kind.startswith("A/A"):
                         false.append(
-                            f"| {kind} | {row.backend} | {row.m}×{row.n} | {row.verdict} | {row.ratio:.4f} "
-                            f"[{row.ci_low:.4f}, {row.ci_high:.4f}] | {row.judged_on} | "
+                            f"| {judgment} | {kind} | {row.backend} | {row.m}×{row.n} | {row.verdict} | "
+                            f"{row.ratio:.4f} [{row.ci_low:.4f}, {row.ci_high:.4f}] | {row.judged_on} | "
                             + (
                                 f"{row.work_ratio:.4f} [{row.work_low:.4f}, {row.work_high:.4f}], clock {row.clock_ratio:.4f}"
                                 if row.work_ratio is not None
+                                else "-"
+                            )
+                            + " | "
+                            + (
+                                f"{row.anchor_ratio:.4f} [{row.anchor_low:.4f}, {row.anchor_high:.4f}]"
+                                if row.anchor_ratio is not None
                                 else "-"
                             )
                             + f" | {a} / {b} |"
@@ -89,16 +135,17 @@ def lease_name(path: Path) -> str:
 
 
 def report(paths: list[Path], threshold: float, variant: str = "") -> str:
-    kinds = ["A/A seed", "A/A h2h", "A/A across", "slowed across"]
-    head = "| lease | " + " | ".join(f"{k}: cells, SLOWER, FASTER" for k in kinds) + " |"
+    head = "| lease | judgment | " + " | ".join(f"{k}: cells, SLOWER, FASTER" for k in KINDS) + " |"
     lines = [
-        f"## A/A across fresh processes: false flags of `diff` at {threshold:.1%} (judged at HEAD)"
+        f"## Fresh processes: flags of `diff` at {threshold:.1%} (judged at HEAD), on the time alone and "
+        f"against the anchor timed beside each case ({DEFAULT_ANCHOR}; {H2H_ANCHOR} in the head-to-head sweeps)"
         + (f"; the sweeps of variant {variant}" if variant else ""),
         "",
         head,
-        "|---|" + "---|" * len(kinds),
+        "|---|---|" + "---|" * len(KINDS),
     ]
-    totals = {k: {"cells": 0, "SLOWER": 0, "FASTER": 0} for k in kinds}
+    empty = {"cells": 0, "SLOWER": 0, "FASTER": 0}
+    totals = {j: {k: dict(empty) for k in KINDS} for j in JUDGMENTS}
     flagged = []
     for path in paths:
         with tempfile.TemporaryDirectory() as tmp:
@@ -108,27 +155,32 @@ def report(paths: list[Path], threshold: float, variant: str = "") -> str:
                     tar.extractall(tmp, filter="data")
                 folder = Path(tmp)
             counts, false = judge(folder, threshold, variant)
-        cells = []
-        for k in kinds:
-            c = counts.get(k, {"cells": 0, "SLOWER": 0, "FASTER": 0})
-            for f in c:
-                totals[k][f] += c[f]
-            cells.append(f"{c['cells']}, {c['SLOWER']}, {c['FASTER']}")
-        lines.append(f"| {lease_name(Path(path))} | " + " | ".join(cells) + " |")
+        for judgment in JUDGMENTS:
+            cells = []
+            for k in KINDS:
+                c = counts[judgment].get(k, empty)
+                for f in c:
+                    totals[judgment][k][f] += c[f]
+                cells.append(f"{c['cells']}, {c['SLOWER']}, {c['FASTER']}")
+            lines.append(f"| {lease_name(Path(path))} | {judgment} | " + " | ".join(cells) + " |")
         flagged += [f"| {lease_name(Path(path))} " + line for line in false]
-    lines.append(
-        "| **all** | " + " | ".join(f"{t['cells']}, {t['SLOWER']}, {t['FASTER']}" for t in totals.values()) + " |"
-    )
+    for judgment in JUDGMENTS:
+        lines.append(
+            f"| **all** | {judgment} | "
+            + " | ".join(f"{t['cells']}, {t['SLOWER']}, {t['FASTER']}" for t in totals[judgment].values())
+            + " |"
+        )
     lines += [
         "",
         "Every A/A cell flagged:",
         "",
-        "| lease | pair | backend | M×N | verdict | B/A [95%] | judged on | work B/A [95%], clock A/B | runs |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| lease | judgment | pair | backend | M×N | verdict | B/A [95%] | judged on | work B/A [95%], clock A/B | "
+        "against the anchor [95%] | runs |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
         *flagged,
     ]
     if not flagged:
-        lines.append("| (none) |||||||||")
+        lines.append("| (none) ||||||||||||")
     return "\n".join(lines) + "\n"
 
 

@@ -13,9 +13,11 @@ the user kernel benchmarks/kernels/mm_pad.py is mm.py's bf16 GEMM on operands ze
           the GLM-5 TP8 shapes, REPEAT sweeps, each a cold CLI process; per shape and sweep the paired
           B/A of mm_again and of mm_pad against mm (worker/contract/pairing.py), flagged when the whole interval
           is beyond ±TIE (the `versus` rule).
-  across  diff of separate sweeps: REPEAT sweeps of mm alone, then REPEAT with mm's file swapped for
-          mm_pad at each PAD; `diff` (orchestrator/analysis/diff.py, the default threshold and others) of
-          base i against base j (A/A) and of base i against slowed i.
+  across  diff of separate sweeps: REPEAT sweeps of mm beside torch-bf16 (diff's default anchor), then
+          REPEAT with mm's file swapped for mm_pad at each PAD; `diff` (orchestrator/analysis/diff.py, the
+          default threshold and others) of base i against base j (A/A) and of base i against slowed i,
+          counting mm's cells: as diff judges by default (against torch-bf16 timed beside each), and on
+          the time alone (--anchor none).
 
     python -m benchmarks.detection.see_slowdowns calibrate --targets 0.02,0.03,0.05 --pad-dir DIR [--out FILE.md]
     python -m benchmarks.detection.see_slowdowns h2h -i HOSTS --runs-dir DIR [--repeat 3] [--pad DIR/pads-2.json]
@@ -46,7 +48,7 @@ from benchmarks.harness.coldrun import cold_run
 TIMING = {"mode": "graph", "l2": "cold", "target_rel_ci": 0.01, "budget_s": 0.3}  # the seed sweep's
 
 
-def sweep_file(folder: Path, name: str, backends: list[dict], timing: Optional[dict] = None) -> Path:
+def sweep_file(folder: Path, name: str, backends: list, timing: Optional[dict] = None) -> Path:
     """The sweep `name` (with `timing` over the seed's timing) as a file in `folder`."""
     path = folder / f"{name}.yaml"
     path.write_text(
@@ -207,16 +209,18 @@ def fmt(iv) -> str:
 
 
 def across(args) -> str:
-    from orchestrator.analysis.diff import compare_sides, resolve_side
+    from orchestrator.analysis.diff import DEFAULT_ANCHOR, compare_sides, resolve_side
     from orchestrator.commands.common import DEFAULT_THRESHOLD as DEFAULT_WORDS
 
     DEFAULT_THRESHOLD = float(DEFAULT_WORDS.rstrip("%")) / 100
 
     folder = Path(tempfile.mkdtemp(prefix="see-across-"))
     name = variant_name("see-across", args.timing)
-    base = sweep_file(folder, name, [{"name": "mm", "file": str(KERNELS / "mm.py")}], args.timing)
+    base = sweep_file(folder, name, [{"name": "mm", "file": str(KERNELS / "mm.py")}, DEFAULT_ANCHOR], args.timing)
     (folder / "slowed").mkdir()
-    slowed = sweep_file(folder / "slowed", name, [{"name": "mm", "file": str(KERNELS / "mm_pad.py")}], args.timing)
+    slowed = sweep_file(
+        folder / "slowed", name, [{"name": "mm", "file": str(KERNELS / "mm_pad.py")}, DEFAULT_ANCHOR], args.timing
+    )
     if args.stored:  # the run folders of an earlier `across`, in the order it ran them: base, then each pad
         found = stored_runs(args.runs_dir, name)
         if len(found) != args.repeat * (1 + len(args.pads)):
@@ -245,27 +249,34 @@ def across(args) -> str:
             zip(runs[0], runs[pad])
         )
     lines = [
-        f"## Across runs: diff of separate sweeps of mm ({args.repeat} per setting), cells flagged"
+        f"## Across runs: diff of separate sweeps of mm beside {DEFAULT_ANCHOR} ({args.repeat} per setting), "
+        f"mm's cells flagged (as diff judges by default, against {DEFAULT_ANCHOR}; and on the time alone)"
         + "".join(f"; timing.{k}: {v}" for k, v in sorted(args.timing.items())),
         "",
         "| comparison | cells | true effect (ratio of medians) | "
         + " | ".join(f"SLOWER at {t:.1%}" for t in args.thresholds)
-        + " | FASTER (any) |",
-        "|---|---:|---:|" + "---:|" * (len(args.thresholds) + 1),
+        + f" | SLOWER at {DEFAULT_THRESHOLD:.1%}, time alone (--anchor none) | FASTER (any) |",
+        "|---|---:|---:|" + "---:|" * (len(args.thresholds) + 2),
     ]
-    per_shape: dict[tuple, list] = {}  # (comparison, m, n) -> [(verdict at the default, B/A, work B/A)]
+    # (comparison, m, n) -> [(verdict at the default, B/A, work B/A, against the anchor, time-alone verdict)]
+    per_shape: dict[tuple, list] = {}
     effects: dict[str, list] = {}  # comparison -> per pair, mm's effect over all its cases at the default
     for name, compared in pairs.items():
-        cells, slower, faster, ratios = 0, {t: 0 for t in args.thresholds}, 0, []
+        cells, slower, faster, ratios, alone = 0, {t: 0 for t in args.thresholds}, 0, [], 0
         for a, b in compared:
+            side_a, side_b = resolve_side(args.runs_dir, a), resolve_side(args.runs_dir, b)
+            on_time = {c.key: c.verdict for c in compare_sides(side_a, side_b, DEFAULT_THRESHOLD, None).cases}
             for t in args.thresholds:
-                cmp = compare_sides(resolve_side(args.runs_dir, a), resolve_side(args.runs_dir, b), t)
+                cmp = compare_sides(side_a, side_b, t, DEFAULT_ANCHOR)
                 for c in cmp.cases:
-                    if c.verdict in ("NOT-RUN", "NOT-OK", "ONLY-A", "ONLY-B"):
+                    if c.backend != "mm" or c.verdict in ("NOT-RUN", "NOT-OK", "ONLY-A", "ONLY-B"):
                         continue
                     slower[t] += c.verdict == "SLOWER"
                     if math.isclose(t, DEFAULT_THRESHOLD):
-                        per_shape.setdefault((name, c.m, c.n), []).append((c.verdict, c.ratio, c.work_ratio))
+                        alone += on_time[c.key] == "SLOWER"
+                        per_shape.setdefault((name, c.m, c.n), []).append(
+                            (c.verdict, c.ratio, c.work_ratio, c.anchor_ratio, on_time[c.key])
+                        )
                     if t == args.thresholds[0]:
                         cells += 1
                         faster += c.verdict == "FASTER"
@@ -276,7 +287,7 @@ def across(args) -> str:
         lines.append(
             f"| {name} | {cells} | {geo:.4f} | "
             + " | ".join(str(slower[t]) for t in args.thresholds)
-            + f" | {faster} |"
+            + f" | {alone} | {faster} |"
         )
     lines += [
         "",
@@ -299,18 +310,20 @@ def across(args) -> str:
         )
     lines += [
         "",
-        f"Per shape at the default threshold ({DEFAULT_THRESHOLD:.1%}): each pair's verdict, B/A of the medians and "
-        "of the work (time × in-stream clock)",
+        f"Per shape at the default threshold ({DEFAULT_THRESHOLD:.1%}): each pair's verdict (and on the time "
+        f"alone), B/A of the medians, of the work (time × in-stream clock) and against {DEFAULT_ANCHOR}",
         "",
-        "| comparison | M×N | verdicts | B/A | work B/A |",
-        "|---|---|---|---|---|",
+        "| comparison | M×N | verdicts | time alone | B/A | work B/A | against the anchor |",
+        "|---|---|---|---|---|---|---|",
     ]
     for (name, m, n), found in sorted(per_shape.items(), key=lambda kv: (kv[0][0], kv[0][2], kv[0][1])):
         lines.append(
-            f"| {name} | {m}×{n} | {' '.join(v for v, _, _ in found)} | "
-            + " ".join(f"{r:.4f}" for _, r, _ in found)
+            f"| {name} | {m}×{n} | {' '.join(f[0] for f in found)} | {' '.join(f[4] for f in found)} | "
+            + " ".join(f"{f[1]:.4f}" for f in found)
             + " | "
-            + " ".join("—" if w is None else f"{w:.4f}" for _, _, w in found)
+            + " ".join("—" if f[2] is None else f"{f[2]:.4f}" for f in found)
+            + " | "
+            + " ".join("—" if f[3] is None else f"{f[3]:.4f}" for f in found)
             + " |"
         )
     lines += ["", "Runs: " + "; ".join(f"{k}: {', '.join(Path(r).name for r in v)}" for k, v in runs.items())]

@@ -36,12 +36,22 @@ from typing import Optional
 import numpy as np
 from scipy import stats
 
-from worker.contract.pairing import log_variance, median_prior, moderated, t95, work_per_round
+from worker.contract.catalog import CATALOG
+from worker.contract.pairing import (
+    log_variance,
+    median_prior,
+    moderated,
+    pair_estimate,
+    paired_rounds,
+    t95,
+    work_per_round,
+)
 from worker.contract.schema import CaseRecord
 
 from ..errors import InputError
 from ..runs.slots import SlotData, load_slots
 from ..runs.store import RunStore, resolve_run
+from .headtohead import pair_prior, shape_of
 from .noise import NOISY_REL_CI
 
 FACT_FIELDS = (
@@ -108,6 +118,7 @@ NOTE_INCOMPLETE = "incomplete"  # side, rounds: timed before it stopped
 NOTE_ONE_ROUND = "one-round"  # a side of one round: the interval knows only the noise within a run
 NOTE_METHODS_DIFFER = "methods-differ"  # timing methods (or L2 states) differ
 NOTE_CLOCK_SPLIT = "clock-split"  # ratio, judged_on and the ClockSplit's clock and work (see split_facts)
+NOTE_ANCHORED = "anchored"  # anchor, ratio, low, high, judged (on it), agrees (with the time and the work)
 # How the environment moved (environment_moved; NOTE_ENVIRONMENT's moved).
 ENV_SM_CLOCK = "sm-clock"  # a_mhz, b_mhz: NVML's, medians over the rounds
 ENV_THROTTLED = "throttled"  # reasons
@@ -159,7 +170,16 @@ class CaseDiff:
     work_low: Optional[float] = None
     work_high: Optional[float] = None
     clock_bound: Optional[bool] = None
-    judged_on: str = "time"  # "time", or "work" where the verdict is the work's (clock_bound)
+    # Against the anchor (compare_sides' `anchor`, timed beside the case in each run): B/A of the case's
+    # paired ratio to it, (X/anchor in B) / (X/anchor in A), with its interval; anchor_agrees: that
+    # ratio lies within the case's own time interval (and work interval, where split), as it must if the
+    # anchor only cancelled the GPU state the two shared (anchored_interval).
+    anchor: str = ""
+    anchor_ratio: Optional[float] = None
+    anchor_low: Optional[float] = None
+    anchor_high: Optional[float] = None
+    anchor_agrees: Optional[bool] = None
+    judged_on: str = "time"  # "time"; "work" where the verdict is the work's (clock_bound); "anchor"
     findings: list[Finding] = field(default_factory=list)  # what `note` says, as codes (views word it)
 
     def as_dict(self) -> dict:
@@ -178,6 +198,13 @@ class Comparison:
     settings: list[FactDiff] = field(default_factory=list)  # timing options that differ between the sides
     cases: list[CaseDiff] = field(default_factory=list)
     same_run: bool = False  # both sides are the same slots of the same run: each case against itself
+    anchor: str = ""  # the backend the cases were judged against where it was timed beside them ("" none)
+    anchor_refused: list[FactDiff] = field(default_factory=list)  # why no case was: its facts that differ
+
+    @property
+    def anchored(self) -> int:
+        """How many rows were judged against the anchor (judged_on "anchor")."""
+        return sum(c.judged_on == "anchor" for c in self.cases)
 
     @property
     def regressions(self) -> list[CaseDiff]:
@@ -196,6 +223,7 @@ class Comparison:
         out: dict[str, dict] = {}
         logs: dict[str, list[float]] = {}
         on_work: dict[str, int] = {}
+        on_anchor: dict[str, int] = {}
         for c in self.cases:
             row = out.setdefault(
                 c.backend, {"backend": c.backend, "compared": 0, "log_sum": 0.0, "slower": 0, "faster": 0, "not_ok": 0}
@@ -204,9 +232,11 @@ class Comparison:
                 row["compared"] += 1
                 row["log_sum"] += math.log(c.ratio)
             if c.ratio is not None and c.verdict != "UNSTABLE":  # not to be judged here: nor in the sum of them
-                work = admissible_work(c, self.threshold)
-                logs.setdefault(c.backend, []).append(math.log(work if work is not None else c.ratio))
+                anchored = c.anchor_ratio if c.anchor_agrees else None
+                work = None if anchored is not None else admissible_work(c, self.threshold)
+                logs.setdefault(c.backend, []).append(math.log(anchored or work or c.ratio))
                 on_work[c.backend] = on_work.get(c.backend, 0) + (work is not None)
+                on_anchor[c.backend] = on_anchor.get(c.backend, 0) + (anchored is not None)
             row["slower"] += c.verdict == "SLOWER"
             row["faster"] += c.verdict == "FASTER"
             row["not_ok"] += c.verdict == "NOT-OK"
@@ -221,6 +251,7 @@ class Comparison:
                 effect_high=effect and effect.high,
                 effect_verdict=effect and effect.verdict,
                 effect_on_work=on_work.get(row["backend"], 0),
+                effect_on_anchor=on_anchor.get(row["backend"], 0),
             )
             rows.append(row)
         return rows
@@ -258,8 +289,9 @@ def admissible_work(c: CaseDiff, threshold: float) -> Optional[float]:
 
 
 def backend_effect(log_ratios: list[float], threshold: float) -> Optional[BackendEffect]:
-    """What one backend's change is over all its cases: the mean of their log B/A (each row's work where
-    admissible_work allows, else its time) with a 95% interval by t from their spread over the cases,
+    """What one backend's change is over all its cases: the mean of their log B/A (each row's ratio
+    against the anchor where it agrees with the row's own, else its work where admissible_work allows,
+    else its time) with a 95% interval by t from their spread over the cases,
     judged against ±threshold as a case is (classify_log). A change of 2-3% everywhere that no single
     case's rounds can resolve is plain over a dozen cases (docs/COMPARING.md); a change in one case
     alone widens the interval rather than moving the verdict. None below MIN_EFFECT_CASES cases."""
@@ -534,9 +566,11 @@ def compare_records(
     threshold: float,
     same_run: bool = False,
     priors: tuple[Optional[float], Optional[float]] = (None, None),
+    anchored: Optional[tuple[str, LogInterval]] = None,
 ) -> CaseDiff:
     """One case's row. same_run: the sides are known to be one run (its rows need no note of their own).
-    priors: each side's work_prior (clock_split)."""
+    priors: each side's work_prior (clock_split). anchored: the anchor's name and the case's B/A against
+    it (anchored_intervals), which may judge a change the time and work cannot (anchor_judges)."""
     case = (ra or rb).case
     base = dict(
         key=key,
@@ -641,6 +675,13 @@ def compare_records(
         on_work = classify_log(split.work.low, split.work.high, threshold)
         if on_work in ("SLOWER", "FASTER"):  # the time moved with the clock; its cycles did not
             verdict, judged_on = on_work, "work"
+    agrees = None
+    if anchored is not None:
+        agrees = anchor_agrees(anchored[1], interval, split)
+        if agrees and verdict not in ("SLOWER", "FASTER"):
+            on_anchor = classify_log(anchored[1].low, anchored[1].high, threshold)
+            if on_anchor in ("SLOWER", "FASTER"):  # what the GPU state did to both, the ratio cancels
+                verdict, judged_on = on_anchor, "anchor"
     why_unstable = None
     if verdict != "SAME" and max(ta.rel_ci, tb.rel_ci) > NOISE_LIMIT and judged_on == "time":
         why_unstable = Finding(NOTE_TOO_NOISY, {"a_rel_ci": ta.rel_ci, "b_rel_ci": tb.rel_ci})
@@ -670,6 +711,29 @@ def compare_records(
         notes.append(Finding(NOTE_METHODS_DIFFER))
     if split is not None:
         notes.append(Finding(NOTE_CLOCK_SPLIT, split_facts(ratio, split, judged_on)))
+    anchor_fields = {}
+    if anchored is not None:
+        name, rel = anchored
+        anchor_fields = dict(
+            anchor=name,
+            anchor_ratio=_exp(rel.point),
+            anchor_low=_exp(rel.low),
+            anchor_high=_exp(rel.high),
+            anchor_agrees=agrees,
+        )
+        notes.append(
+            Finding(
+                NOTE_ANCHORED,
+                dict(
+                    anchor=name,
+                    ratio=_exp(rel.point),
+                    low=_exp(rel.low),
+                    high=_exp(rel.high),
+                    judged=judged_on == "anchor",
+                    agrees=agrees,
+                ),
+            )
+        )
     return CaseDiff(
         **base,
         a_us=a_us,
@@ -682,6 +746,7 @@ def compare_records(
         findings=notes,
         judged_on=judged_on,
         **_split_fields(split),
+        **anchor_fields,
         **flags,
     )
 
@@ -691,8 +756,10 @@ def _exp(x: float) -> float:
     return math.exp(max(-700.0, min(700.0, x)))
 
 
-def compare_sides(a: Side, b: Side, threshold: float) -> Comparison:
-    """Cases matched by (slot, case) when both sides hold the same hosts, else by case alone."""
+def compare_sides(a: Side, b: Side, threshold: float, anchor: Optional[str] = None) -> Comparison:
+    """Cases matched by (slot, case) when both sides hold the same hosts, else by case alone. `anchor`: a
+    backend each case is also judged against where both sides timed it beside the case (anchored_intervals),
+    unless a fact it depends on differs between the sides (anchor_refusals)."""
     same_slots = {s.slot for s in a.slots} == {s.slot for s in b.slots}
     if not same_slots and (len(a.slots) != 1 or len(b.slots) != 1):
         raise InputError(
@@ -715,16 +782,117 @@ def compare_sides(a: Side, b: Side, threshold: float) -> Comparison:
     same_run = a.store.dir.resolve() == b.store.dir.resolve() and [s.slot for s in a.slots] == [s.slot for s in b.slots]
     keys = list(dict.fromkeys([*ia, *ib]))
     priors = (work_prior(ia.values()), work_prior(ib.values()))
-    cases = [compare_records(k, ia.get(k), ib.get(k), threshold, same_run, priors) for k in keys]
+    settings = setting_differences(a, b)
+    refused = anchor_refusals(a, b, anchor, settings) if anchor else []
+    anchors = {} if not anchor or refused else anchored_intervals(a, b, anchor, same_slots)
+    cases = [compare_records(k, ia.get(k), ib.get(k), threshold, same_run, priors, anchors.get(k)) for k in keys]
     return Comparison(
         a=a.label,
         b=b.label,
         threshold=threshold,
         facts=fact_differences(a, b),
-        settings=setting_differences(a, b),
+        settings=settings,
         cases=cases,
         same_run=same_run,
+        anchor=anchor or "",
+        anchor_refused=refused,
     )
+
+
+# -- against an anchor timed beside each case ---------------------------------------------------------
+# The backend `diff` judges each case against by default: timed beside every contender of its shape on
+# a GPU (worker/sweep/headtohead.py), and a plain cuBLAS GEMM whose own change is seen in its row.
+DEFAULT_ANCHOR = "torch-bf16"
+# What the anchor's own time depends on, whatever it is: where one of these differs between the sides,
+# the anchor may have moved, and no case is judged against it (also its library's version, by the catalog).
+ANCHOR_FACTS = ("gpu_name", "compute_capability", "driver", "cuda", "torch")
+
+
+def anchor_refusals(a: Side, b: Side, anchor: str, settings: list[FactDiff]) -> list[FactDiff]:
+    """Why the anchor cannot stand still between the sides: the facts it depends on that differ (its
+    library's version, a user kernel's file), and the timing settings that differ (the ratio of two
+    kernels depends on how both were timed); [] when nothing does."""
+    spec = CATALOG.get(anchor)
+    fields = ANCHOR_FACTS + ((spec.import_name,) if spec and spec.import_name in FACT_FIELDS else ())
+    fa, fb = _facts_of(a), _facts_of(b)
+    refused = [FactDiff(f, fa.get(f, "?"), fb.get(f, "?")) for f in dict.fromkeys(fields) if fa.get(f) != fb.get(f)]
+    files = [
+        " | ".join(
+            sorted(
+                {
+                    rec.case.kernel_sha256[:16]
+                    for s in side.slots
+                    for _, rec in s.records.values()
+                    if rec.case.backend == anchor and rec.case.kernel_sha256
+                }
+            )
+        )
+        for side in (a, b)
+    ]
+    if files[0] != files[1]:
+        refused.append(FactDiff(f"kernel {anchor} sha256", files[0] or "?", files[1] or "?"))
+    return refused + [d for d in settings if d.field.startswith("timing.")]
+
+
+def _against_anchor(side: Side, anchor: str, same_slots: bool) -> dict:
+    """Case key (as compare_sides matches them) -> its pair_estimate against the anchor, log(case / anchor)
+    from the rounds the two were timed in together on its slot; cases never paired with it are absent."""
+    out = {}
+    for s in side.slots:
+        usable = {
+            cid: rec
+            for cid, (_, rec) in s.records.items()
+            if rec.status == "ok" and rec.timing is not None and rec.timing.median_us > 0
+        }
+        anchors = {shape_of(rec.case): rec for rec in usable.values() if rec.case.backend == anchor}
+        if not anchors:
+            continue
+        prior = pair_prior(s)
+        for cid, rec in usable.items():
+            base = anchors.get(shape_of(rec.case))
+            if base is None or rec.case.backend == anchor:
+                continue
+            found = pair_estimate(paired_rounds(base.timing, rec.timing), prior)
+            if found is not None:
+                out[f"{s.slot}/{cid}" if same_slots else cid] = found
+    return out
+
+
+def anchored_intervals(a: Side, b: Side, anchor: str, same_slots: bool) -> dict[str, tuple[str, LogInterval]]:
+    """Case key -> (anchor, log B/A of the case's ratio to the anchor) with its interval (Welch's t over
+    the two sides' pair estimates), for the cases both sides timed beside the anchor. The two kernels ran
+    in one GPU state on each side, so their ratio cancels what that state did to both: a power-capped
+    GEMM whose rounds move 5% between runs keeps its ratio to a GEMM beside it within a few tenths."""
+    ea, eb = _against_anchor(a, anchor, same_slots), _against_anchor(b, anchor, same_slots)
+    out = {}
+    for key in ea.keys() & eb.keys():
+        x, y = ea[key], eb[key]
+        out[key] = (
+            anchor,
+            log_ratio_interval(math.exp(x.log_ratio), math.exp(y.log_ratio), _process_spread(x), _process_spread(y)),
+        )
+    return out
+
+
+# A pair's rounds share one process: its ratio also moves from one fresh process to the next, by more than
+# their spread says (the GPU state each process meets, where its buffers lie). The log standard deviation
+# added to each side's, from stored A/A sweeps (benchmarks/RESULTS.md, "Judged against an anchor").
+ANCHOR_PROCESS_SD = 0.003
+
+
+def _process_spread(found) -> Spread:
+    """A side's pair estimate as a Spread of its ratio between processes: its own standard error with
+    ANCHOR_PROCESS_SD added (in quadrature; the degrees of freedom its own error has)."""
+    return Spread(math.sqrt(found.log_se**2 + ANCHOR_PROCESS_SD**2), found.df)
+
+
+def anchor_agrees(anchored: LogInterval, time: LogInterval, split: Optional[ClockSplit]) -> bool:
+    """Whether the ratio against the anchor lies within the case's own time interval, and its work's where
+    the clock split it: it must, if the anchor only took out the GPU state the two shared. It does not
+    where the two kernels answer that state differently (an fp8 GEMM against a bf16 one at the power cap
+    can part by 5% between runs): then the anchor is shown but judges nothing."""
+    inside = time.low <= anchored.point <= time.high
+    return inside and (split is None or split.work.low <= anchored.point <= split.work.high)
 
 
 def _settings_of(side: Side) -> dict[str, str]:

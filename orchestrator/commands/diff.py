@@ -39,10 +39,36 @@ def declare(p):
         action="store_true",
         help="list only cases that are not SAME (and were run on at least one side)",
     )
+    p.add_argument(
+        "--anchor",
+        metavar="BACKEND",
+        help="judge each case also against BACKEND, where both runs timed it beside the case (its "
+        "head-to-head pairs): the ratio of the two ratios cancels the GPU state the two kernels shared, "
+        "and settles a change the time leaves AMBIGUOUS when it lies within the case's own interval. "
+        "Not used where the anchor's GPU, driver, CUDA, torch, library, file or timing settings differ. "
+        "Default: torch-bf16 where both runs have it; 'none' turns it off",
+    )
     opt_threshold(p)
     opt_format(p)
     opt_runs_dir(p)
     declare_for_profile(p)
+
+
+def anchor_of(args, a, b) -> str | None:
+    """The --anchor asked for: None for 'none'; the default where not given; a named backend that neither
+    side timed is an input error (a typo must not pass as 'nothing changed')."""
+    from ..analysis.diff import DEFAULT_ANCHOR
+
+    if args.anchor is None:
+        return DEFAULT_ANCHOR
+    if args.anchor.lower() == "none":
+        return None
+    present = {rec.case.backend for side in (a, b) for s in side.slots for _, rec in s.records.values()}
+    if args.anchor not in present:
+        raise InputError(
+            f"--anchor {args.anchor}: neither side timed it (backends: {', '.join(sorted(present))}); or --anchor none"
+        )
+    return args.anchor
 
 
 def declare_for_profile(p) -> None:
@@ -120,7 +146,8 @@ def run(args, io: Streams) -> int:
             "--profile profiles the outliers of --across-hosts: give one RUN and --across-hosts "
             "(for two hosts: fleetbench profile RUN:host1 RUN:host2 --case ID)"
         )
-    cmp = worded_comparison(compare_sides(side_a, resolve_side(Path(args.runs_dir), args.b), threshold))
+    side_b = resolve_side(Path(args.runs_dir), args.b)
+    cmp = worded_comparison(compare_sides(side_a, side_b, threshold, anchor_of(args, side_a, side_b)))
     io.write(write(comparison_document(cmp, only_changed=args.only_changed), args.format, io.width()))
     for c in cmp.regressions:
         io.problem(

@@ -26,6 +26,7 @@ NOTE_WORDS = {
     analysis.NOTE_METHODS_DIFFER: "timing methods differ",
     analysis.NOTE_CLOCK_SPLIT: "B/A {ratio:.3f} = clock {clock_ratio:.3f} ({clock_b_mhz:.0f} vs {clock_a_mhz:.0f} MHz) "
     "× work {work:.3f} [{work_low:.3f}–{work_high:.3f}]{judged}",
+    analysis.NOTE_ANCHORED: "against {anchor} timed beside it {ratio:.3f} [{low:.3f}–{high:.3f}]{judged_text}",
 }
 # environment code -> its words (NOTE_ENVIRONMENT)
 ENVIRONMENT_WORDS = {
@@ -40,6 +41,8 @@ ENVIRONMENT_WORDS = {
 TAINT_UNKNOWN = "GPU throttled during timing"  # a tainted record that gave no reason
 JUDGED_ON_WORK = "; judged on the work: the time moved with the clock, time × clock held still"
 CLOCK_BOUND = "; clock-bound (time × clock holds still)"
+JUDGED_ON_ANCHOR = "; judged on it: the GPU state moved both"
+ANCHOR_DISAGREES = "; judges nothing: outside the case's own interval (the two answer the GPU state differently)"
 
 
 def _status_text(status: str, integrity: list[str]) -> str:
@@ -70,6 +73,8 @@ def note_text(finding) -> str:
         words["reason_text"] = f["reason"] or TAINT_UNKNOWN
     if code == analysis.NOTE_CLOCK_SPLIT:
         words["judged"] = JUDGED_ON_WORK if f["judged_on"] == "work" else CLOCK_BOUND if f["clock_bound"] else ""
+    if code == analysis.NOTE_ANCHORED:
+        words["judged_text"] = JUDGED_ON_ANCHOR if f["judged"] else "" if f["agrees"] else ANCHOR_DISAGREES
     return NOTE_WORDS[code].format(**words)
 
 
@@ -83,11 +88,11 @@ def worded_comparison(cmp):
     return replace(cmp, cases=[worded(c) for c in cmp.cases])
 
 
-def compare_records(key: str, ra, rb, threshold: float, same_run: bool = False, priors=(None, None)):
+def compare_records(key: str, ra, rb, threshold: float, same_run: bool = False, priors=(None, None), anchored=None):
     """One case's row (analysis.diff.compare_records), its note in words."""
-    return worded(analysis.compare_records(key, ra, rb, threshold, same_run, priors))
+    return worded(analysis.compare_records(key, ra, rb, threshold, same_run, priors, anchored))
 
 
-def compare_sides(a, b, threshold: float):
+def compare_sides(a, b, threshold: float, anchor=None):
     """Two sides compared case by case (analysis.diff.compare_sides), each case's note in words."""
-    return worded_comparison(analysis.compare_sides(a, b, threshold))
+    return worded_comparison(analysis.compare_sides(a, b, threshold, anchor))

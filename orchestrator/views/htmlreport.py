@@ -21,7 +21,7 @@ from typing import Optional
 from worker.contract.schema import FactsRecord
 
 from .. import __version__
-from ..analysis.diff import across_hosts, compare_sides, resolve_side
+from ..analysis.diff import DEFAULT_ANCHOR, across_hosts, compare_sides, resolve_side
 from ..analysis.merge import Row, merged_rows
 from ..atomicfile import write_atomic
 from ..errors import InputError
@@ -419,7 +419,9 @@ def write_report(
         charts += chart_history(runs_dir, rows, threshold)
     comparison = None
     if against:
-        comparison = worded_comparison(compare_sides(_measured_side(runs_dir, against), side, threshold))
+        comparison = worded_comparison(
+            compare_sides(_measured_side(runs_dir, against), side, threshold, DEFAULT_ANCHOR)
+        )
         charts += chart_comparison(comparison)
     # A host that never said what it is (unreachable, stopped before its facts) gets every fact blank.
     no_facts = dict.fromkeys(set(FactsRecord.model_fields) - {"kind", "schema_version"})

@@ -338,6 +338,8 @@ def comparison_summary(cmp) -> str:
         text += f"; {noisy} noisy (a side's CI beyond ±{NOISY_REL_CI:.0%})"
     if tainted:
         text += f"; {tainted} tainted (the GPU throttled while timing)"
+    if cmp.anchored:
+        text += f"; {cmp.anchored} judged against {cmp.anchor} timed beside them"
     changed = [b for b in cmp.by_backend() if b["effect_verdict"] in ("SLOWER", "FASTER")]
     if changed:
         text += "; over all cases: " + ", ".join(
@@ -432,8 +434,8 @@ def comparison_document(cmp, only_changed: bool = False) -> Document:
             ],
             title=(
                 "per backend (geometric mean of B/A over the cases timed on both sides; over all cases: the same "
-                "with each row's work where its clock split allows, its 95% interval over the cases, and its "
-                "verdict)"
+                "with each row's ratio against the anchor where it agrees, else its work where its clock split "
+                "allows, its 95% interval over the cases, and its verdict)"
             ),
             styles={5: _VERDICT_STYLE},
             right=("cases compared", "geomean B/A", "over all cases", "slower", "faster", "not ok"),
@@ -450,10 +452,22 @@ def comparison_document(cmp, only_changed: bool = False) -> Document:
         "tainted": sum(bool(c.tainted) for c in shown),
         "facts": [vars(x) for x in cmp.facts],
         "settings": [vars(x) for x in cmp.settings],
+        "anchor": cmp.anchor,
+        "anchor_refused": [vars(x) for x in cmp.anchor_refused],
+        "anchored": cmp.anchored,
         "cases": [c.as_dict() for c in shown],
         "backends": backends,
     }
-    return Document(sections, data=data, records=[c.as_dict() for c in shown], headline=summary, kind="diff")
+    notes = [anchor_refused_text(cmp)] if cmp.anchor_refused else []
+    return Document(
+        sections, data=data, records=[c.as_dict() for c in shown], notes=notes, headline=summary, kind="diff"
+    )
+
+
+def anchor_refused_text(cmp) -> str:
+    """Why no case was judged against the anchor: what it depends on differs between the sides."""
+    moved = "; ".join(f"{d.field} {d.a} vs {d.b}" for d in cmp.anchor_refused)
+    return f"no case judged against {cmp.anchor}: it may have moved itself ({moved})"
 
 
 def fleet_document(report) -> Document:

@@ -100,8 +100,19 @@ def pair_round_variance(rounds: list[list[float]]) -> Optional[float]:
     return statistics.variance(per_round) if len(per_round) >= 2 else None
 
 
-def pair_interval(rounds: list[list[float]], prior: Optional[float] = None) -> Optional[Interval]:
-    """B/A and its 95% interval from the log ratios of each round's cycles (module docstring); None
+class PairEstimate(NamedTuple):
+    """log(B/A) of a head-to-head pairing, its standard error and that error's degrees of freedom (inf:
+    from the pairs' own scatter), from `rounds` rounds and `pairs` pairs in all."""
+
+    log_ratio: float
+    log_se: float
+    df: float
+    rounds: int
+    pairs: int
+
+
+def pair_estimate(rounds: list[list[float]], prior: Optional[float] = None) -> Optional[PairEstimate]:
+    """log(B/A) and its standard error from the log ratios of each round's cycles (module docstring); None
     without a round of at least 3 twos. `prior`: the run's median pair_round_variance, toward which the
     between-round variance is moderated (`moderate`): two rounds alone give t with 1 degree of freedom."""
     pairs = sum(len(r) for r in rounds)
@@ -117,8 +128,20 @@ def pair_interval(rounds: list[list[float]], prior: Optional[float] = None) -> O
     else:
         var, df = moderate(own, len(rounds), prior)
         between = math.sqrt(var)
-    half = t95(df) * between if between > within else 1.96 * within
-    return Interval(math.exp(point), math.exp(point - half), math.exp(point + half), len(rounds), pairs)
+    if between > within:
+        return PairEstimate(point, between, df, len(rounds), pairs)
+    return PairEstimate(point, within, math.inf, len(rounds), pairs)
+
+
+def pair_interval(rounds: list[list[float]], prior: Optional[float] = None) -> Optional[Interval]:
+    """B/A and its 95% interval (pair_estimate's, by t where the rounds' spread sets it, else normal); None
+    without a round of at least 3 twos."""
+    found = pair_estimate(rounds, prior)
+    if found is None:
+        return None
+    half = t95(found.df) * found.log_se
+    point = found.log_ratio
+    return Interval(math.exp(point), math.exp(point - half), math.exp(point + half), found.rounds, found.pairs)
 
 
 # The cases of one run share one GPU, and their work per round (time x in-stream clock) moves from round

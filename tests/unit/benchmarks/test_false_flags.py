@@ -26,6 +26,8 @@ def test_sweeps_of_one_file_pair_each_with_each_and_slowed_ones_with_their_base(
     assert pairs["slowed across"][0] == (base[0], "20261205-63-see-across-3")
     assert pairs["slowed across"][3] == (base[0], "20261205-66-see-across-6")
     assert len(pairs["slowed across"]) == 6
+    # head-to-head sweep i against sweep j's +pad kernel, both ways
+    assert len(pairs["slowed h2h"]) == 6 and ("20261205-4-see-h2h-b", "20261205-3-see-h2h-a") in pairs["slowed h2h"]
     assert all("jit" not in a + b for kind in pairs.values() for a, b in kind)
 
 
@@ -35,12 +37,21 @@ def test_the_report_over_a_stored_lease_counts_every_cell_and_lists_each_false_f
     assert main([str(lease), "--out", str(out)]) == 0
     text = capsys.readouterr().out
     assert out.read_text() == text
-    row = next(line for line in text.splitlines() if line.startswith("| slowdowns-seed-h100-s18b |"))
-    cells = [part.strip() for part in row.strip("|").split("|")[1:]]
-    # 2 seed sweeps x 48 ok cases; 3 h2h sweeps, 3 pairs x 36; 3 base sweeps, 3 pairs x 12; 6 slowed pairs x 12
-    assert [c.split(",")[0] for c in cells] == ["48", "108", "36", "72"]
+    rows = {}
+    for line in text.split("Every A/A cell flagged:")[0].splitlines():
+        if line.startswith("| slowdowns-seed-h100-s18b |"):
+            parts = [part.strip() for part in line.strip("|").split("|")]
+            rows[parts[1]] = parts[2:]
+    assert set(rows) == {"time alone", "with anchor"}
+    # 2 seed sweeps x 48 ok cases; 3 h2h sweeps, 3 pairs x 36; 3 base sweeps, 3 pairs x 12; 6 slowed pairs
+    # x 12; 6 ordered pairs of h2h sweeps x 12 +pad rows
+    for cells in rows.values():
+        assert [c.split(",")[0] for c in cells] == ["48", "108", "36", "72", "72"]
+    # the anchor (mm, beside the +pad kernel in each process) flags more of the real +2% than the time alone
+    slowed = {j: int(cells[4].split(",")[1]) for j, cells in rows.items()}
+    assert slowed["with anchor"] > slowed["time alone"]
     false = [line for line in text.split("Every A/A cell flagged:")[1].splitlines() if line.startswith("| slowdowns")]
-    flagged = sum(int(n) for c in cells[:3] for n in c.split(",")[1:])
+    flagged = sum(int(n) for cells in rows.values() for c in cells[:3] for n in c.split(",")[1:])
     assert len(false) == flagged
 
 

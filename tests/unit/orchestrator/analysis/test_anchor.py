@@ -1,0 +1,183 @@
+"""diff against an anchor timed beside each case: the ratio of the two ratios settles a change the time
+leaves AMBIGUOUS when the GPU state moved both, only where it agrees with the case's own interval, and
+never where what the anchor depends on differs between the sides."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from orchestrator.analysis import diff as judge
+from orchestrator.analysis.diff import Side
+from orchestrator.runs.slots import SlotData
+from orchestrator.views.diffnotes import compare_sides
+from worker.contract.schema import CaseRecord, CaseSpec, FactsRecord, RoundStats, Stats, TimingOptions
+
+THRESHOLD = 0.015
+SHAPE = dict(m=64, n=2048, k=6144)
+
+
+def record(backend: str, medians: list[float], opts: TimingOptions) -> CaseRecord:
+    """A case timed in rounds of these medians, each round one interleaved timing of 12 cycles (pair id
+    p<i>) whose samples sit within ±0.2% of its median."""
+    spec = CaseSpec(backend=backend, timing=opts, **SHAPE)
+    per_round = [[us * (1 + 0.001 * ((i % 5) - 2)) for i in range(12)] for us in medians]
+    rounds = [
+        RoundStats(median_us=us, n=len(s), rel_ci=0.002, pair_id=f"p{i}", paired_us=s)
+        for i, (us, s) in enumerate(zip(medians, per_round))
+    ]
+    stats = Stats(
+        method="cuda-graph",
+        median_us=statistics.median(medians),
+        p10_us=min(medians),
+        p90_us=max(medians),
+        mean_us=statistics.fmean(medians),
+        stdev_us=statistics.stdev(medians),
+        n=sum(map(len, per_round)),
+        rel_ci=0.002,
+        calls_per_sample=8,
+        l2="cold",
+        samples_us=[x for r in per_round for x in r],
+        rounds=rounds,
+    )
+    return CaseRecord(case_id=spec.case_id, case=spec, status="ok", started_at="t", duration_s=0.0, timing=stats)
+
+
+def facts(torch="2.11.0") -> FactsRecord:
+    return FactsRecord(
+        hostname="h", python="3.12", platform="linux", worker_version="1", device="cuda", gpu_name="H100", torch=torch
+    )
+
+
+def side(label: str, anchor_us: list[float], effect: float, opts=None, torch="2.11.0", tmp=Path(".")) -> Side:
+    """One host's run: the anchor (torch-bf16) and a kernel (mm) timed beside it, the GPU state moving both
+    from round to round; the kernel `effect` times the anchor."""
+    opts = opts or TimingOptions()
+    recs = [record("torch-bf16", anchor_us, opts), record("mm", [us * effect for us in anchor_us], opts)]
+    slot = SlotData(
+        slot="h",
+        host="h",
+        gpu=None,
+        planned=[r.case for r in recs],
+        records={r.case_id: (1, r) for r in recs},
+        facts=facts(torch),
+        outcome=None,
+        problems=[],
+    )
+    return Side(store=SimpleNamespace(dir=tmp / label), slots=[slot], label=label)
+
+
+# The GPU state moves each round by ±4% (a power-capped GEMM), so the time cannot resolve 3%.
+A_US = [100.0, 104.0, 96.0]
+B_US = [102.0, 98.0, 106.0]
+
+
+def mm_row(cmp):
+    return next(c for c in cmp.cases if c.backend == "mm")
+
+
+def test_a_real_3pct_the_time_leaves_ambiguous_is_slower_against_the_anchor(tmp_path):
+    a, b = side("a", A_US, 1.0, tmp=tmp_path), side("b", B_US, 1.03, tmp=tmp_path)
+    on_time = mm_row(compare_sides(a, b, THRESHOLD, None))
+    assert on_time.verdict == "AMBIGUOUS" and on_time.anchor_ratio is None
+    row = mm_row(compare_sides(a, b, THRESHOLD, "torch-bf16"))
+    assert row.verdict == "SLOWER" and row.judged_on == "anchor"
+    assert row.anchor_low > 1 + THRESHOLD and row.anchor_ratio == pytest.approx(1.03, abs=0.002)
+    assert "against torch-bf16 timed beside it 1.030" in row.note and "judged on it" in row.note
+    # the anchor's own row is judged on its time alone
+    base = next(c for c in compare_sides(a, b, THRESHOLD, "torch-bf16").cases if c.backend == "torch-bf16")
+    assert base.anchor == "" and base.judged_on == "time"
+
+
+def test_the_same_kernel_beside_the_anchor_is_not_flagged_however_the_state_moved(tmp_path):
+    cmp = compare_sides(side("a", A_US, 1.0, tmp=tmp_path), side("b", B_US, 1.0, tmp=tmp_path), THRESHOLD, "torch-bf16")
+    row = mm_row(cmp)
+    assert row.verdict not in ("SLOWER", "FASTER")
+    assert row.anchor_ratio == pytest.approx(1.0, abs=1e-9) and row.anchor_agrees
+
+
+def test_the_interval_knows_the_ratio_moves_between_processes():
+    # one pair of pairs, each side's own error tiny: the interval is still at least the processes' spread
+    tight = SimpleNamespace(log_ratio=0.0, log_se=1e-6, df=math.inf)
+    found = judge._process_spread(tight)
+    assert found.log_se == pytest.approx(judge.ANCHOR_PROCESS_SD, rel=1e-3)
+
+
+def test_an_anchor_outside_the_case_s_own_interval_judges_nothing():
+    time = judge.LogInterval(0.0, -0.01, 0.01, 1.0)
+    anchored = judge.LogInterval(0.05, 0.045, 0.055, 0.0)
+    assert not judge.anchor_agrees(anchored, time, None)
+    inside = judge.LogInterval(0.005, 0.002, 0.008, 0.0)
+    assert judge.anchor_agrees(inside, time, None)
+
+
+def test_a_slower_time_stays_slower_whatever_the_anchor_says(tmp_path):
+    # a GPU slower in every round: the anchor moved with the kernel, which is still slower
+    a = side("a", [100.0, 100.2, 99.8], 1.0, tmp=tmp_path)
+    b = side("b", [110.0, 110.2, 109.8], 1.0, tmp=tmp_path)
+    row = mm_row(compare_sides(a, b, THRESHOLD, "torch-bf16"))
+    assert row.verdict == "SLOWER" and row.judged_on == "time"
+    assert row.anchor_ratio == pytest.approx(1.0, abs=1e-9)
+
+
+@pytest.mark.parametrize(
+    "b_kw, refused",
+    [
+        ({"torch": "2.12.0"}, "torch"),
+        ({"opts": TimingOptions(budget_s=0.3)}, "timing.budget_s"),
+    ],
+)
+def test_no_case_is_judged_against_an_anchor_that_may_have_moved_itself(tmp_path, b_kw, refused):
+    a, b = side("a", A_US, 1.0, tmp=tmp_path), side("b", B_US, 1.03, tmp=tmp_path, **b_kw)
+    cmp = compare_sides(a, b, THRESHOLD, "torch-bf16")
+    assert [d.field for d in cmp.anchor_refused] == [refused]
+    assert cmp.anchored == 0 and mm_row(cmp).verdict == "AMBIGUOUS" and mm_row(cmp).anchor_ratio is None
+
+
+def test_the_per_backend_effect_takes_the_anchored_ratio_where_it_agrees(tmp_path):
+    cmp = compare_sides(
+        side("a", A_US, 1.0, tmp=tmp_path), side("b", B_US, 1.03, tmp=tmp_path), THRESHOLD, "torch-bf16"
+    )
+    (mm,) = [b for b in cmp.by_backend() if b["backend"] == "mm"]
+    assert mm["effect_on_anchor"] == 1 and mm["effect_ratio"] is None  # one case: no effect over cases
+    assert cmp.anchored == 1
+
+
+LEASE = Path(__file__).resolve().parents[4] / "benchmarks" / "results" / "slowdowns-seed-h100-s18b.runs.tar.gz"
+
+
+@pytest.fixture(scope="module")
+def h2h_runs(tmp_path_factory):
+    """A stored lease's head-to-head sweeps (mm, mm_again and mm_pad timed together), as a runs folder."""
+    import tarfile
+
+    folder = tmp_path_factory.mktemp("lease")
+    with tarfile.open(LEASE) as tar:
+        tar.extractall(folder, filter="data")
+    return folder, sorted(p.name for p in folder.iterdir() if "see-h2h" in p.name)
+
+
+def test_diff_names_its_anchor_on_stored_sweeps_and_refuses_one_neither_side_timed(h2h_runs, capsys):
+    from orchestrator.cli import main
+
+    folder, (a, b, *_) = h2h_runs
+    assert main(["diff", a, b, "--runs-dir", str(folder), "--anchor", "mm", "--format", "json"]) in (0, 1)
+    import json
+
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["anchor"] == "mm" and doc["anchor_refused"] == []
+    rows = [c for c in doc["cases"] if c["backend"] != "mm"]
+    assert rows and all(c["anchor_ratio"] is not None for c in rows)
+    assert all("against mm timed beside it" in c["note"] for c in rows)
+    # the default anchor, torch-bf16, is not in these sweeps: nothing is anchored, and nothing fails
+    assert main(["diff", a, b, "--runs-dir", str(folder), "--format", "json"]) in (0, 1)
+    assert all(c["anchor_ratio"] is None for c in json.loads(capsys.readouterr().out)["cases"])
+    assert main(["diff", a, b, "--runs-dir", str(folder), "--anchor", "torch-bf17"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--anchor torch-bf17: neither side timed it" in err and "mm_pad" in err
+    assert main(["diff", a, b, "--runs-dir", str(folder), "--anchor", "none", "--format", "json"]) in (0, 1)
+    assert json.loads(capsys.readouterr().out)["anchor"] == ""
