@@ -17,10 +17,12 @@ and these are the comparisons a flag is wanted in:
 Each pair is judged by `diff` at HEAD (orchestrator/analysis/diff.py, `compare_sides`) at the threshold
 given, twice: on the time alone (`--anchor none`), and as `diff` judges by default, against the anchor
 timed beside each case (torch-bf16; mm in the head-to-head sweeps, which have no torch-bf16). A false
-flag is any A/A cell SLOWER or FASTER.
+flag is any A/A cell SLOWER or FASTER. `--anchor-sd` judges against the anchor once per between-process
+spread listed instead of diff's own (ANCHOR_PROCESS_SD): how that constant was chosen.
 
     python -m benchmarks.detection.false_flags benchmarks/results/slowdowns-seed-*.runs.tar.gz [--threshold 0.015]
         [--variant fresh-inputs-false]   (a timing variant's sweeps: see_slowdowns --timing)
+        [--anchor-sd 0,0.002,0.003,0.004]
 
 Prints Markdown: per lease and judgment the cells and flags of each kind of pair, then every false flag
 with its ratio, what it was judged on, and its interval.
@@ -37,13 +39,21 @@ import tempfile
 from pathlib import Path
 
 from benchmarks.detection.see_slowdowns import sweep_of
-from orchestrator.analysis.diff import DEFAULT_ANCHOR, Side, compare_sides, resolve_side
+from orchestrator.analysis.diff import ANCHOR_PROCESS_SD, DEFAULT_ANCHOR, Side, compare_sides, resolve_side
 
 REPEAT = 3  # sweeps per setting in see_slowdowns across
 FLAGS = ("SLOWER", "FASTER")
 KINDS = ("A/A seed", "A/A h2h", "A/A across", "slowed across", "slowed h2h")
 H2H_ANCHOR = "mm"  # the head-to-head sweeps time mm, mm_again and mm_pad only
-JUDGMENTS = ("time alone", "with anchor")
+TIME_ALONE = "time alone"
+
+
+def judgments_of(spreads: list[float]) -> dict[str, float | None]:
+    """Judgment label -> the anchor's between-process spread (None: the time alone, no anchor)."""
+    out: dict[str, float | None] = {TIME_ALONE: None}
+    for sd in spreads:
+        out["with anchor" if sd == ANCHOR_PROCESS_SD else f"with anchor, spread {sd:g}"] = sd
+    return out
 
 
 def pairs_of(runs: list[str], variant: str = "") -> dict[str, list[tuple[str, str]]]:
@@ -86,10 +96,13 @@ def pad_as_again(side: Side) -> Side:
     return dataclasses.replace(side, slots=slots)
 
 
-def judge(folder: Path, threshold: float, variant: str = "") -> tuple[dict[str, dict[str, dict[str, int]]], list[str]]:
+def judge(
+    folder: Path, threshold: float, variant: str = "", spreads: tuple[float, ...] = (ANCHOR_PROCESS_SD,)
+) -> tuple[dict[str, dict[str, dict[str, int]]], list[str]]:
     """Per judgment and kind of pair: cells compared and flagged SLOWER / FASTER; and a line per false flag."""
     runs = sorted(p.name for p in folder.iterdir() if p.is_dir() and (p / "manifest.json").exists())
-    counts: dict[str, dict[str, dict[str, int]]] = {j: {} for j in JUDGMENTS}
+    judgments = judgments_of(list(spreads))
+    counts: dict[str, dict[str, dict[str, int]]] = {j: {} for j in judgments}
     false = []
     for kind, pairs in pairs_of(runs, variant).items():
         for a, b in pairs:
@@ -97,9 +110,10 @@ def judge(folder: Path, threshold: float, variant: str = "") -> tuple[dict[str, 
             if kind == "slowed h2h":
                 side_b = pad_as_again(side_b)
             anchored = H2H_ANCHOR if "h2h" in kind else DEFAULT_ANCHOR
-            for judgment, anchor in zip(JUDGMENTS, (None, anchored)):
+            for judgment, sd in judgments.items():
                 c = counts[judgment].setdefault(kind, {"cells": 0, "SLOWER": 0, "FASTER": 0})
-                for row in compare_sides(side_a, side_b, threshold, anchor).cases:
+                anchor = None if judgment == TIME_ALONE else anchored
+                for row in compare_sides(side_a, side_b, threshold, anchor, sd).cases:
                     if row.ratio is None or (kind == "slowed h2h" and row.backend != "mm_again"):
                         continue
                     c["cells"] += 1
@@ -134,18 +148,22 @@ def lease_name(path: Path) -> str:
     return name
 
 
-def report(paths: list[Path], threshold: float, variant: str = "") -> str:
+def report(
+    paths: list[Path], threshold: float, variant: str = "", spreads: tuple[float, ...] = (ANCHOR_PROCESS_SD,)
+) -> str:
+    judgments = judgments_of(list(spreads))
     head = "| lease | judgment | " + " | ".join(f"{k}: cells, SLOWER, FASTER" for k in KINDS) + " |"
     lines = [
         f"## Fresh processes: flags of `diff` at {threshold:.1%} (judged at HEAD), on the time alone and "
         f"against the anchor timed beside each case ({DEFAULT_ANCHOR}; {H2H_ANCHOR} in the head-to-head sweeps)"
-        + (f"; the sweeps of variant {variant}" if variant else ""),
+        + (f"; the sweeps of variant {variant}" if variant else "")
+        + (f"; the anchor's between-process spread diff adds: {ANCHOR_PROCESS_SD:g}" if len(judgments) > 1 else ""),
         "",
         head,
         "|---|---|" + "---|" * len(KINDS),
     ]
     empty = {"cells": 0, "SLOWER": 0, "FASTER": 0}
-    totals = {j: {k: dict(empty) for k in KINDS} for j in JUDGMENTS}
+    totals = {j: {k: dict(empty) for k in KINDS} for j in judgments}
     flagged = []
     for path in paths:
         with tempfile.TemporaryDirectory() as tmp:
@@ -154,8 +172,8 @@ def report(paths: list[Path], threshold: float, variant: str = "") -> str:
                 with tarfile.open(folder) as tar:
                     tar.extractall(tmp, filter="data")
                 folder = Path(tmp)
-            counts, false = judge(folder, threshold, variant)
-        for judgment in JUDGMENTS:
+            counts, false = judge(folder, threshold, variant, spreads)
+        for judgment in judgments:
             cells = []
             for k in KINDS:
                 c = counts[judgment].get(k, empty)
@@ -164,7 +182,7 @@ def report(paths: list[Path], threshold: float, variant: str = "") -> str:
                 cells.append(f"{c['cells']}, {c['SLOWER']}, {c['FASTER']}")
             lines.append(f"| {lease_name(Path(path))} | {judgment} | " + " | ".join(cells) + " |")
         flagged += [f"| {lease_name(Path(path))} " + line for line in false]
-    for judgment in JUDGMENTS:
+    for judgment in judgments:
         lines.append(
             f"| **all** | {judgment} | "
             + " | ".join(f"{t['cells']}, {t['SLOWER']}, {t['FASTER']}" for t in totals[judgment].values())
@@ -184,6 +202,16 @@ def report(paths: list[Path], threshold: float, variant: str = "") -> str:
     return "\n".join(lines) + "\n"
 
 
+def spread_list(text: str) -> tuple[float, ...]:
+    try:
+        values = tuple(float(v) for v in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a comma-separated list of numbers: {text!r}") from None
+    if any(not 0 <= v < 1 for v in values):
+        raise argparse.ArgumentTypeError(f"each spread is a log SD in [0, 1): {text!r}")
+    return values
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("leases", nargs="+", type=Path, help="run folders' archives (.runs.tar.gz) or folders")
@@ -194,13 +222,20 @@ def main(argv=None) -> int:
         help="judge a timing variant's sweeps: the suffix see_slowdowns --timing gave their names "
         "(e.g. fresh-inputs-false; default: the sweeps as the steps name them)",
     )
+    parser.add_argument(
+        "--anchor-sd",
+        type=spread_list,
+        default=(ANCHOR_PROCESS_SD,),
+        help="judge against the anchor once per between-process spread (log SD) in this comma-separated "
+        f"list (default: diff's own, {ANCHOR_PROCESS_SD:g})",
+    )
     parser.add_argument("--out", type=Path, help="also write the Markdown here")
     args = parser.parse_args(argv)
     missing = [p for p in args.leases if not p.exists()]
     if missing:
         print(f"false_flags: no such file or folder: {missing[0]}", file=sys.stderr)
         return 2
-    text = report(args.leases, args.threshold, args.variant)
+    text = report(args.leases, args.threshold, args.variant, args.anchor_sd)
     print(text, end="")
     if args.out:
         args.out.write_text(text)

@@ -756,10 +756,13 @@ def _exp(x: float) -> float:
     return math.exp(max(-700.0, min(700.0, x)))
 
 
-def compare_sides(a: Side, b: Side, threshold: float, anchor: Optional[str] = None) -> Comparison:
+def compare_sides(
+    a: Side, b: Side, threshold: float, anchor: Optional[str] = None, anchor_process_sd: Optional[float] = None
+) -> Comparison:
     """Cases matched by (slot, case) when both sides hold the same hosts, else by case alone. `anchor`: a
     backend each case is also judged against where both sides timed it beside the case (anchored_intervals),
-    unless a fact it depends on differs between the sides (anchor_refusals)."""
+    unless a fact it depends on differs between the sides (anchor_refusals). `anchor_process_sd`: the
+    between-process spread those intervals add (default ANCHOR_PROCESS_SD; benchmarks try others)."""
     same_slots = {s.slot for s in a.slots} == {s.slot for s in b.slots}
     if not same_slots and (len(a.slots) != 1 or len(b.slots) != 1):
         raise InputError(
@@ -784,7 +787,7 @@ def compare_sides(a: Side, b: Side, threshold: float, anchor: Optional[str] = No
     priors = (work_prior(ia.values()), work_prior(ib.values()))
     settings = setting_differences(a, b)
     refused = anchor_refusals(a, b, anchor, settings) if anchor else []
-    anchors = {} if not anchor or refused else anchored_intervals(a, b, anchor, same_slots)
+    anchors = {} if not anchor or refused else anchored_intervals(a, b, anchor, same_slots, anchor_process_sd)
     cases = [compare_records(k, ia.get(k), ib.get(k), threshold, same_run, priors, anchors.get(k)) for k in keys]
     return Comparison(
         a=a.label,
@@ -858,18 +861,23 @@ def _against_anchor(side: Side, anchor: str, same_slots: bool) -> dict:
     return out
 
 
-def anchored_intervals(a: Side, b: Side, anchor: str, same_slots: bool) -> dict[str, tuple[str, LogInterval]]:
+def anchored_intervals(
+    a: Side, b: Side, anchor: str, same_slots: bool, process_sd: Optional[float] = None
+) -> dict[str, tuple[str, LogInterval]]:
     """Case key -> (anchor, log B/A of the case's ratio to the anchor) with its interval (Welch's t over
     the two sides' pair estimates), for the cases both sides timed beside the anchor. The two kernels ran
     in one GPU state on each side, so their ratio cancels what that state did to both: a power-capped
     GEMM whose rounds move 5% between runs keeps its ratio to a GEMM beside it within a few tenths."""
     ea, eb = _against_anchor(a, anchor, same_slots), _against_anchor(b, anchor, same_slots)
+    sd = ANCHOR_PROCESS_SD if process_sd is None else process_sd
     out = {}
     for key in ea.keys() & eb.keys():
         x, y = ea[key], eb[key]
         out[key] = (
             anchor,
-            log_ratio_interval(math.exp(x.log_ratio), math.exp(y.log_ratio), _process_spread(x), _process_spread(y)),
+            log_ratio_interval(
+                math.exp(x.log_ratio), math.exp(y.log_ratio), _process_spread(x, sd), _process_spread(y, sd)
+            ),
         )
     return out
 
@@ -880,10 +888,10 @@ def anchored_intervals(a: Side, b: Side, anchor: str, same_slots: bool) -> dict[
 ANCHOR_PROCESS_SD = 0.003
 
 
-def _process_spread(found) -> Spread:
-    """A side's pair estimate as a Spread of its ratio between processes: its own standard error with
-    ANCHOR_PROCESS_SD added (in quadrature; the degrees of freedom its own error has)."""
-    return Spread(math.sqrt(found.log_se**2 + ANCHOR_PROCESS_SD**2), found.df)
+def _process_spread(found, sd: float) -> Spread:
+    """A side's pair estimate as a Spread of its ratio between processes: its own standard error with the
+    process spread `sd` added (in quadrature; the degrees of freedom its own error has)."""
+    return Spread(math.sqrt(found.log_se**2 + sd**2), found.df)
 
 
 def anchor_agrees(anchored: LogInterval, time: LogInterval, split: Optional[ClockSplit]) -> bool:

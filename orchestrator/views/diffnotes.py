@@ -93,6 +93,6 @@ def compare_records(key: str, ra, rb, threshold: float, same_run: bool = False, 
     return worded(analysis.compare_records(key, ra, rb, threshold, same_run, priors, anchored))
 
 
-def compare_sides(a, b, threshold: float, anchor=None):
+def compare_sides(a, b, threshold: float, anchor=None, anchor_process_sd=None):
     """Two sides compared case by case (analysis.diff.compare_sides), each case's note in words."""
-    return worded_comparison(analysis.compare_sides(a, b, threshold, anchor))
+    return worded_comparison(analysis.compare_sides(a, b, threshold, anchor, anchor_process_sd))

@@ -2,6 +2,8 @@
 
 from pathlib import Path
 
+import pytest
+
 from benchmarks.detection.false_flags import main, pairs_of
 
 RESULTS = Path(__file__).resolve().parents[3] / "benchmarks" / "results"
@@ -69,3 +71,21 @@ def test_a_timing_variant_s_sweeps_pair_only_among_themselves():
     ]
     assert pairs_of(runs)["A/A across"] == [(runs[0], runs[1])]
     assert pairs_of(runs, "fresh-inputs-false")["A/A across"] == [(runs[2], runs[3])]
+
+
+def test_other_anchor_spreads_are_judgments_of_their_own_and_a_bad_list_is_refused(tmp_path, capsys):
+    lease = RESULTS / "slowdowns-seed-h100-s18b.runs.tar.gz"
+    assert main([str(lease), "--anchor-sd", "0,0.003"]) == 0
+    text = capsys.readouterr().out.split("Every A/A cell flagged:")[0]
+    rows = {}
+    for line in text.splitlines():
+        if line.startswith("| slowdowns-seed-h100-s18b |"):
+            parts = [part.strip() for part in line.strip("|").split("|")]
+            rows[parts[1]] = int(parts[6].split(",")[1])
+    assert set(rows) == {"time alone", "with anchor, spread 0", "with anchor"}
+    # no spread between processes: narrower intervals, at least as many of the real +2% flagged
+    assert rows["with anchor, spread 0"] >= rows["with anchor"] >= rows["time alone"]
+    with pytest.raises(SystemExit) as stop:
+        main([str(lease), "--anchor-sd", "0.003,x"])
+    assert stop.value.code == 2
+    assert "comma-separated" in capsys.readouterr().err

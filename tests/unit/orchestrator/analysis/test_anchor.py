@@ -100,11 +100,20 @@ def test_the_same_kernel_beside_the_anchor_is_not_flagged_however_the_state_move
     assert row.anchor_ratio == pytest.approx(1.0, abs=1e-9) and row.anchor_agrees
 
 
-def test_the_interval_knows_the_ratio_moves_between_processes():
+def test_the_interval_knows_the_ratio_moves_between_processes(tmp_path):
     # one pair of pairs, each side's own error tiny: the interval is still at least the processes' spread
     tight = SimpleNamespace(log_ratio=0.0, log_se=1e-6, df=math.inf)
-    found = judge._process_spread(tight)
+    found = judge._process_spread(tight, judge.ANCHOR_PROCESS_SD)
     assert found.log_se == pytest.approx(judge.ANCHOR_PROCESS_SD, rel=1e-3)
+
+    def half_width(sd):
+        a, b = side("a", A_US, 1.0, tmp=tmp_path), side("b", B_US, 1.0, tmp=tmp_path)
+        row = mm_row(compare_sides(a, b, THRESHOLD, "torch-bf16", anchor_process_sd=sd))
+        return (math.log(row.anchor_high) - math.log(row.anchor_low)) / 2
+
+    # both sides' spread, in quadrature, at z >= 1.96; a larger spread given widens it
+    assert half_width(None) >= 0.999 * 1.96 * math.sqrt(2) * judge.ANCHOR_PROCESS_SD
+    assert half_width(0.01) > half_width(None) > half_width(0.0)
 
 
 def test_an_anchor_outside_the_case_s_own_interval_judges_nothing():
