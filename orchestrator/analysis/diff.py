@@ -697,6 +697,8 @@ def compare_records(
     if why_unstable:
         verdict = "UNSTABLE"
         notes.append(why_unstable)
+        if judged_on == "anchor":  # the anchor judged a change the environment then unsettled: nothing judged
+            judged_on = "time"
     elif flags["noisy"]:
         notes.append(Finding(NOTE_NOISY, {"a_rel_ci": ta.rel_ci, "b_rel_ci": tb.rel_ci}))
     for side, rec in zip("AB", (ra, rb)):
@@ -786,7 +788,7 @@ def compare_sides(
     keys = list(dict.fromkeys([*ia, *ib]))
     priors = (work_prior(ia.values()), work_prior(ib.values()))
     settings = setting_differences(a, b)
-    refused = anchor_refusals(a, b, anchor, settings) if anchor else []
+    refused = anchor_refusals(a, b, anchor, settings) if anchor and timed_on_both(a, b, anchor) else []
     anchors = {} if not anchor or refused else anchored_intervals(a, b, anchor, same_slots, anchor_process_sd)
     cases = [compare_records(k, ia.get(k), ib.get(k), threshold, same_run, priors, anchors.get(k)) for k in keys]
     return Comparison(
@@ -811,10 +813,18 @@ DEFAULT_ANCHOR = "torch-bf16"
 ANCHOR_FACTS = ("gpu_name", "compute_capability", "driver", "cuda", "torch")
 
 
+def timed_on_both(a: Side, b: Side, anchor: str) -> bool:
+    """Whether both sides hold a result of the anchor (else there is nothing to judge against, or refuse)."""
+    return all(
+        any(rec.case.backend == anchor and rec.status == "ok" for s in side.slots for _, rec in s.records.values())
+        for side in (a, b)
+    )
+
+
 def anchor_refusals(a: Side, b: Side, anchor: str, settings: list[FactDiff]) -> list[FactDiff]:
     """Why the anchor cannot stand still between the sides: the facts it depends on that differ (its
-    library's version, a user kernel's file), and the timing settings that differ (the ratio of two
-    kernels depends on how both were timed); [] when nothing does."""
+    library's version, a user kernel's file, the worker that ran a built-in one), and the timing settings
+    that differ (the ratio of two kernels depends on how both were timed); [] when nothing does."""
     spec = CATALOG.get(anchor)
     fields = ANCHOR_FACTS + ((spec.import_name,) if spec and spec.import_name in FACT_FIELDS else ())
     fa, fb = _facts_of(a), _facts_of(b)
@@ -834,6 +844,9 @@ def anchor_refusals(a: Side, b: Side, anchor: str, settings: list[FactDiff]) -> 
     ]
     if files[0] != files[1]:
         refused.append(FactDiff(f"kernel {anchor} sha256", files[0] or "?", files[1] or "?"))
+    workers = [side.store.manifest().worker_sha256[:12] for side in (a, b)]
+    if workers[0] != workers[1]:  # a built-in anchor's code is the worker's
+        refused.append(FactDiff("worker_sha256", workers[0] or "?", workers[1] or "?"))
     return refused + [d for d in settings if d.field.startswith("timing.")]
 
 

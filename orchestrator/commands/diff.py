@@ -45,8 +45,8 @@ def declare(p):
         help="judge each case also against BACKEND, where both runs timed it beside the case (its "
         "head-to-head pairs): the ratio of the two ratios cancels the GPU state the two kernels shared, "
         "and settles a change the time leaves AMBIGUOUS when it lies within the case's own interval. "
-        "Not used where the anchor's GPU, driver, CUDA, torch, library, file or timing settings differ. "
-        "Default: torch-bf16 where both runs have it; 'none' turns it off",
+        "Not used where the anchor's GPU, driver, CUDA, torch, library, file, worker or timing settings "
+        "differ. Default: torch-bf16 where both runs have it; 'none' turns it off (not with --across-hosts)",
     )
     opt_threshold(p)
     opt_format(p)
@@ -63,7 +63,9 @@ def anchor_of(args, a, b) -> str | None:
         return DEFAULT_ANCHOR
     if args.anchor.lower() == "none":
         return None
-    present = {rec.case.backend for side in (a, b) for s in side.slots for _, rec in s.records.values()}
+    present = {
+        rec.case.backend for side in (a, b) for s in side.slots for _, rec in s.records.values() if rec.status == "ok"
+    }
     if args.anchor not in present:
         raise InputError(
             f"--anchor {args.anchor}: neither side timed it (backends: {', '.join(sorted(present))}); or --anchor none"
@@ -119,6 +121,11 @@ def run(args, io: Streams) -> int:
     if args.across_hosts:
         if args.b:
             raise InputError("--across-hosts compares the hosts of one run: give one RUN")
+        if args.anchor is not None:
+            raise InputError(
+                "--anchor judges two runs against each other; --across-hosts judges each host against the fleet "
+                "without one: drop one of them"
+            )
         report = across_hosts(side_a, threshold)
         effects = host_effects(side_a, threshold)
         document = with_host_effects(fleet_document(report), effects)

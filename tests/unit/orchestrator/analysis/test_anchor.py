@@ -21,13 +21,13 @@ THRESHOLD = 0.015
 SHAPE = dict(m=64, n=2048, k=6144)
 
 
-def record(backend: str, medians: list[float], opts: TimingOptions) -> CaseRecord:
+def record(backend: str, medians: list[float], opts: TimingOptions, m=SHAPE["m"], throttle=()) -> CaseRecord:
     """A case timed in rounds of these medians, each round one interleaved timing of 12 cycles (pair id
     p<i>) whose samples sit within ±0.2% of its median."""
-    spec = CaseSpec(backend=backend, timing=opts, **SHAPE)
+    spec = CaseSpec(backend=backend, timing=opts, **{**SHAPE, "m": m})
     per_round = [[us * (1 + 0.001 * ((i % 5) - 2)) for i in range(12)] for us in medians]
     rounds = [
-        RoundStats(median_us=us, n=len(s), rel_ci=0.002, pair_id=f"p{i}", paired_us=s)
+        RoundStats(median_us=us, n=len(s), rel_ci=0.002, pair_id=f"p{i}", paired_us=s, throttle_reasons=list(throttle))
         for i, (us, s) in enumerate(zip(medians, per_round))
     ]
     stats = Stats(
@@ -53,11 +53,27 @@ def facts(torch="2.11.0") -> FactsRecord:
     )
 
 
-def side(label: str, anchor_us: list[float], effect: float, opts=None, torch="2.11.0", tmp=Path(".")) -> Side:
-    """One host's run: the anchor (torch-bf16) and a kernel (mm) timed beside it, the GPU state moving both
-    from round to round; the kernel `effect` times the anchor."""
+def side(
+    label: str,
+    anchor_us: list[float],
+    effect: float,
+    opts=None,
+    torch="2.11.0",
+    tmp=Path("."),
+    worker="w1",
+    ms=(SHAPE["m"],),
+    kernel_us=None,
+    throttle=(),
+) -> Side:
+    """One host's run: the anchor (torch-bf16) and a kernel (mm) timed beside it at each M of `ms`, the GPU
+    state moving both from round to round; the kernel `effect` times the anchor (or `kernel_us`)."""
     opts = opts or TimingOptions()
-    recs = [record("torch-bf16", anchor_us, opts), record("mm", [us * effect for us in anchor_us], opts)]
+    kernel_us = kernel_us or [us * effect for us in anchor_us]
+    recs = [
+        r
+        for m in ms
+        for r in (record("torch-bf16", anchor_us, opts, m, throttle), record("mm", kernel_us, opts, m, throttle))
+    ]
     slot = SlotData(
         slot="h",
         host="h",
@@ -68,7 +84,8 @@ def side(label: str, anchor_us: list[float], effect: float, opts=None, torch="2.
         outcome=None,
         problems=[],
     )
-    return Side(store=SimpleNamespace(dir=tmp / label), slots=[slot], label=label)
+    store = SimpleNamespace(dir=tmp / label, manifest=lambda: SimpleNamespace(worker_sha256=worker))
+    return Side(store=store, slots=[slot], label=label)
 
 
 # The GPU state moves each round by ±4% (a power-capped GEMM), so the time cannot resolve 3%.
@@ -138,6 +155,7 @@ def test_a_slower_time_stays_slower_whatever_the_anchor_says(tmp_path):
     [
         ({"torch": "2.12.0"}, "torch"),
         ({"opts": TimingOptions(budget_s=0.3)}, "timing.budget_s"),
+        ({"worker": "w2"}, "worker_sha256"),  # a built-in anchor's code is the worker's
     ],
 )
 def test_no_case_is_judged_against_an_anchor_that_may_have_moved_itself(tmp_path, b_kw, refused):
@@ -148,12 +166,42 @@ def test_no_case_is_judged_against_an_anchor_that_may_have_moved_itself(tmp_path
 
 
 def test_the_per_backend_effect_takes_the_anchored_ratio_where_it_agrees(tmp_path):
-    cmp = compare_sides(
-        side("a", A_US, 1.0, tmp=tmp_path), side("b", B_US, 1.03, tmp=tmp_path), THRESHOLD, "torch-bf16"
-    )
+    ms = (16, 64, 256)
+    a = side("a", A_US, 1.0, tmp=tmp_path, ms=ms)
+    b = side("b", B_US, 1.03, tmp=tmp_path, ms=ms)
+    cmp = compare_sides(a, b, THRESHOLD, "torch-bf16")
     (mm,) = [b for b in cmp.by_backend() if b["backend"] == "mm"]
-    assert mm["effect_on_anchor"] == 1 and mm["effect_ratio"] is None  # one case: no effect over cases
-    assert cmp.anchored == 1
+    # the time ratio of each case is 1.03 times the state's 1.02: the effect is the kernel's alone
+    assert mm["effect_on_anchor"] == 3 and mm["effect_ratio"] == pytest.approx(1.03, abs=0.002)
+    assert cmp.anchored == 3
+
+
+def test_an_anchored_ratio_outside_the_case_s_own_time_interval_judges_nothing(tmp_path):
+    # the kernel's time held (+1.5%, AMBIGUOUS, a narrow interval) while the anchor beside it ran 5% faster:
+    # the two answered the GPU state differently, and their ratio (+6.8%) is not the kernel's change
+    steady = [100.0, 100.2, 99.8]
+    a = side("a", steady, 1.0, tmp=tmp_path)
+    b = side("b", [95.0, 95.2, 94.8], 1.0, tmp=tmp_path, kernel_us=[101.5, 101.7, 101.3])
+    row = mm_row(compare_sides(a, b, THRESHOLD, "torch-bf16"))
+    assert row.anchor_ratio == pytest.approx(1.068, abs=0.002) and row.anchor_low > 1 + THRESHOLD
+    assert row.verdict == "AMBIGUOUS" and row.judged_on == "time" and row.anchor_agrees is False
+    assert "judges nothing" in row.note
+
+
+def test_a_row_the_environment_unsettles_is_not_judged_on_the_anchor(tmp_path):
+    a = side("a", A_US, 1.0, tmp=tmp_path)
+    b = side("b", B_US, 1.03, tmp=tmp_path, throttle=("sw_power_cap",))
+    cmp = compare_sides(a, b, THRESHOLD, "torch-bf16")
+    row = mm_row(cmp)
+    assert row.verdict == "UNSTABLE" and row.judged_on == "time" and cmp.anchored == 0
+    assert "against torch-bf16 timed beside it" in row.note and "judged on it" not in row.note
+
+
+def test_an_anchor_neither_side_timed_refuses_nothing(tmp_path):
+    # the facts differ, but there is no anchor to distrust: no note about one
+    a, b = side("a", A_US, 1.0, tmp=tmp_path), side("b", B_US, 1.03, tmp=tmp_path, torch="2.12.0")
+    cmp = compare_sides(a, b, THRESHOLD, "flashinfer-fp8-cublas")
+    assert cmp.anchor_refused == [] and cmp.anchored == 0
 
 
 LEASE = Path(__file__).resolve().parents[4] / "benchmarks" / "results" / "slowdowns-seed-h100-s18b.runs.tar.gz"
@@ -190,3 +238,7 @@ def test_diff_names_its_anchor_on_stored_sweeps_and_refuses_one_neither_side_tim
     assert err.count("\n") == 1 and "--anchor torch-bf17: neither side timed it" in err and "mm_pad" in err
     assert main(["diff", a, b, "--runs-dir", str(folder), "--anchor", "none", "--format", "json"]) in (0, 1)
     assert json.loads(capsys.readouterr().out)["anchor"] == ""
+    # --across-hosts judges each host against the fleet: an anchor there is refused, not ignored
+    assert main(["diff", a, "--across-hosts", "--runs-dir", str(folder), "--anchor", "mm"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--across-hosts" in err
