@@ -16,7 +16,9 @@ and these are the comparisons a flag is wanted in:
 
 Each pair is judged by `diff` at HEAD (orchestrator/analysis/diff.py, `compare_sides`) at the threshold
 given, twice: on the time alone (`--anchor none`), and as `diff` judges by default, against the anchor
-timed beside each case (torch-bf16; mm in the head-to-head sweeps, which have no torch-bf16). A false
+timed beside each case (torch-bf16 in the seed sweeps; the user kernels of the others run in a process
+of their own, beside user kernels only: mm in the head-to-head sweeps, `anchor` in the across sweeps since
+session 23, none in those before). A false
 flag is any A/A cell SLOWER or FASTER. `--anchor-sd` judges against the anchor once per between-process
 spread listed instead of diff's own (ANCHOR_PROCESS_SD): how that constant was chosen.
 
@@ -38,7 +40,7 @@ import tarfile
 import tempfile
 from pathlib import Path
 
-from benchmarks.detection.see_slowdowns import sweep_of
+from benchmarks.detection.see_slowdowns import ACROSS_ANCHOR, sweep_of
 from orchestrator.analysis.diff import ANCHOR_PROCESS_SD, DEFAULT_ANCHOR, Side, compare_sides, resolve_side
 
 REPEAT = 3  # sweeps per setting in see_slowdowns across
@@ -109,7 +111,7 @@ def judge(
             side_a, side_b = resolve_side(folder, a), resolve_side(folder, b)
             if kind == "slowed h2h":
                 side_b = pad_as_again(side_b)
-            anchored = H2H_ANCHOR if "h2h" in kind else DEFAULT_ANCHOR
+            anchored = H2H_ANCHOR if "h2h" in kind else ACROSS_ANCHOR if "across" in kind else DEFAULT_ANCHOR
             for judgment, sd in judgments.items():
                 c = counts[judgment].setdefault(kind, {"cells": 0, "SLOWER": 0, "FASTER": 0})
                 anchor = None if judgment == TIME_ALONE else anchored
@@ -155,7 +157,8 @@ def report(
     head = "| lease | judgment | " + " | ".join(f"{k}: cells, SLOWER, FASTER" for k in KINDS) + " |"
     lines = [
         f"## Fresh processes: flags of `diff` at {threshold:.1%} (judged at HEAD), on the time alone and "
-        f"against the anchor timed beside each case ({DEFAULT_ANCHOR}; {H2H_ANCHOR} in the head-to-head sweeps)"
+        f"against the anchor timed beside each case ({DEFAULT_ANCHOR}; {H2H_ANCHOR} in the head-to-head sweeps, "
+        f"the user kernel {ACROSS_ANCHOR} in the across sweeps since session 23)"
         + (f"; the sweeps of variant {variant}" if variant else "")
         + (f"; the anchor's between-process spread diff adds: {ANCHOR_PROCESS_SD:g}" if len(judgments) > 1 else ""),
         "",

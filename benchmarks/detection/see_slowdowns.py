@@ -13,11 +13,12 @@ the user kernel benchmarks/kernels/mm_pad.py is mm.py's bf16 GEMM on operands ze
           the GLM-5 TP8 shapes, REPEAT sweeps, each a cold CLI process; per shape and sweep the paired
           B/A of mm_again and of mm_pad against mm (worker/contract/pairing.py), flagged when the whole interval
           is beyond ±TIE (the `versus` rule).
-  across  diff of separate sweeps: REPEAT sweeps of mm beside torch-bf16 (diff's default anchor), then
-          REPEAT with mm's file swapped for mm_pad at each PAD; `diff` (orchestrator/analysis/diff.py, the
-          default threshold and others) of base i against base j (A/A) and of base i against slowed i,
-          counting mm's cells: as diff judges by default (against torch-bf16 timed beside each), and on
-          the time alone (--anchor none).
+  across  diff of separate sweeps: REPEAT sweeps of mm beside an anchor (a second user kernel of mm.py's
+          file: user kernels run in a process of their own, so only another user kernel is timed beside
+          mm), then REPEAT with mm's file swapped for mm_pad at each PAD; `diff` (orchestrator/analysis/
+          diff.py, the default threshold and others) of base i against base j (A/A) and of base i against
+          slowed i, counting mm's cells: against the anchor (`diff --anchor anchor`), and on the time alone
+          (--anchor none).
 
     python -m benchmarks.detection.see_slowdowns calibrate --targets 0.02,0.03,0.05 --pad-dir DIR [--out FILE.md]
     python -m benchmarks.detection.see_slowdowns h2h -i HOSTS --runs-dir DIR [--repeat 3] [--pad DIR/pads-2.json]
@@ -204,22 +205,27 @@ def h2h(args) -> str:
     return "\n".join(lines)
 
 
+# The across sweeps' anchor: a user kernel of mm.py's file beside mm (diff --anchor anchor).
+ACROSS_ANCHOR = "anchor"
+
+
 def fmt(iv) -> str:
     return "—" if iv is None else f"{iv.ratio:.4f} [{iv.low:.4f}, {iv.high:.4f}]"
 
 
 def across(args) -> str:
-    from orchestrator.analysis.diff import DEFAULT_ANCHOR, compare_sides, resolve_side
+    from orchestrator.analysis.diff import compare_sides, resolve_side
     from orchestrator.commands.common import DEFAULT_THRESHOLD as DEFAULT_WORDS
 
     DEFAULT_THRESHOLD = float(DEFAULT_WORDS.rstrip("%")) / 100
 
     folder = Path(tempfile.mkdtemp(prefix="see-across-"))
     name = variant_name("see-across", args.timing)
-    base = sweep_file(folder, name, [{"name": "mm", "file": str(KERNELS / "mm.py")}, DEFAULT_ANCHOR], args.timing)
+    anchor = {"name": ACROSS_ANCHOR, "file": str(KERNELS / "mm.py")}
+    base = sweep_file(folder, name, [{"name": "mm", "file": str(KERNELS / "mm.py")}, anchor], args.timing)
     (folder / "slowed").mkdir()
     slowed = sweep_file(
-        folder / "slowed", name, [{"name": "mm", "file": str(KERNELS / "mm_pad.py")}, DEFAULT_ANCHOR], args.timing
+        folder / "slowed", name, [{"name": "mm", "file": str(KERNELS / "mm_pad.py")}, anchor], args.timing
     )
     if args.stored:  # the run folders of an earlier `across`, in the order it ran them: base, then each pad
         found = stored_runs(args.runs_dir, name)
@@ -249,8 +255,8 @@ def across(args) -> str:
             zip(runs[0], runs[pad])
         )
     lines = [
-        f"## Across runs: diff of separate sweeps of mm beside {DEFAULT_ANCHOR} ({args.repeat} per setting), "
-        f"mm's cells flagged (as diff judges by default, against {DEFAULT_ANCHOR}; and on the time alone)"
+        f"## Across runs: diff of separate sweeps of mm beside {ACROSS_ANCHOR} ({args.repeat} per setting), "
+        f"mm's cells flagged (against {ACROSS_ANCHOR}: `diff --anchor {ACROSS_ANCHOR}`; and on the time alone)"
         + "".join(f"; timing.{k}: {v}" for k, v in sorted(args.timing.items())),
         "",
         "| comparison | cells | true effect (ratio of medians) | "
@@ -267,7 +273,7 @@ def across(args) -> str:
             side_a, side_b = resolve_side(args.runs_dir, a), resolve_side(args.runs_dir, b)
             on_time = {c.key: c.verdict for c in compare_sides(side_a, side_b, DEFAULT_THRESHOLD, None).cases}
             for t in args.thresholds:
-                cmp = compare_sides(side_a, side_b, t, DEFAULT_ANCHOR)
+                cmp = compare_sides(side_a, side_b, t, ACROSS_ANCHOR)
                 for c in cmp.cases:
                     if c.backend != "mm" or c.verdict in ("NOT-RUN", "NOT-OK", "ONLY-A", "ONLY-B"):
                         continue
@@ -311,7 +317,7 @@ def across(args) -> str:
     lines += [
         "",
         f"Per shape at the default threshold ({DEFAULT_THRESHOLD:.1%}): each pair's verdict (and on the time "
-        f"alone), B/A of the medians, of the work (time × in-stream clock) and against {DEFAULT_ANCHOR}",
+        f"alone), B/A of the medians, of the work (time × in-stream clock) and against {ACROSS_ANCHOR}",
         "",
         "| comparison | M×N | verdicts | time alone | B/A | work B/A | against the anchor |",
         "|---|---|---|---|---|---|---|",
