@@ -5,11 +5,12 @@ every pair of separate cold CLI sweeps of the same sweep file is an A/A comparis
 
   seed     the seed sweeps of a lease (device_check.sh `seed`), each against each
   h2h      the head-to-head sweeps (`slowdowns-h2h`: mm, mm_again, mm_pad), each against each
-  across   the first REPEAT sweeps of `slowdowns-across`, each against each
+  across   the first REPEAT sweeps of each `slowdowns-across` step (its base), each against each
 
 and these are the comparisons a flag is wanted in:
 
-  slowed across  base i against slowed i of `slowdowns-across`, for each padding
+  slowed across  base i against slowed i of the same `slowdowns-across` step, for each padding; only mm's
+                 rows count
   slowed h2h     head-to-head sweep i against sweep j (i != j), sweep j's mm_pad (~+2%: the same product,
                  more work, timed for real in that separate process) standing in for its mm_again; only
                  that row counts
@@ -44,8 +45,11 @@ from benchmarks.detection.see_slowdowns import ACROSS_ANCHOR, sweep_of
 from orchestrator.analysis.diff import ANCHOR_PROCESS_SD, DEFAULT_ANCHOR, Side, compare_sides, resolve_side
 
 REPEAT = 3  # sweeps per setting in see_slowdowns across
+ACROSS_SET = REPEAT * 3  # device_check.sh's slowdowns-across: the base, +3% and +5% (pads-3, pads-5)
 FLAGS = ("SLOWER", "FASTER")
 KINDS = ("A/A seed", "A/A h2h", "A/A across", "slowed across", "slowed h2h")
+# The one row of a slowed pair that is slowed (the across sweeps since session 23 time an anchor beside mm).
+SLOWED_ROW = {"slowed across": "mm", "slowed h2h": "mm_again"}
 H2H_ANCHOR = "mm"  # the head-to-head sweeps time mm, mm_again and mm_pad only
 TIME_ALONE = "time alone"
 
@@ -65,13 +69,18 @@ def pairs_of(runs: list[str], variant: str = "") -> dict[str, list[tuple[str, st
     seed = [r for r in runs if sweep_of(r) == "glm5-tp8" + variant]
     h2h = [r for r in runs if sweep_of(r) == "see-h2h" + variant]
     across = [r for r in runs if sweep_of(r) == "see-across" + variant]
-    base = across[:REPEAT]
-    slowed = [across[i : i + REPEAT] for i in range(REPEAT, len(across), REPEAT)]
+    # one `slowdowns-across` step is a set: REPEAT base sweeps, then REPEAT per padding; a lease may hold several
+    sets = [across[i : i + ACROSS_SET] for i in range(0, len(across), ACROSS_SET)]
+    aa, slowed = [], []
+    for one in sets:
+        base = one[:REPEAT]
+        aa += itertools.combinations(base, 2)
+        slowed += [p for i in range(REPEAT, len(one), REPEAT) for p in zip(base, one[i : i + REPEAT])]
     return {
         "A/A seed": list(itertools.combinations(seed, 2)),
         "A/A h2h": list(itertools.combinations(h2h, 2)),
-        "A/A across": list(itertools.combinations(base, 2)),
-        "slowed across": [p for group in slowed for p in zip(base, group)],
+        "A/A across": aa,
+        "slowed across": slowed,
         "slowed h2h": list(itertools.permutations(h2h, 2)),
     }
 
@@ -116,7 +125,7 @@ def judge(
                 c = counts[judgment].setdefault(kind, {"cells": 0, "SLOWER": 0, "FASTER": 0})
                 anchor = None if judgment == TIME_ALONE else anchored
                 for row in compare_sides(side_a, side_b, threshold, anchor, sd).cases:
-                    if row.ratio is None or (kind == "slowed h2h" and row.backend != "mm_again"):
+                    if row.ratio is None or row.backend != SLOWED_ROW.get(kind, row.backend):
                         continue
                     c["cells"] += 1
                     if row.verdict not in FLAGS:

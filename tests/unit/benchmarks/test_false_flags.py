@@ -33,6 +33,15 @@ def test_sweeps_of_one_file_pair_each_with_each_and_slowed_ones_with_their_base(
     assert all("jit" not in a + b for kind in pairs.values() for a, b in kind)
 
 
+def test_a_second_across_step_pairs_its_own_base_and_slowed_sweeps():
+    runs = [f"20261206-{i:02d}-see-across-{i}" for i in range(18)]
+    pairs = pairs_of(runs)
+    assert len(pairs["A/A across"]) == 6 and (runs[9], runs[10]) in pairs["A/A across"]
+    assert len(pairs["slowed across"]) == 12 and (runs[9], runs[12]) in pairs["slowed across"]
+    # never a second step's base taken for a slowed sweep of the first
+    assert all(not (a in runs[:9]) ^ (b in runs[:9]) for a, b in pairs["slowed across"])
+
+
 def test_the_report_over_a_stored_lease_counts_every_cell_and_lists_each_false_flag(tmp_path, capsys):
     lease = RESULTS / "slowdowns-seed-h100-s18b.runs.tar.gz"
     out = tmp_path / "ff.md"
