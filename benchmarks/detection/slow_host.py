@@ -3,8 +3,10 @@
 running the user kernel benchmarks/kernels/mm_pad.py on the 12 GLM-5 TP8 shapes with the seed sweep's
 timing; on the last host it pads K (FLEETBENCH_MM_PAD=auto: ~+2% real GPU work on the H200, the same
 product; `--pad pads-2.json` for a padding calibrated on this GPU by `see_slowdowns calibrate`), on the
-others by nothing (the same work as mm.py). Then `fleetbench diff RUN --across-hosts`: each host's effect
-over all its cases, with its interval (orchestrator/analysis/hosteffect.py).
+others by nothing (the same work as mm.py). Every host also times a user kernel of mm.py's file named
+`anchor` beside mm (a user kernel runs in a process of its own, so only another user kernel is timed beside
+it). Then `fleetbench diff RUN --across-hosts --anchor anchor`: each host's effect over all its cases, with
+its interval, and against the anchor beside each case (orchestrator/analysis/hosteffect.py).
 
     FLEETBENCH_SSHD=/path/sshd FLEETBENCH_SSH_KEYGEN=/path/ssh-keygen \\
       python -m benchmarks.detection.slow_host --out FILE.md --env PYTHONPATH=/tmp/site [--hosts 3] [--threshold 1.5%]
@@ -28,6 +30,7 @@ from benchmarks.harness.coldrun import cli, cold_run
 from benchmarks.harness.sshfleet import start_fleet
 
 TIMING = {"mode": "graph", "l2": "cold", "target_rel_ci": 0.01, "budget_s": 0.3}  # the seed sweep's
+ANCHOR = "anchor"  # a user kernel of mm.py's file timed beside mm on every host (diff --anchor anchor)
 
 
 def main() -> int:
@@ -61,7 +64,10 @@ def main() -> int:
                 "name": "slow-host",
                 "shapes": [{"preset": "glm5-tp8"}],
                 "timing": TIMING,
-                "backends": [{"name": "mm", "file": str(ROOT / "benchmarks/kernels/mm_pad.py")}],
+                "backends": [
+                    {"name": "mm", "file": str(ROOT / "benchmarks/kernels/mm_pad.py")},
+                    {"name": ANCHOR, "file": str(ROOT / "benchmarks/kernels/mm.py")},
+                ],
             },
             sort_keys=False,
         )
@@ -74,11 +80,12 @@ def main() -> int:
             md += ["", "no run was stored:", "```", run.stderr[-3000:], "```"]
             return 1
         stored = str(run.run_dir)
-        across = ("diff", stored, "--across-hosts", "--threshold", args.threshold)
+        across = ("diff", stored, "--across-hosts", "--threshold", args.threshold, "--anchor", ANCHOR)
         diff, as_json = cli(*across), cli(*across, "--format", "json")
         md += [
             "",
-            f"`fleetbench diff RUN --across-hosts --threshold {args.threshold}`: exit {diff.returncode}",
+            f"`fleetbench diff RUN --across-hosts --threshold {args.threshold} --anchor {ANCHOR}`: "
+            f"exit {diff.returncode}",
             "",
             "```",
             diff.stdout.strip()[:6000],
@@ -91,28 +98,29 @@ def main() -> int:
         with tarfile.open(args.out.with_suffix(".runs.tar.gz"), "w:gz") as tar:  # the run folder, to read again
             tar.add(stored, arcname=run.run_dir.name)
         hosts = json.loads(as_json.stdout)["host_effects"]["hosts"]
-        truth = true_effect(stored, slow)
+        truth = {"time": true_effect(stored, slow), "anchor": true_effect(stored, slow, against=ANCHOR)}
+        truth["work"] = truth["time"]
         ok = True
         for h in hosts:
             e = h["effect"]
             named = h["named"]
-            judged = h["work"] if h.get("judged_on") == "work" else e
-            holds = judged is not None and judged["low"] <= truth <= judged["high"]
+            on = h.get("judged_on", "time")
+            judged = {"work": h.get("work"), "anchor": h.get("anchored")}.get(on, e)
+            holds = judged is not None and judged["low"] <= truth[on] <= judged["high"]
             want = h["slot"] == slow
             passed = named == want and (holds or not want)
             ok &= passed
-            w = h.get("work")
-            work = f"; work {w['ratio']:.4f} [{w['low']:.4f}, {w['high']:.4f}]" if w else ""
             md.append(
-                f"- {h['slot']}: effect {e['ratio']:.4f} [{e['low']:.4f}, {e['high']:.4f}] over {e['cases']} "
-                f"cases{work}, named: {named} (judged on the {h.get('judged_on')}); "
+                f"- {h['slot']}: effect {_estimate(e)} over {e['cases']} cases; work {_estimate(h.get('work'))}; "
+                f"against {ANCHOR} {_estimate(h.get('anchored'))}; named: {named} (judged on the {on}); "
                 f"{'PASS' if passed else 'FAIL'}"
                 if e
                 else f"- {h['slot']}: no effect"
             )
         md.append(
             f"- the slow host's true effect (geometric mean over its cases of its median against the "
-            f"others' mean): {truth:.4f}"
+            f"others' mean): {truth['time']:.4f}; of mm's ratio to {ANCHOR} (the same over mm's cases): "
+            f"{truth['anchor']:.4f}"
         )
         md.append(f"- check: {'PASS' if ok else 'FAIL'}")
         return 0 if ok else 1
@@ -122,18 +130,29 @@ def main() -> int:
         fleet.stop()
 
 
-def true_effect(run_dir: str, slow: str) -> float:
-    """The slow host's median over the others' mean, geometric mean over the cases: what it should hold."""
+def _estimate(e) -> str:
+    return f"{e['ratio']:.4f} [{e['low']:.4f}, {e['high']:.4f}]" if e else "none"
+
+
+def true_effect(run_dir: str, slow: str, against: str | None = None) -> float:
+    """The slow host's median over the others' mean, geometric mean over the cases: what it should hold.
+    `against`: of each case's median over that backend's of its shape on the same host (its own cases
+    left out), what the anchored estimate should hold."""
     import math
 
+    from orchestrator.analysis.headtohead import shape_of
     from orchestrator.runs.slots import load_slots
     from orchestrator.runs.store import resolve_run
 
     per_case: dict[str, dict[str, float]] = {}
     for slot in load_slots(resolve_run(Path(run_dir).parent, run_dir)):
-        for cid, (_, rec) in slot.records.items():
-            if rec.status == "ok" and rec.timing:
+        ok = {cid: rec for cid, (_, rec) in slot.records.items() if rec.status == "ok" and rec.timing}
+        base = {shape_of(r.case): r.timing.median_us for r in ok.values() if r.case.backend == against}
+        for cid, rec in ok.items():
+            if against is None:
                 per_case.setdefault(cid, {})[slot.slot] = rec.timing.median_us
+            elif rec.case.backend != against and shape_of(rec.case) in base:
+                per_case.setdefault(cid, {})[slot.slot] = rec.timing.median_us / base[shape_of(rec.case)]
     logs = [
         math.log(v[slow] / (sum(x for k, x in v.items() if k != slow) / (len(v) - 1)))
         for v in per_case.values()

@@ -813,6 +813,14 @@ DEFAULT_ANCHOR = "torch-bf16"
 ANCHOR_FACTS = ("gpu_name", "compute_capability", "driver", "cuda", "torch")
 
 
+def anchor_fact_fields(anchor: str) -> tuple[str, ...]:
+    """The host facts the anchor's time depends on: ANCHOR_FACTS and its library's version (by the catalog)."""
+    spec = CATALOG.get(anchor)
+    return tuple(
+        dict.fromkeys(ANCHOR_FACTS + ((spec.import_name,) if spec and spec.import_name in FACT_FIELDS else ()))
+    )
+
+
 def timed_on_both(a: Side, b: Side, anchor: str) -> bool:
     """Whether both sides hold a result of the anchor (else there is nothing to judge against, or refuse)."""
     return all(
@@ -825,10 +833,10 @@ def anchor_refusals(a: Side, b: Side, anchor: str, settings: list[FactDiff]) -> 
     """Why the anchor cannot stand still between the sides: the facts it depends on that differ (its
     library's version, a user kernel's file, the worker that ran a built-in one), and the timing settings
     that differ (the ratio of two kernels depends on how both were timed); [] when nothing does."""
-    spec = CATALOG.get(anchor)
-    fields = ANCHOR_FACTS + ((spec.import_name,) if spec and spec.import_name in FACT_FIELDS else ())
     fa, fb = _facts_of(a), _facts_of(b)
-    refused = [FactDiff(f, fa.get(f, "?"), fb.get(f, "?")) for f in dict.fromkeys(fields) if fa.get(f) != fb.get(f)]
+    refused = [
+        FactDiff(f, fa.get(f, "?"), fb.get(f, "?")) for f in anchor_fact_fields(anchor) if fa.get(f) != fb.get(f)
+    ]
     files = [
         " | ".join(
             sorted(
@@ -850,28 +858,37 @@ def anchor_refusals(a: Side, b: Side, anchor: str, settings: list[FactDiff]) -> 
     return refused + [d for d in settings if d.field.startswith("timing.")]
 
 
-def _against_anchor(side: Side, anchor: str, same_slots: bool) -> dict:
-    """Case key (as compare_sides matches them) -> its pair_estimate against the anchor, log(case / anchor)
-    from the rounds the two were timed in together on its slot; cases never paired with it are absent."""
+def slot_against_anchor(slot: SlotData, anchor: str) -> dict:
+    """Case id -> its pair_estimate against the anchor on one slot, log(case / anchor) from the rounds the
+    two were timed in together; the anchor's own cases and cases never paired with it are absent."""
+    usable = {
+        cid: rec
+        for cid, (_, rec) in slot.records.items()
+        if rec.status == "ok" and rec.timing is not None and rec.timing.median_us > 0
+    }
+    anchors = {shape_of(rec.case): rec for rec in usable.values() if rec.case.backend == anchor}
+    if not anchors:
+        return {}
+    prior = pair_prior(slot)
     out = {}
-    for s in side.slots:
-        usable = {
-            cid: rec
-            for cid, (_, rec) in s.records.items()
-            if rec.status == "ok" and rec.timing is not None and rec.timing.median_us > 0
-        }
-        anchors = {shape_of(rec.case): rec for rec in usable.values() if rec.case.backend == anchor}
-        if not anchors:
+    for cid, rec in usable.items():
+        base = anchors.get(shape_of(rec.case))
+        if base is None or rec.case.backend == anchor:
             continue
-        prior = pair_prior(s)
-        for cid, rec in usable.items():
-            base = anchors.get(shape_of(rec.case))
-            if base is None or rec.case.backend == anchor:
-                continue
-            found = pair_estimate(paired_rounds(base.timing, rec.timing), prior)
-            if found is not None:
-                out[f"{s.slot}/{cid}" if same_slots else cid] = found
+        found = pair_estimate(paired_rounds(base.timing, rec.timing), prior)
+        if found is not None:
+            out[cid] = found
     return out
+
+
+def _against_anchor(side: Side, anchor: str, same_slots: bool) -> dict:
+    """Case key (as compare_sides matches them) -> its pair_estimate against the anchor on its slot
+    (slot_against_anchor); cases never paired with it are absent."""
+    return {
+        (f"{s.slot}/{cid}" if same_slots else cid): found
+        for s in side.slots
+        for cid, found in slot_against_anchor(s, anchor).items()
+    }
 
 
 def anchored_intervals(

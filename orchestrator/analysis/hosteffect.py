@@ -28,6 +28,14 @@ clock: the host's median in-stream MHz over its cases' rounds against the fleet'
 effect ~ clock_factor x work. A host whose GPU runs slower is named slower all the same; the split and the
 causes only say why.
 
+Against an anchor (`anchor`, diff's --anchor): the same estimate on each case's log(case / anchor), the
+anchor being the backend of the case's shape timed beside it on the host's GPU (head-to-head pairs), so that
+what the GPU state each host's process met did to both cancels: a power-capped GEMM whose cases move 3-4%
+between processes keeps its ratio to a GEMM beside it. It names a host only where the time and the work
+did not, only where its point lies within the host's time interval (and work interval), and never for a
+host whose anchor may have moved itself (facts apart from the fleet's majority): judged_on "anchor".
+A GPU slower in everything moves the anchor too, and is named on its time.
+
 Causes are codes with facts (never sentences; views word them): the clock in the stream lower (both MHz),
 NVML's clock lower, a warmer GPU, throttle reasons seen, power readings apart from the fleet's, rounds
 timed tainted, the SM clock locked differently, an enforced power limit apart from the fleet's median, other
@@ -51,9 +59,11 @@ from .diff import (
     CLOCK_BOUND_SHARE,
     CLOCK_SHARE_OF_EFFECT,
     Side,
+    anchor_fact_fields,
     calibration_deviations,
     classify_log,
     mean_interval,
+    slot_against_anchor,
 )
 
 # Host facts that may explain a host apart from its fleet (FactsRecord fields).
@@ -91,8 +101,16 @@ class HostEffect:
     # "work" where the verdict is the work's: a host not named on its time whose work is named, where its
     # work interval is at most half as wide as the time's (the time moved with the clock from case to case,
     # the cycles did not; analysis/diff.py clock_split) or its clock is within half the threshold of the
-    # fleet's (_work_judges)
+    # fleet's (_work_judges); "anchor" where the verdict is the anchored estimate's (_anchor_judges)
     judged_on: str = "time"
+    # Against the anchor timed beside each case on its own GPU (host_effects' anchor): the same estimate on
+    # log(case / anchor) of each case, in which the GPU state the two kernels shared cancels; None without
+    # an anchor, with fewer than MIN_CASES anchored cases, or where what the anchor depends on differs
+    # from the fleet's majority (_anchor_steady)
+    anchored: Optional[Estimate] = None
+    # Whether the anchored point lies within the host's time interval (and work's) over the same cases:
+    # where it does not, the anchored estimate judges nothing; None without one
+    anchor_agrees: Optional[bool] = None
 
     @property
     def named(self) -> bool:
@@ -109,6 +127,7 @@ class HostEffects:
     fleet_hosts: int  # hosts with at least one ok case
     cases: int  # cases that count
     hosts: list[HostEffect] = field(default_factory=list)
+    anchor: str = ""  # the backend each host was also judged against ("" none)
     # Why nothing could be estimated: "hosts" (fewer than 2 hosts ran ok cases) or "cases" (no host has
     # 2 cases that enough hosts ran); None when there are effects
     nothing: Optional[str] = None
@@ -123,6 +142,7 @@ class HostEffects:
             "min_hosts": self.min_hosts,
             "fleet_hosts": self.fleet_hosts,
             "cases": self.cases,
+            "anchor": self.anchor,
             "nothing": self.nothing,
             "hosts": [h.as_dict() for h in self.hosts],
         }
@@ -181,9 +201,11 @@ def estimate(ds: list[float]) -> Optional[Estimate]:
     return Estimate(math.exp(mean), math.exp(mean - half), math.exp(mean + half), len(ds))
 
 
-def host_effects(side: Side, threshold: float) -> HostEffects:
+def host_effects(side: Side, threshold: float, anchor: Optional[str] = None) -> HostEffects:
     """Each host's effect over its cases against the fleet, its split into clock and work, its verdict
-    against ±threshold and its likely causes (module docstring)."""
+    against ±threshold and its likely causes (module docstring); with `anchor`, also its effect against
+    the anchor timed beside each case on its GPU (_anchored_effects), which may name a host the time and
+    the work did not."""
     by_case: dict[str, dict[str, CaseRecord]] = {}
     for s in side.slots:
         for cid, (_, rec) in s.records.items():
@@ -193,14 +215,15 @@ def host_effects(side: Side, threshold: float) -> HostEffects:
     fleet = [s.slot for s in side.slots if s.slot in ran]  # in the run's order of slots
     min_hosts = 3 if len(fleet) >= 3 else 2
     used = {c: row for c, row in by_case.items() if len(row) >= min_hosts}
-    out = HostEffects(threshold=threshold, min_hosts=min_hosts, fleet_hosts=len(fleet), cases=len(used))
+    out = HostEffects(
+        threshold=threshold, min_hosts=min_hosts, fleet_hosts=len(fleet), cases=len(used), anchor=anchor or ""
+    )
     if len(fleet) < 2:
         out.nothing = "hosts"
         return out
-    times = polish({c: {h: math.log(r.timing.median_us) for h, r in row.items()} for c, row in used.items()}, min_hosts)
-    works = polish(
-        {c: {h: math.log(w) for h, r in row.items() if (w := _record_work(r))} for c, row in used.items()}, min_hosts
-    )
+    time_table = {c: {h: math.log(r.timing.median_us) for h, r in row.items()} for c, row in used.items()}
+    work_table = {c: {h: math.log(w) for h, r in row.items() if (w := _record_work(r))} for c, row in used.items()}
+    times, works = polish(time_table, min_hosts), polish(work_table, min_hosts)
     rows = {
         h: HostEffect(
             slot=h,
@@ -212,6 +235,18 @@ def host_effects(side: Side, threshold: float) -> HostEffects:
         for h in fleet
     }
     _split_clock(rows, used)
+    if anchor:
+        anchored, cases = _anchored_effects(side, anchor, used, min_hosts)
+        # what the anchored point must lie within: the host's time (and work) over those same cases, not
+        # over all of them: the anchor's own cases, which it leaves out, would pull the time toward 1
+        same_time = polish({c: time_table[c] for c in cases}, min_hosts)
+        same_work = polish({c: work_table[c] for c in cases}, min_hosts)
+        for h in rows.values():
+            h.anchored = anchored.get(h.slot)
+            if h.anchored is not None:
+                h.anchor_agrees = _anchor_agrees(
+                    h.anchored, estimate(same_time.get(h.slot, [])), estimate(same_work.get(h.slot, []))
+                )
     for h in rows.values():
         if h.effect is not None:
             h.verdict = host_verdict(h.effect, threshold)
@@ -219,6 +254,10 @@ def host_effects(side: Side, threshold: float) -> HostEffects:
             on_work = host_verdict(h.work, threshold)
             if on_work in ("SLOWER", "FASTER"):
                 h.verdict, h.judged_on = on_work, "work"
+        if h.effect is not None and h.anchored is not None and not h.named and h.anchor_agrees:
+            on_anchor = host_verdict(h.anchored, threshold)
+            if on_anchor in ("SLOWER", "FASTER"):
+                h.verdict, h.judged_on = on_anchor, "anchor"
     if not any(h.effect for h in rows.values()):
         out.nothing = "cases"
     _find_causes(rows, used, side, threshold)
@@ -252,6 +291,64 @@ def _work_judges(h: HostEffect, threshold: float) -> bool:
     if _width(h.work) <= CLOCK_BOUND_SHARE * _width(h.effect):
         return True
     return h.clock_factor is not None and abs(math.log(h.clock_factor)) <= math.log1p(threshold) / 2
+
+
+def _anchored_effects(
+    side: Side, anchor: str, used: dict[str, dict[str, CaseRecord]], min_hosts: int
+) -> tuple[dict[str, Estimate], set[str]]:
+    """Host -> its Estimate against the fleet on log(case / anchor), the pair estimate of each used case
+    (the anchor's own cases aside) against the anchor of its shape timed beside it on the host's slot
+    (diff.slot_against_anchor), polished as the times are. Only the hosts whose anchor stands where the
+    fleet's does (_anchor_steady) take part, so that a host whose anchor moved pulls no reference. Also
+    the cases the estimates are over.
+
+    No term for the spread of a ratio between processes (diff.ANCHOR_PROCESS_SD) is added: each case
+    gives one value per host, so whatever moves a case's ratio from one process to the next is in the
+    spread of the host's values over its cases, which the t interval over the cases is taken from."""
+    steady = _anchor_steady(side, anchor)
+    table: dict[str, dict[str, float]] = {}
+    for s in side.slots:
+        if s.slot not in steady:
+            continue
+        for cid, found in slot_against_anchor(s, anchor).items():
+            if cid in used and s.slot in used[cid]:
+                table.setdefault(cid, {})[s.slot] = found.log_ratio
+    estimates = {h: e for h, ds in polish(table, min_hosts).items() if (e := estimate(ds)) is not None}
+    return estimates, {c for c, row in table.items() if len(row) >= min_hosts}
+
+
+def _anchor_steady(side: Side, anchor: str) -> set[str]:
+    """The slots whose anchor may be taken as the fleet's: every fact its time depends on (diff.
+    anchor_fact_fields: GPU, driver, CUDA, torch, its library), the worker's version and the anchor's file
+    (a user kernel) are what most of the fleet's hosts have. A slot without facts, and every slot of a
+    fact on which the fleet has no majority, is not steady: its anchor may have moved with it."""
+    fields = (*anchor_fact_fields(anchor), "worker_version")
+    values = {}
+    for s in side.slots:
+        if s.facts is None:
+            continue
+        files = sorted(
+            {
+                rec.case.kernel_sha256
+                for _, rec in s.records.values()
+                if rec.case.backend == anchor and rec.case.kernel_sha256
+            }
+        )
+        values[s.slot] = (*(getattr(s.facts, f) for f in fields), tuple(files))
+    if not values:
+        return set()
+    majority = [_majority([v[i] for v in values.values()]) for i in range(len(fields) + 1)]
+    return {slot for slot, v in values.items() if all(m is not NO_MAJORITY and x == m for x, m in zip(v, majority))}
+
+
+def _anchor_agrees(anchored: Estimate, time: Optional[Estimate], work: Optional[Estimate]) -> bool:
+    """Whether the host's anchored point lies within its time interval over the same cases and, where it
+    has one, its work's (as diff.anchor_agrees for a case): it must, if the anchor only took out the GPU
+    state each case met. (A host named on its time or work is never judged on the anchor: a slow GPU stays
+    named on its time.)"""
+    if time is None:
+        return False
+    return time.low <= anchored.ratio <= time.high and (work is None or work.low <= anchored.ratio <= work.high)
 
 
 def _rounds_of(used: dict[str, dict[str, CaseRecord]], host: str):

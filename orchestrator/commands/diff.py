@@ -46,7 +46,9 @@ def declare(p):
         "head-to-head pairs): the ratio of the two ratios cancels the GPU state the two kernels shared, "
         "and settles a change the time leaves AMBIGUOUS when it lies within the case's own interval. "
         "Not used where the anchor's GPU, driver, CUDA, torch, library, file, worker or timing settings "
-        "differ. Default: torch-bf16 where both runs have it; 'none' turns it off (not with --across-hosts)",
+        "differ. With --across-hosts, each host's cases against BACKEND beside them on its GPU, which may "
+        "name a host its time did not (not where the anchor's facts differ from most hosts'). "
+        "Default: torch-bf16 where the runs have it; 'none' turns it off",
     )
     opt_threshold(p)
     opt_format(p)
@@ -54,9 +56,10 @@ def declare(p):
     declare_for_profile(p)
 
 
-def anchor_of(args, a, b) -> str | None:
-    """The --anchor asked for: None for 'none'; the default where not given; a named backend that neither
-    side timed is an input error (a typo must not pass as 'nothing changed')."""
+def anchor_of(args, *sides) -> str | None:
+    """The --anchor asked for: None for 'none'; the default where not given; a named backend that none of
+    the sides (two, or one with --across-hosts) timed is an input error (a typo must not pass as 'nothing
+    changed')."""
     from ..analysis.diff import DEFAULT_ANCHOR
 
     if args.anchor is None:
@@ -64,11 +67,12 @@ def anchor_of(args, a, b) -> str | None:
     if args.anchor.lower() == "none":
         return None
     present = {
-        rec.case.backend for side in (a, b) for s in side.slots for _, rec in s.records.values() if rec.status == "ok"
+        rec.case.backend for side in sides for s in side.slots for _, rec in s.records.values() if rec.status == "ok"
     }
     if args.anchor not in present:
+        nobody = "neither side" if len(sides) == 2 else "no host"
         raise InputError(
-            f"--anchor {args.anchor}: neither side timed it (backends: {', '.join(sorted(present))}); or --anchor none"
+            f"--anchor {args.anchor}: {nobody} timed it (backends: {', '.join(sorted(present))}); or --anchor none"
         )
     return args.anchor
 
@@ -121,19 +125,14 @@ def run(args, io: Streams) -> int:
     if args.across_hosts:
         if args.b:
             raise InputError("--across-hosts compares the hosts of one run: give one RUN")
-        if args.anchor is not None:
-            raise InputError(
-                "--anchor judges two runs against each other; --across-hosts judges each host against the fleet "
-                "without one: drop one of them"
-            )
         report = across_hosts(side_a, threshold)
-        effects = host_effects(side_a, threshold)
+        effects = host_effects(side_a, threshold, anchor_of(args, side_a))
         document = with_host_effects(fleet_document(report), effects)
         # --profile's JSON holds this and the counter diffs, its CSV the counter diffs alone
         if not (args.profile and args.format in ("json", "csv")):
             io.write(write(document, args.format, io.width()))
         for h in effects.named:
-            io.problem(named_line(h))
+            io.problem(named_line(h, effects.anchor))
         for s, h in report.hosts.items():
             if h["outlier"]:
                 io.problem(f"{s}: outlier in {h['flagged']} of {h['cases']} cases")

@@ -85,41 +85,73 @@ def nothing_text(effects) -> str:
     )
 
 
+def named_text(h, anchor: str = "") -> str:
+    """The named cell: `SLOWER`, `SLOWER (work)`, `SLOWER (judged against torch-bf16)`; "" unnamed."""
+    if not h.named:
+        return ""
+    if h.judged_on == "work":
+        return f"{h.verdict} (work)"
+    if h.judged_on == "anchor":
+        return f"{h.verdict} (judged against {anchor})"
+    return h.verdict
+
+
+def anchored_text(h) -> str:
+    """The anchored estimate's cell: `1.020 [1.012, 1.028]`, or why there is none."""
+    return estimate_text(h.anchored) or "none (too few cases, or its anchor's facts differ)"
+
+
 def host_effect_section(effects) -> Section:
-    """The table host | cases | effect [95% interval] | clock × work | named | likely cause."""
+    """The table host | cases | effect [95% interval] | clock × work | (against ANCHOR) | named | likely
+    cause; the anchor's column where some host has an estimate against one."""
+    anchor = effects.anchor if any(h.anchored for h in effects.hosts) else ""
     rows = []
     for h in effects.hosts:
-        named = (h.verdict + (" (work)" if h.judged_on == "work" else "")) if h.named else ""
         rows.append(
             [
                 h.slot,
                 str(h.cases),
                 estimate_text(h.effect) or "too few cases",
                 split_text(h),
-                named,
+                *([anchored_text(h)] if anchor else []),
+                named_text(h, effects.anchor),
                 "; ".join(cause_text(c) for c in h.causes),
             ]
         )
     t = effects.threshold
+    against = f"against {anchor}"
+    headers = ["host", "cases", "effect [95% interval]", "clock × work", *([against] if anchor else [])]
     return Section(
-        ["host", "cases", "effect [95% interval]", "clock × work", "named", "likely cause"],
+        [*headers, "named", "likely cause"],
         rows,
         title=f"each host over its cases against the fleet (named: an interval that leaves 1 and an "
         f"effect beyond ±{t:.1%}, of the time, or of the work where that held still or the clock is within "
-        f"±{t / 2:.2%} of the fleet's; cases that {effects.min_hosts} hosts or more ran)",
+        f"±{t / 2:.2%} of the fleet's"
+        + (
+            f", or of its cases' ratios to {anchor} timed beside them where neither did and that lies within "
+            "the time's (and work's) interval"
+            if anchor
+            else ""
+        )
+        + f"; cases that {effects.min_hosts} hosts or more ran)",
         right=("cases",),
-        styles={4: NAMED_STYLE},
-        optional=("clock × work",),
+        styles={len(headers): NAMED_STYLE},
+        optional=("clock × work", *([against] if anchor else [])),
     )
 
 
-def named_line(h) -> str:
-    """stderr's line for a named host: `h3: slower than the fleet: 1.021 [1.017, 1.025] over 12 cases`."""
+def named_line(h, anchor: str = "") -> str:
+    """stderr's line for a named host: `h3: slower than the fleet: 1.021 [1.017, 1.025] over 12 cases`;
+    one judged on the anchor adds `, judged against torch-bf16 1.020 [1.012, 1.028]`."""
     way = "slower" if h.verdict == "SLOWER" else "faster"
     causes = "; ".join(cause_text(c) for c in h.causes)
     split = split_text(h)
+    on_anchor = (
+        f", judged against {anchor} {estimate_text(h.anchored)}" if h.judged_on == "anchor" and h.anchored else ""
+    )
     return (
         f"{h.slot}: {way} than the fleet: {estimate_text(h.effect)} over {h.cases} cases"
+        + on_anchor
         + (f" ≈ {split}" if split else "")
         + (f" ({causes})" if causes else "")
     )

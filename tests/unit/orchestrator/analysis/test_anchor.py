@@ -238,7 +238,12 @@ def test_diff_names_its_anchor_on_stored_sweeps_and_refuses_one_neither_side_tim
     assert err.count("\n") == 1 and "--anchor torch-bf17: neither side timed it" in err and "mm_pad" in err
     assert main(["diff", a, b, "--runs-dir", str(folder), "--anchor", "none", "--format", "json"]) in (0, 1)
     assert json.loads(capsys.readouterr().out)["anchor"] == ""
-    # --across-hosts judges each host against the fleet: an anchor there is refused, not ignored
-    assert main(["diff", a, "--across-hosts", "--runs-dir", str(folder), "--anchor", "mm"]) == 2
+    # --across-hosts takes the anchor too: this run has one host, so there is nothing to estimate, and
+    # an anchor no host timed is still an input error
+    args = ["diff", a, "--across-hosts", "--runs-dir", str(folder), "--format", "json"]
+    assert main([*args, "--anchor", "mm"]) == 0
+    effects = json.loads(capsys.readouterr().out)["host_effects"]
+    assert effects["anchor"] == "mm" and effects["nothing"] == "hosts" and effects["hosts"] == []
+    assert main([*args, "--anchor", "torch-bf17"]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "--across-hosts" in err
+    assert err.count("\n") == 1 and "--anchor torch-bf17: no host timed it" in err
