@@ -56,6 +56,7 @@ from worker.contract.pairing import work_per_round
 from worker.contract.schema import CaseRecord
 
 from .diff import (
+    ANCHOR_PROCESS_SD,
     CLOCK_BOUND_SHARE,
     CLOCK_SHARE_OF_EFFECT,
     Side,
@@ -75,6 +76,7 @@ POWER_LIMIT_APART = 0.01  # an enforced power limit this far from most of the fl
 POLISH_ROUNDS = 200  # the alternation settles in tens; medians may flip between two values: then it stops here
 POLISH_TOLERANCE = 1e-10  # in log: far below any effect worth a digit
 MIN_CASES = 2  # an interval by t needs 2 cases at least
+Z95 = 1.959963984540054  # the normal 95% point, for a spread known rather than estimated
 
 
 @dataclass
@@ -193,11 +195,14 @@ def polish(table: dict[str, dict[str, float]], min_hosts: int) -> dict[str, list
     return {h: [float(v) for v in d[:, i] if not np.isnan(v)] for i, h in enumerate(hosts)}
 
 
-def estimate(ds: list[float]) -> Optional[Estimate]:
-    """exp(mean d) and its 95% interval by t over the cases; None below MIN_CASES."""
+def estimate(ds: list[float], shared_sd: float = 0.0) -> Optional[Estimate]:
+    """exp(mean d) and its 95% interval by t over the cases; None below MIN_CASES. `shared_sd`: a log
+    spread every case shares (one process timed them all), which their spread cannot show: added to the
+    half-width in quadrature, at the normal 95% point."""
     if len(ds) < MIN_CASES:
         return None
     mean, half = mean_interval(ds)
+    half = math.hypot(half, Z95 * shared_sd)
     return Estimate(math.exp(mean), math.exp(mean - half), math.exp(mean + half), len(ds))
 
 
@@ -302,9 +307,9 @@ def _anchored_effects(
     fleet's does (_anchor_steady) take part, so that a host whose anchor moved pulls no reference. Also
     the cases the estimates are over.
 
-    No term for the spread of a ratio between processes (diff.ANCHOR_PROCESS_SD) is added: each case
-    gives one value per host, so whatever moves a case's ratio from one process to the next is in the
-    spread of the host's values over its cases, which the t interval over the cases is taken from."""
+    What moves each case's ratio apart from one process to the next is in the spread of the host's
+    values over its cases; what moves them all together is not (one process timed them all), so the spread
+    of a ratio between processes (diff.ANCHOR_PROCESS_SD) is added to the interval (estimate's shared_sd)."""
     steady = _anchor_steady(side, anchor)
     table: dict[str, dict[str, float]] = {}
     for s in side.slots:
@@ -313,7 +318,9 @@ def _anchored_effects(
         for cid, found in slot_against_anchor(s, anchor).items():
             if cid in used and s.slot in used[cid]:
                 table.setdefault(cid, {})[s.slot] = found.log_ratio
-    estimates = {h: e for h, ds in polish(table, min_hosts).items() if (e := estimate(ds)) is not None}
+    estimates = {
+        h: e for h, ds in polish(table, min_hosts).items() if (e := estimate(ds, ANCHOR_PROCESS_SD)) is not None
+    }
     return estimates, {c for c, row in table.items() if len(row) >= min_hosts}
 
 

@@ -6,6 +6,7 @@ on its time; a host whose anchor may have moved itself (another torch) gets no a
 
 from __future__ import annotations
 
+import math
 from types import SimpleNamespace
 
 import numpy as np
@@ -100,7 +101,7 @@ def test_an_anchored_point_outside_the_host_s_time_interval_judges_nothing():
     # them, about -1.2%: not named)
     side = fleet(state_sd=0.002, anchor={"h4": 0.975})
     h4 = hosts(side)["h4"]
-    assert hosteffect.host_verdict(h4.anchored, THRESHOLD) == "SLOWER" and h4.anchored.low > 1.02
+    assert hosteffect.host_verdict(h4.anchored, THRESHOLD) == "SLOWER" and h4.anchored.low > 1 + THRESHOLD
     assert h4.anchor_agrees is False
     assert not h4.named and h4.judged_on == "time"
 
@@ -149,3 +150,10 @@ def test_the_table_the_line_and_the_json_say_what_the_host_was_judged_against():
     plain = host_effects(fleet(kernel={"h2": 1.02}), THRESHOLD)
     assert "against torch-bf16" not in host_effect_section(plain).headers
     assert all(h.anchored is None and h.anchor_agrees is None for h in plain.hosts)
+
+
+def test_the_anchored_interval_holds_the_spread_one_process_shares():
+    # cases in perfect agreement: the interval by t over them is nil, the process spread is not
+    e = hosteffect.estimate([0.02] * 8, hosteffect.ANCHOR_PROCESS_SD)
+    half = (math.log(e.high) - math.log(e.low)) / 2
+    assert half == pytest.approx(hosteffect.Z95 * hosteffect.ANCHOR_PROCESS_SD, rel=1e-6)
