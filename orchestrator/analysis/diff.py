@@ -821,6 +821,20 @@ def anchor_fact_fields(anchor: str) -> tuple[str, ...]:
     )
 
 
+def anchor_files(slots: list[SlotData], anchor: str) -> tuple[str, ...]:
+    """The sha256 of the anchor's kernel file over these slots' records (a user kernel; () for a built-in)."""
+    return tuple(
+        sorted(
+            {
+                rec.case.kernel_sha256
+                for s in slots
+                for _, rec in s.records.values()
+                if rec.case.backend == anchor and rec.case.kernel_sha256
+            }
+        )
+    )
+
+
 def timed_on_both(a: Side, b: Side, anchor: str) -> bool:
     """Whether both sides hold a result of the anchor (else there is nothing to judge against, or refuse)."""
     return all(
@@ -837,19 +851,7 @@ def anchor_refusals(a: Side, b: Side, anchor: str, settings: list[FactDiff]) -> 
     refused = [
         FactDiff(f, fa.get(f, "?"), fb.get(f, "?")) for f in anchor_fact_fields(anchor) if fa.get(f) != fb.get(f)
     ]
-    files = [
-        " | ".join(
-            sorted(
-                {
-                    rec.case.kernel_sha256[:16]
-                    for s in side.slots
-                    for _, rec in s.records.values()
-                    if rec.case.backend == anchor and rec.case.kernel_sha256
-                }
-            )
-        )
-        for side in (a, b)
-    ]
+    files = [" | ".join(sorted({sha[:16] for sha in anchor_files(side.slots, anchor)})) for side in (a, b)]
     if files[0] != files[1]:
         refused.append(FactDiff(f"kernel {anchor} sha256", files[0] or "?", files[1] or "?"))
     workers = [side.store.manifest().worker_sha256[:12] for side in (a, b)]

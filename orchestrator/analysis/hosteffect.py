@@ -61,11 +61,13 @@ from .diff import (
     CLOCK_SHARE_OF_EFFECT,
     Side,
     anchor_fact_fields,
+    anchor_files,
     calibration_deviations,
     classify_log,
     mean_interval,
     slot_against_anchor,
 )
+from .headtohead import Z95
 
 # Host facts that may explain a host apart from its fleet (FactsRecord fields).
 FACT_CAUSES = ("gpu_name", "driver", "cuda", "torch", "flashinfer", "sgl_kernel", "triton")
@@ -76,7 +78,6 @@ POWER_LIMIT_APART = 0.01  # an enforced power limit this far from most of the fl
 POLISH_ROUNDS = 200  # the alternation settles in tens; medians may flip between two values: then it stops here
 POLISH_TOLERANCE = 1e-10  # in log: far below any effect worth a digit
 MIN_CASES = 2  # an interval by t needs 2 cases at least
-Z95 = 1.959963984540054  # the normal 95% point, for a spread known rather than estimated
 
 
 @dataclass
@@ -103,7 +104,8 @@ class HostEffect:
     # "work" where the verdict is the work's: a host not named on its time whose work is named, where its
     # work interval is at most half as wide as the time's (the time moved with the clock from case to case,
     # the cycles did not; analysis/diff.py clock_split) or its clock is within half the threshold of the
-    # fleet's (_work_judges); "anchor" where the verdict is the anchored estimate's (_anchor_judges)
+    # fleet's (_work_judges); "anchor" where the verdict is the anchored estimate's (host_effects: where
+    # neither named it and the anchored point agrees, _anchor_agrees)
     judged_on: str = "time"
     # Against the anchor timed beside each case on its own GPU (host_effects' anchor): the same estimate on
     # log(case / anchor) of each case, in which the GPU state the two kernels shared cancels; None without
@@ -334,14 +336,7 @@ def _anchor_steady(side: Side, anchor: str) -> set[str]:
     for s in side.slots:
         if s.facts is None:
             continue
-        files = sorted(
-            {
-                rec.case.kernel_sha256
-                for _, rec in s.records.values()
-                if rec.case.backend == anchor and rec.case.kernel_sha256
-            }
-        )
-        values[s.slot] = (*(getattr(s.facts, f) for f in fields), tuple(files))
+        values[s.slot] = (*(getattr(s.facts, f) for f in fields), anchor_files([s], anchor))
     if not values:
         return set()
     majority = [_majority([v[i] for v in values.values()]) for i in range(len(fields) + 1)]

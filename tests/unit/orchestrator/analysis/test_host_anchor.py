@@ -18,7 +18,7 @@ from orchestrator.analysis.hosteffect import host_effects
 from orchestrator.runs.slots import SlotData
 from worker.contract.schema import TimingOptions
 
-from .test_anchor import facts, record
+from .test_anchor import record, slot_of
 
 THRESHOLD = 0.015
 MS = (16, 32, 48, 64, 96, 128, 192, 256)  # x 2 backends (the anchor and mm): 16 cases per host
@@ -34,16 +34,7 @@ def slot(host: str, ms, state, kernel, anchor, torch: str) -> SlotData:
         base = [100.0 * state[m] * anchor * (1 + j) for j in (0.0, 0.002, -0.002)]
         recs.append(record("torch-bf16", base, opts, m))
         recs.append(record("mm", [us * kernel[m] / anchor for us in base], opts, m))
-    return SlotData(
-        slot=host,
-        host=host,
-        gpu=None,
-        planned=[r.case for r in recs],
-        records={r.case_id: (1, r) for r in recs},
-        facts=facts(torch),
-        outcome=None,
-        problems=[],
-    )
+    return slot_of(host, recs, torch)
 
 
 def fleet(
