@@ -1,12 +1,19 @@
 """benchmarks/detection/see_slowdowns.py: a timing variant's sweeps are named for it, and its stored runs
-are found by that exact name."""
+are found by that exact name; the calibration chooses a padding every pass read at the target."""
 
 import argparse
 
 import pytest
 import yaml
 
-from benchmarks.detection.see_slowdowns import stored_runs, sweep_file, sweep_of, timing_setting, variant_name
+from benchmarks.detection.see_slowdowns import (
+    choose_pad,
+    stored_runs,
+    sweep_file,
+    sweep_of,
+    timing_setting,
+    variant_name,
+)
 
 
 def test_a_variant_s_sweep_carries_its_timing_and_a_name_of_its_own(tmp_path):
@@ -28,3 +35,12 @@ def test_stored_runs_match_the_sweep_name_exactly(tmp_path):
     assert sweep_of("20261206-000001-see-across-ab12") == "see-across"
     assert [p.rsplit("/", 1)[-1] for p in stored_runs(tmp_path, "see-across")] == ["20261206-000001-see-across-ab12"]
     assert len(stored_runs(tmp_path, "see-across-fresh-inputs-false")) == 1
+
+
+def test_a_padding_is_chosen_only_where_every_pass_read_the_target():
+    # H200 64x2048 (session 16): 192 columns read 1.0199 on the mean, and the sweeps read that copy 1.010.
+    passes = {64: [1.008, 1.010], 128: [1.016, 1.014], 192: [1.024, 1.016], 256: [1.021, 1.022], 320: [1.03, 1.025]}
+    assert choose_pad(passes, 0.02) == 256
+    assert choose_pad(passes, 0.025) == 320
+    # None reaches: the padding whose slowest pass read the most, never one only a lucky pass read high.
+    assert choose_pad({64: [1.001, 1.012], 128: [1.008, 1.009]}, 0.02) == 128
