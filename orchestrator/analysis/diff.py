@@ -328,8 +328,9 @@ def _facts_of(side: Side) -> dict[str, str]:
     return {f: " | ".join(sorted(v)) for f, v in values.items()}
 
 
-# Facts a worker before some format did not record: a difference only where both sides know them.
-FACTS_SINCE = {"power_limit_w": 11}
+# Facts a worker before some format did not record (power_limit_w: format 11), written "None": a difference only
+# where both sides know them.
+FACTS_SINCE = frozenset({"power_limit_w"})
 
 
 def fact_differences(a: Side, b: Side) -> list[FactDiff]:
