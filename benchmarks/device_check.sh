@@ -76,7 +76,9 @@
 # results go to $OUT (the device tool's folder, when set; else $WORK), and $OUT also gets seed1.json,
 # seed1.md and runs.tar.gz (every run folder and every command's stdout/stderr).
 #
-# Environment: GPU_PY (the device's Python), SWEEP (default sweeps/glm5_tp8.yaml), INTERRUPT_AFTER
+# Environment: GPU_PY (the device's Python), WHEELS (the folder of wheels setup installs, default .whl; e.g.
+# .carry/whl-lite, .whl without the SSH packages, where the steps need no sshd and the carry must also hold
+# .carry/fi.tar.xz under the device's 64 MiB), SWEEP (default sweeps/glm5_tp8.yaml), INTERRUPT_AFTER
 # (seconds before the SIGINT of `interrupt`, default 6), REF_PASSES (fidelity-runs' reference passes, default
 # 3), WORK (default /tmp/device-check), SKIP_WHEELS,
 # PACK (a .tar.gz path: $OUT packed into it after every step, so a call killed midway still brings back all
@@ -87,6 +89,7 @@
 set -u
 export PYTHONUNBUFFERED=1
 GPU_PY=${GPU_PY:-/opt/torch/.venv/bin/python3}
+WHEELS=${WHEELS:-.whl}
 SWEEP=${SWEEP:-sweeps/glm5_tp8.yaml}
 WORK=${WORK:-/tmp/device-check}
 DEST=${OUT:-$WORK}
@@ -101,7 +104,7 @@ setup() {
     mkdir -p "$WORK" "$RUNS" "$WORK/bin" "$DEST"  # $OUT may name a folder not made yet
     # SKIP_WHEELS=1: already installed (a second call on a warm machine) or not needed (a laptop's venv).
     [ -n "${SKIP_WHEELS:-}" ] || "$GPU_PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
-        --upgrade --target "$SITE" .whl/*.whl || { echo "setup: installing .whl failed"; exit 1; }
+        --upgrade --target "$SITE" "$WHEELS"/*.whl || { echo "setup: installing $WHEELS failed"; exit 1; }
     # FlashInfer's files, unpacked once per machine.
     if [ -f .carry/fi.tar.xz ] && [ ! -d "$SITE/flashinfer" ]; then
         tar -xJf .carry/fi.tar.xz -C "$SITE" || { echo "setup: unpacking .carry/fi.tar.xz failed"; exit 1; }
