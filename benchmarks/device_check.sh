@@ -61,6 +61,9 @@
 #                         long, after idle, captured afresh, on fresh inputs
 #   buffers               identical GEMM graphs on their own / shared buffers,        buffers-h100.md
 #                         interleaved
+#   kernel-choice         the cuBLAS kernels of K-padded copies in the calibration's   (not run yet)
+#                         graph and the worker's (after slowdowns-calibrate: its +2%
+#                         paddings; else 0 and 256 columns)
 #   tradeoff              the seed sweep with each timing variant of                 tradeoff-h200.md
 #                         benchmarks/fidelity/tradeoff.py (VARIANTS=a,b: some), a cold CLI
 #                         process each, and the seed step's runs (if it ran before)
@@ -525,6 +528,11 @@ step_slow_host() {
     "$GPU_PY" -m benchmarks.detection.slow_host --out "$DEST/slow-host-h200.md" --env "PYTHONPATH=$SITE" "${pad[@]}"
 }
 step_buffers() { "$GPU_PY" -m benchmarks.gpu_state.buffers --out "$DEST/buffers.md"; }
+step_kernel_choice() {
+    local pads=0,256
+    [ -f "$WORK/pads/pads-2.json" ] && pads=0,$("$GPU_PY" -c 'import json,sys; print(",".join(sorted({str(v) for v in json.load(open(sys.argv[1])).values()}, key=int)))' "$WORK/pads/pads-2.json")
+    "$GPU_PY" -m benchmarks.gpu_state.kernel_choice --pads "$pads" --out "$DEST/kernel-choice.md"
+}
 step_two_levels() { "$GPU_PY" -m benchmarks.gpu_state.two_levels --out "$DEST/two-levels.md"; }
 step_slowdowns_across() {
     local pads=()
@@ -541,7 +549,7 @@ collect() {
 
 STEPS="seed cost interrupt diff fidelity fidelity-runs order order-bf16 order-bf16-unsettled neighbour settle-trace decode burst first-case calibration moe moe-decode byo
 verdicts jit-cache fleet profile fanout moe-fp4 cupti cupti-after graph-length crosscheck startup tradeoff jit
-stream-clock slowdowns-calibrate slowdowns-h2h slowdowns-across slow-host buffers two-levels"
+stream-clock slowdowns-calibrate slowdowns-h2h slowdowns-across slow-host buffers two-levels kernel-choice"
 [ $# -gt 0 ] || { echo "usage: bash benchmarks/device_check.sh STEP... (steps:" $STEPS")"; exit 2; }
 for step in "$@"; do
     case " $(echo $STEPS) " in
