@@ -18,6 +18,8 @@ import statistics
 import sys
 from pathlib import Path
 
+from benchmarks.harness import publish
+
 CALIBRATED = re.compile(r"^\| (\d+)×(\d+)×(\d+) \| [\d.]+ \| (\d+) \(([\d.]+)")  # the first target's cell: +2%
 H2H_ROW = re.compile(r"^\| \d+ \| (\d+)×(\d+)×(\d+) \|(?:[^|]*\|){4} ([\d.]+) \[")  # sweep, shape, ..., +pad B/A
 
@@ -84,11 +86,7 @@ def main(argv=None) -> int:
     if not found:
         print(f"calibration_vs_sweeps: no lease in {args.results} has both steps", file=sys.stderr)
         return 2
-    text = report(found, args.gap)
-    print(text)
-    if args.out:
-        args.out.write_text(text + "\n")
-    return 0
+    return publish([report(found, args.gap)], args.out)
 
 
 if __name__ == "__main__":

@@ -43,7 +43,7 @@ from typing import Optional
 
 import yaml
 
-from benchmarks.harness import KERNELS
+from benchmarks.harness import KERNELS, publish
 from benchmarks.harness.coldrun import cold_run
 
 TIMING = {"mode": "graph", "l2": "cold", "target_rel_ci": 0.01, "budget_s": 0.3}  # the seed sweep's
@@ -515,10 +515,7 @@ def main(argv=None) -> int:
             parser.error(f"{args.what} needs -i/--inventory and --runs-dir")
         args.runs_dir.mkdir(parents=True, exist_ok=True)
         text = h2h(args) if args.what == "h2h" else across(args)
-    print(text)
-    if args.out:
-        args.out.write_text(text + "\n")
-    return 0
+    return publish([text], args.out)
 
 
 if __name__ == "__main__":

@@ -26,6 +26,8 @@ import statistics
 import sys
 from pathlib import Path
 
+from benchmarks.harness import publish
+
 SHAPES = "128x2048x6144,256x2048x6144,512x2048x6144,1024x2048x6144,64x768x6144"
 NAMES = ("own", "copy", "shared", "same")
 
@@ -146,11 +148,7 @@ def main(argv=None) -> int:
                 f"| {m}×{n}×{k} | {t + 1} | {r['own_us']:.2f} | {r['copy']:.4f} | {r['shared']:.4f} | {r['same']:.4f} |"
             )
             torch.cuda.empty_cache()
-    text = "\n".join(lines)
-    print(text)
-    if args.out:
-        args.out.write_text(text + "\n")
-    return 0
+    return publish(lines, args.out)
 
 
 if __name__ == "__main__":

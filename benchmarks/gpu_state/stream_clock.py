@@ -21,6 +21,8 @@ import sys
 import time
 from pathlib import Path
 
+from benchmarks.harness import publish
+
 SHAPES = [
     ("bf16", 1024, 2048, 6144),
     ("bf16", 512, 2048, 6144),
@@ -127,11 +129,7 @@ def main(argv=None) -> int:
         )
         print(lines[-1], flush=True)
         del graph
-    text = "\n".join(lines)
-    print(text)
-    if args.out:
-        args.out.write_text(text + "\n")
-    return 0
+    return publish(lines, args.out)
 
 
 if __name__ == "__main__":
