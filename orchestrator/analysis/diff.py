@@ -932,8 +932,13 @@ def anchor_agrees(anchored: LogInterval, time: LogInterval, split: Optional[Cloc
     the clock split it: it must, if the anchor only took out the GPU state the two shared. It does not
     where the two kernels answer that state differently (an fp8 GEMM against a bf16 one at the power cap
     can part by 5% between runs): then the anchor is shown but judges nothing."""
-    inside = time.low <= anchored.point <= time.high
-    return inside and (split is None or split.work.low <= anchored.point <= split.work.high)
+    return lies_within(anchored.point, time, split.work if split else None)
+
+
+def lies_within(point: float, *intervals) -> bool:
+    """Whether `point` lies within each interval (anything with .low and .high on its scale; None: no
+    interval to lie within): the anchor's agreement rule, a case's here and a host's in hosteffect."""
+    return all(i is None or i.low <= point <= i.high for i in intervals)
 
 
 def _settings_of(side: Side) -> dict[str, str]:

@@ -64,6 +64,7 @@ from .diff import (
     anchor_files,
     calibration_deviations,
     classify_log,
+    lies_within,
     mean_interval,
     slot_against_anchor,
 )
@@ -348,9 +349,7 @@ def _anchor_agrees(anchored: Estimate, time: Optional[Estimate], work: Optional[
     has one, its work's (as diff.anchor_agrees for a case): it must, if the anchor only took out the GPU
     state each case met. (A host named on its time or work is never judged on the anchor: a slow GPU stays
     named on its time.)"""
-    if time is None:
-        return False
-    return time.low <= anchored.ratio <= time.high and (work is None or work.low <= anchored.ratio <= work.high)
+    return time is not None and lies_within(anchored.ratio, time, work)
 
 
 def _rounds_of(used: dict[str, dict[str, CaseRecord]], host: str):
