@@ -7,6 +7,7 @@ import pytest
 import yaml
 
 from benchmarks.detection.see_slowdowns import (
+    choose_confirmed,
     choose_pad,
     stored_runs,
     sweep_file,
@@ -44,3 +45,16 @@ def test_a_padding_is_chosen_only_where_every_pass_read_the_target():
     assert choose_pad(passes, 0.025) == 320
     # None reaches: the padding whose slowest pass read the most, never one only a lucky pass read high.
     assert choose_pad({64: [1.001, 1.012], 128: [1.008, 1.009]}, 0.02) == 128
+
+
+def test_a_padding_the_settled_reading_puts_below_the_target_is_passed_over():
+    passes = {64: [1.012, 1.011], 128: [1.022, 1.021], 192: [1.031, 1.030], 256: [1.041, 1.040]}
+    settled_reads = {128: 1.016, 192: 1.024, 256: 1.035}
+    confirmed: dict[int, float] = {}
+    assert choose_confirmed(passes, 0.02, settled_reads.__getitem__, confirmed) == 192
+    assert confirmed == {128: 1.016, 192: 1.024} and passes[128] == [1.022, 1.021, 1.016]
+    # Already confirmed for +2%: +3% reads only the paddings it has not confirmed yet.
+    assert choose_confirmed(passes, 0.03, settled_reads.__getitem__, confirmed) == 256
+    assert confirmed[256] == 1.035
+    # Nothing confirms: the padding whose least reading is highest, once every candidate was read.
+    assert choose_confirmed({64: [1.03], 128: [1.04]}, 0.02, lambda p: 1.01, {}) in (64, 128)
