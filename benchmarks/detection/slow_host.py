@@ -3,13 +3,16 @@
 running the user kernel benchmarks/kernels/mm_pad.py on the 12 GLM-5 TP8 shapes with the seed sweep's
 timing; on the last host it pads K (FLEETBENCH_MM_PAD=auto: ~+2% real GPU work on the H200, the same
 product; `--pad pads-2.json` for a padding calibrated on this GPU by `see_slowdowns calibrate`), on the
-others by nothing (the same work as mm.py). Every host also times a user kernel of mm.py's file named
-`anchor` beside mm (a user kernel runs in a process of its own, so only another user kernel is timed beside
-it). Then `fleetbench diff RUN --across-hosts --anchor anchor`: each host's effect over all its cases, with
-its interval, and against the anchor beside each case (orchestrator/analysis/hosteffect.py).
+others by nothing (the same work as mm.py). Every host also times a second user kernel named `anchor`
+beside mm (a user kernel runs in a process of its own, so only another user kernel is timed beside it):
+`--slowed every` (the default, issue 40's "a +2% slower kernel in every case") pads it on the slow host as
+mm is; `--slowed mm` leaves it mm.py's unpadded GEMM there too, so only mm is slower. Then
+`fleetbench diff RUN --across-hosts --anchor anchor`: each host's effect over all its cases, with its
+interval, and against the anchor beside each case (orchestrator/analysis/hosteffect.py).
 
     FLEETBENCH_SSHD=/path/sshd FLEETBENCH_SSH_KEYGEN=/path/ssh-keygen \\
       python -m benchmarks.detection.slow_host --out FILE.md --env PYTHONPATH=/tmp/site [--hosts 3] [--threshold 1.5%]
+        [--pad pads-2.json] [--slowed every|mm]
 
 Writes the Markdown (each host's effect, named or not, and the check: the slow host named with an
 interval that holds its true effect, no other host named); exit 0 when the check passes.
@@ -45,6 +48,13 @@ def main() -> int:
         help="the slow host's padding: columns of K, `auto`, or a pads JSON of `see_slowdowns calibrate` "
         "(per shape, calibrated on this GPU; default auto: ~+2%% on the H200)",
     )
+    ap.add_argument(
+        "--slowed",
+        choices=["every", "mm"],
+        default="every",
+        help="on the slow host, pad every case (default: a GPU slower in everything moves the anchor too) "
+        "or only mm's (the anchor stays mm.py's GEMM everywhere)",
+    )
     args = ap.parse_args()
     pad = str(Path(args.pad).resolve()) if args.pad.endswith(".json") else args.pad
     base = Path("/tmp/fleetbench-slow-host") / f"f{int(time.time())}"
@@ -57,6 +67,7 @@ def main() -> int:
         h["env"] = {**env, "FLEETBENCH_MM_PAD": pad if h["name"] == slow else "0"}
         h["timeout"] = 900
     inv.write_text(yaml.safe_dump(doc))
+    anchor_file = "mm_pad.py" if args.slowed == "every" else "mm.py"
     sweep = base / "slow-host.yaml"
     sweep.write_text(
         yaml.safe_dump(
@@ -66,13 +77,14 @@ def main() -> int:
                 "timing": TIMING,
                 "backends": [
                     {"name": "mm", "file": str(ROOT / "benchmarks/kernels/mm_pad.py")},
-                    {"name": ANCHOR, "file": str(ROOT / "benchmarks/kernels/mm.py")},
+                    {"name": ANCHOR, "file": str(ROOT / f"benchmarks/kernels/{anchor_file}")},
                 ],
             },
             sort_keys=False,
         )
     )
-    md = [f"# The slow host: {args.hosts} sshd hosts on one GPU, {slow} running mm_pad (~+2%), the others mm", ""]
+    slowed = "mm and the anchor" if args.slowed == "every" else "mm (the anchor unpadded)"
+    md = [f"# The slow host: {args.hosts} sshd hosts on one GPU, {slow} padding {slowed} (~+2%), the others not", ""]
     try:
         run = cold_run(sweep, inv, base / "runs")
         md.append(f"`fleetbench run` (every host): exit {run.returncode}, {run.wall_s:.1f} s")
