@@ -321,10 +321,11 @@ def _anchored_effects(
         for cid, found in slot_against_anchor(s, anchor).items():
             if cid in used and s.slot in used[cid]:
                 table.setdefault(cid, {})[s.slot] = found.log_ratio
-    estimates = {
-        h: e for h, ds in polish(table, min_hosts).items() if (e := estimate(ds, ANCHOR_PROCESS_SD)) is not None
-    }
-    return estimates, {c for c, row in table.items() if len(row) >= min_hosts}
+    # as many hosts per case as the time asks, unless fewer are steady: in a fleet of 3 with one anchor
+    # apart, the other two are still judged against each other, as a fleet of 2 is on its time
+    need = min(min_hosts, max(2, len(steady & {h for row in table.values() for h in row})))
+    estimates = {h: e for h, ds in polish(table, need).items() if (e := estimate(ds, ANCHOR_PROCESS_SD)) is not None}
+    return estimates, {c for c, row in table.items() if len(row) >= need}
 
 
 def _anchor_steady(side: Side, anchor: str) -> set[str]:

@@ -45,6 +45,7 @@ def fleet(
     gpu: dict | None = None,
     anchor: dict | None = None,
     torch: dict | None = None,
+    names: tuple[str, ...] = HOSTS,
 ) -> Side:
     """A run of HOSTS, each host's GPU state moving each case by a factor uniform within ±state_sd (both
     kernels of a shape alike), each kernel's ratio to the anchor by ±0.3% more. Per host: `kernel` (mm's
@@ -52,7 +53,7 @@ def fleet(
     rng = np.random.default_rng(seed)
     kernel, gpu, anchor, torch = kernel or {}, gpu or {}, anchor or {}, torch or {}
     slots = []
-    for h in HOSTS:
+    for h in names:
         state = {m: gpu.get(h, 1.0) * (1 + rng.uniform(-state_sd, state_sd)) for m in MS}
         own = {m: kernel.get(h, 1.0) * (1 + rng.uniform(-0.003, 0.003)) for m in MS}
         slots.append(slot(h, MS, state, own, anchor.get(h, 1.0), torch.get(h, "2.11.0")))
@@ -121,6 +122,16 @@ def test_a_host_whose_anchor_may_have_moved_gets_no_anchored_estimate(fact):
     found = hosts(side)
     assert found["h4"].anchored is None and not found["h4"].named
     assert all(found[h].anchored is not None for h in ("h1", "h2", "h3"))
+
+
+def test_in_a_fleet_of_three_with_one_anchor_apart_the_other_two_are_still_anchored():
+    side = fleet(kernel={"h2": 1.03}, names=("h1", "h2", "h3"))
+    side.slots[-1].facts = side.slots[-1].facts.model_copy(update={"torch": "other"})
+    found = hosts(side)
+    assert found["h3"].anchored is None
+    # two hosts split their ratio between them, as a fleet of two does on its time
+    assert found["h2"].anchored.ratio == pytest.approx(1.015, abs=0.003) and found["h2"].anchored.cases == len(MS)
+    assert found["h1"].anchored.ratio == pytest.approx(1 / 1.015, abs=0.003)
 
 
 def test_the_table_the_line_and_the_json_say_what_the_host_was_judged_against():
