@@ -51,6 +51,7 @@ from worker.contract.schema import CaseRecord
 from ..errors import InputError
 from ..runs.slots import SlotData, load_slots
 from ..runs.store import RunStore, resolve_run
+from ..runs.workerarchive import worker_code_digest
 from .headtohead import pair_prior, shape_of
 from .noise import NOISY_REL_CI
 
@@ -855,10 +856,30 @@ def anchor_refusals(a: Side, b: Side, anchor: str, settings: list[FactDiff]) -> 
     files = [" | ".join(sorted({sha[:16] for sha in anchor_files(side.slots, anchor)})) for side in (a, b)]
     if files[0] != files[1]:
         refused.append(FactDiff(f"kernel {anchor} sha256", files[0] or "?", files[1] or "?"))
-    workers = [side.store.manifest().worker_sha256[:12] for side in (a, b)]
-    if workers[0] != workers[1]:  # a built-in anchor's code is the worker's
-        refused.append(FactDiff("worker_sha256", workers[0] or "?", workers[1] or "?"))
+    # the anchor was timed by the worker's code (and a built-in one is that code): compared without the
+    # user kernels the archive carries, where both runs kept theirs, so that a changed kernel beside an
+    # unchanged anchor leaves the anchor standing
+    codes = [_worker_code(side) for side in (a, b)]
+    if None not in codes:
+        if codes[0] != codes[1]:
+            refused.append(FactDiff("worker code sha256", codes[0][:12], codes[1][:12]))
+    else:
+        workers = [side.store.manifest().worker_sha256[:12] for side in (a, b)]
+        if workers[0] != workers[1]:
+            refused.append(FactDiff("worker_sha256", workers[0] or "?", workers[1] or "?"))
     return refused + [d for d in settings if d.field.startswith("timing.")]
+
+
+def _worker_code(side: Side) -> Optional[str]:
+    """The digest of the worker code in the side's stored archive, its user kernels aside
+    (runs/workerarchive.py); None where the run kept no readable archive."""
+    folder = getattr(side.store, "dir", None)
+    if folder is None:
+        return None
+    try:
+        return worker_code_digest(side.store.read_bytes(folder / "worker.tar.gz"))
+    except (OSError, ValueError):  # ValueError: a path out of the run folder (RunStore.read_bytes)
+        return None
 
 
 def slot_against_anchor(slot: SlotData, anchor: str) -> dict:

@@ -18,6 +18,7 @@ import worker.contract
 
 from ..atomicfile import write_atomic
 from ..runs.formats import MANIFEST_VERSION
+from ..runs.workerarchive import USER_KERNELS
 
 
 @dataclass(frozen=True)
@@ -43,7 +44,7 @@ def build_worker_bundle(package_dir: Path | None = None, user_kernels: Iterable[
         if "__pycache__" not in p.parts and p.parent.name != "user"
     ]
     for data in sorted(set(user_kernels)):
-        entries.append((f"worker/user/k{hashlib.sha256(data).hexdigest()[:16]}.py", data))
+        entries.append((f"{USER_KERNELS}k{hashlib.sha256(data).hexdigest()[:16]}.py", data))
     files = sorted(entries)
     raw = io.BytesIO()
     with tarfile.open(fileobj=raw, mode="w", format=tarfile.PAX_FORMAT) as tar:

@@ -5,6 +5,7 @@ never where what the anchor depends on differs between the sides."""
 from __future__ import annotations
 
 import math
+import shutil
 import statistics
 from pathlib import Path
 from types import SimpleNamespace
@@ -74,7 +75,9 @@ def side(
         for m in ms
         for r in (record("torch-bf16", anchor_us, opts, m, throttle), record("mm", kernel_us, opts, m, throttle))
     ]
-    store = SimpleNamespace(dir=tmp / label, manifest=lambda: SimpleNamespace(worker_sha256=worker))
+    store = SimpleNamespace(
+        dir=tmp / label, manifest=lambda: SimpleNamespace(worker_sha256=worker), read_bytes=Path.read_bytes
+    )
     return Side(store=store, slots=[slot_of("h", recs, torch)], label=label)
 
 
@@ -167,6 +170,28 @@ def test_no_case_is_judged_against_an_anchor_that_may_have_moved_itself(tmp_path
     cmp = compare_sides(a, b, THRESHOLD, "torch-bf16")
     assert [d.field for d in cmp.anchor_refused] == [refused]
     assert cmp.anchored == 0 and mm_row(cmp).verdict == "AMBIGUOUS" and mm_row(cmp).anchor_ratio is None
+
+
+def test_a_changed_user_kernel_beside_an_unchanged_worker_leaves_the_anchor_standing(tmp_path):
+    # the archive's sha256 covers the user kernels it carries; the worker's own code is what timed the anchor
+    from orchestrator.planning.bundle import build_worker_bundle
+
+    worker_dir = Path(__file__).parents[4] / "worker"
+    for label, kernel in (("a", b"slow = 0\n"), ("b", b"slow = 1\n")):
+        (tmp_path / label).mkdir()
+        bundle = build_worker_bundle(worker_dir, [kernel]).write(tmp_path / label / "worker.tar.gz")
+        assert bundle.exists()
+    a = side("a", A_US, 1.0, tmp=tmp_path, worker="archive-a")
+    b = side("b", B_US, 1.03, tmp=tmp_path, worker="archive-b")
+    cmp = compare_sides(a, b, THRESHOLD, "torch-bf16")
+    assert cmp.anchor_refused == [] and mm_row(cmp).judged_on == "anchor"
+    # the worker's own code changed: refused, by that name
+    other = tmp_path / "other" / "worker"
+    shutil.copytree(worker_dir, other, ignore=shutil.ignore_patterns("__pycache__"))
+    (other / "contract" / "__init__.py").write_text("# another worker\n", encoding="utf-8")
+    build_worker_bundle(other, [b"slow = 1\n"]).write(tmp_path / "b" / "worker.tar.gz")
+    cmp = compare_sides(a, b, THRESHOLD, "torch-bf16")
+    assert [d.field for d in cmp.anchor_refused] == ["worker code sha256"] and cmp.anchored == 0
 
 
 def test_the_per_backend_effect_takes_the_anchored_ratio_where_it_agrees(tmp_path):
