@@ -61,7 +61,7 @@
 #                         long, after idle, captured afresh, on fresh inputs
 #   buffers               identical GEMM graphs on their own / shared buffers,        buffers-h100.md
 #                         interleaved
-#   kernel-choice         the cuBLAS kernels of K-padded copies in the calibration's   (not run yet)
+#   kernel-choice         the cuBLAS kernels of K-padded copies in the calibration's   kernel-choice-h100-s25a.md
 #                         graph and the worker's (after slowdowns-calibrate: its +2%
 #                         paddings; else 0 and 256 columns)
 #   tradeoff              the seed sweep with each timing variant of                 tradeoff-h200.md

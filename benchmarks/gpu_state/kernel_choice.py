@@ -1,10 +1,9 @@
 #!/usr/bin/env python3
 """Which cuBLAS kernels does a K-padded copy of a GEMM run, in the calibration's graph and in the worker's?
 
-On H100s, `see_slowdowns calibrate` read the copy padded by 256 columns at 256x2048x6144 1.02-1.06 slower
-than mm, and the head-to-head sweeps read that same copy 0.99-1.02 (benchmarks/RESULTS.md, issue 40): the
-copies calibrated for +2% there are not +2% in a sweep. One cause it could be is another kernel: cuBLAS
-chooses by shape and setting, and the two paths capture their graphs differently. This tool captures, per
+On H100s the calibration and the head-to-head sweeps read the 256x2048x6144 copy apart (benchmarks/RESULTS.md,
+issue 40: the figures, and this tool's answer). One cause it could be is another kernel: cuBLAS chooses by
+shape and setting, and the two paths capture their graphs differently. This tool captures, per
 shape and padding, one graph of ~2 ms of bf16 `torch.mm` calls as each path builds it (sharing its code):
   calibrate  benchmarks/detection/see_slowdowns.py `padded_graph` (its input sets, its side stream)
   worker     benchmarks/kernels/mm_pad.py's `prepare` on each input set, captured by the worker's own
