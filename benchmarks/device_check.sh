@@ -4,7 +4,8 @@
 #   bash benchmarks/device_check.sh STEP...
 # Steps, each with the result file of benchmarks/results/ it reproduces:
 #   seed                  the seed sweep twice, each a cold CLI process, then diff   seed-h200-interrupt.md,
-#                         of the two; seed1.md is the first run's table               seed-h200-settled.md
+#                         of the two; seed1.md is the first run's table; each        seed-h200-settled.md,
+#                         process's wall appended to seed-wall-h200.txt              seed-wall-*.txt
 #   interrupt             SIGINT mid-sweep, then the printed rerun command           seed-h200-interrupt.md
 #   cost                  where each seed run's time went (after seed; CPROFILE=N   cost-h200.md
 #                         also profiles the second run's worker again)
@@ -205,7 +206,8 @@ step_seed() {
             > "$WORK/seed$i.json" 2> "$WORK/seed$i.err"
         rc=$?
         t1=$(now)
-        echo "seed $i: exit $rc, wall $(elapsed "$t0" "$t1") s, run $(run_dir_of "$WORK/seed$i.err")"
+        echo "seed $i: exit $rc, wall $(elapsed "$t0" "$t1") s, run $(run_dir_of "$WORK/seed$i.err")" |
+            tee -a "$DEST/seed-wall-h200.txt"  # the cold CLI wall, kept beside the results
         grep -v '^\S*: \(running\|waiting\|syncing\|starting\)' "$WORK/seed$i.err" | tail -n 8 | sed 's/^/  err| /'
         summarize "$WORK/seed$i.json" "$(run_dir_of "$WORK/seed$i.err")"
     done

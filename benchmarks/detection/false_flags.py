@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """How often does `diff` flag a change between fresh processes that ran the same code, and how often a
-real one? (issue 40) Over stored run folders of GPU leases (benchmarks/results/slowdowns-seed-*.runs.tar.gz),
+real one? (issue 40) Over stored run folders of GPU leases (benchmarks/results/slowdowns-seed-*.runs.tar.xz),
 every pair of separate cold CLI sweeps of the same sweep file is an A/A comparison:
 
   seed     the seed sweeps of a lease (device_check.sh `seed`), each against each
@@ -23,7 +23,7 @@ session 23, none in those before). A false
 flag is any A/A cell SLOWER or FASTER. `--anchor-sd` judges against the anchor once per between-process
 spread listed instead of diff's own (ANCHOR_PROCESS_SD): how that constant was chosen.
 
-    python -m benchmarks.detection.false_flags benchmarks/results/slowdowns-seed-*.runs.tar.gz [--threshold 0.015]
+    python -m benchmarks.detection.false_flags benchmarks/results/slowdowns-seed-*.runs.tar.xz [--threshold 0.015]
         [--variant fresh-inputs-false]   (a timing variant's sweeps: see_slowdowns --timing)
         [--anchor-sd 0,0.002,0.003,0.004]
 
@@ -153,7 +153,7 @@ def judge(
 
 def lease_name(path: Path) -> str:
     name = path.name
-    for suffix in (".runs.tar.gz", ".tar.gz"):
+    for suffix in (".runs.tar.xz", ".runs.tar.gz", ".tar.xz", ".tar.gz"):
         if name.endswith(suffix):
             return name[: -len(suffix)]
     return name
@@ -226,7 +226,7 @@ def spread_list(text: str) -> tuple[float, ...]:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("leases", nargs="+", type=Path, help="run folders' archives (.runs.tar.gz) or folders")
+    parser.add_argument("leases", nargs="+", type=Path, help="run folders' archives (.runs.tar.xz) or folders")
     parser.add_argument("--threshold", type=float, default=0.015, help="diff's threshold (default 0.015)")
     parser.add_argument(
         "--variant",

@@ -107,7 +107,9 @@ def main() -> int:
         ]
         import tarfile
 
-        with tarfile.open(args.out.with_suffix(".runs.tar.gz"), "w:gz") as tar:  # the run folder, to read again
+        with tarfile.open(
+            args.out.with_suffix(".runs.tar.xz"), "w:xz", preset=9
+        ) as tar:  # the run folder, to read again
             tar.add(stored, arcname=run.run_dir.name)
         hosts = json.loads(as_json.stdout)["host_effects"]["hosts"]
         truth = {"time": true_effect(stored, slow), "anchor": true_effect(stored, slow, against=ANCHOR)}

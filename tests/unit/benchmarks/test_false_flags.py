@@ -43,7 +43,7 @@ def test_a_second_across_step_pairs_its_own_base_and_slowed_sweeps():
 
 
 def test_the_report_over_a_stored_lease_counts_every_cell_and_lists_each_false_flag(tmp_path, capsys):
-    lease = RESULTS / "slowdowns-seed-h100-s18b.runs.tar.gz"
+    lease = RESULTS / "slowdowns-seed-h100-s18b.runs.tar.xz"
     out = tmp_path / "ff.md"
     assert main([str(lease), "--out", str(out)]) == 0
     text = capsys.readouterr().out
@@ -67,7 +67,7 @@ def test_the_report_over_a_stored_lease_counts_every_cell_and_lists_each_false_f
 
 
 def test_a_missing_archive_is_one_line_and_exit_2(tmp_path, capsys):
-    assert main([str(tmp_path / "nope.runs.tar.gz")]) == 2
+    assert main([str(tmp_path / "nope.runs.tar.xz")]) == 2
     assert capsys.readouterr().err.count("\n") == 1
 
 
@@ -83,7 +83,7 @@ def test_a_timing_variant_s_sweeps_pair_only_among_themselves():
 
 
 def test_other_anchor_spreads_are_judgments_of_their_own_and_a_bad_list_is_refused(tmp_path, capsys):
-    lease = RESULTS / "slowdowns-seed-h100-s18b.runs.tar.gz"
+    lease = RESULTS / "slowdowns-seed-h100-s18b.runs.tar.xz"
     assert main([str(lease), "--anchor-sd", "0,0.003"]) == 0
     text = capsys.readouterr().out.split("Every A/A cell flagged:")[0]
     rows = {}

@@ -18,7 +18,7 @@ SEED_RUN = "20261205-085417-glm5-tp8-8469"
 @pytest.fixture(scope="module")
 def run(tmp_path_factory) -> Path:
     where = tmp_path_factory.mktemp("lease")
-    with tarfile.open(RESULTS / "slowdowns-seed-h200-s16.runs.tar.gz") as tar:
+    with tarfile.open(RESULTS / "slowdowns-seed-h200-s16.runs.tar.xz") as tar:
         tar.extractall(where, members=[m for m in tar.getmembers() if m.name.startswith(SEED_RUN)], filter="data")
     return where / SEED_RUN
 

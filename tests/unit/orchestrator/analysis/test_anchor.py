@@ -233,7 +233,7 @@ def test_an_anchor_neither_side_timed_refuses_nothing(tmp_path):
     assert cmp.anchor_refused == [] and cmp.anchored == 0
 
 
-LEASE = Path(__file__).resolve().parents[4] / "benchmarks" / "results" / "slowdowns-seed-h100-s18b.runs.tar.gz"
+LEASE = Path(__file__).resolve().parents[4] / "benchmarks" / "results" / "slowdowns-seed-h100-s18b.runs.tar.xz"
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,167 @@
+#!/usr/bin/env python3
+"""Land a GPU lease's results in benchmarks/results: the packs that device_check.sh's PACK wrote, one per
+device call, in the order the calls ran.
+
+    python -m benchmarks.harness.land_lease TAG PACK [PACK...] [--results benchmarks/results] [--force]
+
+TAG names the lease (`h100-s26a`: the card, the session, the lease). Every result file a step named for the
+H200 (`STEP-h200[-VARIANT].EXT`) lands as `STEP-TAG[-VARIANT].EXT`; one that an earlier pack of the same
+landing already gave gets `-repeat` (then `-repeat2`, ...) after TAG. The `cost` step's per-run files land
+together as `cost-TAG.md`, a bare `kernel-choice.md` as `kernel-choice-TAG.md`. Every run folder of the
+packs' `runs.tar.gz` (the device's whole work folder: a warm machine's later call holds the earlier calls'
+runs too) lands in `slowdowns-seed-TAG.runs.tar.xz`, folders at the top beside the hosts file, without the
+run index, the installed wheels or the logs. Run folders are packed with xz: a lease's runs repeat one
+worker archive, which xz's window finds again (about a tenth of gzip's size), and everything under the
+repo travels with every device call, under its size limit.
+
+Nothing in --results is overwritten without --force. Prints each file it wrote.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import io
+import lzma
+import re
+import sys
+import tarfile
+import tempfile
+from pathlib import Path
+
+RESULTS = Path(__file__).resolve().parents[1] / "results"
+MACHINE = "-h200"  # the name device_check.sh gives every step's file
+COST = re.compile(r"^cost-\d{8}-\d{6}-.+\.md$")  # the cost step: one file per run it read
+BARE = {"kernel-choice.md"}
+SKIPPED = {"seed1.md", "seed1.json"}  # working copies of the seed step (its run folders land whole)
+RUN_FOLDER = re.compile(r"^\d{8}-\d{6}-.+$")
+
+
+class LandError(Exception):
+    pass
+
+
+def landed_name(name: str, tag: str, taken: set[str]) -> str:
+    """STEP-h200[-VARIANT].EXT -> STEP-TAG[-VARIANT].EXT, with -repeat[N] after TAG where taken."""
+    if name in BARE:
+        stem, ext = name.split(".", 1)
+        name = f"{stem}{MACHINE}.{ext}"
+    head, _, tail = name.partition(MACHINE)
+    for n in range(1, 100):
+        suffix = "" if n == 1 else "-repeat" if n == 2 else f"-repeat{n - 1}"
+        candidate = f"{head}-{tag}{suffix}{tail}"
+        if candidate not in taken:
+            return candidate
+    raise LandError(f"{name}: too many repeats")
+
+
+def land(tag: str, packs: list[Path], results: Path, force: bool = False) -> list[Path]:
+    outputs: dict[str, bytes] = {}
+    costs: list[bytes] = []
+    runs: dict[str, list[tarfile.TarInfo]] = {}
+    run_tars: list[tuple[tarfile.TarFile, list[tarfile.TarInfo]]] = []
+    hosts: bytes | None = None
+    for pack in packs:
+        if not pack.is_file():
+            raise LandError(f"{pack}: no such pack")
+        names_in_pack: set[str] = set()
+        with tarfile.open(pack) as tar:
+            for member in tar.getmembers():
+                if not member.isfile():
+                    continue
+                name = Path(member.name).name
+                data = tar.extractfile(member).read()
+                if name == "runs.tar.gz":
+                    inner = tarfile.open(fileobj=io.BytesIO(data))
+                    members = inner.getmembers()
+                    run_tars.append((inner, members))
+                    for m in members:
+                        parts = Path(m.name).parts  # Path drops the leading "./"
+                        if len(parts) >= 2 and parts[0] == "runs" and RUN_FOLDER.match(parts[1]):
+                            runs.setdefault(parts[1], [])
+                        elif parts == ("hosts.yaml",):
+                            hosts = inner.extractfile(m).read()
+                elif COST.match(name):
+                    costs.append(data)
+                elif name in SKIPPED or (MACHINE not in name and name not in BARE):
+                    continue
+                elif name in names_in_pack:
+                    raise LandError(f"{pack}: {name} twice")
+                else:
+                    names_in_pack.add(name)
+                    if name.endswith(".runs.tar.gz"):  # an older slow_host's run folder: packed again with xz
+                        name = name[: -len(".tar.gz")] + ".tar.xz"
+                        data = repack_xz(data)
+                    outputs[landed_name(name, tag, set(outputs))] = data
+    if costs:
+        outputs[f"cost-{tag}.md"] = b"\n".join(c.rstrip(b"\n") + b"\n" for c in costs)
+    if runs:
+        outputs[f"slowdowns-seed-{tag}.runs.tar.xz"] = pack_runs(run_tars, set(runs), hosts)
+    if not outputs:
+        raise LandError("the packs hold no result file")
+    clashes = [name for name in outputs if (results / name).exists()]
+    if clashes and not force:
+        raise LandError(f"already in {results} (--force replaces): {', '.join(sorted(clashes))}")
+    written = []
+    for name, data in sorted(outputs.items()):
+        (results / name).write_bytes(data)
+        written.append(results / name)
+    return written
+
+
+def repack_xz(gz: bytes) -> bytes:
+    return lzma.compress(gzip.decompress(gz), preset=9 | lzma.PRESET_EXTREME)
+
+
+def pack_runs(run_tars, wanted: set[str], hosts: bytes | None) -> bytes:
+    """The run folders (the newest copy of each: later packs hold the earlier calls' runs again) at the
+    top of one xz tar, in name order."""
+    newest: dict[str, tuple[tarfile.TarFile, list[tarfile.TarInfo]]] = {}
+    for inner, members in run_tars:
+        for m in members:
+            parts = Path(m.name).parts
+            if len(parts) >= 2 and parts[0] == "runs" and parts[1] in wanted:
+                newest[parts[1]] = (inner, members)
+    with tempfile.TemporaryFile() as raw:
+        with tarfile.open(fileobj=raw, mode="w", format=tarfile.PAX_FORMAT) as tar:
+            if hosts is not None:
+                info = tarfile.TarInfo("./hosts.yaml")
+                info.size = len(hosts)
+                tar.addfile(info, io.BytesIO(hosts))
+            for run in sorted(newest):
+                inner, members = newest[run]
+                for m in members:
+                    parts = Path(m.name).parts
+                    if len(parts) < 2 or parts[:2] != ("runs", run):
+                        continue
+                    copy = tarfile.TarInfo("./" + "/".join(parts[1:]))
+                    copy.size, copy.mode, copy.mtime, copy.type = m.size, m.mode, m.mtime, m.type
+                    tar.addfile(copy, inner.extractfile(m) if m.isfile() else None)
+        raw.seek(0)
+        return lzma.compress(raw.read(), preset=9 | lzma.PRESET_EXTREME)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(
+        description="Land a GPU lease's device_check.sh packs in benchmarks/results, named for the lease."
+    )
+    parser.add_argument("tag", help="the lease's name in the files, e.g. h100-s26a (card, session, lease)")
+    parser.add_argument("packs", nargs="+", type=Path, help="the PACK .tar.gz of each device call, in call order")
+    parser.add_argument("--results", type=Path, default=RESULTS, help="where they land (default: %(default)s)")
+    parser.add_argument("--force", action="store_true", help="replace files already there")
+    args = parser.parse_args(argv)
+    if not re.fullmatch(r"[a-z0-9][a-z0-9.-]*", args.tag):
+        print(f"land_lease: tag {args.tag!r}: lower-case letters, digits, '.' and '-' only", file=sys.stderr)
+        return 2
+    try:
+        written = land(args.tag, args.packs, args.results, args.force)
+    except (LandError, tarfile.TarError, OSError) as exc:
+        print(f"land_lease: {exc}", file=sys.stderr)
+        return 1
+    for path in written:
+        print(f"{path}  {path.stat().st_size} bytes")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
