@@ -81,8 +81,8 @@
 # seed1.md and runs.tar.gz (every run folder and every command's stdout/stderr).
 #
 # Environment: GPU_PY (the device's Python), WHEELS (the folder of wheels setup installs, default .whl; e.g.
-# .carry/whl-lite, .whl without the SSH packages, where the steps need no sshd and the carry must also hold
-# .carry/fi.tar.xz under the device's 64 MiB), SWEEP (default sweeps/glm5_tp8.yaml), INTERRUPT_AFTER
+# .carry/whl-lite, .whl without the SSH packages, for a carry that must hold .carry/fi.tar.xz under the
+# device's 64 MiB and cannot hold .whl too), SWEEP (default sweeps/glm5_tp8.yaml), INTERRUPT_AFTER
 # (seconds before the SIGINT of `interrupt`, default 6), REF_PASSES (fidelity-runs' reference passes, default
 # 3), WORK (default /tmp/device-check), SKIP_WHEELS,
 # PACK (a .tar.gz path: $OUT packed into it after every step, so a call killed midway still brings back all
