@@ -135,7 +135,13 @@ def pack_runs(run_tars, wanted: set[str], hosts: bytes | None) -> bytes:
                     if len(parts) < 2 or parts[:2] != ("runs", run):
                         continue
                     copy = tarfile.TarInfo("./" + "/".join(parts[1:]))
-                    copy.size, copy.mode, copy.mtime, copy.type = m.size, m.mode, m.mtime, m.type
+                    copy.size, copy.mode, copy.mtime, copy.type, copy.linkname = (
+                        m.size,
+                        m.mode,
+                        m.mtime,
+                        m.type,
+                        m.linkname,
+                    )
                     tar.addfile(copy, inner.extractfile(m) if m.isfile() else None)
         raw.seek(0)
         return lzma.compress(raw.read(), preset=9 | lzma.PRESET_EXTREME)
@@ -155,7 +161,7 @@ def main(argv=None) -> int:
         return 2
     try:
         written = land(args.tag, args.packs, args.results, args.force)
-    except (LandError, tarfile.TarError, OSError) as exc:
+    except (LandError, tarfile.TarError, OSError, EOFError) as exc:  # EOFError: a pack cut short
         print(f"land_lease: {exc}", file=sys.stderr)
         return 1
     for path in written:

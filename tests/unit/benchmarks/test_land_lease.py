@@ -102,3 +102,12 @@ def test_a_tag_that_is_not_a_file_name_part_is_refused(tmp_path, tag):
 def test_a_missing_pack_is_one_clear_error(tmp_path, capsys):
     assert main(["t", str(tmp_path / "nope.tar.gz"), "--results", str(tmp_path)]) == 1
     assert "nope.tar.gz: no such pack" in capsys.readouterr().err
+
+
+def test_a_pack_cut_short_is_one_clear_error(tmp_path, capsys):
+    pack = tmp_path / "o.tar.gz"
+    whole = _tar(None, {"./slowdowns-h2h-h200.md": b"x" * 100000})
+    pack.write_bytes(whole[: len(whole) // 2])
+    assert main(["t", str(pack), "--results", str(tmp_path)]) == 1
+    assert capsys.readouterr().err.startswith("land_lease: ")
+    assert not (tmp_path / "slowdowns-h2h-t.md").exists()
