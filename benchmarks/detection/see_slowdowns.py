@@ -174,8 +174,9 @@ def h2h(args) -> str:
                 row[other + "_medians"] = rec.timing.median_us / base.timing.median_us if ok else None
             rows.append(row)
     lines = [
-        f"## Head-to-head: mm against mm_again (A/A) and mm_pad (K padded: {args.pad}), "
-        f"{args.repeat} sweeps, tie ±{args.tie:.0%}",
+        "## Head-to-head: mm against mm_again (A/A) and mm_pad "
+        + ("(K padded as each stored sweep ran it), " if args.stored else f"(K padded: {args.pad}), ")
+        + f"{len(stored) if args.stored else args.repeat} sweeps, tie ±{args.tie:.0%}",
         "",
         "| sweep | M×N×K | mm µs | rounds (stop) | A/A B/A [95%] | flag | +pad B/A [95%] | ± | flag | "
         "+pad ratio of medians |",
@@ -199,11 +200,36 @@ def h2h(args) -> str:
         f"≤ 0.5% in {sum(h <= 0.005 for h in halves)} of {len(halves)}"
         if halves
         else "- no intervals",
+        by_copy_size(rows),
         f"- sweep wall: {', '.join(f'{w:.1f}' for w in walls)} s (cold CLI processes)"
         if walls
         else "- judged from stored runs (--stored)",
     ]
     return "\n".join(lines)
+
+
+COPY_BANDS = (1.02, 1.035)  # a "+2%" copy's size: short of 2%, near it, or well above (a ladder's jump)
+
+
+def by_copy_size(rows: list[dict]) -> str:
+    """The +pad flags by the copy's size at each shape (the median of its paired B/A over the sweeps): where a
+    padding ladder jumps, a "+2%" copy is 4-15% at some shapes, and a count over all shapes says little of 2%."""
+    size: dict[tuple, list[float]] = {}
+    for r in rows:
+        if r["mm_pad"] is not None:
+            size.setdefault((r["m"], r["n"]), []).append(r["mm_pad"].ratio)
+    low, high = COPY_BANDS
+    names = (f"< {low:.3f}", f"{low:.3f}–{high:.3f}", f"> {high:.3f}")
+    band_of = {}
+    for shape, ratios in size.items():
+        mid = statistics.median(ratios)
+        band_of[shape] = names[0 if mid < low else 1 if mid <= high else 2]
+    parts = []
+    for name in names:
+        flags = [r["mm_pad_flag"] == "slower" for r in rows if band_of.get((r["m"], r["n"])) == name]
+        shapes = sum(band == name for band in band_of.values())
+        parts.append(f"{name}: {sum(flags)} of {len(flags)} ({shapes} shapes)")
+    return "- +pad flagged by the copy's size per shape (median paired B/A over the sweeps): " + "; ".join(parts)
 
 
 # The across sweeps' anchor: a user kernel of mm.py's file beside mm (diff --anchor anchor).

@@ -58,3 +58,26 @@ def test_a_padding_the_settled_reading_puts_below_the_target_is_passed_over():
     assert confirmed[256] == 1.035
     # Nothing confirms: the padding whose least reading is highest, once every candidate was read.
     assert choose_confirmed({64: [1.03], 128: [1.04]}, 0.02, lambda p: 1.01, {}) in (64, 128)
+
+
+def test_the_copy_s_flags_are_counted_by_its_size_at_each_shape():
+    from types import SimpleNamespace
+
+    from benchmarks.detection.see_slowdowns import by_copy_size
+
+    def row(m, ratio, flag):
+        return {"m": m, "n": 2048, "mm_pad": SimpleNamespace(ratio=ratio), "mm_pad_flag": flag}
+
+    rows = [
+        row(16, 1.021, "slower"),
+        row(16, 1.024, "slower"),
+        row(256, 1.0005, "-"),  # one sweep read this shape's copy short; its median is still 1.05
+        row(256, 1.06, "slower"),
+        row(256, 1.05, "slower"),
+        row(64, 1.01, "-"),
+        {"m": 128, "n": 2048, "mm_pad": None, "mm_pad_flag": "not ok: failed"},
+    ]
+    line = by_copy_size(rows)
+    assert "< 1.020: 0 of 1 (1 shapes)" in line
+    assert "1.020–1.035: 2 of 2 (1 shapes)" in line
+    assert "> 1.035: 2 of 3 (1 shapes)" in line
