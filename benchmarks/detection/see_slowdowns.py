@@ -256,11 +256,15 @@ def across(args) -> str:
     )
     if args.stored:  # the run folders of an earlier `across`, in the order it ran them: base, then each pad
         found = stored_runs(args.runs_dir, name)
-        if len(found) != args.repeat * (1 + len(args.pads)):
+        size = args.repeat * (1 + len(args.pads))
+        steps = len(found) // size
+        if not found or len(found) % size or not 1 <= args.set <= steps:
             raise SystemExit(
                 f"--stored: {len(found)} {name} runs in {args.runs_dir}, expected "
-                f"{args.repeat} x {1 + len(args.pads)} (--repeat x settings)"
+                f"{args.repeat} x {1 + len(args.pads)} (--repeat x settings) per across step"
+                + (f", and --set 1..{steps}" if found and not len(found) % size else "")
             )
+        found = found[(args.set - 1) * size : args.set * size]
         runs = {0: found[: args.repeat]}
         for i, pad in enumerate(args.pads, 1):
             runs[pad] = found[i * args.repeat : (i + 1) * args.repeat]
@@ -559,6 +563,12 @@ def main(argv=None) -> int:
         action="store_true",
         help="h2h, across: judge the run folders an earlier run left in --runs-dir instead of sweeping "
         "(no GPU; --repeat and --pads say how `across` ran)",
+    )
+    parser.add_argument(
+        "--set",
+        type=int,
+        default=1,
+        help="across --stored: which of the stored across steps to judge, in the order they ran (default 1)",
     )
     parser.add_argument(
         "--timing",

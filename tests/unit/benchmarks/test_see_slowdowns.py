@@ -81,3 +81,20 @@ def test_the_copy_s_flags_are_counted_by_its_size_at_each_shape():
     assert "< 1.020: 0 of 1 (1 shapes)" in line
     assert "1.020–1.035: 2 of 2 (1 shapes)" in line
     assert "> 1.035: 2 of 3 (1 shapes)" in line
+
+
+@pytest.mark.parametrize(
+    "runs, chosen, message",
+    [
+        (18, 3, "expected 3 x 3 (--repeat x settings) per across step, and --set 1..2"),
+        (10, 1, "10 see-across runs"),
+        (0, 1, "0 see-across runs"),
+    ],
+)
+def test_across_stored_names_the_steps_it_holds_when_the_set_asked_for_is_not_there(tmp_path, runs, chosen, message):
+    from benchmarks.detection.see_slowdowns import main
+
+    for i in range(runs):
+        (tmp_path / f"20261207-0{i:05d}-see-across-{i:04x}").mkdir()
+    with pytest.raises(SystemExit, match=message.replace("(", r"\(").replace(")", r"\)")):
+        main(["across", "--stored", "--runs-dir", str(tmp_path), "--set", str(chosen)])
