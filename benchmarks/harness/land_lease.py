@@ -14,7 +14,10 @@ run index, the installed wheels or the logs. Run folders are packed with xz: a l
 worker archive, which xz's window finds again (about a tenth of gzip's size), and everything under the
 repo travels with every device call, under its size limit.
 
-Nothing in --results is overwritten without --force. Prints each file it wrote.
+A file an earlier pack already landed, byte for byte, is not landed again (a warm machine's reused $OUT
+holds the earlier calls' files), and a longer copy of an appended log (seed-wall) replaces the shorter.
+Files the packs hold that it does not land (not named for the machine, or in a folder) are listed on
+stderr. Nothing in --results is overwritten without --force. Prints each file it wrote.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ import re
 import sys
 import tarfile
 import tempfile
+import zlib
 from pathlib import Path
 
 RESULTS = Path(__file__).resolve().parents[1] / "results"
@@ -55,12 +59,15 @@ def landed_name(name: str, tag: str, taken: set[str]) -> str:
     raise LandError(f"{name}: too many repeats")
 
 
-def land(tag: str, packs: list[Path], results: Path, force: bool = False) -> list[Path]:
+def land(tag: str, packs: list[Path], results: Path, force: bool = False) -> tuple[list[Path], list[str]]:
+    """Write the lease's files to `results`; returns them and a line for each file of the packs not landed."""
     outputs: dict[str, bytes] = {}
-    costs: list[bytes] = []
-    runs: dict[str, list[tarfile.TarInfo]] = {}
+    landed_from: dict[str, list[str]] = {}  # a step's file name -> the names it landed as, in pack order
+    costs: dict[str, bytes] = {}
+    runs: set[str] = set()
     run_tars: list[tuple[tarfile.TarFile, list[tarfile.TarInfo]]] = []
     hosts: bytes | None = None
+    notes: list[str] = []
     for pack in packs:
         if not pack.is_file():
             raise LandError(f"{pack}: no such pack")
@@ -69,7 +76,11 @@ def land(tag: str, packs: list[Path], results: Path, force: bool = False) -> lis
             for member in tar.getmembers():
                 if not member.isfile():
                     continue
-                name = Path(member.name).name
+                path = Path(member.name)
+                name = path.name
+                if len(path.parts) > 1:
+                    notes.append(f"{pack.name}: {member.name}: in a folder (land it by hand)")
+                    continue
                 data = tar.extractfile(member).read()
                 if name == "runs.tar.gz":
                     inner = tarfile.open(fileobj=io.BytesIO(data))
@@ -78,13 +89,15 @@ def land(tag: str, packs: list[Path], results: Path, force: bool = False) -> lis
                     for m in members:
                         parts = Path(m.name).parts  # Path drops the leading "./"
                         if len(parts) >= 2 and parts[0] == "runs" and RUN_FOLDER.match(parts[1]):
-                            runs.setdefault(parts[1], [])
+                            runs.add(parts[1])
                         elif parts == ("hosts.yaml",):
                             hosts = inner.extractfile(m).read()
                 elif COST.match(name):
-                    costs.append(data)
-                elif name in SKIPPED or (MACHINE not in name and name not in BARE):
+                    costs[name] = data  # a later call's $OUT may hold an earlier call's again
+                elif name in SKIPPED:
                     continue
+                elif MACHINE not in name and name not in BARE:
+                    notes.append(f"{pack.name}: {name}: not named for the machine (-h200; land it by hand)")
                 elif name in names_in_pack:
                     raise LandError(f"{pack}: {name} twice")
                 else:
@@ -92,11 +105,21 @@ def land(tag: str, packs: list[Path], results: Path, force: bool = False) -> lis
                     if name.endswith(".runs.tar.gz"):  # an older slow_host's run folder: packed again with xz
                         name = name[: -len(".tar.gz")] + ".tar.xz"
                         data = repack_xz(data)
-                    outputs[landed_name(name, tag, set(outputs))] = data
+                    earlier = landed_from.setdefault(name, [])
+                    if any(outputs[e] == data for e in earlier):
+                        continue  # an earlier call's file, still in a reused $OUT
+                    if earlier and data.startswith(outputs[earlier[-1]]):
+                        outputs[earlier[-1]] = data  # a log the step appends to (seed-wall): its longer copy
+                        continue
+                    landed = landed_name(name, tag, set(outputs))
+                    outputs[landed] = data
+                    earlier.append(landed)
     if costs:
-        outputs[f"cost-{tag}.md"] = b"\n".join(c.rstrip(b"\n") + b"\n" for c in costs)
+        outputs[f"cost-{tag}.md"] = b"\n".join(costs[n].rstrip(b"\n") + b"\n" for n in sorted(costs))
     if runs:
-        outputs[f"slowdowns-seed-{tag}.runs.tar.xz"] = pack_runs(run_tars, set(runs), hosts)
+        outputs[f"slowdowns-seed-{tag}.runs.tar.xz"] = pack_runs(run_tars, runs, hosts)
+    else:
+        notes.append("no run folders: no pack holds runs.tar.gz (device_check.sh writes it at the end of a call)")
     if not outputs:
         raise LandError("the packs hold no result file")
     clashes = [name for name in outputs if (results / name).exists()]
@@ -106,7 +129,7 @@ def land(tag: str, packs: list[Path], results: Path, force: bool = False) -> lis
     for name, data in sorted(outputs.items()):
         (results / name).write_bytes(data)
         written.append(results / name)
-    return written
+    return written, notes
 
 
 def repack_xz(gz: bytes) -> bytes:
@@ -135,13 +158,11 @@ def pack_runs(run_tars, wanted: set[str], hosts: bytes | None) -> bytes:
                     if len(parts) < 2 or parts[:2] != ("runs", run):
                         continue
                     copy = tarfile.TarInfo("./" + "/".join(parts[1:]))
-                    copy.size, copy.mode, copy.mtime, copy.type, copy.linkname = (
-                        m.size,
-                        m.mode,
-                        m.mtime,
-                        m.type,
-                        m.linkname,
-                    )
+                    copy.size, copy.mode, copy.mtime, copy.type = m.size, m.mode, m.mtime, m.type
+                    copy.linkname = m.linkname
+                    if m.islnk():  # a hard link names its target by its path in the archive: moved up too
+                        target = Path(m.linkname).parts
+                        copy.linkname = "./" + "/".join(target[1:] if target[:1] == ("runs",) else target)
                     tar.addfile(copy, inner.extractfile(m) if m.isfile() else None)
         raw.seek(0)
         return lzma.compress(raw.read(), preset=9 | lzma.PRESET_EXTREME)
@@ -156,14 +177,16 @@ def main(argv=None) -> int:
     parser.add_argument("--results", type=Path, default=RESULTS, help="where they land (default: %(default)s)")
     parser.add_argument("--force", action="store_true", help="replace files already there")
     args = parser.parse_args(argv)
-    if not re.fullmatch(r"[a-z0-9][a-z0-9.-]*", args.tag):
+    if not re.fullmatch(r"[a-z0-9]([a-z0-9.-]*[a-z0-9])?", args.tag):
         print(f"land_lease: tag {args.tag!r}: lower-case letters, digits, '.' and '-' only", file=sys.stderr)
         return 2
     try:
-        written = land(args.tag, args.packs, args.results, args.force)
-    except (LandError, tarfile.TarError, OSError, EOFError) as exc:  # EOFError: a pack cut short
-        print(f"land_lease: {exc}", file=sys.stderr)
+        written, notes = land(args.tag, args.packs, args.results, args.force)
+    except (LandError, tarfile.TarError, OSError, EOFError, zlib.error, lzma.LZMAError) as exc:  # EOF: cut short
+        print(f"land_lease: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}", file=sys.stderr)
         return 1
+    for note in notes:
+        print(f"land_lease: not landed: {note}", file=sys.stderr)
     for path in written:
         print(f"{path}  {path.stat().st_size} bytes")
     return 0

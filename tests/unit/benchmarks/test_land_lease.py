@@ -111,3 +111,62 @@ def test_a_pack_cut_short_is_one_clear_error(tmp_path, capsys):
     assert main(["t", str(pack), "--results", str(tmp_path)]) == 1
     assert capsys.readouterr().err.startswith("land_lease: ")
     assert not (tmp_path / "slowdowns-h2h-t.md").exists()
+
+
+def test_a_reused_out_folder_lands_each_file_once_and_the_longer_log(tmp_path, capsys):
+    # a warm machine's second call with the same $OUT: its pack holds the first call's files again
+    first, second = tmp_path / "o1.tar.gz", tmp_path / "o2.tar.gz"
+    wall_1 = b"seed 1: exit 0, wall 17.3 s\n"
+    _tar(
+        first,
+        {"./slowdowns-h2h-h200.md": b"h2h\n", "./seed-wall-h200.txt": wall_1, "./cost-20261207-041242-x.md": b"a\n"},
+    )
+    _tar(
+        second,
+        {
+            "./slowdowns-h2h-h200.md": b"h2h\n",
+            "./seed-wall-h200.txt": wall_1 + b"seed 1: exit 0, wall 16.3 s\n",
+            "./cost-20261207-041327-y.md": b"b\n",
+            "./cost-20261207-041242-x.md": b"a\n",
+            "./buffers.md": b"not named for the machine\n",
+            "./fidelity/x-h200.md": b"in a folder\n",
+        },
+    )
+    results = tmp_path / "results"
+    results.mkdir()
+    assert main(["t", str(first), str(second), "--results", str(results)]) == 0
+    assert sorted(p.name for p in results.iterdir()) == ["cost-t.md", "seed-wall-t.txt", "slowdowns-h2h-t.md"]
+    assert (results / "seed-wall-t.txt").read_bytes().count(b"seed 1") == 2
+    assert (results / "cost-t.md").read_bytes() == b"a\n\nb\n"  # each run's once, in run order
+    err = capsys.readouterr().err
+    assert "buffers.md: not named for the machine" in err and "fidelity/x-h200.md: in a folder" in err
+    assert "no run folders" in err
+
+
+def test_a_hard_link_in_a_run_folder_still_points_at_its_target(tmp_path):
+    run = "20261207-033725-see-h2h-d093"
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        info = tarfile.TarInfo(f"./runs/{run}/manifest.json")
+        info.size = 2
+        tar.addfile(info, io.BytesIO(b"{}"))
+        link = tarfile.TarInfo(f"./runs/{run}/copy.json")
+        link.type, link.linkname = tarfile.LNKTYPE, f"./runs/{run}/manifest.json"
+        tar.addfile(link)
+    pack = tmp_path / "o.tar.gz"
+    _tar(pack, {"./runs.tar.gz": buf.getvalue()})
+    assert main(["t", str(pack), "--results", str(tmp_path)]) == 0
+    out = tmp_path / "unpacked"
+    with tarfile.open(tmp_path / "slowdowns-seed-t.runs.tar.xz") as tar:
+        tar.extractall(out, filter="data")
+    assert (out / run / "copy.json").read_bytes() == b"{}"
+
+
+def test_a_corrupt_pack_is_one_line(tmp_path, capsys):
+    pack = tmp_path / "o.tar.gz"
+    whole = bytearray(_tar(None, {"./slowdowns-h2h-h200.md": bytes(range(256)) * 400}))
+    whole[40:60] = b"\xff" * 20  # inside the deflate stream
+    pack.write_bytes(bytes(whole))
+    assert main(["t", str(pack), "--results", str(tmp_path)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("land_lease: ") and err.count("\n") == 1
