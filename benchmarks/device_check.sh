@@ -85,6 +85,7 @@
 # device's 64 MiB and cannot hold .whl too), SWEEP (default sweeps/glm5_tp8.yaml), INTERRUPT_AFTER
 # (seconds before the SIGINT of `interrupt`, default 6), REF_PASSES (fidelity-runs' reference passes, default
 # 3), WORK (default /tmp/device-check), SKIP_WHEELS,
+# NEED_GPU (e.g. H200: exit 3 before anything runs unless the GPU's name holds it),
 # PACK (a .tar.gz path: $OUT packed into it after every step, so a call killed midway still brings back all
 # that finished, as one file), SIZES and REPS (fanout, default 8,32,64 and 3), CPROFILE (cost), BYTECODE (1: bytecode cached, see
 # setup), VARIANTS (tradeoff), TIMING (a timing variant: space-separated KEY=VALUE, e.g. "fresh_inputs=false":
@@ -568,6 +569,15 @@ pack() {  # PACK=FILE.tar.gz: $OUT as one file after every step (the device tool
     if [ $? -le 1 ]; then mv "$part" "$PACK"; else rm -f "$part"; fi
 }
 
+# NEED_GPU=H200: run nothing unless the GPU's name holds it (exit 3): a call that asks for one kind of GPU
+# and may be given another costs only the machine's start, not a lease of steps measured on the wrong card.
+if [ -n "${NEED_GPU:-}" ]; then
+    gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1)
+    case "$gpu" in
+        *"$NEED_GPU"*) ;;
+        *) echo "NEED_GPU=$NEED_GPU: this GPU is ${gpu:-unknown (no nvidia-smi)}; nothing run"; exit 3 ;;
+    esac
+fi
 setup
 for step in "$@"; do
     "step_${step//-/_}"
