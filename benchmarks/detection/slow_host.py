@@ -107,9 +107,8 @@ def main() -> int:
         ]
         import tarfile
 
-        with tarfile.open(
-            args.out.with_suffix(".runs.tar.xz"), "w:xz", preset=9
-        ) as tar:  # the run folder, to read again
+        kept = args.out.with_suffix(".runs.tar.xz")  # the run folder, to read again
+        with tarfile.open(kept, "w:xz", preset=9) as tar:
             tar.add(stored, arcname=run.run_dir.name)
         hosts = json.loads(as_json.stdout)["host_effects"]["hosts"]
         truth = {"time": true_effect(stored, slow), "anchor": true_effect(stored, slow, against=ANCHOR)}

@@ -64,8 +64,9 @@ def land(tag: str, packs: list[Path], results: Path, force: bool = False) -> tup
     outputs: dict[str, bytes] = {}
     landed_from: dict[str, list[str]] = {}  # a step's file name -> the names it landed as, in pack order
     costs: dict[str, bytes] = {}
-    runs: set[str] = set()
-    run_tars: list[tuple[tarfile.TarFile, list[tarfile.TarInfo]]] = []
+    # run folder -> its members in the newest pack that holds it (a warm machine's later call holds the
+    # earlier calls' runs again)
+    runs: dict[str, tuple[tarfile.TarFile, list[tarfile.TarInfo]]] = {}
     hosts: bytes | None = None
     notes: list[str] = []
     for pack in packs:
@@ -84,14 +85,14 @@ def land(tag: str, packs: list[Path], results: Path, force: bool = False) -> tup
                 data = tar.extractfile(member).read()
                 if name == "runs.tar.gz":
                     inner = tarfile.open(fileobj=io.BytesIO(data))
-                    members = inner.getmembers()
-                    run_tars.append((inner, members))
-                    for m in members:
+                    here: dict[str, list[tarfile.TarInfo]] = {}
+                    for m in inner.getmembers():
                         parts = Path(m.name).parts  # Path drops the leading "./"
                         if len(parts) >= 2 and parts[0] == "runs" and RUN_FOLDER.match(parts[1]):
-                            runs.add(parts[1])
+                            here.setdefault(parts[1], []).append(m)
                         elif parts == ("hosts.yaml",):
                             hosts = inner.extractfile(m).read()
+                    runs.update({run: (inner, members) for run, members in here.items()})
                 elif COST.match(name):
                     costs[name] = data  # a later call's $OUT may hold an earlier call's again
                 elif name in SKIPPED:
@@ -117,7 +118,7 @@ def land(tag: str, packs: list[Path], results: Path, force: bool = False) -> tup
     if costs:
         outputs[f"cost-{tag}.md"] = b"\n".join(costs[n].rstrip(b"\n") + b"\n" for n in sorted(costs))
     if runs:
-        outputs[f"slowdowns-seed-{tag}.runs.tar.xz"] = pack_runs(run_tars, runs, hosts)
+        outputs[f"slowdowns-seed-{tag}.runs.tar.xz"] = pack_runs(runs, hosts)
     else:
         notes.append("no run folders: no pack holds runs.tar.gz (device_check.sh writes it at the end of a call)")
     if not outputs:
@@ -132,32 +133,27 @@ def land(tag: str, packs: list[Path], results: Path, force: bool = False) -> tup
     return written, notes
 
 
+def xz(raw: bytes) -> bytes:
+    """At xz's largest window: a lease's runs repeat one worker archive."""
+    return lzma.compress(raw, preset=9 | lzma.PRESET_EXTREME)
+
+
 def repack_xz(gz: bytes) -> bytes:
-    return lzma.compress(gzip.decompress(gz), preset=9 | lzma.PRESET_EXTREME)
+    return xz(gzip.decompress(gz))
 
 
-def pack_runs(run_tars, wanted: set[str], hosts: bytes | None) -> bytes:
-    """The run folders (the newest copy of each: later packs hold the earlier calls' runs again) at the
-    top of one xz tar, in name order."""
-    newest: dict[str, tuple[tarfile.TarFile, list[tarfile.TarInfo]]] = {}
-    for inner, members in run_tars:
-        for m in members:
-            parts = Path(m.name).parts
-            if len(parts) >= 2 and parts[0] == "runs" and parts[1] in wanted:
-                newest[parts[1]] = (inner, members)
+def pack_runs(runs: dict[str, tuple[tarfile.TarFile, list[tarfile.TarInfo]]], hosts: bytes | None) -> bytes:
+    """The run folders at the top of one xz tar, in name order, beside the hosts file."""
     with tempfile.TemporaryFile() as raw:
         with tarfile.open(fileobj=raw, mode="w", format=tarfile.PAX_FORMAT) as tar:
             if hosts is not None:
                 info = tarfile.TarInfo("./hosts.yaml")
                 info.size = len(hosts)
                 tar.addfile(info, io.BytesIO(hosts))
-            for run in sorted(newest):
-                inner, members = newest[run]
+            for run in sorted(runs):
+                inner, members = runs[run]
                 for m in members:
-                    parts = Path(m.name).parts
-                    if len(parts) < 2 or parts[:2] != ("runs", run):
-                        continue
-                    copy = tarfile.TarInfo("./" + "/".join(parts[1:]))
+                    copy = tarfile.TarInfo("./" + "/".join(Path(m.name).parts[1:]))  # runs/X/f -> ./X/f
                     copy.size, copy.mode, copy.mtime, copy.type = m.size, m.mode, m.mtime, m.type
                     copy.linkname = m.linkname
                     if m.islnk():  # a hard link names its target by its path in the archive: moved up too
@@ -165,7 +161,7 @@ def pack_runs(run_tars, wanted: set[str], hosts: bytes | None) -> bytes:
                         copy.linkname = "./" + "/".join(target[1:] if target[:1] == ("runs",) else target)
                     tar.addfile(copy, inner.extractfile(m) if m.isfile() else None)
         raw.seek(0)
-        return lzma.compress(raw.read(), preset=9 | lzma.PRESET_EXTREME)
+        return xz(raw.read())
 
 
 def main(argv=None) -> int:
