@@ -679,7 +679,7 @@ def compare_records(
             verdict, judged_on = on_work, "work"
     agrees = None
     if anchored is not None:
-        agrees = anchor_agrees(anchored[1], interval, split)
+        agrees = anchor_agrees(anchored[1], interval, split, threshold)
         if agrees and verdict not in ("SLOWER", "FASTER"):
             on_anchor = classify_log(anchored[1].low, anchored[1].high, threshold)
             if on_anchor in ("SLOWER", "FASTER"):  # what the GPU state did to both, the ratio cancels
@@ -948,12 +948,15 @@ def _process_spread(found, sd: float) -> Spread:
     return Spread(math.sqrt(found.log_se**2 + sd**2), found.df)
 
 
-def anchor_agrees(anchored: LogInterval, time: LogInterval, split: Optional[ClockSplit]) -> bool:
+def anchor_agrees(anchored: LogInterval, time: LogInterval, split: Optional[ClockSplit], threshold: float) -> bool:
     """Whether the ratio against the anchor lies within the case's own time interval, and its work's where
-    the clock split it: it must, if the anchor only took out the GPU state the two shared. It does not
-    where the two kernels answer that state differently (an fp8 GEMM against a bf16 one at the power cap
-    can part by 5% between runs): then the anchor is shown but judges nothing."""
-    return lies_within(anchored.point, time, split.work if split else None)
+    the work may judge the row (_work_judges): it must, if the anchor only took out the GPU state the two
+    shared. It does not where the two kernels answer that state differently (an fp8 GEMM against a bf16
+    one at the power cap can part by 5% between runs): then the anchor is shown but judges nothing. A work
+    interval the row may not be judged on (the clocks parted and the time did not follow them) is no
+    measure of the kernel's cycles, so it vetoes nothing either."""
+    work = split.work if split is not None and _work_judges(split, threshold) else None
+    return lies_within(anchored.point, time, work)
 
 
 def lies_within(point: float, *intervals) -> bool:

@@ -252,13 +252,12 @@ def host_effects(side: Side, threshold: float, anchor: Optional[str] = None) -> 
         for h in rows.values():
             h.anchored = anchored.get(h.slot)
             if h.anchored is not None:
-                h.anchor_agrees = _anchor_agrees(
-                    h.anchored, estimate(same_time.get(h.slot, [])), estimate(same_work.get(h.slot, []))
-                )
+                work = estimate(same_work.get(h.slot, [])) if _work_may_judge(h, threshold) else None
+                h.anchor_agrees = _anchor_agrees(h.anchored, estimate(same_time.get(h.slot, [])), work)
     for h in rows.values():
         if h.effect is not None:
             h.verdict = host_verdict(h.effect, threshold)
-        if h.effect is not None and h.work is not None and not h.named and _work_judges(h, threshold):
+        if not h.named and _work_may_judge(h, threshold):
             on_work = host_verdict(h.work, threshold)
             if on_work in ("SLOWER", "FASTER"):
                 h.verdict, h.judged_on = on_work, "work"
@@ -299,6 +298,11 @@ def _work_judges(h: HostEffect, threshold: float) -> bool:
     if _width(h.work) <= CLOCK_BOUND_SHARE * _width(h.effect):
         return True
     return h.clock_factor is not None and abs(math.log(h.clock_factor)) <= math.log1p(threshold) / 2
+
+
+def _work_may_judge(h: HostEffect, threshold: float) -> bool:
+    """Whether the host has a time and a work estimate and its work may judge it (_work_judges)."""
+    return h.effect is not None and h.work is not None and _work_judges(h, threshold)
 
 
 def _anchored_effects(
@@ -346,9 +350,9 @@ def _anchor_steady(side: Side, anchor: str) -> set[str]:
 
 
 def _anchor_agrees(anchored: Estimate, time: Optional[Estimate], work: Optional[Estimate]) -> bool:
-    """Whether the host's anchored point lies within its time interval over the same cases and, where it
-    has one, its work's (as diff.anchor_agrees for a case): it must, if the anchor only took out the GPU
-    state each case met. (A host named on its time or work is never judged on the anchor: a slow GPU stays
+    """Whether the host's anchored point lies within its time interval over the same cases and, where its
+    work may judge it (_work_judges), its work's (as diff.anchor_agrees for a case): it must, if the
+    anchor only took out the GPU state each case met. (A host named on its time or work is never judged on the anchor: a slow GPU stays
     named on its time.)"""
     return time is not None and lies_within(anchored.ratio, time, work)
 

@@ -143,9 +143,26 @@ def test_the_interval_knows_the_ratio_moves_between_processes(tmp_path):
 def test_an_anchor_outside_the_case_s_own_interval_judges_nothing():
     time = judge.LogInterval(0.0, -0.01, 0.01, 1.0)
     anchored = judge.LogInterval(0.05, 0.045, 0.055, 0.0)
-    assert not judge.anchor_agrees(anchored, time, None)
+    assert not judge.anchor_agrees(anchored, time, None, THRESHOLD)
     inside = judge.LogInterval(0.005, 0.002, 0.008, 0.0)
-    assert judge.anchor_agrees(inside, time, None)
+    assert judge.anchor_agrees(inside, time, None, THRESHOLD)
+
+
+def test_a_work_interval_vetoes_the_anchor_only_where_the_work_may_judge_the_row():
+    """The anchored point within the time's wide interval but outside a tight work interval: the work
+    vetoes it where the row may be judged on its work (clock-bound, or the clocks within half the
+    threshold), not where the clocks parted and the time did not follow them."""
+    time = judge.LogInterval(0.07, -0.02, 0.16, 1.0)
+    work = judge.LogInterval(0.11, 0.10, 0.12, 1.0)
+    anchored = judge.LogInterval(0.087, 0.078, 0.096, 0.0)
+
+    def split(clock_ratio, clock_bound):
+        return judge.ClockSplit(1600.0, 1600.0 * clock_ratio, clock_ratio, work, clock_bound)
+
+    assert not judge.anchor_agrees(anchored, time, split(0.965, True), THRESHOLD)  # clock-bound: work judges
+    assert not judge.anchor_agrees(anchored, time, split(0.996, False), THRESHOLD)  # clocks within 0.75%
+    assert judge.anchor_agrees(anchored, time, split(0.965, False), THRESHOLD)  # clocks 3.5% apart, not bound
+    assert not judge.anchor_agrees(judge.LogInterval(0.2, 0.19, 0.21, 0.0), time, split(0.965, False), THRESHOLD)
 
 
 def test_a_slower_time_stays_slower_whatever_the_anchor_says(tmp_path):

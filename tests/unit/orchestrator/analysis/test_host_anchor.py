@@ -159,3 +159,26 @@ def test_the_anchored_interval_holds_the_spread_one_process_shares():
     e = hosteffect.estimate([0.02] * 8, hosteffect.ANCHOR_PROCESS_SD)
     half = (math.log(e.high) - math.log(e.low)) / 2
     assert half == pytest.approx(hosteffect.Z95 * hosteffect.ANCHOR_PROCESS_SD, rel=1e-6)
+
+
+@pytest.mark.parametrize(("h2_mhz", "work_vetoes"), [(1500.0, True), (1450.0, False)])
+def test_a_host_s_work_vetoes_its_anchor_only_where_the_work_may_judge_it(monkeypatch, h2_mhz, work_vetoes):
+    """As for a case (diff.anchor_agrees): where h2's clock is the fleet's, its work may judge it and must
+    hold the anchored point; where its clock is 3.3% lower and its time did not follow, its work is no
+    measure of the kernel's cycles and vetoes nothing."""
+    side = fleet(kernel={"h2": 1.02})
+    for s in side.slots:
+        for _, rec in s.records.values():
+            for r in rec.timing.rounds:
+                r.sm_clock_stream_mhz = h2_mhz if s.slot == "h2" else 1500.0
+    seen = {}
+    agrees = hosteffect._anchor_agrees
+
+    def spy(anchored, time, work):
+        seen[id(anchored)] = work
+        return agrees(anchored, time, work)
+
+    monkeypatch.setattr(hosteffect, "_anchor_agrees", spy)
+    h2 = hosts(side)["h2"]
+    assert h2.work is not None and h2.anchored is not None
+    assert (seen[id(h2.anchored)] is not None) == work_vetoes
