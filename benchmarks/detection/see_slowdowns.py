@@ -25,6 +25,8 @@ the user kernel benchmarks/kernels/mm_pad.py is mm.py's bf16 GEMM on operands ze
     python -m benchmarks.detection.see_slowdowns h2h -i HOSTS --runs-dir DIR [--repeat 3] [--pad DIR/pads-2.json]
     python -m benchmarks.detection.see_slowdowns across -i HOSTS --runs-dir DIR [--repeat 3] [--pads DIR/pads-3.json,...]
         [--timing fresh_inputs=false]   (h2h too: a variant's sweeps are named for it and told apart)
+    python -m benchmarks.detection.see_slowdowns h2h|across --stored --runs-dir DIR [--set N]
+        (judge the runs an earlier h2h / across left in DIR, no GPU; --set N: the Nth set of them)
 
 Run from the repo root (device_check.sh's `slowdowns-h2h` / `slowdowns-across` steps do).
 Prints Markdown; --out also writes it.
@@ -118,6 +120,20 @@ def stored_runs(runs_dir: Path, name: str) -> list[str]:
     return [str(p) for p in sorted(runs_dir.iterdir()) if p.is_dir() and sweep_of(p.name) == name]
 
 
+def stored_set(found: list[str], size: int, chosen: Optional[int], name: str, runs_dir: Path, what: str) -> list[str]:
+    """The stored runs of set `chosen` (1-based; None: every run, for h2h), where the runs come in whole sets
+    of `size` in the order they ran; else SystemExit naming what is there."""
+    steps = len(found) // size
+    if chosen is None and found:
+        return found
+    if not found or len(found) % size or not 1 <= chosen <= steps:
+        raise SystemExit(
+            f"--stored: {len(found)} {name} runs in {runs_dir}, expected {size} per {what}"
+            + (f", and --set 1..{steps}" if found and not len(found) % size else "")
+        )
+    return found[(chosen - 1) * size : chosen * size]
+
+
 def flag(interval, tie: float) -> str:
     if interval is None:
         return "none"
@@ -144,7 +160,9 @@ def h2h(args) -> str:
         args.timing,
     )
     rows, walls = [], []
-    stored = stored_runs(args.runs_dir, name) if args.stored else []
+    stored = []
+    if args.stored:
+        stored = stored_set(stored_runs(args.runs_dir, name), args.repeat, args.set, name, args.runs_dir, "set")
     for i in range(len(stored) if args.stored else args.repeat):
         if args.stored:
             run_dir = stored[i]
@@ -255,16 +273,15 @@ def across(args) -> str:
         folder / "slowed", name, [{"name": "mm", "file": str(KERNELS / "mm_pad.py")}, anchor], args.timing
     )
     if args.stored:  # the run folders of an earlier `across`, in the order it ran them: base, then each pad
-        found = stored_runs(args.runs_dir, name)
         size = args.repeat * (1 + len(args.pads))
-        steps = len(found) // size
-        if not found or len(found) % size or not 1 <= args.set <= steps:
-            raise SystemExit(
-                f"--stored: {len(found)} {name} runs in {args.runs_dir}, expected "
-                f"{args.repeat} x {1 + len(args.pads)} (--repeat x settings) per across step"
-                + (f", and --set 1..{steps}" if found and not len(found) % size else "")
-            )
-        found = found[(args.set - 1) * size : args.set * size]
+        found = stored_set(
+            stored_runs(args.runs_dir, name),
+            size,
+            args.set or 1,
+            name,
+            args.runs_dir,
+            f"across step ({args.repeat} x {1 + len(args.pads)}: --repeat x settings)",
+        )
         runs = {0: found[: args.repeat]}
         for i, pad in enumerate(args.pads, 1):
             runs[pad] = found[i * args.repeat : (i + 1) * args.repeat]
@@ -567,8 +584,9 @@ def main(argv=None) -> int:
     parser.add_argument(
         "--set",
         type=int,
-        default=1,
-        help="across --stored: which of the stored across steps to judge, in the order they ran (default 1)",
+        default=None,
+        help="with --stored: which of the stored sets to judge, in the order they ran: an across step "
+        "(default 1), or --repeat head-to-head sweeps (default: every stored h2h sweep)",
     )
     parser.add_argument(
         "--timing",
@@ -589,6 +607,8 @@ def main(argv=None) -> int:
     else:
         if args.runs_dir is None or (args.inventory is None and not args.stored):
             parser.error(f"{args.what} needs -i/--inventory and --runs-dir")
+        if args.set is not None and not args.stored:
+            parser.error("--set picks among stored runs: it needs --stored")
         args.runs_dir.mkdir(parents=True, exist_ok=True)
         text = h2h(args) if args.what == "h2h" else across(args)
     return publish([text], args.out)

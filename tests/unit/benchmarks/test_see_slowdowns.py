@@ -2,6 +2,7 @@
 are found by that exact name; the calibration chooses a padding every pass read at the target."""
 
 import argparse
+from pathlib import Path
 
 import pytest
 import yaml
@@ -86,7 +87,7 @@ def test_the_copy_s_flags_are_counted_by_its_size_at_each_shape():
 @pytest.mark.parametrize(
     "runs, chosen, message",
     [
-        (18, 3, "expected 3 x 3 (--repeat x settings) per across step, and --set 1..2"),
+        (18, 3, "expected 9 per across step (3 x 3: --repeat x settings), and --set 1..2"),
         (10, 1, "10 see-across runs"),
         (0, 1, "0 see-across runs"),
     ],
@@ -98,3 +99,33 @@ def test_across_stored_names_the_steps_it_holds_when_the_set_asked_for_is_not_th
         (tmp_path / f"20261207-0{i:05d}-see-across-{i:04x}").mkdir()
     with pytest.raises(SystemExit, match=message.replace("(", r"\(").replace(")", r"\)")):
         main(["across", "--stored", "--runs-dir", str(tmp_path), "--set", str(chosen)])
+
+
+def test_h2h_stored_judges_every_sweep_or_the_set_asked_for(tmp_path, monkeypatch):
+    from benchmarks.detection import see_slowdowns
+
+    names = [f"20261207-0{i:05d}-see-h2h-{i:04x}" for i in range(6)]
+    for n in names:
+        (tmp_path / n).mkdir()
+    judged = []
+
+    def records_of(run_dir):
+        judged.append(Path(run_dir).name)
+        return {}, None
+
+    monkeypatch.setattr(see_slowdowns, "records_of", records_of)
+    see_slowdowns.main(["h2h", "--stored", "--runs-dir", str(tmp_path)])
+    assert judged == names
+    judged.clear()
+    see_slowdowns.main(["h2h", "--stored", "--runs-dir", str(tmp_path), "--set", "2"])
+    assert judged == names[3:]
+    with pytest.raises(SystemExit, match=r"6 see-h2h runs .* expected 3 per set, and --set 1\.\.2"):
+        see_slowdowns.main(["h2h", "--stored", "--runs-dir", str(tmp_path), "--set", "3"])
+
+
+def test_set_without_stored_is_refused(tmp_path, capsys):
+    from benchmarks.detection.see_slowdowns import main
+
+    with pytest.raises(SystemExit):
+        main(["h2h", "-i", "hosts.yaml", "--runs-dir", str(tmp_path), "--set", "2"])
+    assert "--set picks among stored runs: it needs --stored" in capsys.readouterr().err
