@@ -352,8 +352,8 @@ def _anchor_steady(side: Side, anchor: str) -> set[str]:
 def _anchor_agrees(anchored: Estimate, time: Optional[Estimate], work: Optional[Estimate]) -> bool:
     """Whether the host's anchored point lies within its time interval over the same cases and, where its
     work may judge it (_work_judges), its work's (as diff.anchor_agrees for a case): it must, if the
-    anchor only took out the GPU state each case met. (A host named on its time or work is never judged on the anchor: a slow GPU stays
-    named on its time.)"""
+    anchor only took out the GPU state each case met. (A host named on its time or work is never judged
+    on the anchor: a slow GPU stays named on its time.)"""
     return time is not None and lies_within(anchored.ratio, time, work)
 
 
