@@ -38,6 +38,7 @@ from scipy import stats
 
 from worker.contract.catalog import CATALOG
 from worker.contract.pairing import (
+    PRIOR_DF,
     log_variance,
     median_prior,
     moderated,
@@ -509,9 +510,26 @@ def work_prior(records) -> Optional[float]:
     return median_prior([v for v in found if v is not None])
 
 
+# A case whose own work spread is beyond what the run's cases share (its variance against the prior, by F at
+# this level: a cell that runs at two levels from round to round) is not moderated, as limma's robust
+# empirical Bayes gives hypervariable genes less prior weight (Phipson et al. 2016): the prior would make a
+# case that does not know its work look sure of it.
+HYPERVARIABLE_LEVEL = 0.99
+
+
+def hypervariable(values: list[float], prior: Optional[float]) -> bool:
+    """Whether the log variance of `values` (>= 2 rounds) is beyond the HYPERVARIABLE_LEVEL point of F with
+    (rounds - 1, PRIOR_DF) degrees of freedom times `prior` (no prior: False)."""
+    own = log_variance(values)
+    if not prior or own is None:
+        return False
+    return own > prior * float(stats.f.ppf(HYPERVARIABLE_LEVEL, len(values) - 1, PRIOR_DF))
+
+
 def moderated_spread(values: list[float], prior: Optional[float] = None) -> Spread:
-    """The standard error of the log mean of `values` (>= 2 rounds), moderated toward `prior`."""
-    var, df = moderated(values, prior)
+    """The standard error of the log mean of `values` (>= 2 rounds), moderated toward `prior` unless the
+    case is hypervariable."""
+    var, df = moderated(values, None if hypervariable(values, prior) else prior)
     return Spread(math.sqrt(var), df)
 
 

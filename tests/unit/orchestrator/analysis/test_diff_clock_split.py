@@ -107,3 +107,34 @@ def test_a_side_of_fewer_than_three_cases_has_no_prior():
     from orchestrator.analysis.diff import work_prior
 
     assert work_prior([light(8.0, [(1872.0, 0.0), (1855.0, 0.001)])] * 2) is None
+
+
+def two_level(levels: list[float]) -> CaseRecord:
+    """A cell that runs at two levels from round to round at one clock (the H100's bf16 128×2048): each
+    round's cycles at the level it drew."""
+    return record([(us, 1875.0) for us in levels])
+
+
+def test_a_cell_at_two_levels_is_not_lent_the_spread_of_the_run_s_steady_cases():
+    """One identical kernel, each side drawing the slow level in one round of three: the run's steady
+    cases would lend it a spread it does not have (its own is 40 times theirs), and its work would read
+    SLOWER; not moderated, it is not judged (the false flags of docs/COMPARING.md, "Moderated")."""
+    from orchestrator.analysis.diff import hypervariable, work_per_round, work_prior
+
+    steady = [light(8.0 + i, [(1872.0, -0.002), (1855.0, 0.002), (1860.0, 0.0)]) for i in range(8)]
+    a, b = two_level([14.59, 15.79, 14.59]), two_level([15.72, 14.47, 15.78])
+    priors = (work_prior(steady), work_prior(steady))
+    assert hypervariable(work_per_round(a.timing), priors[0]) and hypervariable(work_per_round(b.timing), priors[1])
+    row = compare_records("k", a, b, 0.015, priors=priors)
+    assert row.verdict in ("SAME", "AMBIGUOUS") and row.work_low < 1.0 < row.work_high
+    # a steady case of the same run is still moderated: within F's 99% point of the prior
+    assert not hypervariable(work_per_round(steady[0].timing), priors[0])
+
+
+def test_hypervariable_needs_a_prior_and_two_rounds():
+    from orchestrator.analysis.diff import hypervariable
+
+    assert not hypervariable([27.4, 29.5, 27.3], None)
+    assert not hypervariable([27.4], 1e-6)
+    assert hypervariable([27.4, 29.5, 27.3], 1e-6)
+    assert not hypervariable([27.40, 27.41, 27.39], 1e-6)
