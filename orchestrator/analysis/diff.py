@@ -120,7 +120,8 @@ NOTE_INCOMPLETE = "incomplete"  # side, rounds: timed before it stopped
 NOTE_ONE_ROUND = "one-round"  # a side of one round: the interval knows only the noise within a run
 NOTE_METHODS_DIFFER = "methods-differ"  # timing methods (or L2 states) differ
 NOTE_CLOCK_SPLIT = "clock-split"  # ratio, judged_on and the ClockSplit's clock and work (see split_facts)
-NOTE_ANCHORED = "anchored"  # anchor, ratio, low, high, judged (on it), agrees (with the time and the work)
+NOTE_ANCHORED = "anchored"  # anchor, ratio, low, high, judged (on it), agrees (with the time and the work),
+# moved_with: the anchor's own B/A where it disagrees by having moved the way the case did (anchor_moved_with)
 # How the environment moved (environment_moved; NOTE_ENVIRONMENT's moved).
 ENV_SM_CLOCK = "sm-clock"  # a_mhz, b_mhz: NVML's, medians over the rounds
 ENV_THROTTLED = "throttled"  # reasons
@@ -753,6 +754,7 @@ def compare_records(
                     high=_exp(rel.high),
                     judged=judged_on == "anchor",
                     agrees=agrees,
+                    moved_with=anchor_moved_with(rel, interval) if agrees is False else None,
                 ),
             )
         )
@@ -975,6 +977,15 @@ def anchor_agrees(anchored: LogInterval, time: LogInterval, split: Optional[Cloc
     measure of the kernel's cycles, so it vetoes nothing either."""
     work = split.work if split is not None and _work_judges(split, threshold) else None
     return lies_within(anchored.point, time, work)
+
+
+def anchor_moved_with(anchored: LogInterval, time: LogInterval) -> Optional[float]:
+    """Where an anchored ratio does not agree with the case's time: the anchor's own move B/A (the time's
+    ratio over the anchored one) when it moved the way the case's time did, or None. Then the GPU state
+    moved both kernels (a process that ran everything at one shape slower), not the two answering it
+    differently; a time flag stands, as a GPU slower in everything is slower, and the note names why."""
+    own = time.point - anchored.point
+    return _exp(own) if own * time.point > 0 else None
 
 
 def lies_within(point: float, *intervals) -> bool:

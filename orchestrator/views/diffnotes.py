@@ -43,6 +43,7 @@ JUDGED_ON_WORK = "; judged on the work: the time moved with the clock, time × c
 CLOCK_BOUND = "; clock-bound (time × clock holds still)"
 JUDGED_ON_ANCHOR = "; judged on it: the GPU state moved both"
 ANCHOR_DISAGREES = "; judges nothing: outside the case's own interval (the two answer the GPU state differently)"
+ANCHOR_MOVED_WITH = "; judges nothing: the anchor itself moved {moved_with:.3f} the same way (the GPU state moved both)"
 
 
 def _status_text(status: str, integrity: list[str]) -> str:
@@ -74,7 +75,14 @@ def note_text(finding) -> str:
     if code == analysis.NOTE_CLOCK_SPLIT:
         words["judged"] = JUDGED_ON_WORK if f["judged_on"] == "work" else CLOCK_BOUND if f["clock_bound"] else ""
     if code == analysis.NOTE_ANCHORED:
-        words["judged_text"] = JUDGED_ON_ANCHOR if f["judged"] else "" if f["agrees"] else ANCHOR_DISAGREES
+        if f["judged"]:
+            words["judged_text"] = JUDGED_ON_ANCHOR
+        elif f["agrees"]:
+            words["judged_text"] = ""
+        elif f.get("moved_with"):  # absent from runs diffed before session 28
+            words["judged_text"] = ANCHOR_MOVED_WITH.format(moved_with=f["moved_with"])
+        else:
+            words["judged_text"] = ANCHOR_DISAGREES
     return NOTE_WORDS[code].format(**words)
 
 

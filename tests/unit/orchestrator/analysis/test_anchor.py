@@ -172,6 +172,8 @@ def test_a_slower_time_stays_slower_whatever_the_anchor_says(tmp_path):
     row = mm_row(compare_sides(a, b, THRESHOLD, "torch-bf16"))
     assert row.verdict == "SLOWER" and row.judged_on == "time"
     assert row.anchor_ratio == pytest.approx(1.0, abs=1e-9)
+    # the note names why: the anchor moved as the kernel did, not the two answering the state differently
+    assert "the anchor itself moved 1.100 the same way" in row.note and "differently" not in row.note
 
 
 @pytest.mark.parametrize(
@@ -231,7 +233,16 @@ def test_an_anchored_ratio_outside_the_case_s_own_time_interval_judges_nothing(t
     row = mm_row(compare_sides(a, b, THRESHOLD, "torch-bf16"))
     assert row.anchor_ratio == pytest.approx(1.068, abs=0.002) and row.anchor_low > 1 + THRESHOLD
     assert row.verdict == "AMBIGUOUS" and row.judged_on == "time" and row.anchor_agrees is False
-    assert "judges nothing" in row.note
+    assert "judges nothing" in row.note and "answer the GPU state differently" in row.note
+    assert "moved" not in row.note  # the anchor ran faster while the kernel's time rose: not a shared move
+
+
+def test_an_anchor_that_moved_the_way_the_case_did_is_named_as_such():
+    time = judge.LogInterval(-0.037, -0.057, -0.017, 4.0)  # the case ran 3.6% faster
+    assert judge.anchor_moved_with(judge.LogInterval(0.001, -0.008, 0.010, 0.0), time) == pytest.approx(
+        math.exp(-0.038)
+    )
+    assert judge.anchor_moved_with(judge.LogInterval(-0.06, -0.07, -0.05, 0.0), time) is None  # the other way
 
 
 def test_a_row_the_environment_unsettles_is_not_judged_on_the_anchor(tmp_path):
