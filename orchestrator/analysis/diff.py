@@ -587,11 +587,11 @@ def compare_records(
     threshold: float,
     same_run: bool = False,
     priors: tuple[Optional[float], Optional[float]] = (None, None),
-    anchored: Optional[tuple[str, LogInterval]] = None,
+    anchored: Optional[tuple[str, LogInterval, float]] = None,
 ) -> CaseDiff:
     """One case's row. same_run: the sides are known to be one run (its rows need no note of their own).
-    priors: each side's work_prior (clock_split). anchored: the anchor's name and the case's B/A against
-    it (anchored_intervals), which may judge a change the time and work cannot (anchor_judges)."""
+    priors: each side's work_prior (clock_split). anchored: the anchor's name, the case's B/A against it
+    and the anchor's own B/A (anchored_intervals); the second may judge a change the time and work cannot."""
     case = (ra or rb).case
     base = dict(
         key=key,
@@ -736,7 +736,7 @@ def compare_records(
         notes.append(Finding(NOTE_CLOCK_SPLIT, split_facts(ratio, split, judged_on)))
     anchor_fields = {}
     if anchored is not None:
-        name, rel = anchored
+        name, rel, own = anchored
         anchor_fields = dict(
             anchor=name,
             anchor_ratio=_exp(rel.point),
@@ -754,7 +754,7 @@ def compare_records(
                     high=_exp(rel.high),
                     judged=judged_on == "anchor",
                     agrees=agrees,
-                    moved_with=anchor_moved_with(rel, interval) if agrees is False else None,
+                    moved_with=anchor_moved_with(own, interval) if agrees is False else None,
                 ),
             )
         )
@@ -902,9 +902,10 @@ def _worker_code(side: Side) -> Optional[str]:
         return None
 
 
-def slot_against_anchor(slot: SlotData, anchor: str) -> dict:
+def slot_against_anchor(slot: SlotData, anchor: str, with_anchor: bool = False) -> dict:
     """Case id -> its pair_estimate against the anchor on one slot, log(case / anchor) from the rounds the
-    two were timed in together; the anchor's own cases and cases never paired with it are absent."""
+    two were timed in together (with_anchor: and the anchor's record, as a pair); the anchor's own cases
+    and cases never paired with it are absent."""
     usable = {
         cid: rec
         for cid, (_, rec) in slot.records.items()
@@ -921,37 +922,39 @@ def slot_against_anchor(slot: SlotData, anchor: str) -> dict:
             continue
         found = pair_estimate(paired_rounds(base.timing, rec.timing), prior)
         if found is not None:
-            out[cid] = found
+            out[cid] = (found, base) if with_anchor else found
     return out
 
 
 def _against_anchor(side: Side, anchor: str, same_slots: bool) -> dict:
-    """Case key (as compare_sides matches them) -> its pair_estimate against the anchor on its slot
-    (slot_against_anchor); cases never paired with it are absent."""
+    """Case key (as compare_sides matches them) -> (its pair_estimate against the anchor on its slot, the
+    anchor's record it was paired with) (slot_against_anchor); cases never paired with it are absent."""
     return {
         (f"{s.slot}/{cid}" if same_slots else cid): found
         for s in side.slots
-        for cid, found in slot_against_anchor(s, anchor).items()
+        for cid, found in slot_against_anchor(s, anchor, with_anchor=True).items()
     }
 
 
 def anchored_intervals(
     a: Side, b: Side, anchor: str, same_slots: bool, process_sd: Optional[float] = None
-) -> dict[str, tuple[str, LogInterval]]:
-    """Case key -> (anchor, log B/A of the case's ratio to the anchor) with its interval (Welch's t over
-    the two sides' pair estimates), for the cases both sides timed beside the anchor. The two kernels ran
-    in one GPU state on each side, so their ratio cancels what that state did to both: a power-capped
-    GEMM whose rounds move 5% between runs keeps its ratio to a GEMM beside it within a few tenths."""
+) -> dict[str, tuple[str, LogInterval, float]]:
+    """Case key -> (anchor, log B/A of the case's ratio to the anchor with its interval (Welch's t over
+    the two sides' pair estimates), the anchor's own B/A there (its medians, as its own row gives it)),
+    for the cases both sides timed beside the anchor. The two kernels ran in one GPU state on each side,
+    so their ratio cancels what that state did to both: a power-capped GEMM whose rounds move 5% between
+    runs keeps its ratio to a GEMM beside it within a few tenths."""
     ea, eb = _against_anchor(a, anchor, same_slots), _against_anchor(b, anchor, same_slots)
     sd = ANCHOR_PROCESS_SD if process_sd is None else process_sd
     out = {}
     for key in ea.keys() & eb.keys():
-        x, y = ea[key], eb[key]
+        (x, anchor_a), (y, anchor_b) = ea[key], eb[key]
         out[key] = (
             anchor,
             log_ratio_interval(
                 math.exp(x.log_ratio), math.exp(y.log_ratio), _process_spread(x, sd), _process_spread(y, sd)
             ),
+            anchor_b.timing.median_us / anchor_a.timing.median_us,
         )
     return out
 
@@ -979,13 +982,12 @@ def anchor_agrees(anchored: LogInterval, time: LogInterval, split: Optional[Cloc
     return lies_within(anchored.point, time, work)
 
 
-def anchor_moved_with(anchored: LogInterval, time: LogInterval) -> Optional[float]:
-    """Where an anchored ratio does not agree with the case's time: the anchor's own move B/A (the time's
-    ratio over the anchored one) when it moved the way the case's time did, or None. Then the GPU state
-    moved both kernels (a process that ran everything at one shape slower), not the two answering it
-    differently; a time flag stands, as a GPU slower in everything is slower, and the note names why."""
-    own = time.point - anchored.point
-    return _exp(own) if own * time.point > 0 else None
+def anchor_moved_with(anchor_ratio: float, time: LogInterval) -> Optional[float]:
+    """Where an anchored ratio does not agree with the case's time: the anchor's own B/A (its row's) when
+    its time moved the way the case's did, or None. Then the GPU state moved both kernels (a process that
+    ran everything at one shape slower), not the two answering it differently; a time flag stands, as a
+    GPU slower in everything is slower, and the note names why."""
+    return anchor_ratio if math.log(anchor_ratio) * time.point > 0 else None
 
 
 def lies_within(point: float, *intervals) -> bool:

@@ -239,10 +239,19 @@ def test_an_anchored_ratio_outside_the_case_s_own_time_interval_judges_nothing(t
 
 def test_an_anchor_that_moved_the_way_the_case_did_is_named_as_such():
     time = judge.LogInterval(-0.037, -0.057, -0.017, 4.0)  # the case ran 3.6% faster
-    assert judge.anchor_moved_with(judge.LogInterval(0.001, -0.008, 0.010, 0.0), time) == pytest.approx(
-        math.exp(-0.038)
-    )
-    assert judge.anchor_moved_with(judge.LogInterval(-0.06, -0.07, -0.05, 0.0), time) is None  # the other way
+    assert judge.anchor_moved_with(0.99, time) == 0.99
+    assert judge.anchor_moved_with(1.01, time) is None  # the anchor's own time moved the other way
+
+
+def test_the_anchor_s_move_in_a_note_is_its_own_row_s_ratio(tmp_path):
+    # every number beside another agrees: the move a case's note names is the anchor's row's B/A
+    a = side("a", [100.0, 100.2, 99.8], 1.0, tmp=tmp_path)
+    b = side("b", [96.0, 96.2, 95.8], 1.0, tmp=tmp_path, kernel_us=[95.0, 95.1, 94.9])
+    cmp = compare_sides(a, b, THRESHOLD, "torch-bf16")
+    base = next(c for c in cmp.cases if c.backend == "torch-bf16")
+    row = mm_row(cmp)
+    assert row.verdict == "FASTER" and row.anchor_agrees is False
+    assert f"the anchor itself moved {base.ratio:.3f} the same way" in row.note
 
 
 def test_a_row_the_environment_unsettles_is_not_judged_on_the_anchor(tmp_path):
