@@ -28,7 +28,9 @@ spread listed instead of diff's own (ANCHOR_PROCESS_SD): how that constant was c
         [--anchor-sd 0,0.002,0.003,0.004]
 
 Prints Markdown: per lease and judgment the cells and flags of each kind of pair, then every false flag
-with its ratio, what it was judged on, and its interval.
+with its ratio, what it was judged on, and its interval; against the anchor, where the anchor itself moved
+the way the case did (the GPU state moved both, and a time's flag stands: docs/COMPARING.md), its own B/A
+too, and how many such flags there are.
 """
 
 from __future__ import annotations
@@ -42,7 +44,14 @@ import tempfile
 from pathlib import Path
 
 from benchmarks.detection.see_slowdowns import ACROSS_ANCHOR, sweep_of
-from orchestrator.analysis.diff import ANCHOR_PROCESS_SD, DEFAULT_ANCHOR, Side, compare_sides, resolve_side
+from orchestrator.analysis.diff import (
+    ANCHOR_PROCESS_SD,
+    DEFAULT_ANCHOR,
+    NOTE_ANCHORED,
+    Side,
+    compare_sides,
+    resolve_side,
+)
 
 REPEAT = 3  # sweeps per setting in see_slowdowns across
 ACROSS_SET = REPEAT * 3  # device_check.sh's slowdowns-across: the base, +3% and +5% (pads-3, pads-5)
@@ -52,6 +61,7 @@ KINDS = ("A/A seed", "A/A h2h", "A/A across", "slowed across", "slowed h2h")
 SLOWED_ROW = {"slowed across": "mm", "slowed h2h": "mm_again"}
 H2H_ANCHOR = "mm"  # the head-to-head sweeps time mm, mm_again and mm_pad only
 TIME_ALONE = "time alone"
+ANCHOR_MOVED = "moved with it, the anchor's own B/A"
 
 
 def judgments_of(spreads: list[float]) -> dict[str, float | None]:
@@ -140,15 +150,20 @@ def judge(
                                 if row.work_ratio is not None
                                 else "-"
                             )
-                            + " | "
-                            + (
-                                f"{row.anchor_ratio:.4f} [{row.anchor_low:.4f}, {row.anchor_high:.4f}]"
-                                if row.anchor_ratio is not None
-                                else "-"
-                            )
-                            + f" | {a} / {b} |"
+                            + f" | {anchor_cell(row)} | {a} / {b} |"
                         )
     return counts, false
+
+
+def anchor_cell(row) -> str:
+    """A flagged row's ratio against the anchor, and the anchor's own B/A where diff found it moved the way
+    the case did (the GPU state moved both: NOTE_ANCHORED's moved_with)."""
+    if row.anchor_ratio is None:
+        return "-"
+    moved = next((f.facts.get("moved_with") for f in row.findings if f.code == NOTE_ANCHORED), None)
+    return f"{row.anchor_ratio:.4f} [{row.anchor_low:.4f}, {row.anchor_high:.4f}]" + (
+        f"; {ANCHOR_MOVED} {moved:.4f}" if moved else ""
+    )
 
 
 def lease_name(path: Path) -> str:
@@ -211,6 +226,12 @@ def report(
     ]
     if not flagged:
         lines.append("| (none) ||||||||||||")
+    moved = sum(ANCHOR_MOVED in line for line in flagged)
+    if moved:
+        lines += [
+            "",
+            f"- {moved} of the flags against the anchor: the anchor itself moved the same way (its own B/A shown)",
+        ]
     return "\n".join(lines) + "\n"
 
 

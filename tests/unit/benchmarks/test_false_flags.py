@@ -98,3 +98,14 @@ def test_other_anchor_spreads_are_judgments_of_their_own_and_a_bad_list_is_refus
         main([str(lease), "--anchor-sd", "0.003,x"])
     assert stop.value.code == 2
     assert "comma-separated" in capsys.readouterr().err
+
+
+def test_a_flag_whose_anchor_moved_the_same_way_says_so(tmp_path, capsys):
+    # s28a: one head-to-head process ran mm, mm_again and mm_pad at 256x2048 3-4% slower than the others;
+    # its pairs are FASTER on their time, and the anchor (mm) beside them moved the same way
+    assert main([str(RESULTS / "slowdowns-seed-h100-s28a.runs.tar.xz")]) == 0
+    text = capsys.readouterr().out
+    false = [line for line in text.split("Every A/A cell flagged:")[1].splitlines() if line.startswith("| slowdowns")]
+    moved = [line for line in false if "moved with it, the anchor's own B/A" in line]
+    assert moved and all("| with anchor | A/A h2h |" in line and "| 256×2048 | FASTER |" in line for line in moved)
+    assert f"- {len(moved)} of the flags against the anchor: the anchor itself moved the same way" in text
