@@ -226,12 +226,14 @@ def report(
     ]
     if not flagged:
         lines.append("| (none) ||||||||||||")
-    moved = sum(ANCHOR_MOVED in line for line in flagged)
-    if moved:
-        lines += [
-            "",
-            f"- {moved} of the flags against the anchor: the anchor itself moved the same way (its own B/A shown)",
-        ]
+    moved = {j: [line for line in flagged if f"| {j} |" in line] for j in judgments}
+    counts = {j: sum(ANCHOR_MOVED in line for line in mine) for j, mine in moved.items()}
+    lines += [""] if any(counts.values()) else []
+    lines += [
+        f"- {j}: {n} of its {len(moved[j])} flags, the anchor itself moved the same way (its own B/A shown)"
+        for j, n in counts.items()
+        if n
+    ]
     return "\n".join(lines) + "\n"
 
 

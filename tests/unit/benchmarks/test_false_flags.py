@@ -108,4 +108,4 @@ def test_a_flag_whose_anchor_moved_the_same_way_says_so(tmp_path, capsys):
     false = [line for line in text.split("Every A/A cell flagged:")[1].splitlines() if line.startswith("| slowdowns")]
     moved = [line for line in false if "moved with it, the anchor's own B/A" in line]
     assert moved and all("| with anchor | A/A h2h |" in line and "| 256×2048 | FASTER |" in line for line in moved)
-    assert f"- {len(moved)} of the flags against the anchor: the anchor itself moved the same way" in text
+    assert f"- with anchor: {len(moved)} of its 10 flags, the anchor itself moved the same way" in text
