@@ -902,10 +902,10 @@ def _worker_code(side: Side) -> Optional[str]:
         return None
 
 
-def slot_against_anchor(slot: SlotData, anchor: str, with_anchor: bool = False) -> dict:
-    """Case id -> its pair_estimate against the anchor on one slot, log(case / anchor) from the rounds the
-    two were timed in together (with_anchor: and the anchor's record, as a pair); the anchor's own cases
-    and cases never paired with it are absent."""
+def slot_against_anchor(slot: SlotData, anchor: str) -> dict:
+    """Case id -> (its pair_estimate against the anchor on one slot, log(case / anchor) from the rounds the
+    two were timed in together; the anchor's record it was paired with); the anchor's own cases and cases
+    never paired with it are absent."""
     usable = {
         cid: rec
         for cid, (_, rec) in slot.records.items()
@@ -922,7 +922,7 @@ def slot_against_anchor(slot: SlotData, anchor: str, with_anchor: bool = False) 
             continue
         found = pair_estimate(paired_rounds(base.timing, rec.timing), prior)
         if found is not None:
-            out[cid] = (found, base) if with_anchor else found
+            out[cid] = (found, base)
     return out
 
 
@@ -932,7 +932,7 @@ def _against_anchor(side: Side, anchor: str, same_slots: bool) -> dict:
     return {
         (f"{s.slot}/{cid}" if same_slots else cid): found
         for s in side.slots
-        for cid, found in slot_against_anchor(s, anchor, with_anchor=True).items()
+        for cid, found in slot_against_anchor(s, anchor).items()
     }
 
 

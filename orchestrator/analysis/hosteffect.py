@@ -322,7 +322,7 @@ def _anchored_effects(
     for s in side.slots:
         if s.slot not in steady:
             continue
-        for cid, found in slot_against_anchor(s, anchor).items():
+        for cid, (found, _) in slot_against_anchor(s, anchor).items():
             if cid in used and s.slot in used[cid]:
                 table.setdefault(cid, {})[s.slot] = found.log_ratio
     # as many hosts per case as the time asks, unless fewer are steady: in a fleet of 3 with one anchor

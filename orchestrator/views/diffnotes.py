@@ -79,7 +79,7 @@ def note_text(finding) -> str:
             words["judged_text"] = JUDGED_ON_ANCHOR
         elif f["agrees"]:
             words["judged_text"] = ""
-        elif f.get("moved_with"):  # absent from runs diffed before session 28
+        elif f["moved_with"]:
             words["judged_text"] = ANCHOR_MOVED_WITH.format(moved_with=f["moved_with"])
         else:
             words["judged_text"] = ANCHOR_DISAGREES
