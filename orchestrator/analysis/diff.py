@@ -902,10 +902,26 @@ def _worker_code(side: Side) -> Optional[str]:
         return None
 
 
+def operand_family(case) -> Optional[str]:
+    """A built-in backend's operand family (bf16, fp8, fp4: the catalog's); None for a user kernel, whose
+    record does not say."""
+    spec = CATALOG.get(case.backend)
+    return spec.family if spec is not None and case.kernel_sha256 is None else None
+
+
+def same_family(case, anchor_case) -> bool:
+    """Whether a case may be judged against this anchor: both of one operand family, or either's family
+    unknown. At the power cap GEMMs of another family draw other power: in their pairs they share one
+    clock, apart each holds its own, so their ratio moves between processes with the state the anchor is
+    there to cancel (benchmarks/RESULTS.md, "Judged against an anchor": fp8 cases against torch-bf16)."""
+    fc, fa = operand_family(case), operand_family(anchor_case)
+    return fc is None or fa is None or fc == fa
+
+
 def slot_against_anchor(slot: SlotData, anchor: str) -> dict:
     """Case id -> (its pair_estimate against the anchor on one slot, log(case / anchor) from the rounds the
-    two were timed in together; the anchor's record it was paired with); the anchor's own cases and cases
-    never paired with it are absent."""
+    two were timed in together; the anchor's record it was paired with); the anchor's own cases, cases
+    never paired with it and cases of another operand family (same_family) are absent."""
     usable = {
         cid: rec
         for cid, (_, rec) in slot.records.items()
@@ -918,7 +934,7 @@ def slot_against_anchor(slot: SlotData, anchor: str) -> dict:
     out = {}
     for cid, rec in usable.items():
         base = anchors.get(shape_of(rec.case))
-        if base is None or rec.case.backend == anchor:
+        if base is None or rec.case.backend == anchor or not same_family(rec.case, base.case):
             continue
         found = pair_estimate(paired_rounds(base.timing, rec.timing), prior)
         if found is not None:
@@ -974,8 +990,8 @@ def _process_spread(found, sd: float) -> Spread:
 def anchor_agrees(anchored: LogInterval, time: LogInterval, split: Optional[ClockSplit], threshold: float) -> bool:
     """Whether the ratio against the anchor lies within the case's own time interval, and its work's where
     the work may judge the row (_work_judges): it must, if the anchor only took out the GPU state the two
-    shared. It does not where the two kernels answer that state differently (an fp8 GEMM against a bf16
-    one at the power cap can part by 5% between runs): then the anchor is shown but judges nothing. A work
+    shared. It does not where the two kernels answer that state differently (two fp8 GEMMs of other
+    power draws at the power cap): then the anchor is shown but judges nothing. A work
     interval the row may not be judged on (the clocks parted and the time did not follow them) is no
     measure of the kernel's cycles, so it vetoes nothing either."""
     work = split.work if split is not None and _work_judges(split, threshold) else None

@@ -46,7 +46,8 @@ def declare(p):
         "head-to-head pairs): the ratio of the two ratios cancels the GPU state the two kernels shared, "
         "and settles a change the time leaves AMBIGUOUS when it lies within the case's own interval. "
         "Not used where the anchor's GPU, driver, CUDA, torch, library, file, worker or timing settings "
-        "differ. With --across-hosts, each host's cases against BACKEND beside them on its GPU, which may "
+        "differ, nor for cases of another operand family (fp8 or fp4 against a bf16 anchor: "
+        "--anchor torch-fp8 for the fp8 ones). With --across-hosts, each host's cases against BACKEND beside them on its GPU, which may "
         "name a host its time did not (not where the anchor's facts differ from most hosts'). "
         "Default: torch-bf16 where the runs have it; 'none' turns it off",
     )

@@ -65,6 +65,8 @@ def side(
     ms=(SHAPE["m"],),
     kernel_us=None,
     throttle=(),
+    anchor="torch-bf16",
+    kernel="mm",
 ) -> Side:
     """One host's run: the anchor (torch-bf16) and a kernel (mm) timed beside it at each M of `ms`, the GPU
     state moving both from round to round; the kernel `effect` times the anchor (or `kernel_us`)."""
@@ -73,7 +75,7 @@ def side(
     recs = [
         r
         for m in ms
-        for r in (record("torch-bf16", anchor_us, opts, m, throttle), record("mm", kernel_us, opts, m, throttle))
+        for r in (record(anchor, anchor_us, opts, m, throttle), record(kernel, kernel_us, opts, m, throttle))
     ]
     store = SimpleNamespace(
         dir=tmp / label, manifest=lambda: SimpleNamespace(worker_sha256=worker), read_bytes=Path.read_bytes
@@ -115,6 +117,27 @@ def test_a_real_3pct_the_time_leaves_ambiguous_is_slower_against_the_anchor(tmp_
     # the anchor's own row is judged on its time alone
     base = next(c for c in compare_sides(a, b, THRESHOLD, "torch-bf16").cases if c.backend == "torch-bf16")
     assert base.anchor == "" and base.judged_on == "time"
+
+
+@pytest.mark.parametrize(
+    "anchor, kernel, anchored",
+    [
+        ("torch-bf16", "torch-fp8", False),  # fp8 against a bf16 anchor: another family, never anchored
+        ("torch-bf16", "flashinfer-fp4-cutlass", False),
+        ("torch-fp8", "flashinfer-fp8-cublas", True),  # the fp8 anchor judges an fp8 case
+        ("torch-bf16", "mm", True),  # a user kernel's family is not in its record: not refused on it
+    ],
+)
+def test_the_anchor_judges_only_cases_of_its_operand_family(tmp_path, anchor, kernel, anchored):
+    a = side("a", A_US, 1.0, tmp=tmp_path, anchor=anchor, kernel=kernel)
+    b = side("b", B_US, 1.03, tmp=tmp_path, anchor=anchor, kernel=kernel)
+    row = next(c for c in compare_sides(a, b, THRESHOLD, anchor).cases if c.backend == kernel)
+    if anchored:
+        assert row.verdict == "SLOWER" and row.judged_on == "anchor"
+        assert row.anchor_ratio == pytest.approx(1.03, abs=0.002)
+    else:
+        assert row.verdict == "AMBIGUOUS" and row.judged_on == "time"
+        assert row.anchor_ratio is None and "against" not in row.note
 
 
 def test_the_same_kernel_beside_the_anchor_is_not_flagged_however_the_state_moved(tmp_path):
