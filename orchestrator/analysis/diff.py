@@ -36,7 +36,7 @@ from typing import Optional
 import numpy as np
 from scipy import stats
 
-from worker.contract.catalog import CATALOG
+from worker.contract.catalog import CATALOG, builtin_family
 from worker.contract.pairing import (
     PRIOR_DF,
     log_variance,
@@ -902,19 +902,12 @@ def _worker_code(side: Side) -> Optional[str]:
         return None
 
 
-def operand_family(case) -> Optional[str]:
-    """A built-in backend's operand family (bf16, fp8, fp4: the catalog's); None for a user kernel, whose
-    record does not say."""
-    spec = CATALOG.get(case.backend)
-    return spec.family if spec is not None and case.kernel_sha256 is None else None
-
-
 def same_family(case, anchor_case) -> bool:
     """Whether a case may be judged against this anchor: both of one operand family, or either's family
-    unknown. At the power cap GEMMs of another family draw other power: in their pairs they share one
+    unknown (a user kernel: builtin_family). At the power cap GEMMs of another family draw other power: in their pairs they share one
     clock, apart each holds its own, so their ratio moves between processes with the state the anchor is
     there to cancel (benchmarks/RESULTS.md, "Judged against an anchor": fp8 cases against torch-bf16)."""
-    fc, fa = operand_family(case), operand_family(anchor_case)
+    fc, fa = builtin_family(case), builtin_family(anchor_case)
     return fc is None or fa is None or fc == fa
 
 

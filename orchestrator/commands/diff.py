@@ -47,8 +47,9 @@ def declare(p):
         "and settles a change the time leaves AMBIGUOUS when it lies within the case's own interval. "
         "Not used where the anchor's GPU, driver, CUDA, torch, library, file, worker or timing settings "
         "differ, nor for cases of another operand family (fp8 or fp4 against a bf16 anchor: "
-        "--anchor torch-fp8 for the fp8 ones). With --across-hosts, each host's cases against BACKEND beside them on its GPU, which may "
-        "name a host its time did not (not where the anchor's facts differ from most hosts'). "
+        "--anchor torch-fp8 for the fp8 ones). With --across-hosts, each host's cases against BACKEND "
+        "beside them on its GPU, which may name a host its time did not (not where the anchor's facts "
+        "differ from most hosts'). "
         "Default: torch-bf16 where the runs have it; 'none' turns it off",
     )
     opt_threshold(p)

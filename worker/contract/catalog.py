@@ -323,6 +323,13 @@ MOE_CATALOG: dict[str, BackendSpec] = dict(
 CATALOG.update(MOE_CATALOG)
 
 
+def builtin_family(case) -> Optional[str]:
+    """The operand family of a case's built-in backend (the catalog's); None for a user kernel (its file
+    declares it, and that file is code under test) or a backend the catalog does not know."""
+    spec = None if case.kernel_sha256 else CATALOG.get(case.backend)
+    return spec.family if spec is not None else None
+
+
 # The references, timed for scale: pure-torch fp32 (and NVFP4 dequantization), never a tensor-core kernel.
 ORACLE_BACKENDS = frozenset({"reference-nvfp4", "moe-reference"})
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import statistics
 from typing import Optional
 
-from .catalog import CATALOG, FAMILIES, FP4_MIN_CC
+from .catalog import FAMILIES, FP4_MIN_CC, builtin_family
 from .metrics import OUT_BYTES, gemm_work, moe_work, peaks_for
 from .schema import CaseSpec, FactsRecord, Stats
 
@@ -121,8 +121,8 @@ def recheck(case: CaseSpec, timing: Optional[Stats], facts: Optional[FactsRecord
     median_us = fastest_median(timing)
     if median_us is None:
         return None
-    spec = None if case.kernel_sha256 else CATALOG.get(case.backend)
-    families = _user_families(facts) if case.kernel_sha256 else (spec.family,) if spec else ()
+    family = builtin_family(case)
+    families = _user_families(facts) if case.kernel_sha256 else (family,) if family else ()
     device = facts.gpu_name if facts.device != "cpu" else None
     judged = []
     for family in families:
