@@ -26,6 +26,7 @@ spread listed instead of diff's own (ANCHOR_PROCESS_SD): how that constant was c
     python -m benchmarks.detection.false_flags benchmarks/results/slowdowns-seed-*.runs.tar.xz [--threshold 0.015]
         [--variant fresh-inputs-false]   (a timing variant's sweeps: see_slowdowns --timing)
         [--anchor-sd 0,0.002,0.003,0.004]
+        [--seed-anchor torch-fp8]        (the seed sweeps' fp8 cases against torch-fp8 instead)
 
 Prints Markdown: per lease and judgment the cells and flags of each kind of pair, then every false flag
 with its ratio, what it was judged on, and its interval; against the anchor, where the anchor itself moved
@@ -52,6 +53,7 @@ from orchestrator.analysis.diff import (
     compare_sides,
     resolve_side,
 )
+from worker.contract.catalog import CATALOG, ORACLE_BACKENDS
 
 REPEAT = 3  # sweeps per setting in see_slowdowns across
 ACROSS_SET = REPEAT * 3  # device_check.sh's slowdowns-across: the base, +3% and +5% (pads-3, pads-5)
@@ -118,9 +120,14 @@ def pad_as_again(side: Side) -> Side:
 
 
 def judge(
-    folder: Path, threshold: float, variant: str = "", spreads: tuple[float, ...] = (ANCHOR_PROCESS_SD,)
+    folder: Path,
+    threshold: float,
+    variant: str = "",
+    spreads: tuple[float, ...] = (ANCHOR_PROCESS_SD,),
+    seed_anchor: str = DEFAULT_ANCHOR,
 ) -> tuple[dict[str, dict[str, dict[str, int]]], list[str]]:
-    """Per judgment and kind of pair: cells compared and flagged SLOWER / FASTER; and a line per false flag."""
+    """Per judgment and kind of pair: cells compared and flagged SLOWER / FASTER; and a line per false flag.
+    `seed_anchor`: the built-in the seed sweeps' cases are judged against (only those of its family)."""
     runs = sorted(p.name for p in folder.iterdir() if p.is_dir() and (p / "manifest.json").exists())
     judgments = judgments_of(list(spreads))
     counts: dict[str, dict[str, dict[str, int]]] = {j: {} for j in judgments}
@@ -130,7 +137,7 @@ def judge(
             side_a, side_b = resolve_side(folder, a), resolve_side(folder, b)
             if kind == "slowed h2h":
                 side_b = pad_as_again(side_b)
-            anchored = H2H_ANCHOR if "h2h" in kind else ACROSS_ANCHOR if "across" in kind else DEFAULT_ANCHOR
+            anchored = H2H_ANCHOR if "h2h" in kind else ACROSS_ANCHOR if "across" in kind else seed_anchor
             for judgment, sd in judgments.items():
                 c = counts[judgment].setdefault(kind, {"cells": 0, "SLOWER": 0, "FASTER": 0})
                 anchor = None if judgment == TIME_ALONE else anchored
@@ -175,13 +182,17 @@ def lease_name(path: Path) -> str:
 
 
 def report(
-    paths: list[Path], threshold: float, variant: str = "", spreads: tuple[float, ...] = (ANCHOR_PROCESS_SD,)
+    paths: list[Path],
+    threshold: float,
+    variant: str = "",
+    spreads: tuple[float, ...] = (ANCHOR_PROCESS_SD,),
+    seed_anchor: str = DEFAULT_ANCHOR,
 ) -> str:
     judgments = judgments_of(list(spreads))
     head = "| lease | judgment | " + " | ".join(f"{k}: cells, SLOWER, FASTER" for k in KINDS) + " |"
     lines = [
         f"## Fresh processes: flags of `diff` at {threshold:.1%} (judged at HEAD), on the time alone and "
-        f"against the anchor timed beside each case ({DEFAULT_ANCHOR}; {H2H_ANCHOR} in the head-to-head sweeps, "
+        f"against the anchor timed beside each case ({seed_anchor} in the seed sweeps; {H2H_ANCHOR} in the head-to-head sweeps, "
         f"the user kernel {ACROSS_ANCHOR} in the across sweeps since session 23)"
         + (f"; the sweeps of variant {variant}" if variant else "")
         + (f"; the anchor's between-process spread diff adds: {ANCHOR_PROCESS_SD:g}" if len(judgments) > 1 else ""),
@@ -199,7 +210,7 @@ def report(
                 with tarfile.open(folder) as tar:
                     tar.extractall(tmp, filter="data")
                 folder = Path(tmp)
-            counts, false = judge(folder, threshold, variant, spreads)
+            counts, false = judge(folder, threshold, variant, spreads, seed_anchor)
         for judgment in judgments:
             cells = []
             for k in KINDS:
@@ -264,13 +275,21 @@ def main(argv=None) -> int:
         help="judge against the anchor once per between-process spread (log SD) in this comma-separated "
         f"list (default: diff's own, {ANCHOR_PROCESS_SD:g})",
     )
+    parser.add_argument(
+        "--seed-anchor",
+        default=DEFAULT_ANCHOR,
+        choices=sorted(b for b in CATALOG if b not in ORACLE_BACKENDS),
+        metavar="BACKEND",
+        help=f"the built-in the seed sweeps' cases are judged against (default diff's, {DEFAULT_ANCHOR}); "
+        "diff judges only cases of its operand family against it (e.g. torch-fp8: the fp8 ones)",
+    )
     parser.add_argument("--out", type=Path, help="also write the Markdown here")
     args = parser.parse_args(argv)
     missing = [p for p in args.leases if not p.exists()]
     if missing:
         print(f"false_flags: no such file or folder: {missing[0]}", file=sys.stderr)
         return 2
-    text = report(args.leases, args.threshold, args.variant, args.anchor_sd)
+    text = report(args.leases, args.threshold, args.variant, args.anchor_sd, args.seed_anchor)
     print(text, end="")
     if args.out:
         args.out.write_text(text)

@@ -109,3 +109,21 @@ def test_a_flag_whose_anchor_moved_the_same_way_says_so(tmp_path, capsys):
     moved = [line for line in false if "moved with it, the anchor's own B/A" in line]
     assert moved and all("| with anchor | A/A h2h |" in line and "| 256×2048 | FASTER |" in line for line in moved)
     assert f"- with anchor: {len(moved)} of its 10 flags, the anchor itself moved the same way" in text
+
+
+def test_the_seed_sweeps_fp8_cases_may_be_judged_against_torch_fp8(capsys):
+    # s29b: six seed sweeps; against torch-fp8 its flashinfer-fp8-cublas cases are anchored (the family rule
+    # kept them off torch-bf16), and the anchor adds flags at 64 and 256x2048 that the time alone does not make
+    lease = str(RESULTS / "slowdowns-seed-h100-s29b.runs.tar.xz")
+    assert main([lease, "--seed-anchor", "torch-fp8"]) == 0
+    text = capsys.readouterr().out
+    assert "(torch-fp8 in the seed sweeps;" in text
+    false = [line for line in text.split("Every A/A cell flagged:")[1].splitlines() if line.startswith("| slowdowns")]
+    added = [line for line in false if "| with anchor | A/A seed | flashinfer-fp8-cublas |" in line]
+    assert added and all("| anchor |" in line for line in added)
+    assert not any("| time alone | A/A seed |" in line for line in false)
+    assert main([lease]) == 0  # against torch-bf16 (the default) the same sweeps flag nothing
+    assert "| with anchor | A/A seed |" not in capsys.readouterr().out
+    with pytest.raises(SystemExit) as stop:
+        main([lease, "--seed-anchor", "reference-nvfp4"])  # an oracle is no anchor
+    assert stop.value.code == 2
