@@ -37,12 +37,14 @@ too, and how many such flags there are.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import itertools
 import sys
 import tarfile
 import tempfile
 from pathlib import Path
+from typing import Iterator
 
 from benchmarks.detection.see_slowdowns import ACROSS_ANCHOR, sweep_of
 from orchestrator.analysis.diff import (
@@ -173,6 +175,18 @@ def anchor_cell(row) -> str:
     )
 
 
+@contextlib.contextmanager
+def lease_folder(path: Path) -> Iterator[Path]:
+    """A stored lease's run folders: the folder given, or its archive extracted into a temporary one."""
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(path)
+        if folder.is_file():
+            with tarfile.open(folder) as tar:
+                tar.extractall(tmp, filter="data")
+            folder = Path(tmp)
+        yield folder
+
+
 def lease_name(path: Path) -> str:
     name = path.name
     for suffix in (".runs.tar.xz", ".runs.tar.gz", ".tar.xz", ".tar.gz"):
@@ -204,12 +218,7 @@ def report(
     totals = {j: {k: dict(empty) for k in KINDS} for j in judgments}
     flagged = []
     for path in paths:
-        with tempfile.TemporaryDirectory() as tmp:
-            folder = Path(path)
-            if folder.is_file():
-                with tarfile.open(folder) as tar:
-                    tar.extractall(tmp, filter="data")
-                folder = Path(tmp)
+        with lease_folder(path) as folder:
             counts, false = judge(folder, threshold, variant, spreads, seed_anchor)
         for judgment in judgments:
             cells = []

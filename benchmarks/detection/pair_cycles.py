@@ -23,11 +23,9 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
-import tarfile
-import tempfile
 from pathlib import Path
 
-from benchmarks.detection.false_flags import lease_name
+from benchmarks.detection.false_flags import lease_folder, lease_name
 from benchmarks.detection.see_slowdowns import flag, sweep_of
 from benchmarks.harness import publish
 from worker.contract.pairing import median_prior, pair_interval, pair_round_variance, paired_rounds
@@ -98,12 +96,7 @@ def report(paths: list[Path], cycle_counts: list[int], tie: float) -> str:
     ]
     totals = {c: {"cells": 0, "pad": 0, "again": 0, "widths": [], "taken": 0} for c in cycle_counts}
     for path in paths:
-        with tempfile.TemporaryDirectory() as tmp:
-            folder = Path(path)
-            if folder.is_file():
-                with tarfile.open(folder) as tar:
-                    tar.extractall(tmp, filter="data")
-                folder = Path(tmp)
+        with lease_folder(path) as folder:
             found = judge_lease(folder, cycle_counts, tie)
         if not found[cycle_counts[0]]["cells"]:
             continue
