@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from support.cli_output import cli_json, md_rows
 
-from orchestrator.analysis.headtohead import judge, pair_index, pivot_best
+from orchestrator.analysis.headtohead import Contest, clocks_apart, judge, pair_index, pivot_best
 from orchestrator.analysis.merge import merged_rows
 from orchestrator.cli import main
 from orchestrator.config.sweep import Sweep
@@ -438,3 +438,48 @@ def test_the_report_draws_each_pair_timed_together_as_a_forest_plot_with_a_tie_b
     assert seen["pair_after"] == f"{ALONE}/{A}" and len(seen["rows_after"]) == len(MS) * 3
     assert not any(r.endswith(" h1") for r in seen["rows_h1_off"]) and len(seen["rows_h1_off"]) == len(MS) * 2
     assert "Uncaught" not in proc.stderr
+
+
+# -- each side's own clock ----------------------------------------------------------------------------------
+H200_SEED_RUNS = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "slowdowns-seed-h200-s30b.runs.tar.xz"
+
+
+def test_where_the_own_clocks_part_the_note_says_why_the_medians_differ(tmp_path, capsys):
+    # a seed sweep on the H200: at 256 and 512x2048 flashinfer-fp8-cublas holds a 6-7% lower clock than
+    # torch-fp8 when each is timed apart, so its medians' ratio is 5% above the paired one
+    import tarfile
+
+    run = "20261207-171029-glm5-tp8-e974"
+    with tarfile.open(H200_SEED_RUNS) as tar:
+        tar.extractall(tmp_path, members=[m for m in tar.getmembers() if run in m.name], filter="data")
+    folder = str(next(tmp_path.rglob(run)))
+    code, out, _ = run_cli(capsys, "versus", folder, "torch-fp8", "flashinfer-fp8-cublas", "--format", "json")
+    assert code == 0
+    shapes = json.loads(out)["shapes"]
+    apart = {(s["m"], s["n"]) for s in shapes if s["clocks_apart"]}
+    assert apart == {(256, 2048), (512, 2048)}
+    for s in shapes:
+        assert s["a_mhz"] > 1000 and s["b_mhz"] > 1000  # read in the stream, every round
+    # 128x2048 parts too (medians 0.970, paired 0.900), but not by the clocks: no such note
+    two_levels = next(s for s in shapes if (s["m"], s["n"]) == (128, 2048))
+    assert abs(two_levels["b_us"] / two_levels["a_us"] / two_levels["ratio"] - 1) > 0.05
+    assert not two_levels["clocks_apart"]
+    code, out, _ = run_cli(capsys, "versus", folder, "torch-fp8", "flashinfer-fp8-cublas", "--format", "md")
+    line = next(r for r in out.splitlines() if "| 256 | 2048 |" in r)
+    assert "apart B ran at a 6.2% lower clock (1631 vs 1739 MHz); paired, one shared clock" in line
+
+
+@pytest.mark.parametrize(
+    "a_mhz, b_mhz, medians, apart",
+    [
+        (1739, 1631, 0.919, True),  # B's own clock 6% lower, its medians' ratio 6% above the paired 0.869
+        (1631, 1739, 0.919, False),  # the clocks part the other way: they do not explain it
+        (1739, 1720, 0.919, False),  # clocks within 2%
+        (1739, 1631, 0.874, False),  # the ratios within the tie margin
+        (None, 1631, 0.919, False),  # a side without its clock
+    ],
+)
+def test_clocks_apart_needs_both_clocks_parting_the_way_the_ratios_do(a_mhz, b_mhz, medians, apart):
+    c = Contest("h", "l", 256, 2048, 6144, "ok", "ok", "B", a_us=10.0, b_us=10.0 * medians, ratio=0.869)
+    c.a_mhz, c.b_mhz = a_mhz, b_mhz
+    assert clocks_apart(c, 0.01) is apart

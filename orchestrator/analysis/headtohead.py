@@ -12,6 +12,10 @@ their mean), then a winner code against a tie margin t:
   "unpaired" the two were not timed together (timed alone, or a record before format 9): no ratio is
              given, never one of separately timed medians dressed as a paired one
   "not-ok"   a side has no ok result on that slot (failed, unsupported, missing ...)
+Beside it each side's own SM clock (the median over its rounds of the clock read in its stream), and
+`clocks_apart` where the ratio of the two medians parts from the paired one the way those clocks part:
+timed apart each held its own clock (at the power cap, two kernels of other power draws hold other
+clocks), paired they shared one, so the two ratios answer two questions (docs/COMPARING.md).
 Over the fleet, per shape, the slots' paired ratios are rolled up (fleet_interval) and judged alike; one
 summary (counts per winner, the range of the winners' effects, the M range of the ties) closes it.
 
@@ -33,6 +37,8 @@ from ..errors import InputError
 from ..runs.slots import SlotData
 
 DEFAULT_TIE = 0.01
+# Own clocks this far apart (either way) may set the medians' ratio apart from the paired one.
+CLOCKS_APART = 0.02
 WINNERS = ("B", "A", "tie", "unsure", "unpaired", "not-ok")  # the order a summary counts them in
 Z95 = 1.96
 
@@ -67,6 +73,24 @@ def _status(rec: Optional[CaseRecord]) -> str:
 
 def _usable(rec: Optional[CaseRecord]) -> bool:
     return rec is not None and rec.status == "ok" and rec.timing is not None and rec.timing.median_us > 0
+
+
+def own_clock_mhz(rec: CaseRecord) -> Optional[float]:
+    """The SM clock a case ran at in its own timings: the median over its rounds of the clock read in its
+    stream; None where a round has none (CPU, records before format 8)."""
+    clocks = [r.sm_clock_stream_mhz for r in rec.timing.rounds]
+    return statistics.median(clocks) if clocks and all(c for c in clocks) else None
+
+
+def clocks_apart(c: "Contest", tie: float) -> bool:
+    """Whether the ratio of a paired contest's own medians parts from its paired ratio by more than the tie
+    margin, the same way the two sides' own clocks part (by CLOCKS_APART or more): a lower own clock makes
+    a side slower apart than in the shared clock of the pairs."""
+    if c.ratio is None or not (c.a_us and c.b_us and c.a_mhz and c.b_mhz):
+        return False
+    clock = math.log(c.a_mhz / c.b_mhz)  # > 0: B ran at the lower clock, so B reads slower apart
+    gap = math.log((c.b_us / c.a_us) / c.ratio)
+    return abs(clock) >= math.log1p(CLOCKS_APART) and abs(gap) > math.log1p(tie) and clock * gap > 0
 
 
 def paired(a: CaseRecord, b: CaseRecord, prior: Optional[float] = None) -> Optional[Interval]:
@@ -125,6 +149,9 @@ class Contest:
     half_width: Optional[float] = None  # relative, of the interval (log scale)
     pairs: int = 0  # pairs behind the interval
     rounds: int = 0  # rounds timed together behind it
+    a_mhz: Optional[float] = None  # each side's own SM clock, read in its stream (own_clock_mhz)
+    b_mhz: Optional[float] = None
+    clocks_apart: bool = False  # the medians' B/A parts from the paired one as the own clocks do
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -246,6 +273,8 @@ def contests_of(slot: SlotData, a: str, b: str, tie: float) -> list[Contest]:
                 if iv is not None:
                     contest.ratio, contest.low, contest.high = iv.ratio, iv.low, iv.high
                     contest.half_width, contest.pairs, contest.rounds = iv.half_width, iv.pairs, iv.rounds
+            contest.a_mhz, contest.b_mhz = own_clock_mhz(ra), own_clock_mhz(rb)
+            contest.clocks_apart = clocks_apart(contest, tie)
         out.append(contest)
     return out
 

@@ -105,7 +105,19 @@ def _note(c) -> str:
     if c.winner == "unsure" and c.ratio is None:
         return "too few pairs for an interval"
     notes = [f"{side} incomplete" for side, status in (("A", c.a_status), ("B", c.b_status)) if status == "incomplete"]
+    if c.clocks_apart:
+        notes.append(_clocks_note(c))
     return ", ".join(notes)
+
+
+def _clocks_note(c) -> str:
+    """Why the medians' B/A is not the paired one (headtohead.clocks_apart): apart, B held another clock."""
+    lower = c.b_mhz < c.a_mhz
+    share = abs(c.b_mhz / c.a_mhz - 1)  # of A's clock
+    return (
+        f"apart B ran at a {share:.1%} {'lower' if lower else 'higher'} clock ({c.b_mhz:.0f} vs {c.a_mhz:.0f} MHz); "
+        "paired, one shared clock"
+    )
 
 
 def _medians(c) -> str:
