@@ -77,7 +77,7 @@ def _usable(rec: Optional[CaseRecord]) -> bool:
 
 def own_clock_mhz(rec: CaseRecord) -> Optional[float]:
     """The SM clock a case ran at in its own timings: the median over its rounds of the clock read in its
-    stream; None where a round has none (CPU, records before format 8)."""
+    stream; None where a round has none (CPU, records before format 9)."""
     clocks = [r.sm_clock_stream_mhz for r in rec.timing.rounds]
     return statistics.median(clocks) if clocks and all(c for c in clocks) else None
 
