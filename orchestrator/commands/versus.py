@@ -12,7 +12,8 @@ from .common import Streams, opt_format, opt_runs_dir
 HELP = "two backends of one run head-to-head: per shape B/A from the samples timed together, and the winner"
 EPILOG = textwrap.fill(
     "Per shape and host: A µs, B µs (each case's own median), B/A (> 1: B slower) with its 95% interval "
-    "from the pairs of samples the two were timed in together (interleaved, ABBA), pairs×rounds, and the "
+    "from the pairs of samples the two were timed in together (interleaved, ABBA), the medians' B/A (with a "
+    "note where it parts from the paired one as the two sides' own clocks part), pairs×rounds, and the "
     "winner: `B faster` / `A faster` when the whole interval is beyond the tie margin, `tie` when it lies "
     "within it, `unsure` otherwise, `not paired` when the two were timed apart (no ratio is given then). "
     "Over several hosts, a fleet table per shape; the last line sums it up. docs/COMPARING.md says how. "
