@@ -420,7 +420,7 @@
       }
       hover(marker(g, "circle", x(clamp(r.ratio)), cy, color, 4.5), r.name + "\n" + r.verdict + ": " + pair.b + " / " + pair.a +
             " " + ratioValue(r.ratio) + " (95% CI " + ratioValue(r.lo) + " .. " + ratioValue(r.hi) + ", " + r.pairs + " pairs in " +
-            r.rounds + " rounds)\nA " + fmt(r.a_us) + " µs, B " + fmt(r.b_us) + " µs");
+            r.rounds + " rounds)\nA " + fmt(r.a_us) + " µs, B " + fmt(r.b_us) + " µs" + (r.note ? "\n" + r.note : ""));
     });
     var line = document.createElement("p");
     line.className = "h2h-line";

@@ -466,7 +466,19 @@ def test_where_the_own_clocks_part_the_note_says_why_the_medians_differ(tmp_path
     assert not two_levels["clocks_apart"]
     code, out, _ = run_cli(capsys, "versus", folder, "torch-fp8", "flashinfer-fp8-cublas", "--format", "md")
     line = next(r for r in out.splitlines() if "| 256 | 2048 |" in r)
-    assert "apart B ran at a 6.2% lower clock (1631 vs 1739 MHz); paired, one shared clock" in line
+    note = "apart B ran at a 6.2% lower clock (1631 vs 1739 MHz); paired, one shared clock"
+    assert note in line
+    # the report's head-to-head chart says it on hover, for the same rows only
+    import re
+
+    page = tmp_path / "r.html"
+    assert main(["report", folder, "-o", str(page)]) == 0
+    capsys.readouterr()
+    data = json.loads(re.search(r'id="fleetbench-data">(.*?)</script>', page.read_text(), re.S).group(1))
+    [chart] = [c for c in data["charts"] if c["kind"] == "headtohead"]
+    [pair] = [p for p in chart["pairs"] if (p["a"], p["b"]) == ("torch-fp8", "flashinfer-fp8-cublas")]
+    noted = {r["name"].split()[0]: r["note"] for r in pair["rows"] if r["note"]}
+    assert noted.keys() == {"256x2048x6144", "512x2048x6144"} and noted["256x2048x6144"] == note
 
 
 @pytest.mark.parametrize(

@@ -230,7 +230,7 @@ def chart_headtohead(run_id: str, slots, tie: Optional[float] = None) -> list[di
     with its interval and winner, over the fleet and per host; the page draws the pair the reader picks,
     at first the first two backends of the sweep that were timed together."""
     from ..analysis.headtohead import DEFAULT_TIE, backends_of, head_to_head, pair_index
-    from .versus import fleet_line, winner_text
+    from .versus import clocks_note, fleet_line, winner_text
 
     tie = DEFAULT_TIE if tie is None else tie
     timed = {together for _, together in pair_index(slots).slots_of}
@@ -261,6 +261,7 @@ def chart_headtohead(run_id: str, slots, tie: Optional[float] = None) -> list[di
                             "b_us": x.b_us,
                             "pairs": x.pairs,
                             "rounds": x.rounds,
+                            "note": clocks_note(x) if getattr(x, "clocks_apart", False) else "",
                         }
                     )
             pairs.append({"a": a, "b": b, "line": fleet_line(h2h), "rows": rows})

@@ -106,11 +106,11 @@ def _note(c) -> str:
         return "too few pairs for an interval"
     notes = [f"{side} incomplete" for side, status in (("A", c.a_status), ("B", c.b_status)) if status == "incomplete"]
     if c.clocks_apart:
-        notes.append(_clocks_note(c))
+        notes.append(clocks_note(c))
     return ", ".join(notes)
 
 
-def _clocks_note(c) -> str:
+def clocks_note(c) -> str:
     """Why the medians' B/A is not the paired one (headtohead.clocks_apart): apart, B held another clock."""
     lower = c.b_mhz < c.a_mhz
     share = abs(c.b_mhz / c.a_mhz - 1)  # of A's clock
