@@ -28,7 +28,7 @@ from pathlib import Path
 from benchmarks.detection.false_flags import lease_folder, lease_name
 from benchmarks.detection.see_slowdowns import flag, sweep_of
 from benchmarks.harness import publish
-from worker.contract.pairing import median_prior, pair_interval, pair_round_variance, paired_rounds
+from worker.contract.pairing import pair_interval, paired_rounds
 from worker.measure.tuning import TUNING
 
 HALF_WIDTH_TARGET = 0.005  # issue 40's target for the +2% copy's interval
@@ -41,21 +41,9 @@ def sampled_cycles(a, b, cycles: int) -> list[list[float]]:
     return [logs[: len(logs) - drop] for logs in paired_rounds(a, b)]
 
 
-def slot_prior(by_shape: dict, cycles: int):
-    """The slot's pair prior (orchestrator.analysis.headtohead.pair_prior) from the first `cycles` cycles."""
-    found = []
-    for members in by_shape.values():
-        recs = list(members.values())
-        for i, x in enumerate(recs):
-            for y in recs[i + 1 :]:
-                v = pair_round_variance(sampled_cycles(x.timing, y.timing, cycles))
-                if v is not None:
-                    found.append(v)
-    return median_prior(found)
-
-
 def judge_lease(folder: Path, cycle_counts: list[int], tie: float) -> dict[int, dict]:
     """Per C: cells, +pad flagged slower, A/A flagged, and the +pad half-widths, over the lease's h2h sweeps."""
+    from orchestrator.analysis.headtohead import pair_prior
     from orchestrator.runs.slots import load_slots
     from orchestrator.runs.store import RunStore
 
@@ -68,7 +56,7 @@ def judge_lease(folder: Path, cycle_counts: list[int], tie: float) -> dict[int, 
                 if rec.status == "ok" and rec.timing is not None:
                     by_shape.setdefault((rec.case.m, rec.case.n, rec.case.k), {})[rec.case.backend] = rec
             for c in cycle_counts:
-                prior = slot_prior(by_shape, c)
+                prior = pair_prior(slot, lambda x, y, c=c: sampled_cycles(x, y, c))
                 for members in by_shape.values():
                     if not {"mm", "mm_again", "mm_pad"} <= members.keys():
                         continue

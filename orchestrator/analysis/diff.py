@@ -44,6 +44,7 @@ from worker.contract.pairing import (
     moderated,
     pair_estimate,
     paired_rounds,
+    stream_clock_mhz,
     t95,
     work_per_round,
 )
@@ -493,8 +494,7 @@ def clock_split(
         return None
     sa, sb = moderated_spread(wa, priors[0]), moderated_spread(wb, priors[1])
     work = log_ratio_interval(float(np.median(wa)), float(np.median(wb)), sa, sb)
-    ca = float(np.median([r.sm_clock_stream_mhz for r in ta.rounds]))
-    cb = float(np.median([r.sm_clock_stream_mhz for r in tb.rounds]))
+    ca, cb = stream_clock_mhz(ta), stream_clock_mhz(tb)  # every round has one: work_per_round said so
     own = log_ratio_interval(float(np.median(wa)), float(np.median(wb)), moderated_spread(wa), moderated_spread(wb))
     bound = (own.high - own.low) <= CLOCK_BOUND_SHARE * (time_interval.high - time_interval.low)
     return ClockSplit(ca, cb, ca / cb, work, bound)

@@ -30,7 +30,15 @@ import statistics
 from dataclasses import asdict, dataclass, field
 from typing import Callable, Optional
 
-from worker.contract.pairing import Interval, median_prior, pair_interval, pair_round_variance, paired_rounds, t95
+from worker.contract.pairing import (
+    Interval,
+    median_prior,
+    pair_interval,
+    pair_round_variance,
+    paired_rounds,
+    stream_clock_mhz,
+    t95,
+)
 from worker.contract.schema import CaseRecord, CaseSpec
 
 from ..errors import InputError
@@ -75,13 +83,6 @@ def _usable(rec: Optional[CaseRecord]) -> bool:
     return rec is not None and rec.status == "ok" and rec.timing is not None and rec.timing.median_us > 0
 
 
-def own_clock_mhz(rec: CaseRecord) -> Optional[float]:
-    """The SM clock a case ran at in its own timings: the median over its rounds of the clock read in its
-    stream; None where a round has none (CPU, records before format 9)."""
-    clocks = [r.sm_clock_stream_mhz for r in rec.timing.rounds]
-    return statistics.median(clocks) if clocks and all(c for c in clocks) else None
-
-
 def clocks_apart(c: "Contest", tie: float) -> bool:
     """Whether the ratio of a paired contest's own medians parts from its paired ratio by more than the tie
     margin, the same way the two sides' own clocks part (by CLOCKS_APART or more): a lower own clock makes
@@ -110,14 +111,15 @@ def _paired_by_shape(slot: SlotData) -> dict[tuple, list[tuple[CaseSpec, CaseRec
     return by_shape
 
 
-def pair_prior(slot: SlotData) -> Optional[float]:
+def pair_prior(slot: SlotData, rounds_of: Callable = paired_rounds) -> Optional[float]:
     """The median between-round variance of every two contenders' paired ratio on a slot (worker/contract/
-    pairing.py pair_interval's prior): what the worker's rounds until sure moderated with, over the whole run."""
+    pairing.py pair_interval's prior): what the worker's rounds until sure moderated with, over the whole run.
+    `rounds_of(a, b)`: the two timings' pairs per round (default all of them: paired_rounds)."""
     found = []
     for members in _paired_by_shape(slot).values():
         for i, (_, x) in enumerate(members):
             for _, y in members[i + 1 :]:
-                v = pair_round_variance(paired_rounds(x.timing, y.timing))
+                v = pair_round_variance(rounds_of(x.timing, y.timing))
                 if v is not None:
                     found.append(v)
     return median_prior(found)
@@ -149,7 +151,7 @@ class Contest:
     half_width: Optional[float] = None  # relative, of the interval (log scale)
     pairs: int = 0  # pairs behind the interval
     rounds: int = 0  # rounds timed together behind it
-    a_mhz: Optional[float] = None  # each side's own SM clock, read in its stream (own_clock_mhz)
+    a_mhz: Optional[float] = None  # each side's own SM clock, read in its stream (pairing.stream_clock_mhz)
     b_mhz: Optional[float] = None
     clocks_apart: bool = False  # the medians' B/A parts from the paired one as the own clocks do
 
@@ -273,7 +275,7 @@ def contests_of(slot: SlotData, a: str, b: str, tie: float) -> list[Contest]:
                 if iv is not None:
                     contest.ratio, contest.low, contest.high = iv.ratio, iv.low, iv.high
                     contest.half_width, contest.pairs, contest.rounds = iv.half_width, iv.pairs, iv.rounds
-            contest.a_mhz, contest.b_mhz = own_clock_mhz(ra), own_clock_mhz(rb)
+            contest.a_mhz, contest.b_mhz = stream_clock_mhz(ra.timing), stream_clock_mhz(rb.timing)
             contest.clocks_apart = clocks_apart(contest, tie)
         out.append(contest)
     return out

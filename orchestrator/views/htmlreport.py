@@ -261,7 +261,7 @@ def chart_headtohead(run_id: str, slots, tie: Optional[float] = None) -> list[di
                             "b_us": x.b_us,
                             "pairs": x.pairs,
                             "rounds": x.rounds,
-                            "note": clocks_note(x) if getattr(x, "clocks_apart", False) else "",
+                            "note": clocks_note(x) if host and x.clocks_apart else "",  # a host's Contest
                         }
                     )
             pairs.append({"a": a, "b": b, "line": fleet_line(h2h), "rows": rows})

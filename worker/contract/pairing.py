@@ -189,6 +189,15 @@ def rounds_interval(values: list[float], prior: Optional[float] = None) -> Optio
     return math.expm1(t95(df) * math.sqrt(var))
 
 
+def stream_clock_mhz(timing) -> Optional[float]:
+    """The SM clock a case's own timings ran at: the median over its rounds of the clock read in its
+    stream; None unless every round has one (CPU, records before format 9)."""
+    clocks = [r.sm_clock_stream_mhz for r in timing.rounds]
+    if not clocks or any(c is None or c <= 0 for c in clocks):
+        return None
+    return statistics.median(clocks)
+
+
 def work_per_round(timing) -> list[float]:
     """Each round's median time x its in-stream SM clock (µs x MHz = cycles per call); [] unless every
     round has a clock read in the stream."""
