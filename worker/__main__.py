@@ -14,11 +14,23 @@ what `facts` and `check` answer goes on that channel; everything else is log.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
 
-def main(argv: list[str] | None = None) -> int:
+def end_process(code: int) -> None:
+    """End this process at once with `code`, without the interpreter's teardown. For `run` only: each of its
+    records is on disk (fsynced) and on the channel (flushed per line) when it returns, and the teardown
+    of a CUDA context with a sweep's graphs and buffers costs most of a second of the sweep's wall
+    (benchmarks/RESULTS.md, issue 40). Never for a process that ncu or CUPTI traces: their exit writes it."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+def main(argv: list[str] | None = None, end_at_once: bool = False) -> int:
+    """The command line. `end_at_once` (as `python -m worker`): `run` ends its process through end_process."""
     parser = argparse.ArgumentParser(
         prog="python -m worker", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -63,7 +75,10 @@ def main(argv: list[str] | None = None) -> int:
                 flush=True,
             )
             return EXIT_CANNOT_START
-        return run_params(params, args.results)
+        code = run_params(params, args.results)
+        if end_at_once:
+            end_process(code)
+        return code
     if args.command == "supervise":
         from .sweep.supervise import supervise
 
@@ -97,4 +112,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(end_at_once=True))

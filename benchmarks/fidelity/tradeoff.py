@@ -31,6 +31,9 @@ VARIANTS: dict[str, dict] = {
     "settle-50": {"settle_ms": 50.0},
     "min-samples-5": {"min_samples": 5},
     "rounds-1-settle-50": {"rounds": 1, "settle_ms": 50.0},
+    "warmup-5": {"warmup_ms": 5.0},
+    "warmup-25": {"warmup_ms": 25.0},
+    "warmup-5-min-samples-6": {"warmup_ms": 5.0, "min_samples": 6},
 }
 
 
@@ -93,7 +96,7 @@ def main() -> int:
             print(cold.stderr[-600:], file=sys.stderr)
             return 1
         done.append((name, cold.wall_s, cold.returncode, cold.run_dir))
-    from benchmarks.fidelity import runs_against_reference
+    from benchmarks.fidelity.fidelity import runs_against_reference
 
     md, ratios = runs_against_reference([run for *_, run in done], args.reference_settle_ms, args.reference_passes)
     lines = [

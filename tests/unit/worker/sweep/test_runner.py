@@ -474,3 +474,33 @@ def test_an_oracle_rotates_through_enough_sets_for_the_fp32_it_streams_and_no_mo
     # ... and one set fewer would not: no more sets (and calls per sample) than coldness needs.
     assert sets == 2 or (sets - 2) * streamed < runner_mod.COLD_L2_FACTOR * L2_BYTES
     assert sets < runner._input_sets(kernel, "fp4")
+
+
+def test_a_worker_run_process_ends_without_teardown_once_every_record_is_written(tmp_path):
+    """`python -m worker run` ends through os._exit (worker/__main__.py end_process): what the interpreter
+    would run at exit (here an atexit handler a sitecustomize registers) never runs, and every record,
+    the last round included, is already in the results."""
+    import os
+    import subprocess
+
+    from worker.contract.schema import WorkerParams
+
+    params = tmp_path / "p.json"
+    case = CaseSpec(backend="torch-bf16", m=16, n=64, k=128, timing=FAST)
+    params.write_text(WorkerParams(run_id="r", host="h", device="cpu", cases=[case]).model_dump_json())
+    site = tmp_path / "site"
+    site.mkdir()
+    marker = tmp_path / "teardown-ran"
+    (site / "sitecustomize.py").write_text(f"import atexit\natexit.register(lambda: open({str(marker)!r}, 'w').close())\n")
+    repo = str(__import__("pathlib").Path(runner_mod.__file__).resolve().parents[2])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), repo])}
+    results = tmp_path / "r.jsonl"
+    argv = [sys.executable, "-m", "worker", "run", "--params", str(params), "--results", str(results)]
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert not marker.exists()
+    records = [parse_line(line) for line in results.read_text().splitlines()]
+    assert records[-1].complete and len(records[-1].timing.rounds) == 3
+    # A process that ends as usual in the same environment does leave the marker: the check above can fail.
+    subprocess.run([sys.executable, "-c", "pass"], env=env, check=True, timeout=60)
+    assert marker.exists()
