@@ -27,7 +27,9 @@ def _benchmark_imports():
             if module.split(".")[0] != "benchmarks":
                 continue
             for alias in node.names:
-                found.append(pytest.param(module, alias.name, id=f"{path.relative_to(REPO)}:{node.lineno}:{alias.name}"))
+                found.append(
+                    pytest.param(module, alias.name, id=f"{path.relative_to(REPO)}:{node.lineno}:{alias.name}")
+                )
     return found
 
 

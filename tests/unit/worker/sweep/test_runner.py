@@ -491,7 +491,9 @@ def test_a_worker_run_process_ends_without_teardown_once_every_record_is_written
     site = tmp_path / "site"
     site.mkdir()
     marker = tmp_path / "teardown-ran"
-    (site / "sitecustomize.py").write_text(f"import atexit\natexit.register(lambda: open({str(marker)!r}, 'w').close())\n")
+    (site / "sitecustomize.py").write_text(
+        f"import atexit\natexit.register(lambda: open({str(marker)!r}, 'w').close())\n"
+    )
     repo = str(__import__("pathlib").Path(runner_mod.__file__).resolve().parents[2])
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), repo])}
     results = tmp_path / "r.jsonl"
