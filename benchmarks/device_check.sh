@@ -51,6 +51,8 @@
 #                         later steps time anything
 #   startup               a worker's imports, as the machine has them and with bytecode (none kept: RESULTS.md)
 #                         cached (PYTHONPYCACHEPREFIX), with torch's slowest imports
+#   exit-cost             a CUDA process's end: the interpreter's teardown against    exit-cost-h200.md
+#                         os._exit, as `python -m worker run` ends (exit_cost.py)
 #   stream-clock          time, time x in-stream clock and time x NVML clock over    stream-clock-h200.md
 #                         20 windows in varied clock states, per case
 #   slowdowns-calibrate   columns of K that slow mm_pad by 2, 3 and 5% per shape      slowdowns-calibrate-h200.md,
@@ -476,6 +478,8 @@ sys.exit(1 if bad or not rows else 0)
 EOF2
 }
 
+step_exit_cost() { "$GPU_PY" -m benchmarks.cost.exit_cost --repeat 3 --out "$DEST/exit-cost-h200.md"; }
+
 step_startup() {  # what a worker's start-up costs, with and without bytecode on disk
     echo "== startup: the machine's PYTHONDONTWRITEBYTECODE=${ORIG_DWB:-(unset)}"
     local venv pyc py i
@@ -551,7 +555,7 @@ collect() {
 }
 
 STEPS="seed cost interrupt diff fidelity fidelity-runs order order-bf16 order-bf16-unsettled neighbour settle-trace decode burst first-case calibration moe moe-decode byo
-verdicts jit-cache fleet profile fanout moe-fp4 cupti cupti-after graph-length crosscheck startup tradeoff jit
+verdicts jit-cache fleet profile fanout moe-fp4 cupti cupti-after graph-length crosscheck startup exit-cost tradeoff jit
 stream-clock slowdowns-calibrate slowdowns-h2h slowdowns-across slow-host buffers two-levels kernel-choice"
 [ $# -gt 0 ] || { echo "usage: bash benchmarks/device_check.sh STEP... (steps:" $STEPS")"; exit 2; }
 for step in "$@"; do
