@@ -200,7 +200,9 @@ class RoundStats(_Strict):
     gpu_processes: Optional[int] = None  # other processes computing on the GPU at the round's end
     load_per_core: Optional[float] = None  # the host's 1-minute load average / its CPUs, at the round's end
     steal_pct: Optional[float] = None  # CPU time stolen by the hypervisor during the round, in percent
-    host_ref_us: Optional[float] = None  # a fixed pure-Python loop, best of 10, at the round's end: the CPU's speed
+    host_ref_us: Optional[float] = (
+        None  # a fixed pure-Python loop, best of 10 (3 on a GPU), at the round's end: the CPU's speed
+    )
     settle_ms: Optional[float] = None  # GPU time the round ran the case before its samples (format >= 6)
     # Where the round's wall time went (format >= 7): inputs and the backend prepared, the oracle check
     # (round 1 only), the timing itself (warm-up, capture, settling, samples), and the health and

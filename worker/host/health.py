@@ -108,14 +108,15 @@ def cpu_counters() -> tuple[Optional[float], Optional[int], Optional[int]]:
         return load, None, None
 
 
-def host_reference_us() -> float:
-    """How fast this host's CPU runs right now: a fixed pure-Python loop, best of 10, in microseconds.
+def host_reference_us(tries: int = 10) -> float:
+    """How fast this host's CPU runs right now: a fixed pure-Python loop, best of `tries`, in microseconds.
     A shared or throttled CPU changes it between runs (and within one) without any load or steal
-    showing; a CPU-timed case moves with it."""
+    showing; a CPU-timed case moves with it. A round timed on the GPU takes fewer tries: nothing it
+    times waits on the CPU, and each try is GPU idle time on the sweep's wall."""
     import time
 
     best = float("inf")
-    for _ in range(10):
+    for _ in range(tries):
         t = time.perf_counter()
         x = 0
         for i in range(5000):

@@ -245,7 +245,8 @@ class CaseRunner:
         timing_s = time.perf_counter() - t_timing
         after = self.probe.snapshot() if self.probe else None
         health = assess(before, after) if before is not None and after is not None else None
-        env = round_environment(cpu_before, cpu_counters(), before, after, host_reference_us())
+        tries = 3 if self.device.device == "cuda" else 10
+        env = round_environment(cpu_before, cpu_counters(), before, after, host_reference_us(tries))
         if self.probe is not None:
             from ..host.env import gpu_processes
 
