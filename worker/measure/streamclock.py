@@ -117,8 +117,12 @@ class StreamClock:
 
         self._driver, self._function, self._blocks = driver, function, blocks
         self._buffers = [torch.zeros((SLOTS, blocks, FIELDS), dtype=torch.int64, device="cuda")]
+        self._pointers = [self._buffers[0].data_ptr()]  # each buffer's first slot; a slot is blocks x FIELDS int64
         self._used = 0
         self._host: dict[int, list] = {}
+        # The window's stream handle, taken at reset(): a stamp runs between two timed batches, while the
+        # GPU waits on the CPU, so it asks torch for nothing it already knows.
+        self._stream_handle: Optional[int] = None
 
     @classmethod
     def open(cls) -> Optional["StreamClock"]:
@@ -148,18 +152,24 @@ class StreamClock:
             return None
 
     def stamp(self, stream=None) -> int:
-        """Enqueue a stamp on `stream` (default: the current stream); its index."""
+        """Enqueue a stamp on `stream` (default: the stream current at reset(), else the current one); its
+        index."""
         import torch
 
         slot = self._used % SLOTS
         if self._used and slot == 0:
             self._buffers.append(torch.zeros_like(self._buffers[0]))
-        buffer = self._buffers[self._used // SLOTS]
-        stream = stream or torch.cuda.current_stream()
-        pointer = ctypes.c_uint64(buffer[slot].data_ptr())
+            self._pointers.append(self._buffers[-1].data_ptr())
+        if stream is not None:
+            handle = stream.cuda_stream
+        elif self._stream_handle is not None:
+            handle = self._stream_handle
+        else:
+            handle = torch.cuda.current_stream().cuda_stream
+        pointer = ctypes.c_uint64(self._pointers[self._used // SLOTS] + slot * self._blocks * FIELDS * 8)
         params = (ctypes.c_void_p * 1)(ctypes.cast(ctypes.pointer(pointer), ctypes.c_void_p))
         status = self._driver.launch(
-            self._function, self._blocks, 1, 1, 32, 1, 1, 0, ctypes.c_void_p(stream.cuda_stream), params, None
+            self._function, self._blocks, 1, 1, 32, 1, 1, 0, ctypes.c_void_p(handle), params, None
         )
         if status != 0:
             raise RuntimeError(f"the stamp kernel did not launch (CUresult {status})")
@@ -178,8 +188,13 @@ class StreamClock:
         return window_mhz(self.rows(i), self.rows(j))
 
     def reset(self) -> None:
-        """Forget the stamps taken (their buffers are reused from the first slot)."""
+        """Forget the stamps taken (their buffers are reused from the first slot), and begin a window on the
+        current stream: stamps without a stream go there until the next reset."""
+        import torch
+
         del self._buffers[1:]
+        del self._pointers[1:]
         self._used = 0
         self._host.clear()
         self.window_mhz = None
+        self._stream_handle = torch.cuda.current_stream().cuda_stream
