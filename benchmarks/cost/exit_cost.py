@@ -19,6 +19,8 @@ import sys
 import time
 from pathlib import Path
 
+from benchmarks.harness import publish
+
 KINDS = ("teardown", "end_process")
 
 
@@ -82,11 +84,7 @@ def main() -> int:
         what = "the interpreter's teardown" if kind == "teardown" else "end_process (os._exit)"
         each = ", ".join(f"{s:.3f}" for s in seconds[kind])
         lines.append(f"| {what} | {each} | {statistics.median(seconds[kind]):.3f} |")
-    text = "\n".join(lines) + "\n"
-    if args.out:
-        args.out.write_text(text, encoding="utf-8")
-    print(text)
-    return 0
+    return publish(lines, args.out)
 
 
 if __name__ == "__main__":

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from benchmarks.detection.false_flags import lease_folder, lease_name
 from benchmarks.detection.see_slowdowns import sweep_of
+from benchmarks.harness import publish
 from orchestrator.analysis.diff import compare_sides, resolve_side
 from worker.contract.catalog import ORACLE_BACKENDS
 
@@ -77,7 +78,7 @@ def pairs_of(runs: list[str], names_a: list[str], names_b: list[str]) -> list[tu
     )
 
 
-def report(lease: Path, names_a: list[str], names_b: list[str], threshold: float) -> str:
+def report(lease: Path, names_a: list[str], names_b: list[str], threshold: float) -> list[str]:
     with lease_folder(lease) as folder:
         runs = [p.name for p in folder.iterdir() if p.is_dir() and (p / "manifest.json").exists()]
         pairs = pairs_of(runs, names_a, names_b)
@@ -109,7 +110,7 @@ def report(lease: Path, names_a: list[str], names_b: list[str], threshold: float
                 f"{max(s.geomean for s in mine):.4f}; cells flagged {sum(s.slower + s.faster for s in mine)} of "
                 f"{sum(s.cells for s in mine)}"
             )
-    return "\n".join(lines) + "\n"
+    return lines
 
 
 def names(text: str) -> list[str]:
@@ -134,14 +135,11 @@ def main(argv=None) -> int:
         print(f"variant_shift: a sweep on both sides: {', '.join(sorted(set(args.a) & set(args.b)))}", file=sys.stderr)
         return 2
     try:
-        text = report(args.lease, args.a, args.b, args.threshold)
+        lines = report(args.lease, args.a, args.b, args.threshold)
     except NothingToPair as e:
         print(e, file=sys.stderr)
         return 2
-    print(text, end="")
-    if args.out:
-        args.out.write_text(text)
-    return 0
+    return publish(lines, args.out)
 
 
 if __name__ == "__main__":
