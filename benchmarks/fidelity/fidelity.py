@@ -17,7 +17,8 @@ With `--runs RUN_DIR...` it measures stored sweeps instead (issue 29's criterion
 of each run (the median of its rounds, as the table shows it) against the reference, run after them in
 this process (after one discarded timing: a process's first graph timing reads low): the median of
 `--reference-passes` (3) timings of the case, one per pass over every case, forward then reversed, with
-their spread. One timing is not a yardstick for a power-capped case: two in one lease read torch-fp8
+their spread; and beside it, each case's work (time x the SM clock, read in the stream, per round) against
+the reference's, so that a miss in another clock state reads as such. One timing is not a yardstick for a power-capped case: two in one lease read torch-fp8
 512x2048 15.16 and 16.73 µs (benchmarks/RESULTS.md). Then torch-fp8 against flashinfer-fp8-cublas: each
 run's paired ratio (head-to-head, one shared clock) against their references' ratio of times and of work
 (each timing's time x the SM clock it ran at, read in its stream by the worker's StreamClock): at the
@@ -213,10 +214,38 @@ def runs_against_reference(
     run_dirs: list[Path], reference_settle_ms: float, passes: int = 3
 ) -> tuple[str, list[list[float]]]:
     """(against_runs' Markdown, each run's ratios to the reference)."""
+    timings = baseline_timings(run_dirs)
+    refs: dict[tuple, list[float]] = {}
+    clocks: dict[tuple, list[float]] = {}
+    clock = None
+    if timings:  # the first graph timing of a process reads low (worker/measure/timing.py): the reference's too
+        from worker.measure.streamclock import StreamClock
+
+        clock = StreamClock.open()
+        reference_us(*min(timings), True, settle_ms=reference_settle_ms)
+    for p in range(passes):
+        for cell in sorted(timings, reverse=bool(p % 2)):
+            us, mhz = reference(*cell, True, settle_ms=reference_settle_ms, clock=clock)
+            refs.setdefault(cell, []).append(us)
+            if mhz:
+                clocks.setdefault(cell, []).append(mhz)
+    lines, ratios, works = reference_table(run_dirs, timings, refs, clocks, reference_settle_ms, passes)
+    if timings and not works:
+        from worker.measure.streamclock import StreamClock
+
+        why = StreamClock.problem if clock is None else "no stamp read a clock"
+        lines.append(f"- no SM clock read in the references' stream ({why}): their work is not shown")
+    references = {cell: statistics.median(t) for cell, t in refs.items()}
+    lines += ["", *paired_against_references(run_dirs, references, works=works)]
+    return "\n".join(lines) + "\n", ratios
+
+
+def baseline_timings(run_dirs: list[Path]) -> dict[tuple, dict[int, object]]:
+    """(backend, M, N, K) -> {run index: its Stats}: the stored runs' ok baseline GEMM cases, cold L2."""
     from orchestrator.runs.slots import load_slots
     from orchestrator.runs.store import RunStore
 
-    medians: dict[tuple, dict[int, float]] = {}
+    found: dict[tuple, dict[int, object]] = {}
     for i, run in enumerate(run_dirs):
         for slot in load_slots(RunStore(run)):
             for _, rec in slot.records.values():
@@ -228,67 +257,83 @@ def runs_against_reference(
                     and c.workload == "gemm"
                     and c.timing.l2 == "cold"
                 ):
-                    medians.setdefault((c.backend, c.m, c.n, c.k), {})[i] = rec.timing.median_us
-    lines = [
-        f"Each run's median against a reference settled for {reference_settle_ms:g} ms (benchmarks/fidelity/fidelity.py): "
-        f"the median of {passes} timings of each case, one per pass over every case (forward, reversed, ...); "
-        "`spread`: (largest - smallest) / median of those timings.",
-        "",
-        "| backend | M | N | K | reference µs | spread | "
-        + " | ".join(f"run {i + 1} µs | / ref" for i in range(len(run_dirs)))
-        + " |",
-        "|---|---:|---:|---:|---:|---:|" + "---:|---:|" * len(run_dirs),
-    ]
-    within = [0] * len(run_dirs)
-    counted = [0] * len(run_dirs)
-    ratios: list[list[float]] = [[] for _ in run_dirs]
-    clock = None
-    if medians:  # the first graph timing of a process reads low (worker/measure/timing.py): the reference's too
-        from worker.measure.streamclock import StreamClock
+                    found.setdefault((c.backend, c.m, c.n, c.k), {})[i] = rec.timing
+    return found
 
-        clock = StreamClock.open()
-        reference_us(*min(medians), True, settle_ms=reference_settle_ms)
-    refs: dict[tuple, list[float]] = {}
-    clocks: dict[tuple, list[float]] = {}
-    for p in range(passes):
-        for cell in sorted(medians, reverse=bool(p % 2)):
-            us, mhz = reference(*cell, True, settle_ms=reference_settle_ms, clock=clock)
-            refs.setdefault(cell, []).append(us)
-            if mhz:
-                clocks.setdefault(cell, []).append(mhz)
-    for (backend, m, n, k), got in sorted(medians.items()):
-        timings = refs[(backend, m, n, k)]
-        ref = statistics.median(timings)
-        cells = []
-        for i in range(len(run_dirs)):
-            if i not in got:
-                cells.append(" | ")
-                continue
-            ratio = got[i] / ref
-            ratios[i].append(ratio)
-            counted[i] += 1
-            within[i] += abs(ratio - 1) <= 0.05
-            cells.append(f"{got[i]:.2f} | {ratio:.3f}{' **' if abs(ratio - 1) > 0.05 else ''}")
-        spread = (max(timings) - min(timings)) / ref
-        lines.append(f"| {backend} | {m} | {n} | {k} | {ref:.2f} | {100 * spread:.1f}% | " + " | ".join(cells) + " |")
-        print(lines[-1], flush=True)
-    lines.append("")
-    lines += [
-        f"- run {i + 1} ({Path(r).name}): {within[i]} of {counted[i]} within ±5% of the reference"
-        for i, r in enumerate(run_dirs)
-    ]
-    references = {cell: statistics.median(t) for cell, t in refs.items()}
+
+def reference_table(
+    run_dirs: list[Path],
+    timings: dict[tuple, dict[int, object]],
+    refs: dict[tuple, list[float]],
+    clocks: dict[tuple, list[float]],
+    reference_settle_ms: float,
+    passes: int,
+) -> tuple[list[str], list[list[float]], dict[tuple, float]]:
+    """The runs' medians against the references' passes (`refs`, µs; `clocks`, the MHz each pass ran at):
+    (Markdown lines, each run's ratios, each cell's reference work). Beside each run's time against the
+    reference, its work against the reference's (time x the SM clock read in the stream, µs x MHz): a time
+    that misses where the work agrees ran in another clock state than the reference, not slower work."""
+    from worker.contract.pairing import work_per_round
+
     # Each pass's reference is one settled timing: its work is its time x the clock that timing ran at.
     works = {
         cell: statistics.median(t * c for t, c in zip(refs[cell], cs))
         for cell, cs in clocks.items()
         if len(cs) == len(refs[cell])
     }
-    if medians and not works:
-        why = StreamClock.problem if clock is None else "no stamp read a clock"
-        lines.append(f"- no SM clock read in the references' stream ({why}): their work is not shown")
-    lines += ["", *paired_against_references(run_dirs, references, works=works)]
-    return "\n".join(lines) + "\n", ratios
+    lines = [
+        f"Each run's median against a reference settled for {reference_settle_ms:g} ms (benchmarks/fidelity/fidelity.py): "
+        f"the median of {passes} timings of each case, one per pass over every case (forward, reversed, ...); "
+        "`spread`: (largest - smallest) / median of those timings; `/ ref work`: the run's work (each round's "
+        "time x the SM clock it ran at, read in its stream; their median) against the reference's.",
+        "",
+        "| backend | M | N | K | reference µs | spread | reference MHz | "
+        + " | ".join(f"run {i + 1} µs | / ref | / ref work" for i in range(len(run_dirs)))
+        + " |",
+        "|---|---:|---:|---:|---:|---:|---:|" + "---:|---:|---:|" * len(run_dirs),
+    ]
+    within = [0] * len(run_dirs)
+    within_work = [0] * len(run_dirs)
+    counted = [0] * len(run_dirs)
+    counted_work = [0] * len(run_dirs)
+    ratios: list[list[float]] = [[] for _ in run_dirs]
+    for cell, got in sorted(timings.items()):
+        backend, m, n, k = cell
+        ref = statistics.median(refs[cell])
+        cells = []
+        for i in range(len(run_dirs)):
+            if i not in got:
+                cells.append(" | | ")
+                continue
+            ratio = got[i].median_us / ref
+            ratios[i].append(ratio)
+            counted[i] += 1
+            within[i] += abs(ratio - 1) <= 0.05
+            work = work_per_round(got[i])
+            by_work = ""
+            if work and cell in works:
+                work_ratio = statistics.median(work) / works[cell]
+                counted_work[i] += 1
+                within_work[i] += abs(work_ratio - 1) <= 0.05
+                by_work = f"{work_ratio:.3f}{' **' if abs(work_ratio - 1) > 0.05 else ''}"
+            cells.append(f"{got[i].median_us:.2f} | {ratio:.3f}{' **' if abs(ratio - 1) > 0.05 else ''} | {by_work}")
+        spread = (max(refs[cell]) - min(refs[cell])) / ref
+        mhz = f"{statistics.median(clocks[cell]):.0f}" if cell in works else ""
+        lines.append(
+            f"| {backend} | {m} | {n} | {k} | {ref:.2f} | {100 * spread:.1f}% | {mhz} | " + " | ".join(cells) + " |"
+        )
+        print(lines[-1], flush=True)
+    lines.append("")
+    lines += [
+        f"- run {i + 1} ({Path(r).name}): {within[i]} of {counted[i]} within ±5% of the reference"
+        + (
+            f"; its work within ±5% of the reference's on {within_work[i]} of {counted_work[i]}"
+            if counted_work[i]
+            else ""
+        )
+        for i, r in enumerate(run_dirs)
+    ]
+    return lines, ratios, works
 
 
 # Issue 40: the head-to-head ratio of these two, paired in one shared GPU state, against the ratio of their
