@@ -231,8 +231,6 @@ def runs_against_reference(
                 clocks.setdefault(cell, []).append(mhz)
     lines, ratios, works = reference_table(run_dirs, timings, refs, clocks, reference_settle_ms, passes)
     if timings and not works:
-        from worker.measure.streamclock import StreamClock
-
         why = StreamClock.problem if clock is None else "no stamp read a clock"
         lines.append(f"- no SM clock read in the references' stream ({why}): their work is not shown")
     references = {cell: statistics.median(t) for cell, t in refs.items()}

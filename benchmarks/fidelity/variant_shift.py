@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import math
+import statistics
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,7 +27,6 @@ from benchmarks.harness import publish
 from orchestrator.analysis.diff import compare_sides, resolve_side
 from worker.contract.catalog import ORACLE_BACKENDS
 
-FLAGS = ("SLOWER", "FASTER")
 WITHIN_A, WITHIN_B, ACROSS = "A against A", "B against B", "A against B"
 
 
@@ -59,7 +58,7 @@ def judge_pair(folder: Path, a: str, b: str, group: str, threshold: float) -> Pa
         a=a,
         b=b,
         cells=len(rows),
-        geomean=math.exp(sum(math.log(x) for x in ratios) / len(ratios)),
+        geomean=statistics.geometric_mean(ratios),
         low=min(ratios),
         high=max(ratios),
         slower=sum(r.verdict == "SLOWER" for r in rows),

@@ -9,6 +9,7 @@ import json
 import random
 import sys
 import weakref
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -494,7 +495,7 @@ def test_a_worker_run_process_ends_without_teardown_once_every_record_is_written
     (site / "sitecustomize.py").write_text(
         f"import atexit\natexit.register(lambda: open({str(marker)!r}, 'w').close())\n"
     )
-    repo = str(__import__("pathlib").Path(runner_mod.__file__).resolve().parents[2])
+    repo = str(Path(runner_mod.__file__).resolve().parents[2])
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), repo])}
     results = tmp_path / "r.jsonl"
     argv = [sys.executable, "-m", "worker", "run", "--params", str(params), "--results", str(results)]
