@@ -210,7 +210,14 @@ class CaseRunner:
         around it: raises IntegrityFailure. `graph`: a kept timing.TimedGraph to replay; `keep(graph)` is
         told of one built now (worker/measure/timing.py Timer.time_cuda)."""
         from ..contract.schema import RoundStats
-        from ..host.health import assess, cpu_counters, host_reference_us, round_environment
+        from ..host.health import (
+            CPU_ROUND_TRIES,
+            GPU_ROUND_TRIES,
+            assess,
+            cpu_counters,
+            host_reference_us,
+            round_environment,
+        )
         from ..measure.timing import Timing, time_cpu
 
         if guard is not None:
@@ -245,7 +252,7 @@ class CaseRunner:
         timing_s = time.perf_counter() - t_timing
         after = self.probe.snapshot() if self.probe else None
         health = assess(before, after) if before is not None and after is not None else None
-        tries = 3 if self.device.device == "cuda" else 10
+        tries = GPU_ROUND_TRIES if self.device.device == "cuda" else CPU_ROUND_TRIES
         env = round_environment(cpu_before, cpu_counters(), before, after, host_reference_us(tries))
         if self.probe is not None:
             from ..host.env import gpu_processes
