@@ -96,7 +96,7 @@ def main() -> int:
             print(cold.stderr[-600:], file=sys.stderr)
             return 1
         done.append((name, cold.wall_s, cold.returncode, cold.run_dir))
-    from benchmarks.fidelity.fidelity import runs_against_reference
+    from benchmarks.fidelity.fidelity import agrees, runs_against_reference
 
     md, ratios = runs_against_reference([run for *_, run in done], args.reference_settle_ms, args.reference_passes)
     lines = [
@@ -114,7 +114,7 @@ def main() -> int:
     for (name, wall, rc, run), got in zip(done, ratios):
         seconds, rounds = inside(run)
         worst = max(got, key=lambda r: abs(r - 1)) if got else None
-        within = sum(abs(r - 1) <= 0.05 for r in got)
+        within = sum(agrees(r) for r in got)
         if name in VARIANTS:
             over = ", ".join(f"{k}: {v:g}" for k, v in VARIANTS[name].items()) or "(none)"
         else:  # a stored run (--also)
